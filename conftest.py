@@ -1,0 +1,2 @@
+# benchmarks/ holds scripts run by hand, not tests.
+collect_ignore = ["benchmarks"]

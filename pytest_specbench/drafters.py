@@ -1,0 +1,87 @@
+"""Drafters: whatever proposes the tokens that the target verifies.
+
+The engine talks to every drafter through :class:`Drafter`: ``reset`` before
+a generation, ``propose`` up to ``k`` tokens that continue the committed
+sequence, then ``commit`` how many of them the target accepted.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from transformers import PreTrainedModel
+
+from .kv_cache import crop_to, enable_rollback, new_cache
+
+
+class Drafter(ABC):
+    """Proposes draft tokens; stays in step with the committed sequence."""
+
+    #: forward passes of a draft model since the last ``reset`` (0 for model-free drafters)
+    forward_passes: int = 0
+
+    def reset(self) -> None:
+        """Forget any state from a previous generation."""
+        self.forward_passes = 0
+
+    @abstractmethod
+    def propose(self, committed_ids: torch.Tensor, k: int) -> torch.Tensor:
+        """Return up to ``k`` token ids (1-D) that continue ``committed_ids`` (shape ``(1, L)``)."""
+
+    def commit(self, num_accepted: int) -> None:
+        """The target kept the first ``num_accepted`` tokens of the last proposal, then added its own."""
+
+
+class ModelDrafter(Drafter):
+    """A small causal LM that drafts greedily with its own KV cache.
+
+    The cache is rolled back to the committed prefix after each step, so the
+    prefix is never recomputed.
+    """
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.model = model
+        self.reset()
+
+    def reset(self) -> None:
+        super().reset()
+        self._cache = None
+        self._cached_length = 0  # committed positions already in the cache
+        self._proposal_base = 0  # committed length when the last proposal was made
+        self._proposal_length = 0
+
+    def propose(self, committed_ids: torch.Tensor, k: int) -> torch.Tensor:
+        if self._cache is None:
+            self._cache = new_cache(self.model)
+            enable_rollback(self._cache)
+        device = self.model.device
+        feed = committed_ids[:, self._cached_length :].to(device)
+        proposal = []
+        for _ in range(k):
+            logits = self.model(input_ids=feed, cache=self._cache, use_cache=True, logits_to_keep=1).logits
+            token = logits[:, -1].argmax(dim=-1, keepdim=True)
+            proposal.append(token)
+            feed = token
+            self.forward_passes += 1
+        self._proposal_base = committed_ids.shape[1]
+        self._proposal_length = k
+        if not proposal:
+            return torch.empty(0, dtype=torch.long, device=device)
+        return torch.cat(proposal, dim=1)[0]
+
+    def commit(self, num_accepted: int) -> None:
+        # The cache holds the committed prefix plus the first k-1 proposed tokens
+        # (the last proposed token was never fed back).
+        kept = self._proposal_base + min(num_accepted, max(self._proposal_length - 1, 0))
+        crop_to(self._cache, min(kept, self._cache.get_seq_length()))
+        self._cached_length = self._cache.get_seq_length()
+
+
+def as_drafter(draft: PreTrainedModel | Drafter) -> Drafter:
+    """Wrap a bare model in :class:`ModelDrafter`; pass drafters through."""
+    if isinstance(draft, Drafter):
+        return draft
+    if isinstance(draft, PreTrainedModel):
+        return ModelDrafter(draft)
+    raise TypeError(f"draft must be a transformers PreTrainedModel or a Drafter, got {type(draft).__name__}")

@@ -1,0 +1,78 @@
+"""What a decoding run returns: the tokens and the counts and times behind them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+
+@dataclass
+class DecodeStats:
+    """Counts and times of one decoding run.
+
+    A *step* is one target forward pass that commits tokens: in speculative
+    decoding it verifies a draft block and commits the accepted prefix plus
+    the target's own next token (the bonus token); in greedy decoding it
+    commits one token. The first step also processes the prompt.
+    """
+
+    new_tokens: int = 0
+    target_forward_passes: int = 0
+    draft_forward_passes: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    bonus_tokens: int = 0
+    wall_time_s: float = 0.0
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+    # Per step: tokens proposed and how many of them the target accepted.
+    drafted_per_step: list[int] = field(default_factory=list)
+    accepted_per_step: list[int] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        return len(self.accepted_per_step)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted draft tokens / drafted tokens (0.0 when nothing was drafted)."""
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens committed per target step (tau), bonus token included."""
+        return self.new_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def other_time_s(self) -> float:
+        """Wall time spent neither drafting nor verifying (bookkeeping, cache rollback)."""
+        return max(self.wall_time_s - self.draft_time_s - self.verify_time_s, 0.0)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        """Plain built-in types only, derived figures included."""
+        data = asdict(self)
+        for name in ("steps", "acceptance_rate", "tokens_per_step", "other_time_s", "tokens_per_second"):
+            data[name] = getattr(self, name)
+        return data
+
+
+@dataclass
+class GenerationResult:
+    """Generated tokens (prompt excluded) with the run's stats.
+
+    ``sequences`` is prompt plus new tokens, shaped like ``model.generate``'s
+    output, so the two can be compared directly.
+    """
+
+    sequences: torch.Tensor
+    prompt_length: int
+    stats: DecodeStats
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.sequences[0, self.prompt_length :].tolist()
