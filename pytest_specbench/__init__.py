@@ -1,17 +1,29 @@
 """pytest-specbench: benchmark speculative decoding of language models under pytest.
 
-The decoding engine is a plain library and works without pytest.
+The decoding engine is a plain library and works without pytest:
+``from pytest_specbench import speculative_generate``. Names are imported on
+first use, so loading the pytest plugin does not import torch.
 """
 
-from .decoding import greedy_generate, speculative_generate
-from .drafters import Drafter, ModelDrafter
-from .stats import DecodeStats, GenerationResult
+from __future__ import annotations
 
-__all__ = [
-    "DecodeStats",
-    "Drafter",
-    "GenerationResult",
-    "ModelDrafter",
-    "greedy_generate",
-    "speculative_generate",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "greedy_generate": "decoding",
+    "speculative_generate": "decoding",
+    "Drafter": "drafters",
+    "ModelDrafter": "drafters",
+    "PromptLookupDrafter": "drafters",
+    "DecodeStats": "stats",
+    "GenerationResult": "stats",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,190 @@
 """pytest entry point of pytest-specbench (registered through ``pytest11``).
 
-Hooks only: options, configuration, case generation and reporting are
-mapped onto plain objects from the other modules.
+Hooks only: each maps pytest onto the plain objects of the other modules
+(SpecbenchConfig, SpecbenchSession, ModelStore, run_case, report).
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .config import OPTIONS, ConfigError, parse_settings, read_settings
+
+RESULT_KEY = "specbench_result"
+_session_key = pytest.StashKey["SpecbenchSession"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("specbench", "speculative decoding benchmarks (pytest-specbench)")
+    for option in OPTIONS:
+        if option.flag:
+            group.addoption(option.cli, dest=option.dest, action="store_true", default=None, help=option.help)
+        else:
+            group.addoption(option.cli, dest=option.dest, default=None, metavar=option.metavar, help=option.help)
+        parser.addini(option.dest, option.help, type="bool" if option.flag else "string")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "specbench(pair, k, prompt): a speculative decoding benchmark case")
+    from .devices import check_devices
+    from .session import SpecbenchSession
+
+    try:
+        settings = parse_settings(read_settings(config.getoption, config.getini))
+        check_devices(settings.devices)
+        session = SpecbenchSession.build(settings, config.rootpath)
+    except (ConfigError, ValueError) as error:
+        raise pytest.UsageError(f"pytest-specbench: {error}") from None
+    config.stash[_session_key] = session
+    config.pluginmanager.register(ResultHooks(session), "specbench-results")
+
+
+def _session(config: pytest.Config):
+    return config.stash[_session_key]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "spec_case" not in metafunc.fixturenames:
+        return
+    from .models import model_available
+
+    unavailable: dict[str, str | None] = {}
+    params = []
+    for case in _session(metafunc.config).cases:
+        marks = [pytest.mark.specbench(pair=case.pair.name, k=case.k, prompt=case.prompt_label),
+                 pytest.mark.xdist_group(case.pair.name)]
+        for source in case.pair.sources():
+            if source not in unavailable:
+                unavailable[source] = model_available(source)
+            if unavailable[source]:
+                marks.append(pytest.mark.skip(reason=f"{case.pair.name}: {unavailable[source]}"))
+                break
+        params.append(pytest.param(case, id=case.id, marks=marks))
+    metafunc.parametrize("spec_case", params)
+
+
+@pytest.fixture(scope="session")
+def specbench_config(request: pytest.FixtureRequest):
+    """The session's validated SpecbenchConfig."""
+    return _session(request.config).config
+
+
+@pytest.fixture(scope="session")
+def specbench_store(request: pytest.FixtureRequest):
+    """Models loaded once per device for the whole session (one store per xdist worker)."""
+    from .devices import resolve_device
+    from .store import ModelStore
+
+    config = _session(request.config).config
+    worker = getattr(request.config, "workerinput", {}).get("workerid", "gw0")
+    device = resolve_device(config.devices, int(worker.removeprefix("gw") or 0))
+    return ModelStore(device, config.dtype, config.cache_dir)
+
+
+class CaseFixture:
+    """What a benchmark test uses: ``result = specbench.run(spec_case)``, then ``specbench.assert_lossless(result)``."""
+
+    def __init__(self, request: pytest.FixtureRequest, store) -> None:
+        self._request = request
+        self._store = store
+        self._session = _session(request.config)
+
+    def _benchmark(self):
+        config = self._request.config
+        if not config.pluginmanager.hasplugin("benchmark") or config.getoption("benchmark_skip", False):
+            return None
+        benchmark = self._request.getfixturevalue("benchmark")
+        return None if benchmark.disabled else benchmark
+
+    def run(self, case) -> dict[str, Any]:
+        """Measure the case and record its result row for the summary and files."""
+        from .models import ModelUnavailable
+        from .runner import run_case
+
+        benchmark = self._benchmark()
+        timer = None
+        if benchmark is not None:
+            def timer(run, before_each, rounds):
+                benchmark.pedantic(run, setup=before_each, rounds=rounds, warmup_rounds=0, iterations=1)
+        try:
+            result = run_case(case, self._store, self._session.config, self._session.prompts, timer)
+        except ModelUnavailable as error:
+            pytest.skip(str(error))
+        if benchmark is not None:
+            benchmark.extra_info.update(
+                {key: result[key] for key in ("acceptance_rate", "tau", "speedup", "baseline_tps",
+                                              "speculative_tps", "verdict", "k", "pair", "prompt")}
+            )
+        self._request.node.user_properties.append((RESULT_KEY, result))
+        return result
+
+    def assert_lossless(self, result: dict[str, Any]) -> None:
+        from .lossless import divergence_message
+
+        if result["verdict"] == "diverged":
+            pytest.fail(divergence_message(result["case"], result, self._session.config.tie_tolerance), pytrace=False)
+
+
+@pytest.fixture
+def specbench(request: pytest.FixtureRequest, specbench_store) -> CaseFixture:
+    """Runs a ``spec_case`` and records its result."""
+    return CaseFixture(request, specbench_store)
+
+
+class ResultHooks:
+    """Per-session hooks: gather result rows from reports, then write files and print the summary.
+
+    Rows come from each report's ``user_properties``, which pytest-xdist carries
+    from the workers, so the controller sees every finished case either way.
+    """
+
+    def __init__(self, state) -> None:
+        self.state = state
+        self.cases_seen = 0
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        # Before -k/-m deselect: lets the summary say "no case ran" when a selection matched none.
+        self.cases_seen += sum("spec_case" in getattr(item, "fixturenames", ()) for item in items)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "setup" and "specbench" in report.keywords:
+            self.cases_seen += 1
+        if report.when != "call":
+            return
+        for name, value in report.user_properties:
+            if name == RESULT_KEY:
+                self.state.collector.add(value)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if _is_worker(session.config):
+            return
+        from .report import csv_text, json_text, write_atomic
+
+        results = self.state.collector.results
+        settings = self.state.config
+        if not results:
+            return
+        for path, text in ((settings.csv_path, lambda: csv_text(results)),
+                           (settings.json_path, lambda: json_text(results, settings.raw))):
+            if path is not None:
+                write_atomic(path, text())
+                self.state.written.append(path)
+
+    def pytest_terminal_summary(self, terminalreporter, config: pytest.Config) -> None:
+        if _is_worker(config) or not (self.cases_seen or self.state.collector.results):
+            return
+        from .report import summary_lines
+
+        terminalreporter.section("specbench summary")
+        for line in summary_lines(self.state.collector.results):
+            terminalreporter.write_line(line)
+        for path in self.state.written:
+            terminalreporter.write_line(f"results written to {path}")
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")

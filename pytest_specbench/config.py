@@ -1,0 +1,232 @@
+"""SpecbenchConfig: every option and ini setting, read and validated once.
+
+Each option is also an ini key (``specbench_k`` for ``--specbench-k``);
+the command line wins over the ini file, which wins over the default.
+A bad value raises :class:`ConfigError` naming the option and what would be
+accepted, before any model loads.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DTYPES = ("float32", "float16", "bfloat16")
+DEFAULT_KS = "1,2,4,8,16"
+
+
+class ConfigError(ValueError):
+    """A usage error in an option or ini value."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: ``--specbench-<name>`` on the command line, ``specbench_<name>`` in the ini file."""
+
+    name: str
+    help: str
+    default: str | None = None
+    flag: bool = False  # a boolean switch (store_true / ini bool)
+    metavar: str | None = None
+
+    @property
+    def cli(self) -> str:
+        return f"--specbench-{self.name}"
+
+    @property
+    def dest(self) -> str:
+        return "specbench_" + self.name.replace("-", "_")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("gpu", "device(s): cpu, cuda, cuda:N, or a comma list (one per xdist worker); "
+           "default: cuda:0 when available, else cpu", metavar="DEVICE"),
+    Option("pairs", "comma list of model pair ids to run (default: the pairs suited to the device)", metavar="IDS"),
+    Option("pairs-file", "TOML file defining extra model pairs", metavar="PATH"),
+    Option("k", f"comma list of draft lengths k (default {DEFAULT_KS})", DEFAULT_KS, metavar="LIST"),
+    Option("prompts", "comma list of prompt categories (default: all)", metavar="CATEGORIES"),
+    Option("prompt-file", "JSON Lines prompt file to use instead of the shipped suite", metavar="PATH"),
+    Option("prompts-per-category", "prompts run per category (default 1)", "1", metavar="N"),
+    Option("context-tokens", "pad or cut every prompt to exactly N tokens", metavar="N"),
+    Option("max-new-tokens", "tokens generated per run (default 128)", "128", metavar="N"),
+    Option("dtype", f"model dtype: {', '.join(DTYPES)} (default float32)", "float32"),
+    Option("warmup", "untimed warm-up runs per case (default 1)", "1", metavar="N"),
+    Option("repeats", "timed runs per case; the median is reported (default 3)", "3", metavar="N"),
+    Option("baseline-once", "time the target-only baseline once per (target, prompt) instead of "
+           "interleaving it with every case", flag=True),
+    Option("tie-tolerance", "under float16/bfloat16, a divergence where the target's top-2 logit margin "
+           "is below this is a tie-divergence, not a failure (default 0.1)", "0.1", metavar="LOGITS"),
+    Option("stop-at-eos", "stop generating at EOS instead of generating a fixed length", flag=True),
+    Option("csv", "CSV results file (default spec_results.csv; empty to disable)", "spec_results.csv",
+           metavar="PATH"),
+    Option("json", "JSON results file (default spec_results.json; empty to disable)", "spec_results.json",
+           metavar="PATH"),
+    Option("cache-dir", "cache for converted models (default $SPECBENCH_CACHE_DIR or "
+           "~/.cache/pytest-specbench)", metavar="PATH"),
+)
+
+
+@dataclass(frozen=True)
+class SpecbenchConfig:
+    """Validated settings of one session; built once, then handed to whoever needs them."""
+
+    devices: tuple[str, ...] = ()  # empty: cuda:0 when available, else cpu
+    pairs: tuple[str, ...] = ()  # empty: the defaults for the device
+    pairs_file: Path | None = None
+    ks: tuple[int, ...] = (1, 2, 4, 8, 16)
+    prompt_categories: tuple[str, ...] = ()  # empty: all
+    prompt_file: Path | None = None
+    prompts_per_category: int = 1
+    context_tokens: int | None = None
+    max_new_tokens: int = 128
+    dtype: str = "float32"
+    warmup: int = 1
+    repeats: int = 3
+    baseline_once: bool = False
+    tie_tolerance: float = 0.1
+    stop_at_eos: bool = False
+    csv_path: Path | None = Path("spec_results.csv")
+    json_path: Path | None = Path("spec_results.json")
+    cache_dir: Path | None = None
+    # The raw values as given, for the JSON record of the run.
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+# --- parsers: raw string -> value, raising ValueError that says what is accepted
+
+_DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+
+
+def _devices(raw: str) -> tuple[str, ...]:
+    devices = _comma_list(raw)
+    for device in devices:
+        if not _DEVICE.match(device):
+            raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N, mps, or a comma list of them")
+    return devices
+
+
+def _comma_list(raw: str) -> tuple[str, ...]:
+    items = tuple(item.strip() for item in raw.split(",") if item.strip())
+    duplicates = sorted({item for item in items if items.count(item) > 1})
+    if duplicates:
+        raise ValueError(f"listed more than once: {', '.join(duplicates)}")
+    return items
+
+
+def _int(minimum: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"{raw!r} is not a whole number; accepted: an integer >= {minimum}") from None
+        if value < minimum:
+            raise ValueError(f"{value} is too small; accepted: an integer >= {minimum}")
+        return value
+
+    return parse
+
+
+def _ks(raw: str) -> tuple[int, ...]:
+    items = _comma_list(raw)
+    if not items:
+        raise ValueError("no value given; accepted: a comma list of integers >= 1, e.g. 1,2,4,8,16")
+    try:
+        return tuple(_int(1)(item) for item in items)
+    except ValueError as error:
+        raise ValueError(f"{error} (in the comma list {raw!r})") from None
+
+
+def _dtype(raw: str) -> str:
+    if raw not in DTYPES:
+        raise ValueError(f"unknown dtype {raw!r}; accepted: {', '.join(DTYPES)}")
+    return raw
+
+
+def _non_negative_float(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a number; accepted: a number >= 0") from None
+    if not value >= 0:
+        raise ValueError(f"{raw!r} is negative; accepted: a number >= 0")
+    return value
+
+
+def _existing_file(raw: str) -> Path:
+    path = Path(raw).expanduser()
+    if not path.is_file():
+        raise ValueError(f"no such file: {path}")
+    return path
+
+
+def _output_path(raw: str) -> Path | None:
+    if raw.strip() in ("", "none", "off"):
+        return None
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; accepted: a file path, or empty to disable")
+    return path
+
+
+# option name -> (SpecbenchConfig field, parser)
+_PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "gpu": ("devices", _devices),
+    "pairs": ("pairs", _comma_list),
+    "pairs-file": ("pairs_file", _existing_file),
+    "k": ("ks", _ks),
+    "prompts": ("prompt_categories", _comma_list),
+    "prompt-file": ("prompt_file", _existing_file),
+    "prompts-per-category": ("prompts_per_category", _int(1)),
+    "context-tokens": ("context_tokens", _int(1)),
+    "max-new-tokens": ("max_new_tokens", _int(1)),
+    "dtype": ("dtype", _dtype),
+    "warmup": ("warmup", _int(0)),
+    "repeats": ("repeats", _int(1)),
+    "tie-tolerance": ("tie_tolerance", _non_negative_float),
+    "csv": ("csv_path", _output_path),
+    "json": ("json_path", _output_path),
+    "cache-dir": ("cache_dir", lambda raw: Path(raw).expanduser()),
+}
+
+
+def parse_settings(values: dict[str, tuple[Any, str]]) -> SpecbenchConfig:
+    """Build the config from ``{option name: (raw value, where it came from)}``.
+
+    Missing options keep their defaults. ``where`` (for example
+    ``"--specbench-k"`` or ``"ini specbench_k"``) goes into the error message.
+    """
+    fields: dict[str, Any] = {}
+    raw_record: dict[str, Any] = {}
+    for option in OPTIONS:
+        if option.name not in values:
+            continue
+        raw, where = values[option.name]
+        raw_record[option.dest] = raw
+        if option.flag:
+            fields[option.dest.removeprefix("specbench_")] = bool(raw)
+            continue
+        field_name, parse = _PARSERS[option.name]
+        try:
+            fields[field_name] = parse(str(raw).strip())
+        except ValueError as error:
+            raise ConfigError(f"{where}={raw!r}: {error}") from None
+    return SpecbenchConfig(**fields, raw=raw_record)
+
+
+def read_settings(get_option: Callable[[str], Any], get_ini: Callable[[str], Any]) -> dict[str, tuple[Any, str]]:
+    """Collect raw values: command line first, then ini, else the option's default."""
+    values: dict[str, tuple[Any, str]] = {}
+    for option in OPTIONS:
+        cli_value = get_option(option.dest)
+        if cli_value is not None:
+            values[option.name] = (cli_value, option.cli)
+            continue
+        ini_value = get_ini(option.dest)
+        if ini_value not in (None, "", []):
+            values[option.name] = (ini_value, f"ini {option.dest}")
+        elif option.default is not None:
+            values[option.name] = (option.default, option.cli)
+    return values

@@ -1,0 +1,99 @@
+"""Compare generated tokens with the target's greedy reference, and explain a divergence."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+VERDICTS = ("lossless", "tie-divergence", "diverged")
+
+
+def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None) -> list[int]:
+    """The target's own greedy continuation from transformers' ``generate``.
+
+    With ``eos_token_id=None`` EOS is ignored so exactly ``max_new_tokens``
+    come back; min_new_tokens is not used because it masks EOS and so changes
+    the argmax.
+    """
+    config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
+    config.do_sample = False
+    config.eos_token_id = eos_token_id
+    config.max_new_tokens = max_new_tokens
+    config.max_length = None
+    config.pad_token_id = eos_token_id if eos_token_id is not None else 0
+    for knob in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+        setattr(config, knob, None)
+    with torch.inference_mode():
+        output = model.generate(input_ids, generation_config=config)
+    return output[0, input_ids.shape[1] :].tolist()
+
+
+def first_divergence(tokens: Sequence[int], reference: Sequence[int]) -> int | None:
+    """Index of the first differing token (a length difference counts), or None if equal."""
+    for index, (got, want) in enumerate(zip(tokens, reference)):
+        if got != want:
+            return index
+    if len(tokens) != len(reference):
+        return min(len(tokens), len(reference))
+    return None
+
+
+def quality_score(tokens: Sequence[int], reference: Sequence[int]) -> float:
+    """Fraction of reference positions where the output holds the same token."""
+    if not reference:
+        return 1.0
+    return sum(got == want for got, want in zip(tokens, reference)) / len(reference)
+
+
+def top2_margin(model, input_ids: torch.Tensor, reference: Sequence[int], position: int) -> float:
+    """The target's logit gap between its best and second-best token at ``position``."""
+    prefix = torch.cat([input_ids[0], torch.tensor(reference[:position], dtype=torch.long, device=input_ids.device)])
+    with torch.inference_mode():
+        logits = model(input_ids=prefix.unsqueeze(0), logits_to_keep=1).logits[0, -1].float()
+    best = torch.topk(logits, 2).values
+    return float(best[0] - best[1])
+
+
+def diagnose(
+    model,
+    tokenizer,
+    input_ids: torch.Tensor,
+    tokens: Sequence[int],
+    reference: Sequence[int],
+    half_precision: bool,
+    tie_tolerance: float,
+) -> dict[str, Any]:
+    """Verdict and, on divergence, what a reader needs to see why."""
+    position = first_divergence(tokens, reference)
+    if position is None:
+        return {"verdict": "lossless", "first_divergence": None}
+    got = tokens[position] if position < len(tokens) else None
+    want = reference[position] if position < len(reference) else None
+    margin = top2_margin(model, input_ids, reference, position) if want is not None else float("nan")
+    tie = half_precision and margin < tie_tolerance
+    decode = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else (lambda ids: str(list(ids)))
+    return {
+        "verdict": "tie-divergence" if tie else "diverged",
+        "first_divergence": position,
+        "expected_token": want,
+        "expected_text": decode([want]) if want is not None else "<end>",
+        "got_token": got,
+        "got_text": decode([got]) if got is not None else "<end>",
+        "context_text": decode(list(reference[max(0, position - 12) : position])),
+        "top2_margin": margin,
+    }
+
+
+def divergence_message(case_id: str, info: dict[str, Any], tie_tolerance: float) -> str:
+    """A readable failure message for a case whose output is not the greedy output."""
+    return (
+        f"{case_id}: speculative output differs from the target's greedy output "
+        f"at new token {info['first_divergence']}\n"
+        f"  context:  ...{info['context_text']!r}\n"
+        f"  expected: {info['expected_token']} {info['expected_text']!r} (target greedy)\n"
+        f"  got:      {info['got_token']} {info['got_text']!r} (speculative)\n"
+        f"  target top-2 logit margin there: {info['top2_margin']:.4g} "
+        f"(tie tolerance under float16/bfloat16: {tie_tolerance})"
+    )

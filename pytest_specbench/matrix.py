@@ -1,0 +1,42 @@
+"""The case matrix: one case per (pair, k, prompt), in a fixed order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .pairs import PairSpec
+from .prompts import Prompt
+
+
+@dataclass(frozen=True)
+class Case:
+    pair: PairSpec
+    k: int
+    prompt: Prompt
+    prompt_label: str  # the category when one prompt per category runs, else the prompt id
+
+    @property
+    def id(self) -> str:
+        """The pytest id, e.g. ``gpt2_large-k8-code_python``; ``-k "gpt2_large and k8"`` selects on it."""
+        return f"{self.pair.name}-k{self.k}-{self.prompt_label}"
+
+    @property
+    def key(self) -> str:
+        """Stable key of the case in result files and baselines."""
+        return self.id
+
+
+def build_matrix(pairs: Sequence[PairSpec], ks: Sequence[int], prompts: Sequence[Prompt]) -> list[Case]:
+    """Pairs outermost, then prompts, then k: each worker of a pair sees the same order."""
+    per_category: dict[str, int] = {}
+    for prompt in prompts:
+        per_category[prompt.category] = per_category.get(prompt.category, 0) + 1
+    single = all(count == 1 for count in per_category.values())
+    labels = [prompt.category if single else prompt.id for prompt in prompts]
+    return [
+        Case(pair=pair, k=k, prompt=prompt, prompt_label=label)
+        for pair in pairs
+        for prompt, label in zip(prompts, labels)
+        for k in ks
+    ]

@@ -1,0 +1,179 @@
+"""Model pairs: the built-in registry and user pairs from TOML.
+
+A pair names a target model and how its drafts are made: by a draft model
+(``drafter = "model"``), a copy of the target's first layers
+(``"truncated"``), an int8 copy of the target (``"int8"``) or prompt lookup
+(``"prompt_lookup"``).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DRAFTER_KINDS = ("model", "truncated", "int8", "prompt_lookup")
+EMBEDDED_GEMMA = "embedded:gemma3-270m"
+_PAIR_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+class PairError(ValueError):
+    """A pair definition that cannot be used; the message names the pair and the file."""
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    name: str
+    target: str
+    draft: str | None = None  # a model source; only for drafter == "model"
+    drafter: str = "model"
+    # Drafter settings: num_layers (truncated), ngram_size / max_proposal (prompt_lookup).
+    drafter_options: tuple[tuple[str, Any], ...] = ()
+    revision: str | None = None
+    dtype: str | None = None  # overrides --specbench-dtype for this pair
+    description: str = ""
+    embedded: bool = False  # runs without the hub (the offline default)
+    seed_name: str = field(default="", compare=False)  # the seed experiment's name for this config
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.drafter_options)
+
+    @property
+    def draft_label(self) -> str:
+        """What drafts, in words, for tables and files."""
+        if self.drafter == "model":
+            return self.draft or ""
+        if self.drafter == "truncated":
+            return f"{self.target} first {self.options.get('num_layers', 2)} layers"
+        if self.drafter == "int8":
+            return f"{self.target} int8"
+        return "prompt lookup"
+
+    def sources(self) -> tuple[str, ...]:
+        """Model sources this pair loads."""
+        return (self.target, self.draft) if self.drafter == "model" and self.draft else (self.target,)
+
+
+BUILTIN_PAIRS: dict[str, PairSpec] = {
+    pair.name: pair
+    for pair in (
+        PairSpec("gpt2_distil", "gpt2", "distilgpt2", description="gpt2 verified, distilgpt2 drafts",
+                 seed_name="distilgpt2_draft"),
+        PairSpec("gpt2_tiny", "gpt2", drafter="truncated", drafter_options=(("num_layers", 2),),
+                 description="gpt2 verified, its own first 2 layers draft (untrained as a draft)",
+                 seed_name="tiny_draft_2x"),
+        PairSpec("gpt2_medium", "gpt2-medium", "gpt2", description="gpt2-medium verified, gpt2 drafts"),
+        PairSpec("gpt2_large", "gpt2-large", "gpt2", description="gpt2-large verified, gpt2 drafts"),
+        PairSpec("gemma3_int8", EMBEDDED_GEMMA, drafter="int8", embedded=True,
+                 description="Gemma 3 270M verified, its int8 copy drafts"),
+        PairSpec("gemma3_pld", EMBEDDED_GEMMA, drafter="prompt_lookup",
+                 drafter_options=(("ngram_size", 3),), embedded=True,
+                 description="Gemma 3 270M verified, prompt lookup drafts"),
+    )
+}
+
+
+def pair_from_mapping(name: str, data: Mapping[str, Any], where: str) -> PairSpec:
+    """Validate one ``[pairs.NAME]`` table."""
+    if not _PAIR_NAME.match(name):
+        raise PairError(f"{where}: pair name {name!r} must start with a letter and hold only letters, digits and _")
+    known = {"target", "draft", "drafter", "revision", "dtype", "description",
+             "num_layers", "ngram_size", "max_proposal"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise PairError(f"{where}: pair {name!r} has unknown keys {unknown}; accepted: {sorted(known)}")
+    if not isinstance(data.get("target"), str) or not data["target"]:
+        raise PairError(f"{where}: pair {name!r} needs target = \"<hub id or local path>\"")
+    drafter = data.get("drafter", "model")
+    if drafter not in DRAFTER_KINDS:
+        raise PairError(f"{where}: pair {name!r} has drafter = {drafter!r}; accepted: {', '.join(DRAFTER_KINDS)}")
+    draft = data.get("draft")
+    if drafter == "model" and not (isinstance(draft, str) and draft):
+        raise PairError(f"{where}: pair {name!r} uses drafter = \"model\" and needs draft = \"<hub id or local path>\"")
+    if drafter != "model" and draft is not None:
+        raise PairError(f"{where}: pair {name!r}: draft is only for drafter = \"model\", not {drafter!r}")
+    options = []
+    for key in ("num_layers", "ngram_size", "max_proposal"):
+        if key in data:
+            if not isinstance(data[key], int) or data[key] < 1:
+                raise PairError(f"{where}: pair {name!r}: {key} must be an integer >= 1, got {data[key]!r}")
+            options.append((key, data[key]))
+    dtype = data.get("dtype")
+    if dtype is not None and dtype not in ("float32", "float16", "bfloat16"):
+        raise PairError(f"{where}: pair {name!r} has dtype = {dtype!r}; accepted: float32, float16, bfloat16")
+    return PairSpec(
+        name=name,
+        target=_resolve(data["target"], where),
+        draft=_resolve(draft, where) if draft else None,
+        drafter=drafter,
+        drafter_options=tuple(options),
+        revision=data.get("revision"),
+        dtype=dtype,
+        description=str(data.get("description", "")),
+    )
+
+
+def _resolve(source: str, where: str) -> str:
+    """Relative local paths are taken from the folder of the file that names them."""
+    if source.startswith(("./", "../")):
+        return str((Path(where).parent / source).resolve())
+    return source
+
+
+def pairs_from_toml(data: Mapping[str, Any], where: str) -> dict[str, PairSpec]:
+    """Pairs from a parsed ``{"pairs": {NAME: {...}}}`` mapping."""
+    tables = data.get("pairs", {})
+    if not isinstance(tables, Mapping):
+        raise PairError(f"{where}: 'pairs' must be a table of [pairs.NAME] tables")
+    pairs = {}
+    for name, table in tables.items():
+        if not isinstance(table, Mapping):
+            raise PairError(f"{where}: pairs.{name} must be a table")
+        pairs[name] = pair_from_mapping(name, table, where)
+    return pairs
+
+
+def load_pairs_file(path: Path) -> dict[str, PairSpec]:
+    """Pairs from a TOML file of ``[pairs.NAME]`` tables."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise PairError(f"{path}: cannot read pairs file: {error}") from None
+    return pairs_from_toml(data, str(path))
+
+
+def load_pyproject_pairs(rootdir: Path) -> dict[str, PairSpec]:
+    """Pairs from ``[tool.specbench.pairs]`` in the project's pyproject.toml, if any."""
+    path = Path(rootdir) / "pyproject.toml"
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise PairError(f"{path}: cannot read: {error}") from None
+    return pairs_from_toml(data.get("tool", {}).get("specbench", {}), str(path))
+
+
+def all_pairs(rootdir: Path, pairs_file: Path | None) -> dict[str, PairSpec]:
+    """Built-in pairs, then pyproject pairs, then the pairs file (later ones override)."""
+    pairs = dict(BUILTIN_PAIRS)
+    pairs.update(load_pyproject_pairs(rootdir))
+    if pairs_file is not None:
+        pairs.update(load_pairs_file(pairs_file))
+    return pairs
+
+
+def default_pair_names(pairs: Mapping[str, PairSpec], on_gpu: bool) -> tuple[str, ...]:
+    """The seeds' GPT-2 pairs and the embedded pairs on a GPU; on CPU also all, GPT-2 skipped when not cached."""
+    return tuple(pairs)
+
+
+def select_pairs(pairs: Mapping[str, PairSpec], names: tuple[str, ...]) -> list[PairSpec]:
+    unknown = [name for name in names if name not in pairs]
+    if unknown:
+        raise PairError(f"unknown pair(s) {', '.join(unknown)}; defined pairs: {', '.join(pairs)}")
+    return [pairs[name] for name in names]

@@ -1,0 +1,150 @@
+"""Run one benchmark case: time baseline and speculative decoding, check losslessness.
+
+Knows nothing of pytest. The result is a plain dict of built-in types, so
+pytest-xdist can carry it from a worker to the controller.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .config import SpecbenchConfig
+from .decoding import greedy_generate, speculative_generate
+from .lossless import diagnose, quality_score
+from .matrix import Case
+from .prompts import Prompt, filler_text, fit_context
+from .stats import GenerationResult
+from .store import ModelStore
+
+# (run the speculative decode, run the baseline before each timed round or None, rounds) -> None.
+# pytest-benchmark's pedantic() is one such timer; the default loop is another.
+RoundTimer = Callable[[Callable[[], Any], Callable[[], Any] | None, int], None]
+
+
+def _own_rounds(run_speculative: Callable[[], Any], before_each: Callable[[], Any] | None, rounds: int) -> None:
+    for _ in range(rounds):
+        if before_each is not None:
+            before_each()
+        run_speculative()
+
+
+def prompt_input_ids(tokenizer, prompt: Prompt, all_prompts: list[Prompt], context_tokens: int | None,
+                     device: str) -> torch.Tensor:
+    """Tokenise a prompt, padded or cut to ``context_tokens`` (special tokens included) when asked."""
+    plain = tokenizer(prompt.text, add_special_tokens=False).input_ids
+    full = tokenizer(prompt.text).input_ids
+    # Leading special tokens (a BOS) stay in front of any padding.
+    lead = full[: len(full) - len(plain)] if full[len(full) - len(plain):] == plain else []
+    if context_tokens is not None:
+        filler = tokenizer(filler_text(all_prompts, exclude_id=prompt.id), add_special_tokens=False).input_ids
+        plain = fit_context(plain, max(context_tokens - len(lead), 1), filler)
+        full = lead + plain
+    return torch.tensor([full], dtype=torch.long, device=device)
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def run_case(
+    case: Case,
+    store: ModelStore,
+    config: SpecbenchConfig,
+    all_prompts: list[Prompt],
+    timer: RoundTimer | None = None,
+) -> dict[str, Any]:
+    """Measure one case and return its result row (verdict included; asserting is the caller's job)."""
+    pair = case.pair
+    target = store.target(pair)
+    drafter = store.drafter(pair)
+    input_ids = prompt_input_ids(target.tokenizer, case.prompt, all_prompts, config.context_tokens, store.device)
+    eos = target.tokenizer.eos_token_id if config.stop_at_eos else None
+    n = config.max_new_tokens
+    reference = store.reference(pair, case.prompt.id, input_ids, n, eos)
+
+    baselines: list[GenerationResult] = []
+    speculative: list[GenerationResult] = []
+
+    def run_baseline() -> None:
+        baselines.append(greedy_generate(target.model, input_ids, n, eos_token_id=eos))
+
+    def run_speculative() -> None:
+        speculative.append(speculative_generate(target.model, drafter, input_ids, case.k, n, eos_token_id=eos))
+
+    for _ in range(config.warmup):
+        run_baseline()
+        run_speculative()
+    baselines.clear()
+    speculative.clear()
+
+    if config.baseline_once:
+        # Timed once per (target, prompt) and shared by every k and pair with that target.
+        key = ("baseline", pair.target, pair.revision, store.dtype_for(pair), case.prompt.id, n, eos)
+
+        def time_baseline() -> list[GenerationResult]:
+            for _ in range(config.repeats):
+                run_baseline()
+            return list(baselines)
+
+        baselines[:] = store.memo(key, time_baseline)
+        (timer or _own_rounds)(run_speculative, None, config.repeats)
+    else:
+        # Interleaved (baseline, speculative, baseline, ...) so drift hits both alike.
+        (timer or _own_rounds)(run_speculative, run_baseline, config.repeats)
+
+    last = speculative[-1]
+    tokens = last.token_ids
+    verdict = diagnose(target.model, target.tokenizer, input_ids, tokens, reference,
+                       store.dtype_for(pair) != "float32", config.tie_tolerance)
+    baseline_tps = _spread([run.stats.tokens_per_second for run in baselines])
+    speculative_tps = _spread([run.stats.tokens_per_second for run in speculative])
+    speculative_s = [run.stats.wall_time_s for run in speculative]
+    median_run = sorted(speculative, key=lambda run: run.stats.wall_time_s)[len(speculative) // 2]
+    stats = last.stats
+    latency_ms = 1000 * statistics.median(speculative_s) / max(stats.new_tokens, 1)
+    return {
+        "case": case.id,
+        "config": f"{pair.name}_k{case.k}",
+        "pair": pair.name,
+        "target": pair.target,
+        "draft": pair.draft_label,
+        "drafter": pair.drafter,
+        "k": case.k,
+        "prompt": case.prompt_label,
+        "prompt_id": case.prompt.id,
+        "category": case.prompt.category,
+        "prompt_tokens": int(input_ids.shape[1]),
+        "new_tokens": stats.new_tokens,
+        "device": store.device,
+        "dtype": store.dtype_for(pair),
+        "latency_ms": latency_ms,
+        "throughput_tps": speculative_tps["median"],
+        "baseline_tps": baseline_tps["median"],
+        "baseline_tps_min": baseline_tps["min"],
+        "baseline_tps_max": baseline_tps["max"],
+        "speculative_tps": speculative_tps["median"],
+        "speculative_tps_min": speculative_tps["min"],
+        "speculative_tps_max": speculative_tps["max"],
+        "speedup": speculative_tps["median"] / baseline_tps["median"] if baseline_tps["median"] else 0.0,
+        "acceptance_rate": stats.acceptance_rate,
+        "tau": stats.tokens_per_step,
+        "drafted_tokens": stats.drafted_tokens,
+        "accepted_tokens": stats.accepted_tokens,
+        "target_forward_passes": stats.target_forward_passes,
+        "draft_forward_passes": stats.draft_forward_passes,
+        "draft_time_s": median_run.stats.draft_time_s,
+        "verify_time_s": median_run.stats.verify_time_s,
+        "other_time_s": median_run.stats.other_time_s,
+        "accepted_per_step": list(stats.accepted_per_step),
+        "drafted_per_step": list(stats.drafted_per_step),
+        "repeats": len(speculative),
+        "baseline_runs": len(baselines),
+        "baseline_matches_reference": baselines[-1].token_ids == reference,
+        "quality_score": quality_score(tokens, reference),
+        "lossless": verdict["verdict"] == "lossless",
+        **verdict,
+    }

@@ -1,0 +1,87 @@
+"""ModelStore: each model loaded once per device, drafters and greedy references built once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from .lossless import reference_tokens
+from .models import LoadedModel, load_model
+from .pairs import PairSpec
+
+
+class ModelStore:
+    """Loads on first use and keeps what it loaded for the whole session.
+
+    Keys include the device and dtype, so a model shared by two pairs (gpt2
+    is a target in one and a draft in another) is loaded once.
+    """
+
+    def __init__(self, device: str, dtype: str, cache_dir: Path | None = None) -> None:
+        self.device = device
+        self.dtype = dtype
+        self.cache_dir = cache_dir
+        self.load_counts: Counter[str] = Counter()
+        self._models: dict[tuple, LoadedModel] = {}
+        self._drafters: dict[str, Drafter] = {}
+        self._memo: dict[tuple, Any] = {}
+        self._checked_pairs: set[str] = set()
+
+    def dtype_for(self, pair: PairSpec) -> str:
+        return pair.dtype or self.dtype
+
+    def model(self, source: str, revision: str | None = None, dtype: str | None = None) -> LoadedModel:
+        key = (source, revision, dtype or self.dtype, self.device)
+        if key not in self._models:
+            self._models[key] = load_model(
+                source, device=self.device, dtype=dtype or self.dtype, revision=revision, cache_dir=self.cache_dir
+            )
+            self.load_counts[source] += 1
+        return self._models[key]
+
+    def target(self, pair: PairSpec) -> LoadedModel:
+        return self.model(pair.target, pair.revision, self.dtype_for(pair))
+
+    def drafter(self, pair: PairSpec) -> Drafter:
+        """The pair's drafter; for a draft model, its tokenizer is checked against the target's first."""
+        if pair.name not in self._drafters:
+            self._drafters[pair.name] = self._build_drafter(pair)
+        return self._drafters[pair.name]
+
+    def _build_drafter(self, pair: PairSpec) -> Drafter:
+        from . import derived_models
+        from .tokenization import check_same_tokenization
+
+        target = self.target(pair)
+        options = pair.options
+        if pair.drafter == "model":
+            draft = self.model(pair.draft, pair.revision, self.dtype_for(pair))
+            check_same_tokenization(target.tokenizer, draft.tokenizer, pair.target, pair.draft)
+            return ModelDrafter(draft.model)
+        if pair.drafter == "truncated":
+            return ModelDrafter(derived_models.truncated_copy(target.model, options.get("num_layers", 2)))
+        if pair.drafter == "int8":
+            return ModelDrafter(derived_models.int8_copy(target.model))
+        if pair.drafter == "prompt_lookup":
+            return PromptLookupDrafter(
+                ngram_size=options.get("ngram_size", 3), max_proposal=options.get("max_proposal")
+            )
+        raise ValueError(f"pair {pair.name!r}: unknown drafter {pair.drafter!r}")
+
+    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """Compute once per key: greedy references and once-timed baselines."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def reference(self, pair: PairSpec, prompt_key: str, input_ids: torch.Tensor, max_new_tokens: int,
+                  eos_token_id: int | None) -> list[int]:
+        """The target's ``generate(do_sample=False)`` tokens, shared by every k of a prompt."""
+        target = self.target(pair)
+        key = ("reference", pair.target, pair.revision, self.dtype_for(pair), prompt_key, max_new_tokens, eos_token_id)
+        return self.memo(key, lambda: reference_tokens(target.model, input_ids, max_new_tokens, eos_token_id))
