@@ -66,6 +66,13 @@ OPTIONS: tuple[Option, ...] = (
            metavar="PATH"),
     Option("cache-dir", "cache for converted models (default $SPECBENCH_CACHE_DIR or "
            "~/.cache/pytest-specbench)", metavar="PATH"),
+    Option("save-baseline", "write the run's acceptance, tau and verdicts per case to PATH", metavar="PATH"),
+    Option("baseline", "compare the run with a saved baseline and fail on a regression", metavar="PATH"),
+    Option("max-acceptance-drop", "largest absolute acceptance drop allowed against the baseline "
+           "(default 0.02)", "0.02", metavar="DROP"),
+    Option("max-speedup-drop", "gate speed too: largest relative speedup drop allowed, e.g. 0.1 "
+           "(default: speed is not gated)", metavar="FRACTION"),
+    Option("allow-missing", "baseline cases with no result in this run are not regressions", flag=True),
 )
 
 
@@ -91,6 +98,11 @@ class SpecbenchConfig:
     csv_path: Path | None = Path("spec_results.csv")
     json_path: Path | None = Path("spec_results.json")
     cache_dir: Path | None = None
+    save_baseline: Path | None = None
+    baseline: Path | None = None
+    max_acceptance_drop: float = 0.02
+    max_speedup_drop: float | None = None
+    allow_missing: bool = False
     # The raw values as given, for the JSON record of the run.
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -189,6 +201,10 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "csv": ("csv_path", _output_path),
     "json": ("json_path", _output_path),
     "cache-dir": ("cache_dir", lambda raw: Path(raw).expanduser()),
+    "save-baseline": ("save_baseline", _output_path),
+    "baseline": ("baseline", _existing_file),
+    "max-acceptance-drop": ("max_acceptance_drop", _non_negative_float),
+    "max-speedup-drop": ("max_speedup_drop", _non_negative_float),
 }
 
 

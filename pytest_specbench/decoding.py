@@ -156,21 +156,24 @@ def speculative_generate(
         num_accepted, target_tokens = _verify(target, cache, block, proposal)
         committed = torch.cat([proposal[:num_accepted], target_tokens[num_accepted : num_accepted + 1]])
         committed, hit_eos = _cut_at_eos(committed, eos_token_id)
+        # An EOS inside the accepted prefix drops the tokens after it, bonus included.
+        kept_accepted = min(num_accepted, committed.numel())
         ids = torch.cat([ids, committed.unsqueeze(0)], dim=1)
         # The newest committed token has not been fed to the target yet.
         cached_length = ids.shape[1] - 1
         crop_to(cache, min(cached_length, cache.get_seq_length()))
-        drafter.commit(num_accepted)
+        if block_k > 0:  # only a drafter that was asked to propose has anything to commit
+            drafter.commit(num_accepted)
         t_done = clock.now()
 
         stats.draft_time_s += t_verify - t_draft
         stats.verify_time_s += t_done - t_verify
         stats.target_forward_passes += 1
         stats.drafted_tokens += proposal.numel()
-        stats.accepted_tokens += num_accepted
-        stats.bonus_tokens += 1
+        stats.accepted_tokens += kept_accepted
+        stats.bonus_tokens += committed.numel() - kept_accepted
         stats.drafted_per_step.append(proposal.numel())
-        stats.accepted_per_step.append(num_accepted)
+        stats.accepted_per_step.append(kept_accepted)
         if hit_eos:
             break
     stats.wall_time_s = clock.now() - start

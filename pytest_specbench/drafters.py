@@ -85,3 +85,43 @@ def as_drafter(draft: PreTrainedModel | Drafter) -> Drafter:
     if isinstance(draft, PreTrainedModel):
         return ModelDrafter(draft)
     raise TypeError(f"draft must be a transformers PreTrainedModel or a Drafter, got {type(draft).__name__}")
+
+
+class PromptLookupDrafter(Drafter):
+    """Model-free n-gram drafter ("prompt lookup decoding").
+
+    Finds the most recent earlier occurrence of the sequence's last
+    ``ngram_size`` tokens (falling back to shorter n-grams, down to one
+    token, as transformers' prompt lookup does) and proposes the tokens that
+    followed it. Proposes nothing when no n-gram recurs; the engine then
+    takes a plain target step. Pays off on inputs that repeat themselves
+    (code edits, summaries quoting their source, extraction).
+    """
+
+    def __init__(self, ngram_size: int = 3, max_proposal: int | None = None) -> None:
+        if isinstance(ngram_size, bool) or not isinstance(ngram_size, int) or ngram_size < 1:
+            raise ValueError(f"ngram_size must be an integer >= 1, got {ngram_size!r}")
+        if max_proposal is not None and (
+            isinstance(max_proposal, bool) or not isinstance(max_proposal, int) or max_proposal < 1
+        ):
+            raise ValueError(f"max_proposal must be None or an integer >= 1, got {max_proposal!r}")
+        self.ngram_size = ngram_size
+        self.max_proposal = max_proposal
+        self.reset()
+
+    def propose(self, committed_ids: torch.Tensor, k: int) -> torch.Tensor:
+        sequence = committed_ids[0]
+        limit = k if self.max_proposal is None else min(k, self.max_proposal)
+        length = sequence.numel()
+        if limit >= 1:
+            # An n-gram needs at least one earlier position to match, hence length - 1.
+            for n in range(min(self.ngram_size, length - 1), 0, -1):
+                pattern = sequence[length - n :]
+                # Windows starting at 0 .. length-n-1: every earlier occurrence, each
+                # followed by at least one token; the last window is the pattern itself.
+                windows = sequence.unfold(0, n, 1)[:-1]
+                hits = (windows == pattern).all(dim=1).nonzero()
+                if hits.numel():
+                    start = int(hits[-1, 0]) + n  # the most recent occurrence
+                    return sequence[start : start + limit].clone()
+        return torch.empty(0, dtype=torch.long, device=committed_ids.device)

@@ -39,6 +39,24 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"pytest-specbench: {error}") from None
     config.stash[_session_key] = session
     config.pluginmanager.register(ResultHooks(session), "specbench-results")
+    if _wants_default_dist(config):
+        config.option.dist = "loadgroup"
+    if getattr(config.option, "dist", "no") == "loadgroup" and not _is_worker(config):
+        from .xdist_scheduling import PairGroupScheduler
+
+        config.pluginmanager.register(PairGroupScheduler(session.cases), "specbench-xdist")
+
+
+def _wants_default_dist(config: pytest.Config) -> bool:
+    """xdist is on and the user chose no --dist (xdist itself would pick "load")."""
+    if not getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") not in ("no", "load"):
+        return False
+    import os
+    import shlex
+
+    given = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+             *config.getini("addopts")]
+    return not any(arg == "-d" or arg.startswith("--dist") for arg in given)
 
 
 def _session(config: pytest.Config):
@@ -112,6 +130,9 @@ class CaseFixture:
             result = run_case(case, self._store, self._session.config, self._session.prompts, timer)
         except ModelUnavailable as error:
             pytest.skip(str(error))
+        # Which worker ran it and what its store had loaded so far: shows models load once per worker.
+        result["worker"] = getattr(self._request.config, "workerinput", {}).get("workerid", "main")
+        result["model_loads"] = dict(self._store.load_counts)
         if benchmark is not None:
             benchmark.extra_info.update(
                 {key: result[key] for key in ("acceptance_rate", "tau", "speedup", "baseline_tps",
@@ -143,6 +164,8 @@ class ResultHooks:
     def __init__(self, state) -> None:
         self.state = state
         self.cases_seen = 0
+        self.case_ids = {case.id for case in state.cases}
+        self.failed_cases: set[str] = set()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -152,6 +175,9 @@ class ResultHooks:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "setup" and "specbench" in report.keywords:
             self.cases_seen += 1
+        case_id = report.nodeid.partition("[")[2].partition("]")[0]
+        if report.failed and case_id in self.case_ids:
+            self.failed_cases.add(case_id)  # a crashed worker's case arrives only as a failure
         if report.when != "call":
             return
         for name, value in report.user_properties:
@@ -162,28 +188,52 @@ class ResultHooks:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if _is_worker(session.config):
             return
-        from .report import csv_text, json_text, write_atomic
+        from . import gate
+        from .report import csv_text, environment, json_text, write_atomic
 
-        results = self.state.collector.results
-        settings = self.state.config
-        if not results:
-            return
-        for path, text in ((settings.csv_path, lambda: csv_text(results)),
-                           (settings.json_path, lambda: json_text(results, settings.raw))):
-            if path is not None:
-                write_atomic(path, text())
-                self.state.written.append(path)
+        state = self.state
+        results = state.collector.results
+        settings = state.config
+        if results:
+            outputs = ((settings.csv_path, lambda: write_atomic(settings.csv_path, csv_text(results))),
+                       (settings.json_path, lambda: write_atomic(settings.json_path,
+                                                                 json_text(results, settings.raw, self.missing))),
+                       (settings.save_baseline, lambda: gate.save_baseline(settings.save_baseline, results, environment())))
+            for path, write in outputs:
+                if path is not None:
+                    write()
+                    state.written.append(path)
+        if state.baseline is not None:
+            regressions = gate.compare(state.baseline, results, max_acceptance_drop=settings.max_acceptance_drop,
+                                       max_speedup_drop=settings.max_speedup_drop,
+                                       allow_missing=settings.allow_missing)
+            state.gate_lines = gate.gate_summary_lines(regressions, gate.new_cases(state.baseline, results),
+                                                       gate.compared_count(state.baseline, results), settings.baseline)
+            if regressions and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    @property
+    def missing(self) -> list[str]:
+        """Cases that ran but left no result (an error before measuring, a crashed worker)."""
+        return sorted(self.failed_cases - set(self.state.collector.rows))
 
     def pytest_terminal_summary(self, terminalreporter, config: pytest.Config) -> None:
-        if _is_worker(config) or not (self.cases_seen or self.state.collector.results):
+        state = self.state
+        if _is_worker(config) or not (self.cases_seen or state.collector.results or state.gate_lines):
             return
         from .report import summary_lines
 
         terminalreporter.section("specbench summary")
-        for line in summary_lines(self.state.collector.results):
+        for line in summary_lines(state.collector.results):
             terminalreporter.write_line(line)
+        if self.missing:
+            terminalreporter.write_line(f"no result for {len(self.missing)} case(s): {', '.join(self.missing)}")
         for path in self.state.written:
             terminalreporter.write_line(f"results written to {path}")
+        if self.state.gate_lines:
+            terminalreporter.section("specbench gate")
+            for line in self.state.gate_lines:
+                terminalreporter.write_line(line)
 
 
 def _is_worker(config: pytest.Config) -> bool:

@@ -38,6 +38,8 @@ class SpecbenchSession:
     cases: list[Case]
     collector: ResultCollector = field(default_factory=ResultCollector)
     written: list[Path] = field(default_factory=list)
+    baseline: dict[str, Any] | None = None  # the loaded baseline document, when gating
+    gate_lines: list[str] = field(default_factory=list)
 
     @classmethod
     def build(cls, config: SpecbenchConfig, rootdir: Path) -> "SpecbenchSession":
@@ -46,5 +48,10 @@ class SpecbenchSession:
         pairs = select_pairs(defined, config.pairs or tuple(defined))
         all_prompts = load_prompts(config.prompt_file)
         prompts = select_prompts(all_prompts, config.prompt_categories or None, config.prompts_per_category)
+        baseline = None
+        if config.baseline is not None:
+            from .gate import load_baseline
+
+            baseline = load_baseline(config.baseline)
         return cls(config=config, pairs=pairs, prompts=all_prompts,
-                   cases=build_matrix(pairs, config.ks, prompts))
+                   cases=build_matrix(pairs, config.ks, prompts), baseline=baseline)

@@ -1,0 +1,294 @@
+"""Baselines and the regression gate: save a run's results, compare a later run with them.
+
+Plain data in and out (result rows are the dicts ``runner.run_case`` returns), no pytest:
+the plugin decides when to save, when to compare and how to fail the session.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from .report import write_atomic
+
+BASELINE_FORMAT = 1
+
+# Gated fields are compared run to run; the timing fields are kept only so a reader of the
+# baseline sees what the machine did (speed is gated only on request: it is machine-bound).
+_GATED_FIELDS = ("pair", "k", "prompt", "acceptance_rate", "tau", "lossless", "verdict")
+_INFO_FIELDS = ("speculative_tps", "baseline_tps", "speedup")
+_VERDICTS = ("lossless", "tie-divergence", "diverged")
+
+# Absorbs floating noise so a drop of exactly the allowed amount (0.812 - 0.792 is
+# 0.0200000000000000018) is not flagged.
+_EPSILON = 1e-9
+
+# Regressions of one case are listed in this order (the most serious first).
+_KIND_ORDER = {"lossless": 0, "acceptance": 1, "speedup": 2, "missing": 3}
+
+StrPath = str | PathLike[str]
+
+
+class BaselineError(ValueError):
+    """A baseline file that cannot be used; the message names the file, the fault and what is expected."""
+
+
+def _is_number(value: Any) -> bool:
+    # bool is an int to Python, but ``true`` is no acceptance rate; NaN/inf never compare sensibly.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _info_number(value: Any) -> float | None:
+    # Informational timings: strict JSON has no NaN/Infinity, so anything odd is stored as null.
+    return float(value) if _is_number(value) else None
+
+
+def _case_problem(entry: Any) -> str | None:
+    """What is wrong with one baseline case entry, or None when it is usable."""
+    if not isinstance(entry, dict):
+        return f"is {type(entry).__name__}, expected an object"
+    if "acceptance_rate" not in entry:
+        return "has no acceptance_rate, expected a number in [0, 1]"
+    rate = entry["acceptance_rate"]
+    if not _is_number(rate) or not 0.0 <= rate <= 1.0:
+        return f"has acceptance_rate {rate!r}, expected a number in [0, 1]"
+    if "tau" not in entry:
+        return "has no tau, expected a number"
+    if not _is_number(entry["tau"]):
+        return f"has tau {entry['tau']!r}, expected a number"
+    if "lossless" not in entry:
+        return "has no lossless, expected true or false"
+    if not isinstance(entry["lossless"], bool):
+        return f"has lossless {entry['lossless']!r}, expected true or false"
+    if entry.get("verdict") is not None and entry["verdict"] not in _VERDICTS:
+        return f"has verdict {entry['verdict']!r}, expected one of {', '.join(_VERDICTS)}"
+    if entry.get("speedup") is not None and not _is_number(entry["speedup"]):
+        return f"has speedup {entry['speedup']!r}, expected a number or null"
+    return None
+
+
+def baseline_document(results: Sequence[dict[str, Any]], environment: dict[str, Any], *,
+                      created: str | None = None) -> dict[str, Any]:
+    """The baseline of a run: one entry per case key, sorted, plus the machine it ran on.
+
+    ``created`` (ISO 8601) defaults to now, in UTC. Raises ValueError for a result row that
+    would make an unusable baseline (a duplicate case key, a missing or invalid gated value),
+    so a bad baseline is refused when written rather than when next read.
+    """
+    cases: dict[str, dict[str, Any]] = {}
+    for row in results:
+        key = row.get("case")
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"result row without a case key: {row!r}")
+        if key in cases:
+            raise ValueError(f"case {key} appears twice in the results; a baseline needs one row per case")
+        entry = {field: row.get(field) for field in _GATED_FIELDS}
+        entry.update({field: _info_number(row.get(field)) for field in _INFO_FIELDS})
+        problem = _case_problem(entry)
+        if problem:
+            raise ValueError(f"result of case {key} {problem}")
+        cases[key] = entry
+    return {
+        "format": BASELINE_FORMAT,
+        "created": created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": environment.get("machine", {}),
+        "versions": environment.get("versions", {}),
+        "cases": {key: cases[key] for key in sorted(cases)},
+    }
+
+
+def save_baseline(path: StrPath, results: Sequence[dict[str, Any]], environment: dict[str, Any]) -> None:
+    """Write the baseline of ``results`` to ``path`` atomically (a reader never sees half a file)."""
+    document = baseline_document(results, environment)
+    # allow_nan=False: the file must stay strict JSON that any tool can read.
+    text = json.dumps(document, indent=2, allow_nan=False, default=str) + "\n"
+    write_atomic(Path(path), text)
+
+
+def load_baseline(path: StrPath) -> dict[str, Any]:
+    """Read and check a baseline written by ``save_baseline``; BaselineError says what is wrong."""
+    path = Path(path)
+    expected = f"expected a specbench baseline (JSON, format {BASELINE_FORMAT})"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BaselineError(f"baseline {path}: no such file; {expected}") from None
+    except UnicodeDecodeError as error:
+        raise BaselineError(f"baseline {path}: not UTF-8 text ({error.reason}); {expected}") from None
+    except OSError as error:
+        raise BaselineError(f"baseline {path}: cannot be read ({error.strerror or error}); {expected}") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise BaselineError(f"baseline {path}: not valid JSON ({error.msg} at line {error.lineno}, "
+                            f"column {error.colno}); {expected}") from None
+    if not isinstance(document, dict):
+        raise BaselineError(f"baseline {path}: the top level is {type(document).__name__}, "
+                            f"expected an object; {expected}")
+    found = document.get("format")
+    if isinstance(found, bool) or found != BASELINE_FORMAT:
+        shown = "no format" if "format" not in document else f"format {found!r}"
+        raise BaselineError(f"baseline {path}: has {shown}, expected format {BASELINE_FORMAT} "
+                            f"(write a new one with this version of pytest-specbench)")
+    cases = document.get("cases")
+    if not isinstance(cases, dict):
+        shown = "no cases" if "cases" not in document else f"cases of type {type(cases).__name__}"
+        raise BaselineError(f"baseline {path}: has {shown}, expected \"cases\" to be an object "
+                            f"mapping case keys to results")
+    for key, entry in cases.items():
+        problem = _case_problem(entry)
+        if problem:
+            raise BaselineError(f"baseline {path}: case {key} {problem}")
+    return document
+
+
+@dataclass(frozen=True)
+class Regression:
+    """One check a case failed against its baseline."""
+
+    case: str
+    kind: str  # "acceptance" | "lossless" | "missing" | "speedup"
+    old: float | bool | None
+    new: float | bool | None
+    detail: str
+    # The allowed drop (absolute for acceptance, a fraction of the old speedup for speedup);
+    # None for the checks that have no tolerance.
+    limit: float | None = None
+
+    def describe(self) -> str:
+        """One line, e.g. ``k8-code: acceptance 0.812 -> 0.640 (drop 0.172 > allowed 0.020)``."""
+        if self.kind == "missing":
+            return f"{self.case}: missing ({self.detail})"
+        return f"{self.case}: {self.kind} {_show(self.kind, self.old)} -> {_show(self.kind, self.new)} ({self.detail})"
+
+
+def _show(kind: str, value: float | bool | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:.2f}" if kind == "speedup" else f"{value:.3f}"
+
+
+def _allowed(regression: Regression) -> str:
+    if regression.kind == "acceptance" and regression.limit is not None:
+        return f"drop <= {regression.limit:.3f}"
+    if regression.kind == "speedup" and regression.limit is not None:
+        return f"drop <= {regression.limit:.1%}"
+    if regression.kind == "lossless":
+        return "lossless"
+    if regression.kind == "missing":
+        return "present"
+    return ""
+
+
+def _verdict(row: Mapping[str, Any]) -> str:
+    # Rows always carry a verdict; a hand-made row with only ``lossless`` still gates.
+    verdict = row.get("verdict")
+    if verdict is None:
+        return "lossless" if row.get("lossless") else "diverged"
+    return str(verdict)
+
+
+def compare(baseline: dict[str, Any], results: Sequence[dict[str, Any]], *,
+            max_acceptance_drop: float = 0.02, max_speedup_drop: float | None = None,
+            allow_missing: bool = False) -> list[Regression]:
+    """The regressions of ``results`` against ``baseline`` (a ``load_baseline`` document), by case key.
+
+    - acceptance: old - new > max_acceptance_drop (absolute);
+    - lossless: lossless in the baseline, verdict "diverged" now (a tie-divergence under
+      half precision is a rounding tie, not a bug, so it does not fail the gate);
+    - speedup (only when max_speedup_drop is given): old - new > max_speedup_drop * old;
+    - missing: a baseline case with no result, unless allow_missing.
+    Cases absent from the baseline are not gated: see ``new_cases``.
+    """
+    if not _is_number(max_acceptance_drop) or max_acceptance_drop < 0:
+        raise ValueError(f"max_acceptance_drop must be a number >= 0, got {max_acceptance_drop!r}")
+    if max_speedup_drop is not None and (not _is_number(max_speedup_drop) or max_speedup_drop < 0):
+        raise ValueError(f"max_speedup_drop must be a number >= 0 or None, got {max_speedup_drop!r}")
+    cases: dict[str, dict[str, Any]] = baseline["cases"]
+    regressions: list[Regression] = []
+    seen: set[str] = set()
+    for row in results:
+        key = row["case"]
+        seen.add(key)
+        old = cases.get(key)
+        if old is None:
+            continue
+        regressions += _check_case(key, old, row, max_acceptance_drop, max_speedup_drop)
+    if not allow_missing:
+        regressions += [Regression(key, "missing", None, None, "in the baseline, not in this run")
+                        for key in cases if key not in seen]
+    # Stable sort: deterministic whatever order the results arrived in (xdist finishes at random).
+    return sorted(regressions, key=lambda r: (r.case, _KIND_ORDER.get(r.kind, len(_KIND_ORDER))))
+
+
+def _check_case(key: str, old: Mapping[str, Any], row: Mapping[str, Any],
+                max_acceptance_drop: float, max_speedup_drop: float | None) -> list[Regression]:
+    found: list[Regression] = []
+    verdict = _verdict(row)
+    if old["lossless"] and verdict == "diverged":
+        where = row.get("first_divergence")
+        at = f" at token {where}" if where is not None else ""
+        found.append(Regression(key, "lossless", True, False,
+                                f"lossless in the baseline, now diverged{at}"))
+    old_rate = float(old["acceptance_rate"])
+    new_rate = row.get("acceptance_rate")
+    if not _is_number(new_rate):
+        found.append(Regression(key, "acceptance", old_rate, None,
+                                f"no usable acceptance rate now ({new_rate!r})", max_acceptance_drop))
+    elif old_rate - new_rate > max_acceptance_drop + _EPSILON:
+        drop = old_rate - new_rate
+        found.append(Regression(key, "acceptance", old_rate, float(new_rate),
+                                f"drop {drop:.3f} > allowed {max_acceptance_drop:.3f}", max_acceptance_drop))
+    old_speedup = old.get("speedup")
+    if max_speedup_drop is not None and _is_number(old_speedup) and old_speedup > 0:
+        new_speedup = row.get("speedup")
+        if not _is_number(new_speedup):
+            found.append(Regression(key, "speedup", float(old_speedup), None,
+                                    f"no usable speedup now ({new_speedup!r})", max_speedup_drop))
+        elif old_speedup - new_speedup > max_speedup_drop * old_speedup + _EPSILON:
+            fraction = (old_speedup - new_speedup) / old_speedup
+            found.append(Regression(key, "speedup", float(old_speedup), float(new_speedup),
+                                    f"drop {fraction:.1%} > allowed {max_speedup_drop:.1%}", max_speedup_drop))
+    return found
+
+
+def new_cases(baseline: dict[str, Any], results: Sequence[dict[str, Any]]) -> list[str]:
+    """Case keys of this run that the baseline does not have (sorted, each once): not gated."""
+    cases = baseline["cases"]
+    return sorted({row["case"] for row in results if row["case"] not in cases})
+
+
+def compared_count(baseline: dict[str, Any], results: Sequence[dict[str, Any]]) -> int:
+    """How many of this run's cases the baseline has, i.e. how many were gated."""
+    cases = baseline["cases"]
+    return len({row["case"] for row in results if row["case"] in cases})
+
+
+def gate_summary_lines(regressions: Sequence[Regression], new_cases: Sequence[str], compared: int,
+                       baseline_path: StrPath) -> list[str]:
+    """The terminal section of the gate: the verdict, a table of regressions, the ungated cases."""
+    if not regressions:
+        lines = [f"compared {compared} case(s) with {baseline_path}: no regression"]
+    else:
+        failing = len({regression.case for regression in regressions})
+        lines = [f"compared {compared} case(s) with {baseline_path}: "
+                 f"{len(regressions)} regression(s) in {failing} case(s)"]
+        table = [(r.case, r.kind, _show(r.kind, r.old), _show(r.kind, r.new), _allowed(r)) for r in regressions]
+        # disable_numparse: values are already formatted; tabulate must not reformat "0.640".
+        lines += tabulate(table, headers=("case", "check", "baseline", "now", "allowed"),
+                          disable_numparse=True).splitlines()
+    if new_cases:
+        shown = ", ".join(new_cases[:10])
+        more = f" and {len(new_cases) - 10} more" if len(new_cases) > 10 else ""
+        lines.append(f"{len(new_cases)} case(s) not in the baseline, not gated: {shown}{more}")
+    return lines

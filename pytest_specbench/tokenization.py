@@ -1,0 +1,79 @@
+"""Checking that a draft and its target speak the same token ids.
+
+The engine hands the target's token ids straight to the draft. If the two
+tokenizers number tokens differently, the draft predicts garbage: output
+stays correct (verification is lossless) but acceptance collapses and the
+benchmark silently measures nothing. Equal vocabulary sizes prove nothing
+(fine-tunes reorder added tokens, families share sizes), so the check
+encodes a fixed set of varied texts with both and compares the ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from transformers import PreTrainedTokenizerBase
+
+__all__ = ["DEFAULT_PROBE_TEXTS", "TokenizerMismatch", "check_same_tokenization"]
+
+#: varied texts that tend to expose differing vocabularies and normalisation
+DEFAULT_PROBE_TEXTS: tuple[str, ...] = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Speculative decoding lets a small draft model propose tokens that a large model verifies.",
+    "def fibonacci(n: int) -> int:\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n",
+    '{"id": 42, "tags": ["a", "b"], "ok": true, "ratio": 3.14159}',
+    "for (let i = 0; i < arr.length; i++) { console.log(arr[i] * 2); }",
+    "Numbers: 0 7 42 1234 99999 3.5e-8 -17 1,000,000 2024-06-30 12:45:09",
+    "Unicode: café naïve Straße Ελληνικά русский 中文字符 日本語 한국어 עברית العربية",
+    "Emoji and symbols: 🙂🚀✨ → ≤ ≥ ≠ ∑ √ ∞ © ™ € £ ¥",
+    "   leading spaces, trailing spaces   ",
+    "tabs\tand\nnewlines\n\n\ndouble  spaces   triple",
+    "MiXeD CaSe, UPPERCASE, lowercase, camelCase, snake_case, kebab-case",
+    "URL https://example.com/path?q=1&r=two#frag and email someone@example.org",
+)
+
+
+class TokenizerMismatch(ValueError):
+    """The draft's token ids differ from the target's."""
+
+    def __init__(self, target_name: str, draft_name: str, detail: str) -> None:
+        self.target_name = target_name
+        self.draft_name = draft_name
+        self.detail = detail
+        super().__init__(f"draft {draft_name!r} does not share the tokenizer of target {target_name!r}: {detail}")
+
+
+def _shorten(ids: list[int], limit: int = 12) -> str:
+    return str(ids) if len(ids) <= limit else f"{str(ids[:limit])[:-1]}, ...] ({len(ids)} ids)"
+
+
+def check_same_tokenization(
+    target_tokenizer: PreTrainedTokenizerBase,
+    draft_tokenizer: PreTrainedTokenizerBase,
+    target_name: str,
+    draft_name: str,
+    probe_texts: Iterable[str] = DEFAULT_PROBE_TEXTS,
+) -> None:
+    """Raise :class:`TokenizerMismatch` unless both tokenizers give the same ids.
+
+    Compares the BOS and EOS token ids, then the ids of every probe text
+    (encoded without special tokens, since the engine shares ids, not text).
+    """
+    if target_tokenizer is draft_tokenizer:
+        return
+    for role in ("bos", "eos"):
+        target_id = getattr(target_tokenizer, f"{role}_token_id", None)
+        draft_id = getattr(draft_tokenizer, f"{role}_token_id", None)
+        if target_id != draft_id:
+            raise TokenizerMismatch(
+                target_name, draft_name, f"{role.upper()} token id {draft_id} in the draft, {target_id} in the target"
+            )
+    for text in probe_texts:
+        target_ids = list(target_tokenizer.encode(text, add_special_tokens=False))
+        draft_ids = list(draft_tokenizer.encode(text, add_special_tokens=False))
+        if target_ids != draft_ids:
+            raise TokenizerMismatch(
+                target_name,
+                draft_name,
+                f"{text[:40]!r} encodes to {_shorten(draft_ids)} in the draft but {_shorten(target_ids)} in the target",
+            )

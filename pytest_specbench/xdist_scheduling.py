@@ -1,0 +1,33 @@
+"""Keep all cases of one model pair on one xdist worker, so it loads each model once.
+
+xdist's own ``loadgroup`` relies on rewriting node ids on the workers, which
+did not take effect with the pytest and xdist releases this was built on, so
+cases are grouped by their pair here, on the controller, from the case id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdist.scheduler import LoadScopeScheduling
+
+
+def _pair_scheduling(case_pairs: dict[str, str]):
+    class PairScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            case_id = nodeid.partition("[")[2].partition("]")[0]
+            if case_id in case_pairs:
+                return f"specbench-pair:{case_pairs[case_id]}"
+            return super()._split_scope(nodeid)
+
+    return PairScheduling
+
+
+class PairGroupScheduler:
+    """An xdist plugin object: one scope per pair, other tests by module as in ``loadscope``."""
+
+    def __init__(self, cases: Sequence) -> None:
+        self._scheduling = _pair_scheduling({case.id: case.pair.name for case in cases})
+
+    def pytest_xdist_make_scheduler(self, config, log):
+        return self._scheduling(config, log)

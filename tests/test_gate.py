@@ -1,0 +1,306 @@
+"""The baseline file and the regression gate, on hand-made result rows (no models)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_specbench.gate import (
+    BASELINE_FORMAT,
+    BaselineError,
+    Regression,
+    baseline_document,
+    compare,
+    compared_count,
+    gate_summary_lines,
+    load_baseline,
+    new_cases,
+    save_baseline,
+)
+
+ENVIRONMENT = {"machine": {"platform": "test", "python": "3.x"}, "versions": {"torch": "2.x"}}
+
+
+def row(case: str = "gpt2_large-k8-code_python", *, acceptance: float = 0.812, verdict: str = "lossless",
+        speedup: float = 1.8, tau: float = 3.1) -> dict[str, Any]:
+    pair, k, prompt = case.split("-", 2)
+    return {
+        "case": case, "pair": pair, "k": int(k[1:]), "prompt": prompt,
+        "acceptance_rate": acceptance, "tau": tau, "lossless": verdict == "lossless", "verdict": verdict,
+        "speculative_tps": 90.0 * speedup, "baseline_tps": 90.0, "speedup": speedup,
+        "device": "cpu", "dtype": "float32", "first_divergence": None if verdict == "lossless" else 5,
+    }
+
+
+RESULTS = [row("tiny-k4-natural", acceptance=0.5), row(), row("tiny-k1-natural", acceptance=0.9, speedup=1.1)]
+
+
+def saved(tmp_path: Path, document: dict[str, Any] | str) -> Path:
+    path = tmp_path / "baseline.json"
+    path.write_text(document if isinstance(document, str) else json.dumps(document), encoding="utf-8")
+    return path
+
+
+# --- the file -----------------------------------------------------------------------------
+
+def test_save_load_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "baseline.json"
+    save_baseline(path, RESULTS, ENVIRONMENT)
+    loaded = load_baseline(path)
+    assert loaded == baseline_document(RESULTS, ENVIRONMENT, created=loaded["created"])
+    assert loaded["format"] == BASELINE_FORMAT == 1
+    assert loaded["machine"] == ENVIRONMENT["machine"] and loaded["versions"] == ENVIRONMENT["versions"]
+    assert list(loaded["cases"]) == sorted(r["case"] for r in RESULTS)
+    entry = loaded["cases"]["gpt2_large-k8-code_python"]
+    assert entry == {"pair": "gpt2_large", "k": 8, "prompt": "code_python", "acceptance_rate": 0.812,
+                     "tau": 3.1, "lossless": True, "verdict": "lossless",
+                     "speculative_tps": pytest.approx(162.0), "baseline_tps": 90.0, "speedup": 1.8}
+    assert "device" not in entry  # only the gated and informational fields are kept
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith('{\n  "format": 1,') and text.endswith("}\n")
+
+
+def test_save_is_atomic_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    path = tmp_path / "baseline.json"
+    save_baseline(path, RESULTS, ENVIRONMENT)
+    save_baseline(path, RESULTS[:1], ENVIRONMENT)  # overwrites in place
+    assert [p.name for p in tmp_path.iterdir()] == ["baseline.json"]
+    assert list(load_baseline(path)["cases"]) == ["tiny-k4-natural"]
+
+
+def test_save_refuses_rows_that_would_make_a_bad_baseline(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="tiny-k4-natural appears twice"):
+        save_baseline(tmp_path / "b.json", [RESULTS[0], RESULTS[0]], ENVIRONMENT)
+    with pytest.raises(ValueError, match="tiny-k4-natural has acceptance_rate 1.5"):
+        save_baseline(tmp_path / "b.json", [row("tiny-k4-natural", acceptance=1.5)], ENVIRONMENT)
+    assert not list(tmp_path.iterdir())
+
+
+def test_non_finite_timings_are_stored_as_null(tmp_path: Path) -> None:
+    path = tmp_path / "baseline.json"
+    save_baseline(path, [{**row(), "speedup": float("inf"), "baseline_tps": float("nan")}], ENVIRONMENT)
+    entry = load_baseline(path)["cases"]["gpt2_large-k8-code_python"]
+    assert entry["speedup"] is None and entry["baseline_tps"] is None
+
+
+def good_document() -> dict[str, Any]:
+    return baseline_document(RESULTS, ENVIRONMENT, created="2024-01-01T00:00:00+00:00")
+
+
+def with_case(**fields: Any) -> dict[str, Any]:
+    document = good_document()
+    document["cases"]["tiny-k4-natural"].update(fields)
+    return document
+
+
+def without_case_field(name: str) -> dict[str, Any]:
+    document = good_document()
+    del document["cases"]["tiny-k4-natural"][name]
+    return document
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "top level is list, expected an object"),
+    ({**good_document(), "format": 2}, "format 2, expected format 1"),
+    ({**good_document(), "format": True}, "format True, expected format 1"),
+    ({k: v for k, v in good_document().items() if k != "format"}, "no format, expected format 1"),
+    ({**good_document(), "cases": [1]}, "cases of type list, expected \"cases\" to be an object"),
+    ({k: v for k, v in good_document().items() if k != "cases"}, "no cases"),
+])
+def test_malformed_file_names_the_file(tmp_path: Path, content: dict[str, Any] | str, message: str) -> None:
+    path = saved(tmp_path, content)
+    with pytest.raises(BaselineError, match=message) as caught:
+        load_baseline(path)
+    assert str(path) in str(caught.value)
+
+
+@pytest.mark.parametrize(("document", "message"), [
+    (without_case_field("acceptance_rate"), "has no acceptance_rate, expected a number in \\[0, 1\\]"),
+    (with_case(acceptance_rate=1.2), "acceptance_rate 1.2, expected a number in \\[0, 1\\]"),
+    (with_case(acceptance_rate=-0.1), "acceptance_rate -0.1"),
+    (with_case(acceptance_rate="0.5"), "acceptance_rate '0.5'"),
+    (with_case(acceptance_rate=True), "acceptance_rate True"),
+    (without_case_field("tau"), "has no tau, expected a number"),
+    (with_case(tau=None), "tau None, expected a number"),
+    (without_case_field("lossless"), "has no lossless, expected true or false"),
+    (with_case(lossless="yes"), "lossless 'yes', expected true or false"),
+    (with_case(lossless=1), "lossless 1, expected true or false"),
+    (with_case(verdict="maybe"), "verdict 'maybe'"),
+    (with_case(speedup="fast"), "speedup 'fast'"),
+])
+def test_malformed_case_names_the_file_and_case(tmp_path: Path, document: dict[str, Any], message: str) -> None:
+    path = saved(tmp_path, document)
+    with pytest.raises(BaselineError, match=message) as caught:
+        load_baseline(path)
+    assert str(path) in str(caught.value) and "case tiny-k4-natural" in str(caught.value)
+
+
+def test_nan_acceptance_is_refused(tmp_path: Path) -> None:
+    path = saved(tmp_path, json.dumps(good_document()).replace('"acceptance_rate": 0.5', '"acceptance_rate": NaN'))
+    with pytest.raises(BaselineError, match="case tiny-k4-natural has acceptance_rate nan"):
+        load_baseline(path)
+
+
+def test_case_that_is_not_an_object(tmp_path: Path) -> None:
+    document = good_document()
+    document["cases"]["tiny-k4-natural"] = 0.5
+    with pytest.raises(BaselineError, match="case tiny-k4-natural is float, expected an object"):
+        load_baseline(saved(tmp_path, document))
+
+
+def test_missing_or_unreadable_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.json"
+    with pytest.raises(BaselineError, match="no such file") as caught:
+        load_baseline(missing)
+    assert str(missing) in str(caught.value)
+    with pytest.raises(BaselineError, match="cannot be read"):
+        load_baseline(tmp_path)  # a folder
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(BaselineError, match="not UTF-8"):
+        load_baseline(binary)
+
+
+# --- the comparison -----------------------------------------------------------------------
+
+def test_unchanged_results_have_no_regression() -> None:
+    assert compare(good_document(), RESULTS) == []
+    assert compare(good_document(), RESULTS, max_speedup_drop=0.0) == []
+
+
+def test_acceptance_drop_beyond_the_limit() -> None:
+    now = [row("tiny-k4-natural", acceptance=0.47), *RESULTS[1:]]
+    (regression,) = compare(good_document(), now)
+    assert regression == Regression("tiny-k4-natural", "acceptance", 0.5, 0.47,
+                                    "drop 0.030 > allowed 0.020", 0.02)
+    assert regression.describe() == "tiny-k4-natural: acceptance 0.500 -> 0.470 (drop 0.030 > allowed 0.020)"
+    assert compare(good_document(), now, max_acceptance_drop=0.05) == []
+
+
+def test_acceptance_drop_of_exactly_the_limit_is_allowed() -> None:
+    # 0.812 - 0.792 is 0.020000000000000018 in floating point.
+    assert compare(good_document(), [*RESULTS[:1], row(acceptance=0.792), *RESULTS[2:]]) == []
+    assert compare(good_document(), [*RESULTS[:1], row(acceptance=0.7919), *RESULTS[2:]]) != []
+
+
+def test_acceptance_rise_is_not_a_regression() -> None:
+    assert compare(good_document(), [*RESULTS[:1], row(acceptance=1.0), *RESULTS[2:]]) == []
+
+
+def test_describe_matches_the_documented_example() -> None:
+    document = baseline_document([row()], ENVIRONMENT)
+    (regression,) = compare(document, [row(acceptance=0.640)])
+    assert regression.describe() == ("gpt2_large-k8-code_python: acceptance 0.812 -> 0.640 "
+                                     "(drop 0.172 > allowed 0.020)")
+
+
+def test_lossless_to_diverged_is_a_regression() -> None:
+    now = [*RESULTS[:1], row(verdict="diverged"), *RESULTS[2:]]
+    (regression,) = compare(good_document(), now)
+    assert (regression.case, regression.kind, regression.old, regression.new) == (
+        "gpt2_large-k8-code_python", "lossless", True, False)
+    assert "now diverged at token 5" in regression.describe()
+
+
+def test_tie_divergence_and_known_divergence_are_not_regressions() -> None:
+    assert compare(good_document(), [*RESULTS[:1], row(verdict="tie-divergence"), *RESULTS[2:]]) == []
+    document = baseline_document([row(verdict="diverged")], ENVIRONMENT)
+    assert compare(document, [row(verdict="diverged")]) == []
+
+
+def test_missing_case() -> None:
+    (regression,) = compare(good_document(), RESULTS[:2])
+    assert (regression.case, regression.kind, regression.old, regression.new) == (
+        "tiny-k1-natural", "missing", None, None)
+    assert regression.describe() == "tiny-k1-natural: missing (in the baseline, not in this run)"
+    assert compare(good_document(), RESULTS[:2], allow_missing=True) == []
+
+
+def test_speedup_is_gated_only_on_request() -> None:
+    now = [*RESULTS[:1], row(speedup=1.5), *RESULTS[2:]]  # 1.8 -> 1.5: a 16.7% drop
+    assert compare(good_document(), now) == []
+    (regression,) = compare(good_document(), now, max_speedup_drop=0.1)
+    assert (regression.kind, regression.old, regression.new) == ("speedup", 1.8, 1.5)
+    assert regression.describe() == ("gpt2_large-k8-code_python: speedup 1.80 -> 1.50 "
+                                     "(drop 16.7% > allowed 10.0%)")
+    assert compare(good_document(), now, max_speedup_drop=0.2) == []
+
+
+def test_regressions_are_sorted_by_case_then_kind() -> None:
+    now = [row(verdict="diverged", acceptance=0.1, speedup=0.5), row("tiny-k4-natural", acceptance=0.1)]
+    found = [(r.case, r.kind) for r in compare(good_document(), list(reversed(now)), max_speedup_drop=0.1)]
+    assert found == [("gpt2_large-k8-code_python", "lossless"), ("gpt2_large-k8-code_python", "acceptance"),
+                     ("gpt2_large-k8-code_python", "speedup"), ("tiny-k1-natural", "missing"),
+                     ("tiny-k4-natural", "acceptance")]
+
+
+def test_bad_limits_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_acceptance_drop"):
+        compare(good_document(), RESULTS, max_acceptance_drop=-0.1)
+    with pytest.raises(ValueError, match="max_speedup_drop"):
+        compare(good_document(), RESULTS, max_speedup_drop=float("nan"))
+
+
+def test_new_cases_are_listed_not_gated() -> None:
+    now = [*RESULTS, row("tiny-k2-natural", acceptance=0.0), row("a-k1-b")]
+    assert compare(good_document(), now) == []
+    assert new_cases(good_document(), now) == ["a-k1-b", "tiny-k2-natural"]
+    assert compared_count(good_document(), now) == 3
+
+
+# --- the summary --------------------------------------------------------------------------
+
+def test_summary_without_regression() -> None:
+    lines = gate_summary_lines([], [], 3, Path("base.json"))
+    assert lines == ["compared 3 case(s) with base.json: no regression"]
+
+
+def test_summary_lists_regressions_and_new_cases() -> None:
+    now = [row("tiny-k4-natural", acceptance=0.3), row(verdict="diverged")]
+    document = good_document()
+    regressions = compare(document, [*now, row("new-k1-x")])
+    lines = gate_summary_lines(regressions, new_cases(document, [*now, row("new-k1-x")]),
+                               compared_count(document, now), "base.json")
+    text = "\n".join(lines)
+    assert lines[0] == "compared 2 case(s) with base.json: 3 regression(s) in 3 case(s)"
+    assert "case" in lines[1] and "check" in lines[1] and "allowed" in lines[1]
+    acceptance = next(line for line in lines if "tiny-k4-natural" in line)
+    assert "acceptance" in acceptance and "0.500" in acceptance and "0.300" in acceptance
+    assert "drop <= 0.020" in acceptance
+    lossless = next(line for line in lines if "gpt2_large-k8-code_python" in line)
+    assert "lossless" in lossless and "yes" in lossless and "no" in lossless
+    assert "tiny-k1-natural" in text and "missing" in text
+    assert lines[-1] == "1 case(s) not in the baseline, not gated: new-k1-x"
+
+
+def test_summary_caps_a_long_list_of_new_cases() -> None:
+    lines = gate_summary_lines([], [f"c{i:02}" for i in range(12)], 0, "b.json")
+    assert lines[-1].endswith("c09 and 2 more")
+
+
+# --- a property ---------------------------------------------------------------------------
+
+_names = st.text(alphabet="abcxyz_0123456789", min_size=1, max_size=8)
+_rows = st.builds(
+    lambda pair, k, prompt, acceptance, tau, verdict, speedup: {
+        **row(f"{pair}-k{k}-{prompt}", acceptance=acceptance, verdict=verdict, speedup=speedup, tau=tau)},
+    _names, st.integers(1, 16), _names, st.floats(0.0, 1.0), st.floats(0.0, 17.0),
+    st.sampled_from(["lossless", "tie-divergence", "diverged"]),
+    st.floats(0.0, 10.0) | st.just(float("nan")),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_rows, max_size=8, unique_by=lambda r: r["case"]))
+def test_a_run_never_regresses_against_its_own_baseline(results: list[dict[str, Any]]) -> None:
+    # Through JSON, as the plugin would: the file must keep every value the gate reads.
+    document = json.loads(json.dumps(baseline_document(results, ENVIRONMENT), allow_nan=False))
+    assert compare(document, results, max_acceptance_drop=0.0, max_speedup_drop=0.0) == []
+    assert new_cases(document, results) == []
+    assert compared_count(document, results) == len(results)
