@@ -187,18 +187,20 @@ def test_files_are_not_written_when_disabled(bench, pytester: pytest.Pytester) -
 
 def test_broken_engine_fails_with_the_divergence_explained(bench, pytester: pytest.Pytester) -> None:
     pytester.makeconftest("""
-        import torch
+        import pytest
         import pytest_specbench.decoding as decoding
 
-        original = decoding._verify
+        @pytest.fixture(autouse=True)
+        def broken_engine(monkeypatch):
+            original = decoding._verify
 
-        def broken_verify(target, cache, block, proposal):
-            accepted, target_tokens = original(target, cache, block, proposal)
-            corrupted = target_tokens.clone()
-            corrupted[accepted] = (corrupted[accepted] + 1) % 256  # commit one wrong token
-            return accepted, corrupted
+            def broken_verify(target, cache, block, proposal):
+                accepted, target_tokens = original(target, cache, block, proposal)
+                corrupted = target_tokens.clone()
+                corrupted[accepted] = (corrupted[accepted] + 1) % 256  # commit one wrong token
+                return accepted, corrupted
 
-        decoding._verify = broken_verify
+            monkeypatch.setattr(decoding, "_verify", broken_verify)
     """)
     result = bench("-k", "k4 and natural")
     result.assert_outcomes(failed=1, deselected=3)
