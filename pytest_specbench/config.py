@@ -31,6 +31,7 @@ class Option:
     default: str | None = None
     flag: bool = False  # a boolean switch (store_true / ini bool)
     metavar: str | None = None
+    cpu_default: str | None = None  # a smaller default when the run is on CPU
 
     @property
     def cli(self) -> str:
@@ -46,15 +47,21 @@ OPTIONS: tuple[Option, ...] = (
            "default: cuda:0 when available, else cpu", metavar="DEVICE"),
     Option("pairs", "comma list of model pair ids to run (default: the pairs suited to the device)", metavar="IDS"),
     Option("pairs-file", "TOML file defining extra model pairs", metavar="PATH"),
-    Option("k", f"comma list of draft lengths k (default {DEFAULT_KS})", DEFAULT_KS, metavar="LIST"),
+    Option("k", f"comma list of draft lengths k (default {DEFAULT_KS}; on CPU 2,4)", DEFAULT_KS,
+           metavar="LIST", cpu_default="2,4"),
     Option("prompts", "comma list of prompt categories (default: all)", metavar="CATEGORIES"),
     Option("prompt-file", "JSON Lines prompt file to use instead of the shipped suite", metavar="PATH"),
     Option("prompts-per-category", "prompts run per category (default 1)", "1", metavar="N"),
     Option("context-tokens", "pad or cut every prompt to exactly N tokens", metavar="N"),
-    Option("max-new-tokens", "tokens generated per run (default 128)", "128", metavar="N"),
+    Option("max-new-tokens", "tokens generated per run (default 128; on CPU 32)", "128", metavar="N",
+           cpu_default="32"),
     Option("dtype", f"model dtype: {', '.join(DTYPES)} (default float32)", "float32"),
-    Option("warmup", "untimed warm-up runs per case (default 1)", "1", metavar="N"),
-    Option("repeats", "timed runs per case; the median is reported (default 3)", "3", metavar="N"),
+    Option("warmup", "untimed warm-up runs of baseline and speculative decoding before the first case "
+           "of each pair (default 1)", "1", metavar="N"),
+    Option("repeats", "timed runs per case; the median is reported (default 3; on CPU 1)", "3", metavar="N",
+           cpu_default="1"),
+    Option("threads", "torch CPU threads (default: torch's own choice; under xdist on CPU, cores / workers)",
+           metavar="N"),
     Option("baseline-once", "time the target-only baseline once per (target, prompt) instead of "
            "interleaving it with every case", flag=True),
     Option("tie-tolerance", "under float16/bfloat16, a divergence where the target's top-2 logit margin "
@@ -92,6 +99,7 @@ class SpecbenchConfig:
     dtype: str = "float32"
     warmup: int = 1
     repeats: int = 3
+    threads: int | None = None
     baseline_once: bool = False
     tie_tolerance: float = 0.1
     stop_at_eos: bool = False
@@ -197,6 +205,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "dtype": ("dtype", _dtype),
     "warmup": ("warmup", _int(0)),
     "repeats": ("repeats", _int(1)),
+    "threads": ("threads", _int(1)),
     "tie-tolerance": ("tie_tolerance", _non_negative_float),
     "csv": ("csv_path", _output_path),
     "json": ("json_path", _output_path),
@@ -208,12 +217,20 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 
 
-def parse_settings(values: dict[str, tuple[Any, str]]) -> SpecbenchConfig:
+def parse_settings(values: dict[str, tuple[Any, str]], cuda_available: Callable[[], bool] = lambda: False
+                   ) -> SpecbenchConfig:
     """Build the config from ``{option name: (raw value, where it came from)}``.
 
-    Missing options keep their defaults. ``where`` (for example
-    ``"--specbench-k"`` or ``"ini specbench_k"``) goes into the error message.
+    Options not given take their default, or their CPU default when the run
+    is on CPU (no CUDA device given, and none available). ``where`` (for
+    example ``"--specbench-k"`` or ``"ini specbench_k"``) goes into error messages.
     """
+    values = dict(values)
+    on_gpu = _on_gpu(values, cuda_available)
+    for option in OPTIONS:
+        default = option.cpu_default if (option.cpu_default and not on_gpu) else option.default
+        if option.name not in values and default is not None:
+            values[option.name] = (default, option.cli)
     fields: dict[str, Any] = {}
     raw_record: dict[str, Any] = {}
     for option in OPTIONS:
@@ -232,8 +249,17 @@ def parse_settings(values: dict[str, tuple[Any, str]]) -> SpecbenchConfig:
     return SpecbenchConfig(**fields, raw=raw_record)
 
 
+def _on_gpu(values: dict[str, tuple[Any, str]], cuda_available: Callable[[], bool]) -> bool:
+    if "gpu" in values:
+        try:
+            return any(device.startswith("cuda") for device in _devices(str(values["gpu"][0])))
+        except ValueError:
+            return False  # reported when the option itself is parsed
+    return cuda_available()
+
+
 def read_settings(get_option: Callable[[str], Any], get_ini: Callable[[str], Any]) -> dict[str, tuple[Any, str]]:
-    """Collect raw values: command line first, then ini, else the option's default."""
+    """Collect the values given: on the command line first, else in the ini file."""
     values: dict[str, tuple[Any, str]] = {}
     for option in OPTIONS:
         cli_value = get_option(option.dest)
@@ -241,8 +267,13 @@ def read_settings(get_option: Callable[[str], Any], get_ini: Callable[[str], Any
             values[option.name] = (cli_value, option.cli)
             continue
         ini_value = get_ini(option.dest)
-        if ini_value not in (None, "", []):
+        if ini_value not in (None, "", []) and not (option.flag and ini_value is False):
             values[option.name] = (ini_value, f"ini {option.dest}")
-        elif option.default is not None:
-            values[option.name] = (option.default, option.cli)
     return values
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (imports torch, so only asked when needed)."""
+    import torch
+
+    return torch.cuda.is_available()

@@ -38,3 +38,19 @@ def resolve_device(devices: Sequence[str], worker_index: int = 0) -> str:
         count = max(torch.cuda.device_count(), 1)
         return f"cuda:{worker_index % count}" if len(devices) == 1 else "cuda:0"
     return device
+
+
+def set_cpu_threads(threads: int | None, device: str, worker_count: int = 1) -> None:
+    """Give torch ``threads`` CPU threads; by default share the cores between CPU workers.
+
+    Several processes each running as many OpenMP threads as there are cores
+    oversubscribe them, and spinning threads then slow every matmul manyfold.
+    """
+    import os
+
+    import torch
+
+    if threads is None and device == "cpu" and worker_count > 1:
+        threads = max(1, (os.cpu_count() or 1) // worker_count)
+    if threads is not None:
+        torch.set_num_threads(threads)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .config import OPTIONS, ConfigError, parse_settings, read_settings
+from .config import OPTIONS, ConfigError, cuda_available, parse_settings, read_settings
 
 RESULT_KEY = "specbench_result"
 _session_key = pytest.StashKey["SpecbenchSession"]()
@@ -32,7 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .session import SpecbenchSession
 
     try:
-        settings = parse_settings(read_settings(config.getoption, config.getini))
+        settings = parse_settings(read_settings(config.getoption, config.getini), cuda_available)
         check_devices(settings.devices)
         session = SpecbenchSession.build(settings, config.rootpath)
     except (ConfigError, ValueError) as error:
@@ -92,12 +92,13 @@ def specbench_config(request: pytest.FixtureRequest):
 @pytest.fixture(scope="session")
 def specbench_store(request: pytest.FixtureRequest):
     """Models loaded once per device for the whole session (one store per xdist worker)."""
-    from .devices import resolve_device
+    from .devices import resolve_device, set_cpu_threads
     from .store import ModelStore
 
     config = _session(request.config).config
-    worker = getattr(request.config, "workerinput", {}).get("workerid", "gw0")
-    device = resolve_device(config.devices, int(worker.removeprefix("gw") or 0))
+    workerinput = getattr(request.config, "workerinput", {})
+    device = resolve_device(config.devices, int(workerinput.get("workerid", "gw0").removeprefix("gw") or 0))
+    set_cpu_threads(config.threads, device, workerinput.get("workercount", 1))
     return ModelStore(device, config.dtype, config.cache_dir)
 
 
@@ -200,9 +201,15 @@ class ResultHooks:
                                                                  json_text(results, settings.raw, self.missing))),
                        (settings.save_baseline, lambda: gate.save_baseline(settings.save_baseline, results, environment())))
             for path, write in outputs:
-                if path is not None:
+                if path is None:
+                    continue
+                try:
                     write()
                     state.written.append(path)
+                except OSError as error:  # one unwritable file must not cost the others
+                    state.write_errors.append(f"could not write {path}: {error}")
+                    if session.exitstatus == pytest.ExitCode.OK:
+                        session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if state.baseline is not None:
             regressions = gate.compare(state.baseline, results, max_acceptance_drop=settings.max_acceptance_drop,
                                        max_speedup_drop=settings.max_speedup_drop,
@@ -230,6 +237,8 @@ class ResultHooks:
             terminalreporter.write_line(f"no result for {len(self.missing)} case(s): {', '.join(self.missing)}")
         for path in self.state.written:
             terminalreporter.write_line(f"results written to {path}")
+        for line in self.state.write_errors:
+            terminalreporter.write_line(line, red=True)
         if self.state.gate_lines:
             terminalreporter.section("specbench gate")
             for line in self.state.gate_lines:

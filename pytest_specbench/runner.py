@@ -75,9 +75,14 @@ def run_case(
     def run_speculative() -> None:
         speculative.append(speculative_generate(target.model, drafter, input_ids, case.k, n, eos_token_id=eos))
 
-    for _ in range(config.warmup):
-        run_baseline()
-        run_speculative()
+    def warm_up() -> bool:
+        for _ in range(config.warmup):
+            run_baseline()
+            run_speculative()
+        return True
+
+    # Once per pair on this worker: first-call costs (allocations, kernel choice) are paid here.
+    store.memo(("warmup", pair.name), warm_up)
     baselines.clear()
     speculative.clear()
 

@@ -38,6 +38,7 @@ class SpecbenchSession:
     cases: list[Case]
     collector: ResultCollector = field(default_factory=ResultCollector)
     written: list[Path] = field(default_factory=list)
+    write_errors: list[str] = field(default_factory=list)
     baseline: dict[str, Any] | None = None  # the loaded baseline document, when gating
     gate_lines: list[str] = field(default_factory=list)
 

@@ -1,0 +1,48 @@
+"""SpecbenchConfig: defaults per device, precedence and validation, without pytest plumbing."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_specbench.config import ConfigError, parse_settings, read_settings
+
+
+def test_cpu_gets_the_small_defaults_and_gpu_the_seed_matrix() -> None:
+    cpu = parse_settings({}, cuda_available=lambda: False)
+    assert (cpu.ks, cpu.max_new_tokens, cpu.repeats) == ((2, 4), 32, 1)
+    gpu = parse_settings({}, cuda_available=lambda: True)
+    assert (gpu.ks, gpu.max_new_tokens, gpu.repeats) == ((1, 2, 4, 8, 16), 128, 3)
+    # an explicit cuda device means the GPU defaults, whatever this machine has
+    assert parse_settings({"gpu": ("cuda:1", "--specbench-gpu")}).ks == (1, 2, 4, 8, 16)
+    assert parse_settings({"gpu": ("cpu", "--specbench-gpu")}, cuda_available=lambda: True).ks == (2, 4)
+
+
+def test_given_values_win_over_cpu_defaults() -> None:
+    config = parse_settings({"k": ("8", "--specbench-k"), "max-new-tokens": ("16", "ini specbench_max_new_tokens")})
+    assert config.ks == (8,) and config.max_new_tokens == 16
+    assert config.raw["specbench_k"] == "8"
+
+
+def test_command_line_wins_over_ini() -> None:
+    cli = {"specbench_k": "4"}
+    ini = {"specbench_k": "2", "specbench_dtype": "bfloat16", "specbench_baseline_once": True}
+    values = read_settings(lambda dest: cli.get(dest), lambda dest: ini.get(dest))
+    assert values["k"] == ("4", "--specbench-k")
+    assert values["dtype"] == ("bfloat16", "ini specbench_dtype")
+    assert parse_settings(values).baseline_once is True
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
+        ("k", "1,1", "listed more than once: 1"),
+        ("k", "", "no value given"),
+        ("threads", "0", "integer >= 1"),
+        ("max-acceptance-drop", "x", "not a number"),
+        ("gpu", "cuda:x", "unknown device 'cuda:x'"),
+        ("baseline", "no/such/file.json", "no such file"),
+    ],
+)
+def test_bad_values_name_the_option_and_what_is_accepted(name: str, raw: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=f"--specbench-{name}=.*{message}"):
+        parse_settings({name: (raw, f"--specbench-{name}")})
