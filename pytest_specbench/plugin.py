@@ -111,11 +111,11 @@ class CaseFixture:
         self._session = _session(request.config)
 
     def _benchmark(self):
-        config = self._request.config
-        if not config.pluginmanager.hasplugin("benchmark") or config.getoption("benchmark_skip", False):
+        """pytest-benchmark's fixture when it is on; requesting it while off only earns a warning."""
+        session = getattr(self._request.config, "_benchmarksession", None)
+        if session is None or session.disabled or session.skip:
             return None
-        benchmark = self._request.getfixturevalue("benchmark")
-        return None if benchmark.disabled else benchmark
+        return self._request.getfixturevalue("benchmark")
 
     def run(self, case) -> dict[str, Any]:
         """Measure the case and record its result row for the summary and files."""
