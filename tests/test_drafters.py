@@ -5,17 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from transformers import (
-    Gemma3ForCausalLM,
-    Gemma3TextConfig,
-    GPT2Config,
-    GPT2LMHeadModel,
-    GPTNeoXConfig,
-    GPTNeoXForCausalLM,
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedModel,
-)
+from models_factory import build_model
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
 
 from pytest_specbench import greedy_generate, speculative_generate
 from pytest_specbench.derived_models import (
@@ -44,33 +35,19 @@ def tiny_gpt2(seed: int = 0, n_layer: int = 2) -> GPT2LMHeadModel:
     return model
 
 
-def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.5,
-    )  # fmt: skip
-    return LlamaForCausalLM(config).eval()
+def tiny_llama() -> PreTrainedModel:
+    return build_model("llama", num_hidden_layers=3)
 
 
-def tiny_gemma3(seed: int = 0) -> Gemma3ForCausalLM:
-    torch.manual_seed(seed)
-    config = Gemma3TextConfig(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=256, sliding_window=8,
+def tiny_gemma3() -> PreTrainedModel:
+    return build_model(
+        "gemma3", num_hidden_layers=4,
         layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
-        initializer_range=0.5,
     )  # fmt: skip
-    return Gemma3ForCausalLM(config).eval()
 
 
-def tiny_neox(seed: int = 0) -> GPTNeoXForCausalLM:
-    torch.manual_seed(seed)
-    config = GPTNeoXConfig(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-        max_position_embeddings=256, initializer_range=0.5,
-    )  # fmt: skip
-    return GPTNeoXForCausalLM(config).eval()
+def tiny_neox() -> PreTrainedModel:
+    return build_model("gpt_neox", num_hidden_layers=3)
 
 
 @pytest.fixture(scope="module")
