@@ -125,6 +125,8 @@ def run_case(
         "prompt_tokens": int(input_ids.shape[1]),
         "new_tokens": stats.new_tokens,
         "device": store.device,
+        "target_load_s": target.load_time_s,  # includes a GGUF conversion on a first run
+        "target_load_source": target.source,
         "dtype": store.dtype_for(pair),
         "latency_ms": latency_ms,
         "throughput_tps": speculative_tps["median"],

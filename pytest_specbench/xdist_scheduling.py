@@ -20,6 +20,19 @@ def _pair_scheduling(case_pairs: dict[str, str]):
                 return f"specbench-pair:{case_pairs[case_id]}"
             return super()._split_scope(nodeid)
 
+        def remove_node(self, node):
+            # loadscope hands a crashed worker's whole group, the crashing case included, to the
+            # next worker, which then crashes too; mark that case done so only the rest run again.
+            workload = self.assigned_work.get(node, {})
+            crashed = next((nodeid for unit in workload.values() for nodeid, done in unit.items() if not done), None)
+            if crashed is None:
+                return super().remove_node(node)
+            for unit in workload.values():
+                if crashed in unit:
+                    unit[crashed] = True
+            super().remove_node(node)
+            return crashed
+
     return PairScheduling
 
 

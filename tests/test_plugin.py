@@ -242,3 +242,11 @@ def test_baseline_once_times_the_baseline_once_per_prompt(bench, pytester: pytes
     rows = json.loads((pytester.path / "spec_results.json").read_text())["results"]
     natural = [row for row in rows if row["prompt"] == "natural"]
     assert len({row["baseline_tps"] for row in natural}) == 1
+
+
+def test_context_tokens_pad_every_prompt_to_the_same_length(bench, pytester: pytest.Pytester) -> None:
+    result = bench("--specbench-context-tokens=300", "-k", "k1")
+    result.assert_outcomes(passed=2, deselected=2)
+    rows = json.loads((pytester.path / "spec_results.json").read_text())["results"]
+    assert [row["prompt_tokens"] for row in rows] == [300, 300]
+    assert all(row["lossless"] for row in rows)

@@ -98,3 +98,19 @@ def test_malformed_baseline_is_a_usage_error_naming_the_file(bench, pytester: py
     result = bench("--specbench-baseline=broken.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*pytest-specbench:*broken.json*"])
+
+
+def test_a_crashed_worker_loses_only_its_unfinished_case(bench, pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("""
+        import os
+
+        def pytest_runtest_call(item):
+            if "tiny-k4-dialogue" in item.nodeid:
+                os._exit(1)  # the worker dies mid-case
+    """)
+    result = bench("-n", "2", "--specbench-json=out.json")
+    result.assert_outcomes(passed=5, failed=1)
+    document = json.loads((pytester.path / "out.json").read_text())
+    assert len(document["results"]) == 5
+    assert document["missing_cases"] == ["tiny-k4-dialogue"]
+    result.stdout.fnmatch_lines(["*specbench summary*", "*no result for 1 case(s): tiny-k4-dialogue*"])
