@@ -45,7 +45,8 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("gpu", "device(s): cpu, cuda, cuda:N, or a comma list (one per xdist worker); "
            "default: cuda:0 when available, else cpu", metavar="DEVICE"),
-    Option("pairs", "comma list of model pair ids to run (default: the pairs suited to the device)", metavar="IDS"),
+    Option("pairs", "comma list of model pair ids to run (default: every defined pair; a pair whose "
+           "model is not available is skipped with the reason)", metavar="IDS"),
     Option("pairs-file", "TOML file defining extra model pairs", metavar="PATH"),
     Option("k", f"comma list of draft lengths k (default {DEFAULT_KS}; on CPU 2,4)", DEFAULT_KS,
            metavar="LIST", cpu_default="2,4"),
@@ -88,7 +89,7 @@ class SpecbenchConfig:
     """Validated settings of one session; built once, then handed to whoever needs them."""
 
     devices: tuple[str, ...] = ()  # empty: cuda:0 when available, else cpu
-    pairs: tuple[str, ...] = ()  # empty: the defaults for the device
+    pairs: tuple[str, ...] = ()  # empty: every defined pair
     pairs_file: Path | None = None
     ks: tuple[int, ...] = (1, 2, 4, 8, 16)
     prompt_categories: tuple[str, ...] = ()  # empty: all

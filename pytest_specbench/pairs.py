@@ -167,11 +167,6 @@ def all_pairs(rootdir: Path, pairs_file: Path | None) -> dict[str, PairSpec]:
     return pairs
 
 
-def default_pair_names(pairs: Mapping[str, PairSpec], on_gpu: bool) -> tuple[str, ...]:
-    """The seeds' GPT-2 pairs and the embedded pairs on a GPU; on CPU also all, GPT-2 skipped when not cached."""
-    return tuple(pairs)
-
-
 def select_pairs(pairs: Mapping[str, PairSpec], names: tuple[str, ...]) -> list[PairSpec]:
     unknown = [name for name in names if name not in pairs]
     if unknown:

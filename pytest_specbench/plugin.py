@@ -28,6 +28,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "specbench(pair, k, prompt): a speculative decoding benchmark case")
+    # Also set on every case; declared here too so --strict-markers passes without xdist.
+    config.addinivalue_line("markers", "xdist_group(name): cases that share an xdist worker")
     from .devices import check_devices
     from .session import SpecbenchSession
 
