@@ -72,8 +72,8 @@ OPTIONS: tuple[Option, ...] = (
            metavar="PATH"),
     Option("json", "JSON results file (default spec_results.json; empty to disable)", "spec_results.json",
            metavar="PATH"),
-    Option("cache-dir", "cache for converted models (default $SPECBENCH_CACHE_DIR or "
-           "~/.cache/pytest-specbench)", metavar="PATH"),
+    Option("cache-dir", "cache for converted models (default $SPECBENCH_CACHE_DIR, else "
+           "$XDG_CACHE_HOME/pytest-specbench, else ~/.cache/pytest-specbench)", metavar="PATH"),
     Option("save-baseline", "write the run's acceptance, tau and verdicts per case to PATH", metavar="PATH"),
     Option("baseline", "compare the run with a saved baseline and fail on a regression", metavar="PATH"),
     Option("max-acceptance-drop", "largest absolute acceptance drop allowed against the baseline "
@@ -274,7 +274,23 @@ def read_settings(get_option: Callable[[str], Any], get_ini: Callable[[str], Any
 
 
 def cuda_available() -> bool:
-    """Whether torch sees a CUDA device (imports torch, so only asked when needed)."""
-    import torch
+    """Whether this run will likely have CUDA, to pick the default matrix.
 
-    return torch.cuda.is_available()
+    Importing torch only for this would slow every pytest run in the
+    environment by seconds, so unless torch is already loaded the answer
+    comes from the installed torch build (``+cpu`` has no CUDA) and the
+    presence of the NVIDIA driver. The device itself is resolved by torch later.
+    """
+    import importlib.metadata
+    import os
+    import sys
+
+    if "torch" in sys.modules:
+        return sys.modules["torch"].cuda.is_available()
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    if "+cpu" in version or os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return os.path.exists("/proc/driver/nvidia/version")

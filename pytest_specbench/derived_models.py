@@ -181,7 +181,8 @@ def int8_copy(model: PreTrainedModel) -> nn.Module:
       int8 (:class:`Int8WeightOnlyLinear`) is used instead.
     * CUDA / MPS / other accelerators: the int8 dynamic kernels are CPU-only,
       so the copy is cast to **bfloat16** where the device supports it
-      (CUDA compute capability >= 8.0), else **float16**.
+      (CUDA compute capability >= 8.0), else **float16**; when the target
+      already runs in that dtype, the other of the two.
 
     The copy is still a ``PreTrainedModel`` of the same class, so it works as
     a draft with :class:`~pytest_specbench.drafters.ModelDrafter`.
@@ -192,4 +193,7 @@ def int8_copy(model: PreTrainedModel) -> nn.Module:
     half = torch.float16
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         half = torch.bfloat16
+    if model.dtype == half:
+        # A copy in the target's own dtype would be the target itself; take the other half type.
+        half = torch.float16 if half == torch.bfloat16 else torch.bfloat16
     return copy.deepcopy(model).to(dtype=half).eval()

@@ -17,7 +17,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .report import write_atomic
+from .atomic import write_atomic
 
 BASELINE_FORMAT = 1
 

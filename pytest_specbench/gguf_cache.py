@@ -33,6 +33,8 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from .atomic import write_atomic
+
 __all__ = [
     "ENTRY_MARKER",
     "cached_entry",
@@ -104,7 +106,7 @@ def remember_sha256(
     path = Path(path).resolve()
     memo = _memo_path(path, resolve_cache_dir(cache_dir))
     try:
-        _atomic_write_text(memo, json.dumps({**_stat_key(path), "sha256": sha256}))
+        write_atomic(memo, json.dumps({**_stat_key(path), "sha256": sha256}))
     except OSError as error:  # a read-only cache only costs a rehash next time
         logger.debug("could not memoise the hash of %s: %s", path, error)
 
@@ -140,19 +142,6 @@ def cached_entry(sha256: str, *, cache_dir: str | os.PathLike[str] | None = None
     """The finished entry for ``sha256``, or None if there is none."""
     entry = entry_dir(sha256, cache_dir=cache_dir)
     return entry if (entry / ENTRY_MARKER).is_file() else None
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 @contextlib.contextmanager

@@ -7,9 +7,6 @@ from typing import Any
 
 import torch
 
-VERDICTS = ("lossless", "tie-divergence", "diverged")
-
-
 def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None) -> list[int]:
     """The target's own greedy continuation from transformers' ``generate``.
 
@@ -71,8 +68,9 @@ def diagnose(
         return {"verdict": "lossless", "first_divergence": None}
     got = tokens[position] if position < len(tokens) else None
     want = reference[position] if position < len(reference) else None
-    margin = top2_margin(model, input_ids, reference, position) if want is not None else float("nan")
-    tie = half_precision and margin < tie_tolerance
+    # No margin when the output ran longer than the reference: there is no target choice to weigh.
+    margin = top2_margin(model, input_ids, reference, position) if want is not None else None
+    tie = half_precision and margin is not None and margin < tie_tolerance
     decode = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else (lambda ids: str(list(ids)))
     return {
         "verdict": "tie-divergence" if tie else "diverged",
@@ -94,6 +92,6 @@ def divergence_message(case_id: str, info: dict[str, Any], tie_tolerance: float)
         f"  context:  ...{info['context_text']!r}\n"
         f"  expected: {info['expected_token']} {info['expected_text']!r} (target greedy)\n"
         f"  got:      {info['got_token']} {info['got_text']!r} (speculative)\n"
-        f"  target top-2 logit margin there: {info['top2_margin']:.4g} "
+        f"  target top-2 logit margin there: {info['top2_margin'] if info['top2_margin'] is None else format(info['top2_margin'], '.4g')} "
         f"(tie tolerance under float16/bfloat16: {tie_tolerance})"
     )

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .pairs import PairSpec
-from .prompts import Prompt
+from .prompts import Prompt, case_label
 
 
 @dataclass(frozen=True)
@@ -21,11 +21,6 @@ class Case:
         """The pytest id, e.g. ``gpt2_large-k8-code_python``; ``-k "gpt2_large and k8"`` selects on it."""
         return f"{self.pair.name}-k{self.k}-{self.prompt_label}"
 
-    @property
-    def key(self) -> str:
-        """Stable key of the case in result files and baselines."""
-        return self.id
-
 
 def build_matrix(pairs: Sequence[PairSpec], ks: Sequence[int], prompts: Sequence[Prompt]) -> list[Case]:
     """Pairs outermost, then prompts, then k: each worker of a pair sees the same order."""
@@ -33,7 +28,7 @@ def build_matrix(pairs: Sequence[PairSpec], ks: Sequence[int], prompts: Sequence
     for prompt in prompts:
         per_category[prompt.category] = per_category.get(prompt.category, 0) + 1
     single = all(count == 1 for count in per_category.values())
-    labels = [prompt.category if single else prompt.id for prompt in prompts]
+    labels = [case_label(prompt, single) for prompt in prompts]
     return [
         Case(pair=pair, k=k, prompt=prompt, prompt_label=label)
         for pair in pairs

@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from . import embedded
+from . import config, embedded
 from .gguf_cache import cached_entry, load_gguf, memoised_sha256, resolve_cache_dir
 
 __all__ = [
@@ -45,11 +45,7 @@ __all__ = [
 ]
 
 #: dtype names accepted by :func:`load_model`
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in config.DTYPES}
 
 #: embedded names accepted by :func:`load_model`
 EMBEDDED_MODELS = (embedded.GEMMA3_270M,)

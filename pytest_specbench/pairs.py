@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .config import DTYPES
 
 DRAFTER_KINDS = ("model", "truncated", "int8", "prompt_lookup")
 EMBEDDED_GEMMA = "embedded:gemma3-270m"
@@ -36,7 +38,6 @@ class PairSpec:
     dtype: str | None = None  # overrides --specbench-dtype for this pair
     description: str = ""
     embedded: bool = False  # runs without the hub (the offline default)
-    seed_name: str = field(default="", compare=False)  # the seed experiment's name for this config
 
     @property
     def options(self) -> dict[str, Any]:
@@ -61,11 +62,9 @@ class PairSpec:
 BUILTIN_PAIRS: dict[str, PairSpec] = {
     pair.name: pair
     for pair in (
-        PairSpec("gpt2_distil", "gpt2", "distilgpt2", description="gpt2 verified, distilgpt2 drafts",
-                 seed_name="distilgpt2_draft"),
+        PairSpec("gpt2_distil", "gpt2", "distilgpt2", description="gpt2 verified, distilgpt2 drafts"),
         PairSpec("gpt2_tiny", "gpt2", drafter="truncated", drafter_options=(("num_layers", 2),),
-                 description="gpt2 verified, its own first 2 layers draft (untrained as a draft)",
-                 seed_name="tiny_draft_2x"),
+                 description="gpt2 verified, its own first 2 layers draft (untrained as a draft)"),
         PairSpec("gpt2_medium", "gpt2-medium", "gpt2", description="gpt2-medium verified, gpt2 drafts"),
         PairSpec("gpt2_large", "gpt2-large", "gpt2", description="gpt2-large verified, gpt2 drafts"),
         PairSpec("gemma3_int8", EMBEDDED_GEMMA, drafter="int8", embedded=True,
@@ -103,8 +102,8 @@ def pair_from_mapping(name: str, data: Mapping[str, Any], where: str) -> PairSpe
                 raise PairError(f"{where}: pair {name!r}: {key} must be an integer >= 1, got {data[key]!r}")
             options.append((key, data[key]))
     dtype = data.get("dtype")
-    if dtype is not None and dtype not in ("float32", "float16", "bfloat16"):
-        raise PairError(f"{where}: pair {name!r} has dtype = {dtype!r}; accepted: float32, float16, bfloat16")
+    if dtype is not None and dtype not in DTYPES:
+        raise PairError(f"{where}: pair {name!r} has dtype = {dtype!r}; accepted: {', '.join(DTYPES)}")
     return PairSpec(
         name=name,
         target=_resolve(data["target"], where),

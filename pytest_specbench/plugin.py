@@ -70,14 +70,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     from .models import model_available
 
+    state = _session(metafunc.config)
     unavailable: dict[str, str | None] = {}
     params = []
-    for case in _session(metafunc.config).cases:
+    for case in state.cases:
         marks = [pytest.mark.specbench(pair=case.pair.name, k=case.k, prompt=case.prompt_label),
                  pytest.mark.xdist_group(case.pair.name)]
         for source in case.pair.sources():
             if source not in unavailable:
-                unavailable[source] = model_available(source)
+                revision = case.pair.revision if source == case.pair.target else None
+                unavailable[source] = model_available(source, revision=revision, cache_dir=state.config.cache_dir)
             if unavailable[source]:
                 marks.append(pytest.mark.skip(reason=f"{case.pair.name}: {unavailable[source]}"))
                 break
@@ -192,23 +194,25 @@ class ResultHooks:
         if _is_worker(session.config):
             return
         from . import gate
-        from .report import csv_text, environment, json_text, write_atomic
+        from .atomic import write_atomic
+        from .report import csv_text, environment, json_text
 
         state = self.state
         results = state.collector.results
         settings = state.config
         if results:
+            env = environment()
             outputs = ((settings.csv_path, lambda: write_atomic(settings.csv_path, csv_text(results))),
                        (settings.json_path, lambda: write_atomic(settings.json_path,
-                                                                 json_text(results, settings.raw, self.missing))),
-                       (settings.save_baseline, lambda: gate.save_baseline(settings.save_baseline, results, environment())))
+                                                                 json_text(results, settings.raw, env, self.missing))),
+                       (settings.save_baseline, lambda: gate.save_baseline(settings.save_baseline, results, env)))
             for path, write in outputs:
                 if path is None:
                     continue
                 try:
                     write()
                     state.written.append(path)
-                except OSError as error:  # one unwritable file must not cost the others
+                except (OSError, ValueError) as error:  # one failed file must not cost the others
                     state.write_errors.append(f"could not write {path}: {error}")
                     if session.exitstatus == pytest.ExitCode.OK:
                         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -8,12 +8,12 @@ import json
 import math
 import os
 import platform
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
+
 
 # The seed's columns first, then ours.
 CSV_COLUMNS = (
@@ -78,20 +78,6 @@ def summary_lines(results: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file in the same folder, then rename: a reader never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def csv_text(results: Iterable[dict[str, Any]]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
@@ -123,6 +109,8 @@ def environment() -> dict[str, Any]:
     return {"machine": machine, "versions": versions}
 
 
-def json_text(results: Sequence[dict[str, Any]], options: dict[str, Any], missing: Sequence[str] = ()) -> str:
-    document = {**environment(), "options": options, "missing_cases": list(missing), "results": list(results)}
-    return json.dumps(document, indent=2, sort_keys=False, default=str) + "\n"
+def json_text(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],
+              missing: Sequence[str] = ()) -> str:
+    """Strict JSON (no NaN): the environment, the options used, missing cases and the rows."""
+    document = {**env, "options": options, "missing_cases": list(missing), "results": list(results)}
+    return json.dumps(document, indent=2, allow_nan=False, default=str) + "\n"

@@ -61,7 +61,10 @@ def run_case(
     pair = case.pair
     target = store.target(pair)
     drafter = store.drafter(pair)
-    input_ids = prompt_input_ids(target.tokenizer, case.prompt, all_prompts, config.context_tokens, store.device)
+    input_ids = store.memo(
+        ("input_ids", pair.target, pair.revision, case.prompt.id),
+        lambda: prompt_input_ids(target.tokenizer, case.prompt, all_prompts, config.context_tokens, store.device),
+    )
     eos = target.tokenizer.eos_token_id if config.stop_at_eos else None
     n = config.max_new_tokens
     reference = store.reference(pair, case.prompt.id, input_ids, n, eos)

@@ -60,7 +60,7 @@ class ModelStore:
         target = self.target(pair)
         options = pair.options
         if pair.drafter == "model":
-            draft = self.model(pair.draft, pair.revision, self.dtype_for(pair))
+            draft = self.model(pair.draft, None, self.dtype_for(pair))  # a pair's revision is its target's
             check_same_tokenization(target.tokenizer, draft.tokenizer, pair.target, pair.draft)
             return ModelDrafter(draft.model)
         if pair.drafter == "truncated":

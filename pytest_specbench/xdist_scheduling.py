@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdist.scheduler import LoadScopeScheduling
+from xdist.scheduler import LoadGroupScheduling
 
 
 def _pair_scheduling(case_pairs: dict[str, str]):
-    class PairScheduling(LoadScopeScheduling):
+    class PairScheduling(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
             case_id = nodeid.partition("[")[2].partition("]")[0]
             if case_id in case_pairs:
@@ -37,7 +37,7 @@ def _pair_scheduling(case_pairs: dict[str, str]):
 
 
 class PairGroupScheduler:
-    """An xdist plugin object: one scope per pair, other tests by module as in ``loadscope``."""
+    """An xdist plugin object: one scope per pair; other tests as ``loadgroup`` schedules them."""
 
     def __init__(self, cases: Sequence) -> None:
         self._scheduling = _pair_scheduling({case.id: case.pair.name for case in cases})
