@@ -100,9 +100,9 @@ def specbench_store(request: pytest.FixtureRequest):
     from .store import ModelStore
 
     config = _session(request.config).config
-    workerinput = getattr(request.config, "workerinput", {})
-    device = resolve_device(config.devices, int(workerinput.get("workerid", "gw0").removeprefix("gw") or 0))
-    set_cpu_threads(config.threads, device, workerinput.get("workercount", 1))
+    worker_id, worker_count = _worker(request.config)
+    device = resolve_device(config.devices, int(worker_id.removeprefix("gw")) if worker_id else 0)
+    set_cpu_threads(config.threads, device, worker_count)
     return ModelStore(device, config.dtype, config.cache_dir)
 
 
@@ -136,7 +136,7 @@ class CaseFixture:
         except ModelUnavailable as error:
             pytest.skip(str(error))
         # Which worker ran it and what its store had loaded so far: shows models load once per worker.
-        result["worker"] = getattr(self._request.config, "workerinput", {}).get("workerid", "main")
+        result["worker"] = _worker(self._request.config)[0] or "main"
         result["model_loads"] = dict(self._store.load_counts)
         if benchmark is not None:
             benchmark.extra_info.update(
@@ -253,3 +253,9 @@ class ResultHooks:
 
 def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
+
+
+def _worker(config: pytest.Config) -> tuple[str | None, int]:
+    """This process's xdist worker id ("gw0", ...; None outside xdist) and the number of workers."""
+    workerinput = getattr(config, "workerinput", {})
+    return workerinput.get("workerid"), workerinput.get("workercount", 1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
@@ -52,13 +52,6 @@ class DecodeStats:
     @property
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        """Plain built-in types only, derived figures included."""
-        data = asdict(self)
-        for name in ("steps", "acceptance_rate", "tokens_per_step", "other_time_s", "tokens_per_second"):
-            data[name] = getattr(self, name)
-        return data
 
 
 @dataclass
