@@ -11,13 +11,13 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "greedy_generate": "decoding",
-    "speculative_generate": "decoding",
-    "Drafter": "drafters",
-    "ModelDrafter": "drafters",
-    "PromptLookupDrafter": "drafters",
-    "DecodeStats": "stats",
-    "GenerationResult": "stats",
+    "greedy_generate": "engine.decoding",
+    "speculative_generate": "engine.decoding",
+    "Drafter": "engine.drafters",
+    "ModelDrafter": "engine.drafters",
+    "PromptLookupDrafter": "engine.drafters",
+    "DecodeStats": "engine.stats",
+    "GenerationResult": "engine.stats",
 }
 
 __all__ = sorted(_EXPORTS)

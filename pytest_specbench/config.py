@@ -14,106 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-DTYPES = ("float32", "float16", "bfloat16")
+from .models.base import DTYPE_NAMES as DTYPES
 DEFAULT_KS = "1,2,4,8,16"
 
 
 class ConfigError(ValueError):
     """A usage error in an option or ini value."""
-
-
-@dataclass(frozen=True)
-class Option:
-    """One setting: ``--specbench-<name>`` on the command line, ``specbench_<name>`` in the ini file."""
-
-    name: str
-    help: str
-    default: str | None = None
-    flag: bool = False  # a boolean switch (store_true / ini bool)
-    metavar: str | None = None
-    cpu_default: str | None = None  # a smaller default when the run is on CPU
-
-    @property
-    def cli(self) -> str:
-        return f"--specbench-{self.name}"
-
-    @property
-    def dest(self) -> str:
-        return "specbench_" + self.name.replace("-", "_")
-
-
-OPTIONS: tuple[Option, ...] = (
-    Option("gpu", "device(s): cpu, cuda, cuda:N, or a comma list (one per xdist worker); "
-           "default: cuda:0 when available, else cpu", metavar="DEVICE"),
-    Option("pairs", "comma list of model pair ids to run (default: every defined pair; a pair whose "
-           "model is not available is skipped with the reason)", metavar="IDS"),
-    Option("pairs-file", "TOML file defining extra model pairs", metavar="PATH"),
-    Option("k", f"comma list of draft lengths k (default {DEFAULT_KS}; on CPU 2,4)", DEFAULT_KS,
-           metavar="LIST", cpu_default="2,4"),
-    Option("prompts", "comma list of prompt categories (default: all)", metavar="CATEGORIES"),
-    Option("prompt-file", "JSON Lines prompt file to use instead of the shipped suite", metavar="PATH"),
-    Option("prompts-per-category", "prompts run per category (default 1)", "1", metavar="N"),
-    Option("context-tokens", "pad or cut every prompt to exactly N tokens", metavar="N"),
-    Option("max-new-tokens", "tokens generated per run (default 128; on CPU 32)", "128", metavar="N",
-           cpu_default="32"),
-    Option("dtype", f"model dtype: {', '.join(DTYPES)} (default float32)", "float32"),
-    Option("warmup", "untimed warm-up runs of baseline and speculative decoding before the first case "
-           "of each pair (default 1)", "1", metavar="N"),
-    Option("repeats", "timed runs per case; the median is reported (default 3; on CPU 1)", "3", metavar="N",
-           cpu_default="1"),
-    Option("threads", "torch CPU threads (default: torch's own choice; under xdist on CPU, cores / workers)",
-           metavar="N"),
-    Option("baseline-once", "time the target-only baseline once per (target, prompt) instead of "
-           "interleaving it with every case", flag=True),
-    Option("tie-tolerance", "under float16/bfloat16, a divergence where the target's top-2 logit margin "
-           "is below this is a tie-divergence, not a failure (default 0.1)", "0.1", metavar="LOGITS"),
-    Option("stop-at-eos", "stop generating at EOS instead of generating a fixed length", flag=True),
-    Option("csv", "CSV results file (default spec_results.csv; empty to disable)", "spec_results.csv",
-           metavar="PATH"),
-    Option("json", "JSON results file (default spec_results.json; empty to disable)", "spec_results.json",
-           metavar="PATH"),
-    Option("cache-dir", "cache for converted models (default $SPECBENCH_CACHE_DIR, else "
-           "$XDG_CACHE_HOME/pytest-specbench, else ~/.cache/pytest-specbench)", metavar="PATH"),
-    Option("save-baseline", "write the run's acceptance, tau and verdicts per case to PATH", metavar="PATH"),
-    Option("baseline", "compare the run with a saved baseline and fail on a regression", metavar="PATH"),
-    Option("max-acceptance-drop", "largest absolute acceptance drop allowed against the baseline "
-           "(default 0.02)", "0.02", metavar="DROP"),
-    Option("max-speedup-drop", "gate speed too: largest relative speedup drop allowed, e.g. 0.1 "
-           "(default: speed is not gated)", metavar="FRACTION"),
-    Option("allow-missing", "baseline cases with no result in this run are not regressions", flag=True),
-)
-
-
-@dataclass(frozen=True)
-class SpecbenchConfig:
-    """Validated settings of one session; built once, then handed to whoever needs them."""
-
-    devices: tuple[str, ...] = ()  # empty: cuda:0 when available, else cpu
-    pairs: tuple[str, ...] = ()  # empty: every defined pair
-    pairs_file: Path | None = None
-    ks: tuple[int, ...] = (1, 2, 4, 8, 16)
-    prompt_categories: tuple[str, ...] = ()  # empty: all
-    prompt_file: Path | None = None
-    prompts_per_category: int = 1
-    context_tokens: int | None = None
-    max_new_tokens: int = 128
-    dtype: str = "float32"
-    warmup: int = 1
-    repeats: int = 3
-    threads: int | None = None
-    baseline_once: bool = False
-    tie_tolerance: float = 0.1
-    stop_at_eos: bool = False
-    csv_path: Path | None = Path("spec_results.csv")
-    json_path: Path | None = Path("spec_results.json")
-    cache_dir: Path | None = None
-    save_baseline: Path | None = None
-    baseline: Path | None = None
-    max_acceptance_drop: float = 0.02
-    max_speedup_drop: float | None = None
-    allow_missing: bool = False
-    # The raw values as given, for the JSON record of the run.
-    raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 # --- parsers: raw string -> value, raising ValueError that says what is accepted
@@ -192,30 +98,123 @@ def _output_path(raw: str) -> Path | None:
     return path
 
 
-# option name -> (SpecbenchConfig field, parser)
-_PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "gpu": ("devices", _devices),
-    "pairs": ("pairs", _comma_list),
-    "pairs-file": ("pairs_file", _existing_file),
-    "k": ("ks", _ks),
-    "prompts": ("prompt_categories", _comma_list),
-    "prompt-file": ("prompt_file", _existing_file),
-    "prompts-per-category": ("prompts_per_category", _int(1)),
-    "context-tokens": ("context_tokens", _int(1)),
-    "max-new-tokens": ("max_new_tokens", _int(1)),
-    "dtype": ("dtype", _dtype),
-    "warmup": ("warmup", _int(0)),
-    "repeats": ("repeats", _int(1)),
-    "threads": ("threads", _int(1)),
-    "tie-tolerance": ("tie_tolerance", _non_negative_float),
-    "csv": ("csv_path", _output_path),
-    "json": ("json_path", _output_path),
-    "cache-dir": ("cache_dir", lambda raw: Path(raw).expanduser()),
-    "save-baseline": ("save_baseline", _output_path),
-    "baseline": ("baseline", _existing_file),
-    "max-acceptance-drop": ("max_acceptance_drop", _non_negative_float),
-    "max-speedup-drop": ("max_speedup_drop", _non_negative_float),
-}
+
+def _path(raw: str) -> Path:
+    return Path(raw).expanduser()
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting, declared once: ``--specbench-<name>`` on the command line, ``specbench_<name>`` in ini.
+
+    ``field`` is the SpecbenchConfig attribute it fills and ``parse`` turns the raw
+    string into its value (raising ValueError that says what is accepted).
+    """
+
+    name: str
+    field: str
+    help: str
+    parse: Callable[[str], Any] | None = None  # None for a flag
+    default: str | None = None
+    cpu_default: str | None = None  # a smaller default when the run is on CPU
+    metavar: str | None = None
+    unset: Any = None  # the value when neither given nor defaulted (False for a flag)
+
+    @property
+    def flag(self) -> bool:
+        """A boolean switch (store_true on the command line, bool in ini)."""
+        return self.parse is None
+
+    @property
+    def cli(self) -> str:
+        return f"--specbench-{self.name}"
+
+    @property
+    def dest(self) -> str:
+        return "specbench_" + self.name.replace("-", "_")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("gpu", "devices", "device(s): cpu, cuda, cuda:N, or a comma list (one per xdist worker); "
+           "default: cuda:0 when available, else cpu", _devices, metavar="DEVICE", unset=()),
+    Option("pairs", "pairs", "comma list of model pair ids to run (default: every defined pair; a pair whose "
+           "model is not available is skipped with the reason)", _comma_list, metavar="IDS", unset=()),
+    Option("pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH"),
+    Option("k", "ks", f"comma list of draft lengths k (default {DEFAULT_KS}; on CPU 2,4)", _ks, DEFAULT_KS,
+           cpu_default="2,4", metavar="LIST"),
+    Option("prompts", "prompt_categories", "comma list of prompt categories (default: all)", _comma_list,
+           metavar="CATEGORIES", unset=()),
+    Option("prompt-file", "prompt_file", "JSON Lines prompt file to use instead of the shipped suite",
+           _existing_file, metavar="PATH"),
+    Option("prompts-per-category", "prompts_per_category", "prompts run per category (default 1)", _int(1), "1",
+           metavar="N"),
+    Option("context-tokens", "context_tokens", "pad or cut every prompt to exactly N tokens", _int(1), metavar="N"),
+    Option("max-new-tokens", "max_new_tokens", "tokens generated per run (default 128; on CPU 32)", _int(1), "128",
+           cpu_default="32", metavar="N"),
+    Option("dtype", "dtype", f"model dtype: {', '.join(DTYPES)} (default float32)", _dtype, "float32"),
+    Option("warmup", "warmup", "untimed warm-up runs of baseline and speculative decoding before the first case "
+           "of each pair (default 1)", _int(0), "1", metavar="N"),
+    Option("repeats", "repeats", "timed runs per case; the median is reported (default 3; on CPU 1)", _int(1), "3",
+           cpu_default="1", metavar="N"),
+    Option("threads", "threads", "torch CPU threads (default: torch's own choice; under xdist on CPU, "
+           "cores / workers)", _int(1), metavar="N"),
+    Option("baseline-once", "baseline_once", "time the target-only baseline once per (target, prompt) instead of "
+           "interleaving it with every case"),
+    Option("tie-tolerance", "tie_tolerance", "under float16/bfloat16, a divergence where the target's top-2 logit "
+           "margin is below this is a tie-divergence, not a failure (default 0.1)", _non_negative_float, "0.1",
+           metavar="LOGITS"),
+    Option("stop-at-eos", "stop_at_eos", "stop generating at EOS instead of generating a fixed length"),
+    Option("csv", "csv_path", "CSV results file (default spec_results.csv; empty to disable)", _output_path,
+           "spec_results.csv", metavar="PATH"),
+    Option("json", "json_path", "JSON results file (default spec_results.json; empty to disable)", _output_path,
+           "spec_results.json", metavar="PATH"),
+    Option("cache-dir", "cache_dir", "cache for converted models (default $SPECBENCH_CACHE_DIR, else "
+           "$XDG_CACHE_HOME/pytest-specbench, else ~/.cache/pytest-specbench)", _path, metavar="PATH"),
+    Option("save-baseline", "save_baseline", "write the run's acceptance, tau and verdicts per case to PATH",
+           _output_path, metavar="PATH"),
+    Option("baseline", "baseline", "compare the run with a saved baseline and fail on a regression",
+           _existing_file, metavar="PATH"),
+    Option("max-acceptance-drop", "max_acceptance_drop", "largest absolute acceptance drop allowed against the "
+           "baseline (default 0.02)", _non_negative_float, "0.02", metavar="DROP"),
+    Option("max-speedup-drop", "max_speedup_drop", "gate speed too: largest relative speedup drop allowed, "
+           "e.g. 0.1 (default: speed is not gated)", _non_negative_float, metavar="FRACTION"),
+    Option("allow-missing", "allow_missing", "baseline cases with no result in this run are not regressions"),
+)
+
+
+@dataclass(frozen=True)
+class SpecbenchConfig:
+    """Validated settings of one session, built by :func:`parse_settings` from :data:`OPTIONS`.
+
+    No defaults here: each option's default lives in its declaration, once.
+    """
+
+    devices: tuple[str, ...]  # empty: cuda:0 when available, else cpu
+    pairs: tuple[str, ...]  # empty: every defined pair
+    pairs_file: Path | None
+    ks: tuple[int, ...]
+    prompt_categories: tuple[str, ...]  # empty: all
+    prompt_file: Path | None
+    prompts_per_category: int
+    context_tokens: int | None
+    max_new_tokens: int
+    dtype: str
+    warmup: int
+    repeats: int
+    threads: int | None
+    baseline_once: bool
+    tie_tolerance: float
+    stop_at_eos: bool
+    csv_path: Path | None
+    json_path: Path | None
+    cache_dir: Path | None
+    save_baseline: Path | None
+    baseline: Path | None
+    max_acceptance_drop: float
+    max_speedup_drop: float | None
+    allow_missing: bool
+    # The raw values as given, for the JSON record of the run.
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def parse_settings(values: dict[str, tuple[Any, str]], cuda_available: Callable[[], bool] = lambda: False
@@ -240,13 +239,15 @@ def parse_settings(values: dict[str, tuple[Any, str]], cuda_available: Callable[
         raw, where = values[option.name]
         raw_record[option.dest] = raw
         if option.flag:
-            fields[option.dest.removeprefix("specbench_")] = bool(raw)
+            fields[option.field] = bool(raw)
             continue
-        field_name, parse = _PARSERS[option.name]
         try:
-            fields[field_name] = parse(str(raw).strip())
+            fields[option.field] = option.parse(str(raw).strip())
         except ValueError as error:
             raise ConfigError(f"{where}={raw!r}: {error}") from None
+    # Neither given nor defaulted.
+    for option in OPTIONS:
+        fields.setdefault(option.field, False if option.flag else option.unset)
     return SpecbenchConfig(**fields, raw=raw_record)
 
 

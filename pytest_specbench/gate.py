@@ -18,13 +18,12 @@ from typing import Any
 from tabulate import tabulate
 
 from .atomic import write_atomic
+from .schema import gate_fields
 
 BASELINE_FORMAT = 1
 
-# Gated fields are compared run to run; the timing fields are kept only so a reader of the
-# baseline sees what the machine did (speed is gated only on request: it is machine-bound).
-_GATED_FIELDS = ("pair", "k", "prompt", "acceptance_rate", "tau", "lossless", "verdict")
-_INFO_FIELDS = ("speculative_tps", "baseline_tps", "speedup")
+# A baseline keeps the schema's gate="compared" fields, checked run to run, and its gate="info"
+# timing fields, kept only so a reader sees what the machine did (speed is gated only on request).
 _VERDICTS = ("lossless", "tie-divergence", "diverged")
 
 # Absorbs floating noise so a drop of exactly the allowed amount (0.812 - 0.792 is
@@ -90,8 +89,8 @@ def baseline_document(results: Sequence[dict[str, Any]], environment: dict[str, 
             raise ValueError(f"result row without a case key: {row!r}")
         if key in cases:
             raise ValueError(f"case {key} appears twice in the results; a baseline needs one row per case")
-        entry = {field: row.get(field) for field in _GATED_FIELDS}
-        entry.update({field: _info_number(row.get(field)) for field in _INFO_FIELDS})
+        entry = {field: row.get(field) for field in gate_fields("compared")}
+        entry.update({field: _info_number(row.get(field)) for field in gate_fields("info")})
         problem = _case_problem(entry)
         if problem:
             raise ValueError(f"result of case {key} {problem}")

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import DTYPES
+from .models.base import DTYPE_NAMES as DTYPES, GEMMA3_270M_NAME
 
 DRAFTER_KINDS = ("model", "truncated", "int8", "prompt_lookup")
-EMBEDDED_GEMMA = "embedded:gemma3-270m"
+EMBEDDED_GEMMA = GEMMA3_270M_NAME
 _PAIR_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from .config import OPTIONS, ConfigError, cuda_available, parse_settings, read_settings
+from .session import RESULT_KEY
 
-RESULT_KEY = "specbench_result"
 _session_key = pytest.StashKey["SpecbenchSession"]()
 
 
@@ -40,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except (ConfigError, ValueError) as error:
         raise pytest.UsageError(f"pytest-specbench: {error}") from None
     config.stash[_session_key] = session
-    config.pluginmanager.register(ResultHooks(session), "specbench-results")
+    config.pluginmanager.register(SessionHooks(session), "specbench-results")
     if _wants_default_dist(config):
         config.option.dist = "loadgroup"
     if getattr(config.option, "dist", "no") == "loadgroup" and not _is_worker(config):
@@ -68,7 +68,7 @@ def _session(config: pytest.Config):
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "spec_case" not in metafunc.fixturenames:
         return
-    from .models import model_available
+    from .models.loading import model_available
 
     state = _session(metafunc.config)
     unavailable: dict[str, str | None] = {}
@@ -123,8 +123,9 @@ class CaseFixture:
 
     def run(self, case) -> dict[str, Any]:
         """Measure the case and record its result row for the summary and files."""
-        from .models import ModelUnavailable
+        from .models.base import ModelUnavailable
         from .runner import run_case
+        from .schema import extra_info_fields
 
         benchmark = self._benchmark()
         timer = None
@@ -136,15 +137,13 @@ class CaseFixture:
         except ModelUnavailable as error:
             pytest.skip(str(error))
         # Which worker ran it and what its store had loaded so far: shows models load once per worker.
-        result["worker"] = _worker(self._request.config)[0] or "main"
-        result["model_loads"] = dict(self._store.load_counts)
+        result.worker = _worker(self._request.config)[0] or "main"
+        result.model_loads = dict(self._store.load_counts)
+        row = result.to_row()
         if benchmark is not None:
-            benchmark.extra_info.update(
-                {key: result[key] for key in ("acceptance_rate", "tau", "speedup", "baseline_tps",
-                                              "speculative_tps", "verdict", "k", "pair", "prompt")}
-            )
-        self._request.node.user_properties.append((RESULT_KEY, result))
-        return result
+            benchmark.extra_info.update({name: row[name] for name in extra_info_fields()})
+        self._request.node.user_properties.append((RESULT_KEY, row))
+        return row
 
     def assert_lossless(self, result: dict[str, Any]) -> None:
         from .lossless import divergence_message
@@ -159,96 +158,37 @@ def specbench(request: pytest.FixtureRequest, specbench_store) -> CaseFixture:
     return CaseFixture(request, specbench_store)
 
 
-class ResultHooks:
-    """Per-session hooks: gather result rows from reports, then write files and print the summary.
+class SessionHooks:
+    """Per-session hooks, each handing pytest's data to the SpecbenchSession.
 
     Rows come from each report's ``user_properties``, which pytest-xdist carries
     from the workers, so the controller sees every finished case either way.
     """
 
-    def __init__(self, state) -> None:
-        self.state = state
-        self.cases_seen = 0
-        self.case_ids = {case.id for case in state.cases}
-        self.failed_cases: set[str] = set()
+    def __init__(self, session) -> None:
+        self.session = session
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        # Before -k/-m deselect: lets the summary say "no case ran" when a selection matched none.
-        self.cases_seen += sum("spec_case" in getattr(item, "fixturenames", ()) for item in items)
+        self.session.count_collected("spec_case" in getattr(item, "fixturenames", ()) for item in items)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "setup" and "specbench" in report.keywords:
-            self.cases_seen += 1
         case_id = report.nodeid.partition("[")[2].partition("]")[0]
-        if report.failed and case_id in self.case_ids:
-            self.failed_cases.add(case_id)  # a crashed worker's case arrives only as a failure
-        if report.when != "call":
-            return
-        for name, value in report.user_properties:
-            if name == RESULT_KEY:
-                self.state.collector.add(value)
+        self.session.add_report(case_id, report.when, report.failed, "specbench" in report.keywords,
+                                report.user_properties)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if _is_worker(session.config):
-            return
-        from . import gate
-        from .atomic import write_atomic
-        from .report import csv_text, environment, json_text
-
-        state = self.state
-        results = state.collector.results
-        settings = state.config
-        if results:
-            env = environment()
-            outputs = ((settings.csv_path, lambda: write_atomic(settings.csv_path, csv_text(results))),
-                       (settings.json_path, lambda: write_atomic(settings.json_path,
-                                                                 json_text(results, settings.raw, env, self.missing))),
-                       (settings.save_baseline, lambda: gate.save_baseline(settings.save_baseline, results, env)))
-            for path, write in outputs:
-                if path is None:
-                    continue
-                try:
-                    write()
-                    state.written.append(path)
-                except (OSError, ValueError) as error:  # one failed file must not cost the others
-                    state.write_errors.append(f"could not write {path}: {error}")
-                    if session.exitstatus == pytest.ExitCode.OK:
-                        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if state.baseline is not None:
-            regressions = gate.compare(state.baseline, results, max_acceptance_drop=settings.max_acceptance_drop,
-                                       max_speedup_drop=settings.max_speedup_drop,
-                                       allow_missing=settings.allow_missing)
-            state.gate_lines = gate.gate_summary_lines(regressions, gate.new_cases(state.baseline, results),
-                                                       gate.compared_count(state.baseline, results), settings.baseline)
-            if regressions and session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    @property
-    def missing(self) -> list[str]:
-        """Cases that ran but left no result (an error before measuring, a crashed worker)."""
-        return sorted(self.failed_cases - set(self.state.collector.rows))
+        if not _is_worker(session.config) and self.session.finish() and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter, config: pytest.Config) -> None:
-        state = self.state
-        if _is_worker(config) or not (self.cases_seen or state.collector.results or state.gate_lines):
+        if _is_worker(config):
             return
-        from .report import summary_lines
-
-        terminalreporter.section("specbench summary")
-        for line in summary_lines(state.collector.results):
-            terminalreporter.write_line(line)
-        if self.missing:
-            terminalreporter.write_line(f"no result for {len(self.missing)} case(s): {', '.join(self.missing)}")
-        for path in self.state.written:
-            terminalreporter.write_line(f"results written to {path}")
-        for line in self.state.write_errors:
-            terminalreporter.write_line(line, red=True)
-        if self.state.gate_lines:
-            terminalreporter.section("specbench gate")
-            for line in self.state.gate_lines:
-                terminalreporter.write_line(line)
+        for title, lines in self.session.summary_sections():
+            terminalreporter.section(title)
+            for line, is_error in lines:
+                terminalreporter.write_line(line, red=is_error)
 
 
 def _is_worker(config: pytest.Config) -> bool:

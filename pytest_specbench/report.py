@@ -1,4 +1,4 @@
-"""The summary table, the CSV and the JSON, from result rows (plain dicts)."""
+"""The summary table, the CSV and the JSON, from result rows (plain dicts of the schema's fields)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from .schema import csv_columns, summary_columns
 
-# The seed's columns first, then ours.
-CSV_COLUMNS = (
-    "config", "latency_ms", "throughput_tps", "acceptance_rate", "quality_score",
-    "case", "pair", "target", "draft", "drafter", "k", "prompt", "prompt_id", "category",
-    "baseline_tps", "speculative_tps", "speedup", "tau", "prompt_tokens", "new_tokens",
-    "drafted_tokens", "accepted_tokens", "target_forward_passes", "draft_forward_passes",
-    "draft_time_s", "verify_time_s", "other_time_s",
-    "baseline_tps_min", "baseline_tps_max", "speculative_tps_min", "speculative_tps_max",
-    "device", "dtype", "lossless", "verdict", "first_divergence", "top2_margin",
-)
 
 _MARK = {"lossless": "yes", "tie-divergence": "tie", "diverged": "NO"}
 
@@ -44,16 +35,11 @@ def summary_lines(results: Sequence[dict[str, Any]]) -> list[str]:
         first = rows[0]
         lines.append(f"{pair}: target {first['target']}, draft {first['draft']} "
                      f"({first['device']}, {first['dtype']}, {first['new_tokens']} new tokens)")
-        table = [
-            (row["prompt"], row["k"], row["baseline_tps"], row["speculative_tps"], row["speedup"],
-             row["latency_ms"], row["acceptance_rate"], row["tau"], _MARK.get(row["verdict"], row["verdict"]))
-            for row in sorted(rows, key=lambda row: (row["prompt"], row["k"]))
-        ]
-        lines += tabulate(
-            table,
-            headers=("prompt", "k", "base tok/s", "spec tok/s", "speedup", "ms/token", "accept", "tau", "lossless"),
-            floatfmt=("", "", ".1f", ".1f", ".2f", ".2f", ".3f", ".2f", ""),
-        ).splitlines()
+        columns = summary_columns()
+        table = [[_MARK.get(row[name], row[name]) if name == "verdict" else row.get(name) for name, _, _ in columns]
+                 for row in sorted(rows, key=lambda row: (row["prompt"], row["k"]))]
+        lines += tabulate(table, headers=[header for _, header, _ in columns],
+                          floatfmt=[fmt for _, _, fmt in columns]).splitlines()
         lines.append("")
         per_k = []
         for k in sorted({row["k"] for row in rows}):
@@ -80,7 +66,7 @@ def summary_lines(results: Sequence[dict[str, Any]]) -> list[str]:
 
 def csv_text(results: Iterable[dict[str, Any]]) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=csv_columns(), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in results:
         writer.writerow(row)

@@ -1,23 +1,25 @@
 """Run one benchmark case: time baseline and speculative decoding, check losslessness.
 
-Knows nothing of pytest. The result is a plain dict of built-in types, so
-pytest-xdist can carry it from a worker to the controller.
+Knows nothing of pytest. ``measure_case`` times and judges; ``build_result`` turns that into
+a :class:`~.schema.CaseResult`, whose ``to_row()`` is what travels between xdist workers.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .config import SpecbenchConfig
-from .decoding import greedy_generate, speculative_generate
+from .engine.decoding import greedy_generate, speculative_generate
 from .lossless import diagnose, quality_score
 from .matrix import Case
 from .prompts import Prompt, filler_text, fit_context
-from .stats import GenerationResult
+from .schema import CaseResult
+from .engine.stats import GenerationResult
 from .store import ModelStore
 
 # (run the speculative decode, run the baseline before each timed round or None, rounds) -> None.
@@ -50,14 +52,27 @@ def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def run_case(
+@dataclass
+class Measurement:
+    """What timing one case produced, before it becomes a result row."""
+
+    input_ids: torch.Tensor
+    reference: list[int]
+    baselines: list[GenerationResult]
+    speculative: list[GenerationResult]
+    verdict: dict[str, Any]
+    target_load_s: float
+    target_load_source: str
+
+
+def measure_case(
     case: Case,
     store: ModelStore,
     config: SpecbenchConfig,
     all_prompts: list[Prompt],
     timer: RoundTimer | None = None,
-) -> dict[str, Any]:
-    """Measure one case and return its result row (verdict included; asserting is the caller's job)."""
+) -> Measurement:
+    """Time baseline and speculative decoding of one case and judge its output against the reference."""
     pair = case.pair
     target = store.target(pair)
     drafter = store.drafter(pair)
@@ -104,57 +119,75 @@ def run_case(
         # Interleaved (baseline, speculative, baseline, ...) so drift hits both alike.
         (timer or _own_rounds)(run_speculative, run_baseline, config.repeats)
 
-    last = speculative[-1]
-    tokens = last.token_ids
-    verdict = diagnose(target.model, target.tokenizer, input_ids, tokens, reference,
+    verdict = diagnose(target.model, target.tokenizer, input_ids, speculative[-1].token_ids, reference,
                        store.dtype_for(pair) != "float32", config.tie_tolerance)
+    return Measurement(input_ids=input_ids, reference=reference, baselines=baselines, speculative=speculative,
+                       verdict=verdict, target_load_s=target.load_time_s, target_load_source=target.source)
+
+
+def build_result(case: Case, measurement: Measurement, device: str, dtype: str) -> CaseResult:
+    """The result row of a measured case: medians, spreads, counts and the verdict."""
+    pair = case.pair
+    baselines, speculative = measurement.baselines, measurement.speculative
+    last = speculative[-1]
+    stats = last.stats
     baseline_tps = _spread([run.stats.tokens_per_second for run in baselines])
     speculative_tps = _spread([run.stats.tokens_per_second for run in speculative])
-    speculative_s = [run.stats.wall_time_s for run in speculative]
     median_run = sorted(speculative, key=lambda run: run.stats.wall_time_s)[len(speculative) // 2]
-    stats = last.stats
-    latency_ms = 1000 * statistics.median(speculative_s) / max(stats.new_tokens, 1)
-    return {
-        "case": case.id,
-        "config": f"{pair.name}_k{case.k}",
-        "pair": pair.name,
-        "target": pair.target,
-        "draft": pair.draft_label,
-        "drafter": pair.drafter,
-        "k": case.k,
-        "prompt": case.prompt_label,
-        "prompt_id": case.prompt.id,
-        "category": case.prompt.category,
-        "prompt_tokens": int(input_ids.shape[1]),
-        "new_tokens": stats.new_tokens,
-        "device": store.device,
-        "target_load_s": target.load_time_s,  # includes a GGUF conversion on a first run
-        "target_load_source": target.source,
-        "dtype": store.dtype_for(pair),
-        "latency_ms": latency_ms,
-        "throughput_tps": speculative_tps["median"],
-        "baseline_tps": baseline_tps["median"],
-        "baseline_tps_min": baseline_tps["min"],
-        "baseline_tps_max": baseline_tps["max"],
-        "speculative_tps": speculative_tps["median"],
-        "speculative_tps_min": speculative_tps["min"],
-        "speculative_tps_max": speculative_tps["max"],
-        "speedup": speculative_tps["median"] / baseline_tps["median"] if baseline_tps["median"] else 0.0,
-        "acceptance_rate": stats.acceptance_rate,
-        "tau": stats.tokens_per_step,
-        "drafted_tokens": stats.drafted_tokens,
-        "accepted_tokens": stats.accepted_tokens,
-        "target_forward_passes": stats.target_forward_passes,
-        "draft_forward_passes": stats.draft_forward_passes,
-        "draft_time_s": median_run.stats.draft_time_s,
-        "verify_time_s": median_run.stats.verify_time_s,
-        "other_time_s": median_run.stats.other_time_s,
-        "accepted_per_step": list(stats.accepted_per_step),
-        "drafted_per_step": list(stats.drafted_per_step),
-        "repeats": len(speculative),
-        "baseline_runs": len(baselines),
-        "baseline_matches_reference": baselines[-1].token_ids == reference,
-        "quality_score": quality_score(tokens, reference),
-        "lossless": verdict["verdict"] == "lossless",
-        **verdict,
-    }
+    latency_ms = 1000 * statistics.median(run.stats.wall_time_s for run in speculative) / max(stats.new_tokens, 1)
+    return CaseResult(
+        case=case.id,
+        config=f"{pair.name}_k{case.k}",
+        pair=pair.name,
+        target=pair.target,
+        draft=pair.draft_label,
+        drafter=pair.drafter,
+        k=case.k,
+        prompt=case.prompt_label,
+        prompt_id=case.prompt.id,
+        category=case.prompt.category,
+        prompt_tokens=int(measurement.input_ids.shape[1]),
+        new_tokens=stats.new_tokens,
+        latency_ms=latency_ms,
+        throughput_tps=speculative_tps["median"],
+        baseline_tps=baseline_tps["median"],
+        baseline_tps_min=baseline_tps["min"],
+        baseline_tps_max=baseline_tps["max"],
+        speculative_tps=speculative_tps["median"],
+        speculative_tps_min=speculative_tps["min"],
+        speculative_tps_max=speculative_tps["max"],
+        speedup=speculative_tps["median"] / baseline_tps["median"] if baseline_tps["median"] else 0.0,
+        draft_time_s=median_run.stats.draft_time_s,
+        verify_time_s=median_run.stats.verify_time_s,
+        other_time_s=median_run.stats.other_time_s,
+        repeats=len(speculative),
+        baseline_runs=len(baselines),
+        acceptance_rate=stats.acceptance_rate,
+        tau=stats.tokens_per_step,
+        drafted_tokens=stats.drafted_tokens,
+        accepted_tokens=stats.accepted_tokens,
+        target_forward_passes=stats.target_forward_passes,
+        draft_forward_passes=stats.draft_forward_passes,
+        accepted_per_step=list(stats.accepted_per_step),
+        drafted_per_step=list(stats.drafted_per_step),
+        quality_score=quality_score(last.token_ids, measurement.reference),
+        lossless=measurement.verdict["verdict"] == "lossless",
+        baseline_matches_reference=baselines[-1].token_ids == measurement.reference,
+        **measurement.verdict,
+        device=device,
+        dtype=dtype,
+        target_load_s=measurement.target_load_s,  # includes a GGUF conversion on a first run
+        target_load_source=measurement.target_load_source,
+    )
+
+
+def run_case(
+    case: Case,
+    store: ModelStore,
+    config: SpecbenchConfig,
+    all_prompts: list[Prompt],
+    timer: RoundTimer | None = None,
+) -> CaseResult:
+    """Measure one case and build its result (verdict included; asserting is the caller's job)."""
+    measurement = measure_case(case, store, config, all_prompts, timer)
+    return build_result(case, measurement, store.device, store.dtype_for(case.pair))

@@ -1,11 +1,13 @@
-"""SpecbenchSession: what one pytest session knows, as plain objects.
+"""SpecbenchSession: one pytest session's benchmark run, from the case matrix to the files and the gate.
 
-Built once in ``pytest_configure`` from the validated config: the pairs and
-prompts chosen, the case matrix, and the results collected so far.
+Built once in ``pytest_configure`` from the validated config. The plugin's
+hooks hand it what pytest reports (collected items, test reports) and ask it
+to finish (files, gate, exit status) and to summarise; it knows no hook.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,31 +17,22 @@ from .matrix import Case, build_matrix
 from .pairs import PairSpec, all_pairs, select_pairs
 from .prompts import Prompt, load_prompts, select_prompts
 
-
-@dataclass
-class ResultCollector:
-    """Result rows by case id; the last report for a case wins (a rerun replaces it)."""
-
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def add(self, row: dict[str, Any]) -> None:
-        self.rows[row["case"]] = row
-
-    @property
-    def results(self) -> list[dict[str, Any]]:
-        return list(self.rows.values())
+#: the user-property name under which a case's result row travels in its test report
+RESULT_KEY = "specbench_result"
 
 
 @dataclass
 class SpecbenchSession:
     config: SpecbenchConfig
     pairs: list[PairSpec]
-    prompts: list[Prompt]
+    prompts: list[Prompt]  # every prompt of the file: padding for --specbench-context-tokens uses them all
     cases: list[Case]
-    collector: ResultCollector = field(default_factory=ResultCollector)
+    baseline: dict[str, Any] | None = None  # the loaded baseline document, when gating
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # by case id; a rerun replaces its row
+    cases_seen: int = 0  # specbench cases collected (before -k/-m) or run
+    failed_cases: set[str] = field(default_factory=set)
     written: list[Path] = field(default_factory=list)
     write_errors: list[str] = field(default_factory=list)
-    baseline: dict[str, Any] | None = None  # the loaded baseline document, when gating
     gate_lines: list[str] = field(default_factory=list)
 
     @classmethod
@@ -56,3 +49,97 @@ class SpecbenchSession:
             baseline = load_baseline(config.baseline)
         return cls(config=config, pairs=pairs, prompts=all_prompts,
                    cases=build_matrix(pairs, config.ks, prompts), baseline=baseline)
+
+    # --- what pytest reports -----------------------------------------------------
+
+    @property
+    def case_ids(self) -> set[str]:
+        return {case.id for case in self.cases}
+
+    def count_collected(self, has_case: Iterable[bool]) -> None:
+        """Items collected before -k/-m deselect: lets the summary say "no case ran" when none matched."""
+        self.cases_seen += sum(has_case)
+
+    def add_report(self, case_id: str, when: str, failed: bool, is_case: bool,
+                   properties: Sequence[tuple[str, Any]]) -> None:
+        """One test report: count the case, remember a failure, keep the result row it carries."""
+        if when == "setup" and is_case:
+            self.cases_seen += 1
+        if failed and case_id in self.case_ids:
+            self.failed_cases.add(case_id)  # a crashed worker's case arrives only as a failure
+        if when != "call":
+            return
+        for name, value in properties:
+            if name == RESULT_KEY:
+                self.rows[value["case"]] = value
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        return list(self.rows.values())
+
+    @property
+    def missing(self) -> list[str]:
+        """Cases that ran but left no result (an error before measuring, a crashed worker)."""
+        return sorted(self.failed_cases - set(self.rows))
+
+    # --- the end of the run ------------------------------------------------------
+
+    def finish(self) -> bool:
+        """Write the files and run the gate; True when the run must fail (a file not written, a regression)."""
+        failed = False
+        if self.results:
+            failed |= self._write_outputs()
+        if self.baseline is not None:
+            failed |= self._gate()
+        return failed
+
+    def _write_outputs(self) -> bool:
+        from . import gate
+        from .atomic import write_atomic
+        from .report import csv_text, environment, json_text
+
+        settings, results = self.config, self.results
+        env = environment()
+        outputs: tuple[tuple[Path | None, Callable[[], None]], ...] = (
+            (settings.csv_path, lambda: write_atomic(settings.csv_path, csv_text(results))),
+            (settings.json_path, lambda: write_atomic(settings.json_path,
+                                                      json_text(results, settings.raw, env, self.missing))),
+            (settings.save_baseline, lambda: gate.save_baseline(settings.save_baseline, results, env)),
+        )
+        failed = False
+        for path, write in outputs:
+            if path is None:
+                continue
+            try:
+                write()
+                self.written.append(path)
+            except (OSError, ValueError) as error:  # one failed file must not cost the others
+                self.write_errors.append(f"could not write {path}: {error}")
+                failed = True
+        return failed
+
+    def _gate(self) -> bool:
+        from . import gate
+
+        settings, results = self.config, self.results
+        regressions = gate.compare(self.baseline, results, max_acceptance_drop=settings.max_acceptance_drop,
+                                   max_speedup_drop=settings.max_speedup_drop, allow_missing=settings.allow_missing)
+        self.gate_lines = gate.gate_summary_lines(regressions, gate.new_cases(self.baseline, results),
+                                                  gate.compared_count(self.baseline, results), settings.baseline)
+        return bool(regressions)
+
+    def summary_sections(self) -> list[tuple[str, list[tuple[str, bool]]]]:
+        """``(title, [(line, is_error), ...])`` sections for the terminal; none when nothing was benchmarked."""
+        if not (self.cases_seen or self.rows or self.gate_lines):
+            return []
+        from .report import summary_lines
+
+        lines = [(line, False) for line in summary_lines(self.results)]
+        if self.missing:
+            lines.append((f"no result for {len(self.missing)} case(s): {', '.join(self.missing)}", False))
+        lines += [(f"results written to {path}", False) for path in self.written]
+        lines += [(line, True) for line in self.write_errors]
+        sections = [("specbench summary", lines)]
+        if self.gate_lines:
+            sections.append(("specbench gate", [(line, False) for line in self.gate_lines]))
+        return sections

@@ -9,14 +9,14 @@ from models_factory import build_model
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
 
 from pytest_specbench import greedy_generate, speculative_generate
-from pytest_specbench.derived_models import (
+from pytest_specbench.engine.derived_models import (
     Int8WeightOnlyLinear,
     UnsupportedArchitecture,
     int8_copy,
     transformer_layers,
     truncated_copy,
 )
-from pytest_specbench.drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from pytest_specbench.engine.drafters import Drafter, ModelDrafter, PromptLookupDrafter
 
 NEW_TOKENS = 40
 # Repeats itself, so that prompt lookup finds n-grams to copy.

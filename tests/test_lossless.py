@@ -27,7 +27,7 @@ from models_factory import (
     top2_margins,
 )
 
-import pytest_specbench.decoding as decoding
+import pytest_specbench.engine.decoding as decoding
 from pytest_specbench import DecodeStats, Drafter, ModelDrafter, greedy_generate, speculative_generate
 
 PROMPTS: dict[str, list[int]] = {

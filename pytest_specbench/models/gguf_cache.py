@@ -33,7 +33,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .atomic import write_atomic
+from ..atomic import write_atomic
 
 __all__ = [
     "ENTRY_MARKER",

@@ -29,7 +29,8 @@ from urllib.parse import urlparse
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from . import config, embedded
+from .base import DTYPE_NAMES, ModelUnavailable
+from .embedded import EMBEDDED_MODELS, EmbeddedModel
 from .gguf_cache import cached_entry, load_gguf, memoised_sha256, resolve_cache_dir
 
 __all__ = [
@@ -45,10 +46,7 @@ __all__ = [
 ]
 
 #: dtype names accepted by :func:`load_model`
-DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in config.DTYPES}
-
-#: embedded names accepted by :func:`load_model`
-EMBEDDED_MODELS = (embedded.GEMMA3_270M,)
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 #: seconds to wait for the hub before calling it unreachable
 HUB_PROBE_TIMEOUT_S = 3.0
@@ -61,25 +59,6 @@ _WEIGHT_FILES = (
 )
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 _TRUE = {"1", "on", "yes", "true"}
-
-
-class ModelUnavailable(Exception):
-    """A model cannot be loaded here and now: not downloaded, package missing, ...
-
-    ``model`` is the source as given, ``reason`` says what is missing and
-    ``hint`` is the command that would fix it (None when there is none).
-    """
-
-    def __init__(self, model: str, reason: str, hint: str | None = None, *, hint_label: str = "fetch it with") -> None:
-        self.model = model
-        self.reason = reason
-        self.hint = hint
-        self.hint_label = hint_label
-        super().__init__(model, reason, hint)
-
-    def __str__(self) -> str:
-        text = f"model {self.model!r} {self.reason}"
-        return f"{text}; {self.hint_label}: {self.hint}" if self.hint else text
 
 
 @dataclass
@@ -179,6 +158,12 @@ def _is_embedded(source: str) -> bool:
     return source.startswith("embedded:")
 
 
+def _embedded(source: str) -> EmbeddedModel:
+    if source not in EMBEDDED_MODELS:
+        raise ValueError(f"unknown embedded model {source!r}; available: {', '.join(EMBEDDED_MODELS)}")
+    return EMBEDDED_MODELS[source]
+
+
 def _looks_like_path(source: str) -> bool:
     # A hub id is "name" or "org/name"; anything else path-shaped is meant as a path.
     return (
@@ -239,22 +224,12 @@ def _unavailable(source: str, *, revision: str | None = None, cache_dir: Path | 
     """Why ``source`` cannot be loaded, judged from files and the hub probe only."""
     cache = resolve_cache_dir(cache_dir)
     if _is_embedded(source):
-        if source not in EMBEDDED_MODELS:
-            raise ValueError(f"unknown embedded model {source!r}; available: {', '.join(EMBEDDED_MODELS)}")
-        if not embedded.embedded_package_installed():
-            return ModelUnavailable(
-                source,
-                f"needs the package {embedded.EMBEDDED_PACKAGE.replace('_', '-')}, which is not installed",
-                embedded.EMBEDDED_HINT,
-                hint_label="install it with",
-            )
-        if not _gguf_package_installed() and cached_entry(embedded.gemma3_expected_sha256(), cache_dir=cache) is None:
-            return ModelUnavailable(
-                source,
-                "needs the gguf package for its first conversion",
-                embedded.EMBEDDED_HINT,
-                hint_label="install it with",
-            )
+        model = _embedded(source)
+        if not model.installed():
+            return model.missing()
+        if not _gguf_package_installed() and cached_entry(model.expected_sha256(), cache_dir=cache) is None:
+            return ModelUnavailable(source, "needs the gguf package for its first conversion", model.hint,
+                                    hint_label="install it with")
         return None
 
     path = Path(source).expanduser()
@@ -365,9 +340,10 @@ def load_model(
         problem = _unavailable(source, cache_dir=cache)
         if problem is not None:
             raise problem
+        embedded = _embedded(source)
         model, tokenizer, kind = load_gguf(
-            lambda: embedded.gemma3_gguf_path(cache),
-            sha256=embedded.gemma3_expected_sha256(),
+            lambda: embedded.gguf_path(cache),
+            sha256=embedded.expected_sha256(),
             cache_dir=cache,
             dtype=torch_dtype,
         )

