@@ -1,4 +1,4 @@
-"""The baseline file and the regression gate, on hand-made result rows (no models)."""
+"""The baseline file and the regression gate: on hand-made result rows, then through pytest on the tiny pair."""
 
 from __future__ import annotations
 
@@ -304,3 +304,40 @@ def test_a_run_never_regresses_against_its_own_baseline(results: list[dict[str, 
     assert compare(document, results, max_acceptance_drop=0.0, max_speedup_drop=0.0) == []
     assert new_cases(document, results) == []
     assert compared_count(document, results) == len(results)
+
+
+# --- through pytest, on the tiny pair -------------------------------------------------------
+
+def test_unchanged_run_passes_the_gate(six_case_bench, pytester: pytest.Pytester) -> None:
+    six_case_bench("--specbench-save-baseline=baseline.json").assert_outcomes(passed=6)
+    saved = json.loads((pytester.path / "baseline.json").read_text())
+    assert len(saved["cases"]) == 6 and saved["versions"]["torch"]
+    result = six_case_bench("--specbench-baseline=baseline.json", "-n", "2")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*specbench gate*", "*compared 6 case(s)*no regression*"])
+
+
+def test_weakened_draft_fails_the_gate_with_a_regression_list(
+    six_case_bench, pytester: pytest.Pytester, weak_pairs_file: Path
+) -> None:
+    six_case_bench("--specbench-save-baseline=baseline.json").assert_outcomes(passed=6)
+    result = six_case_bench("--specbench-baseline=baseline.json", pairs_file=weak_pairs_file)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=6)  # every case is still lossless; only acceptance fell
+    result.stdout.fnmatch_lines(["*specbench gate*", "*regression*", "*tiny-k*acceptance*"])
+
+
+def test_baseline_with_extra_cases_fails_unless_missing_allowed(six_case_bench, pytester: pytest.Pytester) -> None:
+    six_case_bench("--specbench-save-baseline=baseline.json").assert_outcomes(passed=6)
+    result = six_case_bench("--specbench-baseline=baseline.json", "-k", "k1")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*tiny-k4-*missing*"])
+    result = six_case_bench("--specbench-baseline=baseline.json", "-k", "k1", "--specbench-allow-missing")
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_malformed_baseline_is_a_usage_error_naming_the_file(six_case_bench, pytester: pytest.Pytester) -> None:
+    (pytester.path / "broken.json").write_text("{not json")
+    result = six_case_bench("--specbench-baseline=broken.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*pytest-specbench:*broken.json*"])

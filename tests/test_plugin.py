@@ -1,4 +1,4 @@
-"""The plugin end to end, through pytester, on a tiny pair saved to disk."""
+"""The plugin end to end, through pytester, on the tiny pair (the ``bench`` fixture of conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,33 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tiny_pairs import write_tiny_pair
-
-BENCH_MODULE = Path(__file__).resolve().parents[1] / "bench_cases" / "test_speculative.py"
-
-
-@pytest.fixture(scope="module")
-def pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_pair(tmp_path_factory.mktemp("tiny_pair"))
-
-
-@pytest.fixture
-def bench(pytester: pytest.Pytester, pairs_file: Path):
-    """Run the shipped benchmark module on the tiny pair with small, fast settings."""
-    pytester.makepyfile(test_speculative=BENCH_MODULE.read_text(encoding="utf-8"))
-
-    def run(*args: str, defaults: bool = True) -> pytest.RunResult:
-        base = [
-            f"--specbench-pairs-file={pairs_file}", "--specbench-pairs=tiny",
-            "--specbench-prompts=natural,code_json", "--specbench-k=1,4",
-            "--specbench-max-new-tokens=12", "--specbench-warmup=0", "--specbench-repeats=1",
-            "-p", "no:cacheprovider", "-p", "no:randomly",
-        ]
-        extra = [] if any(arg.startswith("--benchmark") for arg in args) else ["--benchmark-disable"]
-        return pytester.runpytest(*(base if defaults else []), *extra, *args)
-
-    return run
 
 
 # --- options and their errors -------------------------------------------------------------
@@ -79,9 +52,9 @@ def test_command_line_wins_over_ini(bench, pytester: pytest.Pytester) -> None:
     assert "k2" not in result.stdout.str()
 
 
-def test_ini_value_is_used(bench, pytester: pytest.Pytester, pairs_file: Path) -> None:
+def test_ini_value_is_used(bench, pytester: pytest.Pytester, tiny_pairs_file: Path) -> None:
     pytester.makeini(
-        f"[pytest]\nspecbench_k = 2,3\nspecbench_pairs = tiny\nspecbench_pairs_file = {pairs_file}\n"
+        f"[pytest]\nspecbench_k = 2,3\nspecbench_pairs = tiny\nspecbench_pairs_file = {tiny_pairs_file}\n"
         "specbench_prompts = natural\n"
     )
     result = bench("--collect-only", "-q", defaults=False)
