@@ -16,6 +16,8 @@ from typing import Any
 
 from .models.base import DTYPE_NAMES as DTYPES
 DEFAULT_KS = "1,2,4,8,16"
+# On CPU, four categories of the shipped suite keep the default sweep near 15 minutes on 2 cores.
+CPU_PROMPTS = "natural,code_python,repetitive,list_items"
 
 
 class ConfigError(ValueError):
@@ -82,6 +84,13 @@ def _non_negative_float(raw: str) -> float:
     return value
 
 
+def _positive_float(raw: str) -> float:
+    value = _non_negative_float(raw)
+    if value == 0:
+        raise ValueError(f"{raw!r} is zero; accepted: a number > 0")
+    return value
+
+
 def _existing_file(raw: str) -> Path:
     path = Path(raw).expanduser()
     if not path.is_file():
@@ -140,10 +149,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("pairs", "pairs", "comma list of model pair ids to run (default: every defined pair; a pair whose "
            "model is not available is skipped with the reason)", _comma_list, metavar="IDS", unset=()),
     Option("pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH"),
-    Option("k", "ks", f"comma list of draft lengths k (default {DEFAULT_KS}; on CPU 2,4)", _ks, DEFAULT_KS,
-           cpu_default="2,4", metavar="LIST"),
-    Option("prompts", "prompt_categories", "comma list of prompt categories (default: all)", _comma_list,
-           metavar="CATEGORIES", unset=()),
+    Option("k", "ks", f"comma list of draft lengths k (default {DEFAULT_KS})", _ks, DEFAULT_KS, metavar="LIST"),
+    Option("prompts", "prompt_categories", "comma list of prompt categories (default: all; on CPU, of the "
+           f"shipped suite, {CPU_PROMPTS})", _comma_list, cpu_default=CPU_PROMPTS, metavar="CATEGORIES", unset=()),
     Option("prompt-file", "prompt_file", "JSON Lines prompt file to use instead of the shipped suite",
            _existing_file, metavar="PATH"),
     Option("prompts-per-category", "prompts_per_category", "prompts run per category (default 1)", _int(1), "1",
@@ -154,8 +162,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("dtype", "dtype", f"model dtype: {', '.join(DTYPES)} (default float32)", _dtype, "float32"),
     Option("warmup", "warmup", "untimed warm-up runs of baseline and speculative decoding before the first case "
            "of each pair (default 1)", _int(0), "1", metavar="N"),
-    Option("repeats", "repeats", "timed runs per case; the median is reported (default 3; on CPU 1)", _int(1), "3",
-           cpu_default="1", metavar="N"),
+    Option("min-rounds", "min_rounds", "timed rounds per case at least (a round runs baseline and speculative "
+           "decoding side by side; default 3)", _int(1), "3", metavar="N"),
+    Option("max-rounds", "max_rounds", "timed rounds per case at most (default 30)", _int(1), "30", metavar="N"),
+    Option("ci-target", "ci_target", "stop timing a case once the 95% interval of its speedups is within "
+           "+/- this fraction (default 0.05); a case still wider is marked unstable", _positive_float, "0.05",
+           metavar="FRACTION"),
+    Option("case-budget", "case_budget", "seconds of timed rounds per case before it stops short of the "
+           "interval target (default 30; on CPU 20)", _positive_float, "30", cpu_default="20",
+           metavar="SECONDS"),
     Option("threads", "threads", "torch CPU threads (default: torch's own choice; under xdist on CPU, "
            "cores / workers)", _int(1), metavar="N"),
     Option("baseline-once", "baseline_once", "time the target-only baseline once per (target, prompt) instead of "
@@ -200,7 +215,10 @@ class SpecbenchConfig:
     max_new_tokens: int
     dtype: str
     warmup: int
-    repeats: int
+    min_rounds: int
+    max_rounds: int
+    ci_target: float
+    case_budget: float
     threads: int | None
     baseline_once: bool
     tie_tolerance: float
@@ -213,8 +231,10 @@ class SpecbenchConfig:
     max_acceptance_drop: float
     max_speedup_drop: float | None
     allow_missing: bool
-    # The raw values as given, for the JSON record of the run.
+    # The raw values used (given or defaulted), for the JSON record of the run.
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    # Names of the options the user gave (command line or ini); the rest are defaults.
+    given: frozenset[str] = field(default_factory=frozenset, compare=False)
 
 
 def parse_settings(values: dict[str, tuple[Any, str]], cuda_available: Callable[[], bool] = lambda: False
@@ -226,6 +246,7 @@ def parse_settings(values: dict[str, tuple[Any, str]], cuda_available: Callable[
     example ``"--specbench-k"`` or ``"ini specbench_k"``) goes into error messages.
     """
     values = dict(values)
+    given = frozenset(values)
     on_gpu = _on_gpu(values, cuda_available)
     for option in OPTIONS:
         default = option.cpu_default if (option.cpu_default and not on_gpu) else option.default
@@ -248,7 +269,10 @@ def parse_settings(values: dict[str, tuple[Any, str]], cuda_available: Callable[
     # Neither given nor defaulted.
     for option in OPTIONS:
         fields.setdefault(option.field, False if option.flag else option.unset)
-    return SpecbenchConfig(**fields, raw=raw_record)
+    if fields["min_rounds"] > fields["max_rounds"]:
+        raise ConfigError(f"--specbench-min-rounds={fields['min_rounds']} is above --specbench-max-rounds="
+                          f"{fields['max_rounds']}; accepted: min rounds <= max rounds")
+    return SpecbenchConfig(**fields, raw=raw_record, given=given)
 
 
 def _on_gpu(values: dict[str, tuple[Any, str]], cuda_available: Callable[[], bool]) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from os import PathLike
@@ -20,7 +20,12 @@ from tabulate import tabulate
 from .atomic import write_atomic
 from .schema import gate_fields
 
-BASELINE_FORMAT = 1
+BASELINE_FORMAT = 2
+
+#: Across machines a pair's pooled acceptance may drop by this many binomial standard errors,
+#: sqrt(p(1-p)/drafted), before the gate fails (and never by less than --specbench-max-acceptance-drop).
+#: Chosen from the measured cross-capability spread: see the README's "Gating across machines".
+CROSS_MACHINE_Z = 3.0
 
 # A baseline keeps the schema's gate="compared" fields, checked run to run, and its gate="info"
 # timing fields, kept only so a reader sees what the machine did (speed is gated only on request).
@@ -31,7 +36,7 @@ _VERDICTS = ("lossless", "tie-divergence", "diverged")
 _EPSILON = 1e-9
 
 # Regressions of one case are listed in this order (the most serious first).
-_KIND_ORDER = {"lossless": 0, "acceptance": 1, "speedup": 2, "missing": 3}
+_KIND_ORDER = {"lossless": 0, "acceptance": 1, "pair acceptance": 2, "speedup": 3, "missing": 4}
 
 StrPath = str | PathLike[str]
 
@@ -67,6 +72,12 @@ def _case_problem(entry: Any) -> str | None:
         return "has no lossless, expected true or false"
     if not isinstance(entry["lossless"], bool):
         return f"has lossless {entry['lossless']!r}, expected true or false"
+    for count in ("accepted_tokens", "drafted_tokens"):
+        value = entry.get(count)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return f"has {count} {value!r}, expected a whole number >= 0"
+    if entry["accepted_tokens"] > entry["drafted_tokens"]:
+        return "has more accepted_tokens than drafted_tokens"
     if entry.get("verdict") is not None and entry["verdict"] not in _VERDICTS:
         return f"has verdict {entry['verdict']!r}, expected one of {', '.join(_VERDICTS)}"
     if entry.get("speedup") is not None and not _is_number(entry["speedup"]):
@@ -76,7 +87,7 @@ def _case_problem(entry: Any) -> str | None:
 
 def baseline_document(results: Sequence[dict[str, Any]], environment: dict[str, Any], *,
                       created: str | None = None) -> dict[str, Any]:
-    """The baseline of a run: one entry per case key, sorted, plus the machine it ran on.
+    """The baseline of a run: one entry per case key, sorted, plus the fingerprint of the machine it ran on.
 
     ``created`` (ISO 8601) defaults to now, in UTC. Raises ValueError for a result row that
     would make an unusable baseline (a duplicate case key, a missing or invalid gated value),
@@ -98,7 +109,7 @@ def baseline_document(results: Sequence[dict[str, Any]], environment: dict[str, 
     return {
         "format": BASELINE_FORMAT,
         "created": created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": environment.get("machine", {}),
+        "fingerprint": environment.get("fingerprint", {}),
         "versions": environment.get("versions", {}),
         "cases": {key: cases[key] for key in sorted(cases)},
     }
@@ -178,7 +189,7 @@ def _show(kind: str, value: float | bool | None) -> str:
 
 
 def _allowed(regression: Regression) -> str:
-    if regression.kind == "acceptance" and regression.limit is not None:
+    if regression.kind in ("acceptance", "pair acceptance") and regression.limit is not None:
         return f"drop <= {regression.limit:.3f}"
     if regression.kind == "speedup" and regression.limit is not None:
         return f"drop <= {regression.limit:.1%}"
@@ -199,13 +210,16 @@ def _verdict(row: Mapping[str, Any]) -> str:
 
 def compare(baseline: dict[str, Any], results: Sequence[dict[str, Any]], *,
             max_acceptance_drop: float = 0.02, max_speedup_drop: float | None = None,
-            allow_missing: bool = False) -> list[Regression]:
+            allow_missing: bool = False, same_machine: bool = True) -> list[Regression]:
     """The regressions of ``results`` against ``baseline`` (a ``load_baseline`` document), by case key.
 
-    - acceptance: old - new > max_acceptance_drop (absolute);
     - lossless: lossless in the baseline, verdict "diverged" now (a tie-divergence under
-      half precision is a rounding tie, not a bug, so it does not fail the gate);
-    - speedup (only when max_speedup_drop is given): old - new > max_speedup_drop * old;
+      half precision is a rounding tie, not a bug, so it does not fail the gate); on any machine;
+    - acceptance, on the same machine: a case's old - new > max_acceptance_drop (absolute);
+    - pair acceptance, across machines (``same_machine=False``): per pair, the acceptance pooled
+      over the cases both runs have (accepted / drafted tokens) dropped by more than
+      ``pair_tolerance``: other kernels flip near-tied tokens, which moves single cases, not pairs;
+    - speedup (only when max_speedup_drop is given, same machine only): old - new > max_speedup_drop * old;
     - missing: a baseline case with no result, unless allow_missing.
     Cases absent from the baseline are not gated: see ``new_cases``.
     """
@@ -222,12 +236,46 @@ def compare(baseline: dict[str, Any], results: Sequence[dict[str, Any]], *,
         old = cases.get(key)
         if old is None:
             continue
-        regressions += _check_case(key, old, row, max_acceptance_drop, max_speedup_drop)
+        regressions += _check_case(key, old, row, max_acceptance_drop if same_machine else None,
+                                   max_speedup_drop if same_machine else None)
+    if not same_machine:
+        regressions += _check_pairs(cases, results, max_acceptance_drop)
     if not allow_missing:
         regressions += [Regression(key, "missing", None, None, "in the baseline, not in this run")
                         for key in cases if key not in seen]
     # Stable sort: deterministic whatever order the results arrived in (xdist finishes at random).
     return sorted(regressions, key=lambda r: (r.case, _KIND_ORDER.get(r.kind, len(_KIND_ORDER))))
+
+
+def pair_tolerance(acceptance: float, drafted: int, floor: float) -> float:
+    """The pooled-acceptance drop allowed across machines: CROSS_MACHINE_Z standard errors, at least ``floor``."""
+    if drafted <= 0:
+        return floor
+    return max(floor, CROSS_MACHINE_Z * math.sqrt(acceptance * (1 - acceptance) / drafted))
+
+
+def pooled_acceptance(rows: Iterable[Mapping[str, Any]]) -> tuple[float, int]:
+    """Accepted / drafted tokens over ``rows``, and the drafted count."""
+    accepted = drafted = 0
+    for row in rows:
+        accepted += int(row.get("accepted_tokens") or 0)
+        drafted += int(row.get("drafted_tokens") or 0)
+    return (accepted / drafted if drafted else 0.0), drafted
+
+
+def _check_pairs(cases: Mapping[str, Mapping[str, Any]], results: Sequence[Mapping[str, Any]],
+                 floor: float) -> list[Regression]:
+    found = []
+    both = [row for row in results if row["case"] in cases]
+    for pair in sorted({row["pair"] for row in both}):
+        now_rows = [row for row in both if row["pair"] == pair]
+        old_rate, old_drafted = pooled_acceptance(cases[row["case"]] for row in now_rows)
+        new_rate, _ = pooled_acceptance(now_rows)
+        limit = pair_tolerance(old_rate, old_drafted, floor)
+        if old_rate - new_rate > limit + _EPSILON:
+            found.append(Regression(f"{pair} (pair, {len(now_rows)} cases)", "pair acceptance", old_rate, new_rate,
+                                    f"drop {old_rate - new_rate:.3f} > allowed {limit:.3f}", limit))
+    return found
 
 
 def _check_case(key: str, old: Mapping[str, Any], row: Mapping[str, Any],
@@ -241,7 +289,9 @@ def _check_case(key: str, old: Mapping[str, Any], row: Mapping[str, Any],
                                 f"lossless in the baseline, now diverged{at}"))
     old_rate = float(old["acceptance_rate"])
     new_rate = row.get("acceptance_rate")
-    if not _is_number(new_rate):
+    if max_acceptance_drop is None:
+        pass  # judged per pair (another machine)
+    elif not _is_number(new_rate):
         found.append(Regression(key, "acceptance", old_rate, None,
                                 f"no usable acceptance rate now ({new_rate!r})", max_acceptance_drop))
     elif old_rate - new_rate > max_acceptance_drop + _EPSILON:
@@ -274,14 +324,19 @@ def compared_count(baseline: dict[str, Any], results: Sequence[dict[str, Any]]) 
 
 
 def gate_summary_lines(regressions: Sequence[Regression], new_cases: Sequence[str], compared: int,
-                       baseline_path: StrPath) -> list[str]:
-    """The terminal section of the gate: the verdict, a table of regressions, the ungated cases."""
+                       baseline_path: StrPath, machine_differences: Sequence[str] = ()) -> list[str]:
+    """The terminal section of the gate: the machine check, the verdict, a table of regressions, the ungated cases."""
+    lines = []
+    if machine_differences:
+        lines.append(f"the baseline was recorded on another machine ({'; '.join(machine_differences)}): "
+                     "acceptance is compared per pair, pooled over its cases, within "
+                     f"{CROSS_MACHINE_Z:g} binomial standard errors; losslessness per case; speed not at all")
     if not regressions:
-        lines = [f"compared {compared} case(s) with {baseline_path}: no regression"]
+        lines.append(f"compared {compared} case(s) with {baseline_path}: no regression")
     else:
         failing = len({regression.case for regression in regressions})
-        lines = [f"compared {compared} case(s) with {baseline_path}: "
-                 f"{len(regressions)} regression(s) in {failing} case(s)"]
+        lines.append(f"compared {compared} case(s) with {baseline_path}: "
+                     f"{len(regressions)} regression(s) in {failing} case(s)")
         table = [(r.case, r.kind, _show(r.kind, r.old), _show(r.kind, r.new), _allowed(r)) for r in regressions]
         # disable_numparse: values are already formatted; tabulate must not reformat "0.640".
         lines += tabulate(table, headers=("case", "check", "baseline", "now", "allowed"),

@@ -68,22 +68,10 @@ def _session(config: pytest.Config):
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "spec_case" not in metafunc.fixturenames:
         return
-    from .models.loading import model_available
-
-    state = _session(metafunc.config)
-    unavailable: dict[str, str | None] = {}
-    params = []
-    for case in state.cases:
-        marks = [pytest.mark.specbench(pair=case.pair.name, k=case.k, prompt=case.prompt_label),
-                 pytest.mark.xdist_group(case.pair.name)]
-        for source in case.pair.sources():
-            if source not in unavailable:
-                revision = case.pair.revision if source == case.pair.target else None
-                unavailable[source] = model_available(source, revision=revision, cache_dir=state.config.cache_dir)
-            if unavailable[source]:
-                marks.append(pytest.mark.skip(reason=f"{case.pair.name}: {unavailable[source]}"))
-                break
-        params.append(pytest.param(case, id=case.id, marks=marks))
+    params = [pytest.param(case, id=case.id, marks=[
+        pytest.mark.specbench(pair=case.pair.name, k=case.k, prompt=case.prompt_label),
+        pytest.mark.xdist_group(case.pair.name),
+    ]) for case in _session(metafunc.config).cases]
     metafunc.parametrize("spec_case", params)
 
 
@@ -172,6 +160,14 @@ class SessionHooks:
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         self.session.count_collected("spec_case" in getattr(item, "fixturenames", ()) for item in items)
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # After -k/-m: only the cases that will run are checked, so no hub probe for the others.
+        for item in session.items:
+            case = getattr(item, "callspec", None) and item.callspec.params.get("spec_case")
+            reason = case and self.session.unavailable_reason(case.pair)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         case_id = report.nodeid.partition("[")[2].partition("]")[0]
         self.session.add_report(case_id, report.when, report.failed, "specbench" in report.keywords,
@@ -182,6 +178,7 @@ class SessionHooks:
         if not _is_worker(session.config) and self.session.finish() and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
+    @pytest.hookimpl(trylast=True)  # after pytest-benchmark's table: the specbench summary is read last
     def pytest_terminal_summary(self, terminalreporter, config: pytest.Config) -> None:
         if _is_worker(config):
             return

@@ -6,10 +6,7 @@ import csv
 import io
 import json
 import math
-import os
-import platform
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
@@ -18,6 +15,7 @@ from .schema import csv_columns, summary_columns
 
 
 _MARK = {"lossless": "yes", "tie-divergence": "tie", "diverged": "NO"}
+UNSTABLE_MARK = "!"
 
 
 def _geometric_mean(values: Sequence[float]) -> float:
@@ -25,42 +23,70 @@ def _geometric_mean(values: Sequence[float]) -> float:
     return math.exp(sum(map(math.log, positive)) / len(positive)) if positive else 0.0
 
 
-def summary_lines(results: Sequence[dict[str, Any]]) -> list[str]:
-    """The terminal summary: a table per pair, a per-k summary, the best k per prompt."""
+def _cell(row: dict[str, Any], name: str, fmt: str, interval: bool) -> str:
+    value = row.get(name)
+    if name == "verdict":
+        return _MARK.get(value, value)
+    if not fmt or not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "" if value is None else str(value)
+    if not interval:
+        return f"{value:{fmt}}"
+    low, high = row.get(f"{name}_ci_low"), row.get(f"{name}_ci_high")
+    shown = f"{value:{fmt}}" + (f" [{low:{fmt}}, {high:{fmt}}]" if low is not None else " [no interval]")
+    return shown + (f" {UNSTABLE_MARK}" if row.get("unstable") else "")
+
+
+def summary_lines(results: Sequence[dict[str, Any]], ci_target: float = 0.05) -> list[str]:
+    """The terminal summary: a table per pair, a per-k summary, the best k per prompt, the unstable cases."""
     if not results:
         return ["no specbench case ran: nothing to summarise"]
     lines: list[str] = []
+    columns = summary_columns()
     for pair in dict.fromkeys(row["pair"] for row in results):
         rows = [row for row in results if row["pair"] == pair]
         first = rows[0]
         lines.append(f"{pair}: target {first['target']}, draft {first['draft']} "
-                     f"({first['device']}, {first['dtype']}, {first['new_tokens']} new tokens)")
-        columns = summary_columns()
-        table = [[_MARK.get(row[name], row[name]) if name == "verdict" else row.get(name) for name, _, _ in columns]
+                     f"({first['device']}, {first['dtype']}, {first['new_tokens']} new tokens; "
+                     f"speedups with their 95% interval, {UNSTABLE_MARK} = unstable)")
+        table = [[_cell(row, name, fmt, interval) for name, _, fmt, interval in columns]
                  for row in sorted(rows, key=lambda row: (row["prompt"], row["k"]))]
-        lines += tabulate(table, headers=[header for _, header, _ in columns],
-                          floatfmt=[fmt for _, _, fmt in columns]).splitlines()
+        # Cells come formatted (a value with its interval is text): tabulate must not parse them again.
+        lines += tabulate(table, headers=[header for _, header, _, _ in columns], disable_numparse=True).splitlines()
         lines.append("")
         per_k = []
         for k in sorted({row["k"] for row in rows}):
             at_k = [row for row in rows if row["k"] == k]
-            per_k.append((k, len(at_k), _geometric_mean([row["speedup"] for row in at_k]),
+            per_k.append((k, len(at_k), _geometric_mean([row["decode_speedup"] for row in at_k]),
+                          _geometric_mean([row["speedup"] for row in at_k]),
                           sum(row["acceptance_rate"] for row in at_k) / len(at_k),
                           sum(row["tau"] for row in at_k) / len(at_k)))
-        lines += tabulate(per_k, headers=("k", "cases", "geomean speedup", "mean accept", "mean tau"),
-                          floatfmt=("", "", ".2f", ".3f", ".2f")).splitlines()
+        lines += tabulate(per_k, headers=("k", "cases", "geomean decode speedup", "geomean e2e speedup",
+                                          "mean accept", "mean tau"),
+                          floatfmt=("", "", ".2f", ".2f", ".3f", ".2f")).splitlines()
         lines.append("")
         best = []
         for prompt in sorted({row["prompt"] for row in rows}):
-            top = max((row for row in rows if row["prompt"] == prompt), key=lambda row: row["speedup"])
-            best.append((prompt, top["k"], top["speedup"], top["acceptance_rate"]))
-        lines += tabulate(best, headers=("prompt", "best k", "speedup", "accept"),
-                          floatfmt=("", "", ".2f", ".3f")).splitlines()
+            top = max((row for row in rows if row["prompt"] == prompt), key=lambda row: row["decode_speedup"])
+            best.append((prompt, top["k"], _cell(top, "decode_speedup", ".2f", True), top["acceptance_rate"]))
+        lines += tabulate(best, headers=("prompt", "best k", "decode speedup", "accept"),
+                          floatfmt=("", "", "", ".3f"), disable_numparse=True).splitlines()
         lines.append("")
     failed = [row["case"] for row in results if row["verdict"] == "diverged"]
     ties = [row["case"] for row in results if row["verdict"] == "tie-divergence"]
     lines.append(f"{len(results)} case(s): {len(results) - len(failed) - len(ties)} lossless, "
                  f"{len(ties)} tie-divergence, {len(failed)} diverged")
+    single = [row for row in results if row.get("rounds", 0) < 2]
+    if single:
+        lines.append(f"{len(single)} case(s) timed in one round: no interval (raise --specbench-max-rounds)")
+    unstable = [row for row in results if row.get("unstable") and row.get("rounds", 0) >= 2]
+    if unstable:
+        threads = sorted({row.get("threads") for row in unstable if row.get("threads")})
+        lines.append(
+            f"{len(unstable)} case(s) unstable ({UNSTABLE_MARK}): their 95% interval stayed wider than "
+            f"+/-{ci_target:.0%} within the rounds allowed, so their speedups are noise-bound. "
+            "Try a quieter machine, fewer xdist workers, a fixed --specbench-threads"
+            f"{f' (ran with {threads[0]})' if len(threads) == 1 else ''}, or a larger --specbench-case-budget."
+        )
     return lines
 
 
@@ -74,8 +100,10 @@ def csv_text(results: Iterable[dict[str, Any]]) -> str:
 
 
 def environment() -> dict[str, Any]:
-    """The machine and library versions, for the JSON record."""
+    """The machine fingerprint and library versions, for the JSON record and the baseline."""
     import importlib.metadata as metadata
+
+    from .fingerprint import machine_fingerprint
 
     versions = {}
     for name in ("torch", "transformers", "pytest", "pytest-specbench", "pytest-benchmark", "pytest-xdist"):
@@ -83,16 +111,7 @@ def environment() -> dict[str, Any]:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    machine = {"platform": platform.platform(), "python": platform.python_version(),
-               "processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()}
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            machine["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except ImportError:
-        pass
-    return {"machine": machine, "versions": versions}
+    return {"fingerprint": machine_fingerprint(), "versions": versions}
 
 
 def json_text(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],

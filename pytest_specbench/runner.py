@@ -7,6 +7,7 @@ a :class:`~.schema.CaseResult`, whose ``to_row()`` is what travels between xdist
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,19 +20,13 @@ from .lossless import diagnose, quality_score
 from .matrix import Case
 from .prompts import Prompt, filler_text, fit_context
 from .schema import CaseResult
+from .speed_stats import Interval, coefficient_of_variation, speedup_interval
 from .engine.stats import GenerationResult
 from .store import ModelStore
 
 # (run the speculative decode, run the baseline before each timed round or None, rounds) -> None.
-# pytest-benchmark's pedantic() is one such timer; the default loop is another.
+# pytest-benchmark's pedantic() is one: it times the first rounds, the adaptive loop the rest.
 RoundTimer = Callable[[Callable[[], Any], Callable[[], Any] | None, int], None]
-
-
-def _own_rounds(run_speculative: Callable[[], Any], before_each: Callable[[], Any] | None, rounds: int) -> None:
-    for _ in range(rounds):
-        if before_each is not None:
-            before_each()
-        run_speculative()
 
 
 def prompt_input_ids(tokenizer, prompt: Prompt, all_prompts: list[Prompt], context_tokens: int | None,
@@ -60,6 +55,7 @@ class Measurement:
     reference: list[int]
     baselines: list[GenerationResult]
     speculative: list[GenerationResult]
+    paired: bool  # baseline and speculative rounds ran side by side
     verdict: dict[str, Any]
     target_load_s: float
     target_load_source: str
@@ -104,33 +100,87 @@ def measure_case(
     baselines.clear()
     speculative.clear()
 
+    paired = not config.baseline_once
     if config.baseline_once:
         # Timed once per (target, prompt) and shared by every k and pair with that target.
         key = ("baseline", pair.target, pair.revision, store.dtype_for(pair), case.prompt.id, n, eos)
 
         def time_baseline() -> list[GenerationResult]:
-            for _ in range(config.repeats):
+            for _ in range(config.min_rounds):
                 run_baseline()
             return list(baselines)
 
         baselines[:] = store.memo(key, time_baseline)
-        (timer or _own_rounds)(run_speculative, None, config.repeats)
-    else:
-        # Interleaved (baseline, speculative, baseline, ...) so drift hits both alike.
-        (timer or _own_rounds)(run_speculative, run_baseline, config.repeats)
+    time_rounds(run_speculative, run_baseline if paired else None, lambda: _precision(baselines, speculative, paired),
+                config, timer)
 
     verdict = diagnose(target.model, target.tokenizer, input_ids, speculative[-1].token_ids, reference,
                        store.dtype_for(pair) != "float32", config.tie_tolerance)
     return Measurement(input_ids=input_ids, reference=reference, baselines=baselines, speculative=speculative,
-                       verdict=verdict, target_load_s=target.load_time_s, target_load_source=target.source)
+                       paired=paired, verdict=verdict, target_load_s=target.load_time_s,
+                       target_load_source=target.source)
 
 
-def build_result(case: Case, measurement: Measurement, device: str, dtype: str) -> CaseResult:
-    """The result row of a measured case: medians, spreads, counts and the verdict."""
+def time_rounds(run_speculative: Callable[[], Any], run_baseline: Callable[[], Any] | None,
+                relative_half_width: Callable[[], float], config: SpecbenchConfig,
+                timer: RoundTimer | None = None) -> int:
+    """Time rounds until the speedup interval is tight enough, the budget is spent, or max rounds ran.
+
+    A round runs the baseline (when given) and the speculative decode side by side, in
+    alternating order so neither always runs on a cache the other warmed. The first
+    ``min_rounds`` may go through ``timer`` (pytest-benchmark); the budget never cuts
+    below ``min_rounds``. Returns the number of rounds.
+    """
+    rounds = 0
+    start = time.perf_counter()
+    if timer is not None:
+        timer(run_speculative, run_baseline, config.min_rounds)
+        rounds = config.min_rounds
+    while rounds < config.max_rounds:
+        elapsed = time.perf_counter() - start
+        if rounds >= config.min_rounds:
+            # Stop when precise enough, or when one more round (at the mean round's cost) would overrun.
+            if relative_half_width() <= config.ci_target or elapsed + elapsed / rounds > config.case_budget:
+                break
+        first, second = (run_baseline, run_speculative) if rounds % 2 == 0 else (run_speculative, run_baseline)
+        for run in (first, second):
+            if run is not None:
+                run()
+        rounds += 1
+    return rounds
+
+
+def _speedups(baselines: list[GenerationResult], speculative: list[GenerationResult], paired: bool
+              ) -> tuple[Interval, Interval]:
+    """End-to-end and decode-only speedup intervals (wall time, and wall time after the first token)."""
+    if paired:
+        baselines = baselines[: len(speculative)]
+    end_to_end = speedup_interval([run.stats.wall_time_s for run in baselines],
+                                  [run.stats.wall_time_s for run in speculative], paired=paired)
+    decode = speedup_interval([_per_decode_token(run) for run in baselines],
+                              [_per_decode_token(run) for run in speculative], paired=paired)
+    return end_to_end, decode
+
+
+def _per_decode_token(run: GenerationResult) -> float:
+    # Per token, so a run cut short by EOS still compares fairly; a 1-token run has no decode phase.
+    stats = run.stats
+    return stats.decode_time_s / stats.decode_tokens if stats.decode_tokens else stats.wall_time_s
+
+
+def _precision(baselines: list[GenerationResult], speculative: list[GenerationResult], paired: bool) -> float:
+    if not baselines or not speculative:
+        return float("inf")
+    return max(interval.relative_half_width for interval in _speedups(baselines, speculative, paired))
+
+
+def build_result(case: Case, measurement: Measurement, device: str, dtype: str, ci_target: float) -> CaseResult:
+    """The result row of a measured case: speedups with intervals, medians, counts and the verdict."""
     pair = case.pair
     baselines, speculative = measurement.baselines, measurement.speculative
     last = speculative[-1]
     stats = last.stats
+    end_to_end, decode = _speedups(baselines, speculative, measurement.paired)
     baseline_tps = _spread([run.stats.tokens_per_second for run in baselines])
     speculative_tps = _spread([run.stats.tokens_per_second for run in speculative])
     median_run = sorted(speculative, key=lambda run: run.stats.wall_time_s)[len(speculative) // 2]
@@ -156,12 +206,24 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str) 
         speculative_tps=speculative_tps["median"],
         speculative_tps_min=speculative_tps["min"],
         speculative_tps_max=speculative_tps["max"],
-        speedup=speculative_tps["median"] / baseline_tps["median"] if baseline_tps["median"] else 0.0,
+        speedup=end_to_end.estimate,
+        speedup_ci_low=end_to_end.low,
+        speedup_ci_high=end_to_end.high,
+        ttft_ms=1000 * statistics.median(run.stats.prefill_time_s for run in speculative),
+        baseline_ttft_ms=1000 * statistics.median(run.stats.prefill_time_s for run in baselines),
+        decode_tps=statistics.median(run.stats.decode_tokens_per_second for run in speculative),
+        baseline_decode_tps=statistics.median(run.stats.decode_tokens_per_second for run in baselines),
+        decode_speedup=decode.estimate,
+        decode_speedup_ci_low=decode.low,
+        decode_speedup_ci_high=decode.high,
+        baseline_cv=coefficient_of_variation([run.stats.wall_time_s for run in baselines]),
+        speculative_cv=coefficient_of_variation([run.stats.wall_time_s for run in speculative]),
+        rounds=len(speculative),
+        baseline_runs=len(baselines),
+        unstable=max(end_to_end.relative_half_width, decode.relative_half_width) > ci_target,
         draft_time_s=median_run.stats.draft_time_s,
         verify_time_s=median_run.stats.verify_time_s,
         other_time_s=median_run.stats.other_time_s,
-        repeats=len(speculative),
-        baseline_runs=len(baselines),
         acceptance_rate=stats.acceptance_rate,
         tau=stats.tokens_per_step,
         drafted_tokens=stats.drafted_tokens,
@@ -176,6 +238,7 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str) 
         **measurement.verdict,
         device=device,
         dtype=dtype,
+        threads=torch.get_num_threads(),
         target_load_s=measurement.target_load_s,  # includes a GGUF conversion on a first run
         target_load_source=measurement.target_load_source,
     )
@@ -190,4 +253,4 @@ def run_case(
 ) -> CaseResult:
     """Measure one case and build its result (verdict included; asserting is the caller's job)."""
     measurement = measure_case(case, store, config, all_prompts, timer)
-    return build_result(case, measurement, store.device, store.dtype_for(case.pair))
+    return build_result(case, measurement, store.device, store.dtype_for(case.pair), config.ci_target)

@@ -13,6 +13,7 @@ Metadata of a field (all optional but ``meaning``):
 - ``csv``: a CSV column (lists and nested values are JSON only);
 - ``seed``: position among the first seed's leading CSV columns, which come first;
 - ``summary``: ``(header, format)`` of its column in the terminal table;
+- ``interval``: the row also has ``<name>_ci_low`` and ``<name>_ci_high``, shown beside the value;
 - ``gate``: ``"compared"`` (saved in a baseline and checked) or ``"info"`` (saved, not checked);
 - ``extra_info``: copied into pytest-benchmark's ``extra_info``.
 """
@@ -27,9 +28,10 @@ IDENTITY, TIMING, ACCEPTANCE, VERDICT, ENVIRONMENT = "case identity", "timing", 
 
 
 def _field(meaning: str, group: str, *, default: Any = dataclasses.MISSING, csv: bool = True, seed: int | None = None,
-           summary: tuple[str, str] | None = None, gate: str | None = None, extra_info: bool = False) -> Any:
-    metadata = {"meaning": meaning, "group": group, "csv": csv, "seed": seed, "summary": summary, "gate": gate,
-                "extra_info": extra_info}
+           summary: tuple[str, str] | None = None, interval: bool = False, gate: str | None = None,
+           extra_info: bool = False) -> Any:
+    metadata = {"meaning": meaning, "group": group, "csv": csv, "seed": seed, "summary": summary,
+                "interval": interval, "gate": gate, "extra_info": extra_info}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -56,31 +58,52 @@ class CaseResult:
 
     # --- timing
     latency_ms: float = _field("milliseconds per generated token of the speculative run (median run)", TIMING,
-                               seed=2, summary=("ms/token", ".2f"))
+                               seed=2)
     throughput_tps: float = _field("speculative tokens per second (median), the seed's name", TIMING, seed=3)
-    baseline_tps: float = _field("target-only greedy tokens per second (median)", TIMING,
-                                 summary=("base tok/s", ".1f"), gate="info", extra_info=True)
-    speculative_tps: float = _field("speculative tokens per second (median)", TIMING,
-                                    summary=("spec tok/s", ".1f"), gate="info", extra_info=True)
-    speedup: float = _field("speculative / baseline tokens per second", TIMING,
-                            summary=("speedup", ".2f"), gate="info", extra_info=True)
+    baseline_decode_tps: float = _field("target-only greedy decoding speed: tokens after the first over the "
+                                        "time after the first (median)", TIMING, summary=("base tok/s", ".1f"))
+    decode_tps: float = _field("speculative decoding speed, prefill excluded (median)", TIMING,
+                               summary=("spec tok/s", ".1f"))
+    decode_speedup: float = _field("decoding speedup, prefill excluded: geometric mean of the per-round "
+                                   "ratios of time per decoded token", TIMING, summary=("decode speedup", ".2f"),
+                                   interval=True, gate="info", extra_info=True)
+    decode_speedup_ci_low: float | None = _field("95% interval of decode_speedup, low end (null below 2 rounds)",
+                                                 TIMING, default=None)
+    decode_speedup_ci_high: float | None = _field("95% interval of decode_speedup, high end", TIMING, default=None)
+    speedup: float = _field("end-to-end speedup, prefill included: geometric mean of the per-round wall-time "
+                            "ratios", TIMING, summary=("e2e speedup", ".2f"), gate="info", extra_info=True)
+    speedup_ci_low: float | None = _field("95% interval of speedup, low end (null below 2 rounds)", TIMING,
+                                          default=None)
+    speedup_ci_high: float | None = _field("95% interval of speedup, high end", TIMING, default=None)
+    ttft_ms: float = _field("speculative time to first token: the prefill of target and draft (median)", TIMING)
+    baseline_ttft_ms: float = _field("target-only time to first token (median)", TIMING)
+    baseline_tps: float = _field("target-only tokens per second, prefill included (median)", TIMING, gate="info",
+                                 extra_info=True)
+    speculative_tps: float = _field("speculative tokens per second, prefill included (median)", TIMING,
+                                    gate="info", extra_info=True)
     baseline_tps_min: float = _field("slowest baseline run, tokens per second", TIMING)
     baseline_tps_max: float = _field("fastest baseline run, tokens per second", TIMING)
     speculative_tps_min: float = _field("slowest speculative run, tokens per second", TIMING)
     speculative_tps_max: float = _field("fastest speculative run, tokens per second", TIMING)
-    draft_time_s: float = _field("seconds spent drafting (median speculative run)", TIMING)
-    verify_time_s: float = _field("seconds spent in target verify passes (median speculative run)", TIMING)
-    other_time_s: float = _field("seconds neither drafting nor verifying (median speculative run)", TIMING)
-    repeats: int = _field("timed speculative runs", TIMING)
+    baseline_cv: float | None = _field("coefficient of variation of the baseline's wall times", TIMING,
+                                       default=None)
+    speculative_cv: float | None = _field("coefficient of variation of the speculative wall times", TIMING,
+                                          default=None)
+    rounds: int = _field("timed speculative runs (rounds)", TIMING)
     baseline_runs: int = _field("timed baseline runs", TIMING)
+    unstable: bool = _field("an interval wider than the target (--specbench-ci-target) after the rounds the "
+                            "budget allowed", TIMING)
+    draft_time_s: float = _field("seconds spent drafting in the decode phase (median speculative run)", TIMING)
+    verify_time_s: float = _field("seconds in target verify passes in the decode phase (median run)", TIMING)
+    other_time_s: float = _field("decode seconds neither drafting nor verifying (median run)", TIMING)
 
     # --- acceptance
     acceptance_rate: float = _field("accepted draft tokens / drafted tokens", ACCEPTANCE, seed=4,
                                     summary=("accept", ".3f"), gate="compared", extra_info=True)
-    tau: float = _field("mean tokens committed per target step, bonus token included", ACCEPTANCE,
+    tau: float = _field("mean tokens committed per decode step (verify pass), bonus token included", ACCEPTANCE,
                         summary=("tau", ".2f"), gate="compared", extra_info=True)
-    drafted_tokens: int = _field("draft tokens proposed", ACCEPTANCE)
-    accepted_tokens: int = _field("draft tokens accepted", ACCEPTANCE)
+    drafted_tokens: int = _field("draft tokens proposed", ACCEPTANCE, gate="compared")
+    accepted_tokens: int = _field("draft tokens accepted", ACCEPTANCE, gate="compared")
     target_forward_passes: int = _field("target forward passes of one speculative run", ACCEPTANCE)
     draft_forward_passes: int = _field("draft model forward passes of one speculative run", ACCEPTANCE)
     accepted_per_step: list = _field("accepted tokens at each step", ACCEPTANCE, default=[], csv=False)
@@ -104,6 +127,7 @@ class CaseResult:
     # --- environment
     device: str = _field("device the case ran on", ENVIRONMENT, default="")
     dtype: str = _field("model dtype", ENVIRONMENT, default="")
+    threads: int = _field("torch CPU threads of the process that ran the case", ENVIRONMENT, default=0)
     target_load_s: float = _field("seconds to load the target (a GGUF conversion included)", ENVIRONMENT,
                                   default=0.0, csv=False)
     target_load_source: str = _field("where the target came from", ENVIRONMENT, default="", csv=False)
@@ -129,9 +153,10 @@ def csv_columns(schema: type | None = None) -> tuple[str, ...]:
     return tuple(f.name for f in seeded) + tuple(f.name for f in columns if not f.metadata.get("seed"))
 
 
-def summary_columns(schema: type | None = None) -> tuple[tuple[str, str, str], ...]:
-    """``(field, header, format)`` of each summary-table column, in schema order, prompt and k first."""
-    columns = [(f.name, *f.metadata["summary"]) for f in _fields(schema) if f.metadata.get("summary")]
+def summary_columns(schema: type | None = None) -> tuple[tuple[str, str, str, bool], ...]:
+    """``(field, header, format, has interval)`` of each summary-table column, schema order, prompt and k first."""
+    columns = [(f.name, *f.metadata["summary"], f.metadata["interval"]) for f in _fields(schema)
+               if f.metadata.get("summary")]
     first = [column for name in ("prompt", "k") for column in columns if column[0] == name]
     return tuple(first + [column for column in columns if column not in first])
 

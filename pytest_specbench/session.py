@@ -24,16 +24,19 @@ RESULT_KEY = "specbench_result"
 @dataclass
 class SpecbenchSession:
     config: SpecbenchConfig
-    pairs: list[PairSpec]
+    pairs: list[PairSpec]  # the pairs this run selected
+    defined: dict[str, PairSpec]  # every pair defined (built in, pyproject, pairs file)
     prompts: list[Prompt]  # every prompt of the file: padding for --specbench-context-tokens uses them all
     cases: list[Case]
     baseline: dict[str, Any] | None = None  # the loaded baseline document, when gating
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # by case id; a rerun replaces its row
-    cases_seen: int = 0  # specbench cases collected (before -k/-m) or run
+    cases_collected: int = 0  # specbench cases collected, before -k/-m deselect
+    cases_run: int = 0
     failed_cases: set[str] = field(default_factory=set)
     written: list[Path] = field(default_factory=list)
     write_errors: list[str] = field(default_factory=list)
     gate_lines: list[str] = field(default_factory=list)
+    _availability: dict[tuple[str, str | None], str | None] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, config: SpecbenchConfig, rootdir: Path) -> "SpecbenchSession":
@@ -41,30 +44,72 @@ class SpecbenchSession:
         defined = all_pairs(rootdir, config.pairs_file)
         pairs = select_pairs(defined, config.pairs or tuple(defined))
         all_prompts = load_prompts(config.prompt_file)
-        prompts = select_prompts(all_prompts, config.prompt_categories or None, config.prompts_per_category)
+        # The CPU default categories are the shipped suite's; a user's own file runs whole unless told.
+        categories = config.prompt_categories or None
+        if config.prompt_file is not None and "prompts" not in config.given:
+            categories = None
+        prompts = select_prompts(all_prompts, categories, config.prompts_per_category)
         baseline = None
         if config.baseline is not None:
             from .gate import load_baseline
 
             baseline = load_baseline(config.baseline)
-        return cls(config=config, pairs=pairs, prompts=all_prompts,
+        return cls(config=config, pairs=pairs, defined=defined, prompts=all_prompts,
                    cases=build_matrix(pairs, config.ks, prompts), baseline=baseline)
 
     # --- what pytest reports -----------------------------------------------------
+
+    def unavailable_reason(self, pair: PairSpec, probe_hub: bool = True) -> str | None:
+        """Why ``pair`` cannot run here (its first missing model, with the command that fetches it), or None.
+
+        ``probe_hub=False`` looks at local files only: a hub model not in the cache is then unavailable.
+        """
+        from .models.loading import model_available
+
+        for source in pair.sources():
+            revision = pair.revision if source == pair.target else None
+            key = (source, revision, probe_hub)
+            if key not in self._availability:
+                self._availability[key] = model_available(source, revision=revision, probe_hub=probe_hub,
+                                                          cache_dir=self.config.cache_dir)
+            if self._availability[key]:
+                return f"{pair.name}: {self._availability[key]}"
+        return None
+
+    def empty_selection_lines(self) -> list[str]:
+        """Why nothing ran when -k/-m matched no case: what this machine's matrix holds, and how to add more."""
+        ks = ", ".join(str(k) for k in self.config.ks)
+        prompts = ", ".join(dict.fromkeys(case.prompt_label for case in self.cases))
+        in_matrix = {pair.name for pair in self.pairs}
+        ready, other = [], []
+        for name, pair in self.defined.items():
+            reason = self.unavailable_reason(pair, probe_hub=False)
+            if reason is not None:
+                other.append(reason)
+            elif name in in_matrix:
+                ready.append(name)
+            else:
+                other.append(f"{name}: not in --specbench-pairs")
+        lines = [f"no specbench case matched the selection (-k/-m); this run's matrix has k values {ks}, "
+                 f"prompts {prompts}, and the pairs {', '.join(ready) or 'none'} ready to run",
+                 "add k values with --specbench-k=1,2,4,8,16, prompts with --specbench-prompts, "
+                 "pairs with --specbench-pairs; not ready here:"]
+        lines += [f"  {line}" for line in other]
+        return lines
 
     @property
     def case_ids(self) -> set[str]:
         return {case.id for case in self.cases}
 
     def count_collected(self, has_case: Iterable[bool]) -> None:
-        """Items collected before -k/-m deselect: lets the summary say "no case ran" when none matched."""
-        self.cases_seen += sum(has_case)
+        """Items collected before -k/-m deselect: lets the summary explain a selection that matched none."""
+        self.cases_collected += sum(has_case)
 
     def add_report(self, case_id: str, when: str, failed: bool, is_case: bool,
                    properties: Sequence[tuple[str, Any]]) -> None:
         """One test report: count the case, remember a failure, keep the result row it carries."""
         if when == "setup" and is_case:
-            self.cases_seen += 1
+            self.cases_run += 1
         if failed and case_id in self.case_ids:
             self.failed_cases.add(case_id)  # a crashed worker's case arrives only as a failure
         if when != "call":
@@ -120,21 +165,28 @@ class SpecbenchSession:
 
     def _gate(self) -> bool:
         from . import gate
+        from .fingerprint import fingerprint_differences, machine_fingerprint
 
         settings, results = self.config, self.results
+        differences = fingerprint_differences(self.baseline.get("fingerprint", {}), machine_fingerprint())
         regressions = gate.compare(self.baseline, results, max_acceptance_drop=settings.max_acceptance_drop,
-                                   max_speedup_drop=settings.max_speedup_drop, allow_missing=settings.allow_missing)
+                                   max_speedup_drop=settings.max_speedup_drop, allow_missing=settings.allow_missing,
+                                   same_machine=not differences)
         self.gate_lines = gate.gate_summary_lines(regressions, gate.new_cases(self.baseline, results),
-                                                  gate.compared_count(self.baseline, results), settings.baseline)
+                                                  gate.compared_count(self.baseline, results), settings.baseline,
+                                                  differences)
         return bool(regressions)
 
     def summary_sections(self) -> list[tuple[str, list[tuple[str, bool]]]]:
         """``(title, [(line, is_error), ...])`` sections for the terminal; none when nothing was benchmarked."""
-        if not (self.cases_seen or self.rows or self.gate_lines):
+        if not (self.cases_collected or self.cases_run or self.rows or self.gate_lines):
             return []
         from .report import summary_lines
 
-        lines = [(line, False) for line in summary_lines(self.results)]
+        if self.cases_collected and not self.cases_run:
+            lines = [(line, False) for line in self.empty_selection_lines()]
+        else:
+            lines = [(line, False) for line in summary_lines(self.results, self.config.ci_target)]
         if self.missing:
             lines.append((f"no result for {len(self.missing)} case(s): {', '.join(self.missing)}", False))
         lines += [(f"results written to {path}", False) for path in self.written]

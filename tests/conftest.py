@@ -54,7 +54,7 @@ def bench(pytester: pytest.Pytester, tiny_pairs_file: Path) -> Callable[..., pyt
     ) -> pytest.RunResult:
         tiny_run = [
             f"--specbench-pairs-file={pairs_file}", "--specbench-pairs=tiny", f"--specbench-prompts={prompts}",
-            "--specbench-k=1,4", "--specbench-max-new-tokens=12", "--specbench-warmup=0", "--specbench-repeats=1",
+            "--specbench-k=1,4", "--specbench-max-new-tokens=12", "--specbench-warmup=0", "--specbench-min-rounds=1", "--specbench-max-rounds=1",
             "-p", "no:cacheprovider", "-p", "no:randomly",
         ]  # fmt: skip
         if not benchmark and not any(arg.startswith("--benchmark") for arg in args):

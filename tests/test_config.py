@@ -9,12 +9,25 @@ from pytest_specbench.config import ConfigError, parse_settings, read_settings
 
 def test_cpu_gets_the_small_defaults_and_gpu_the_seed_matrix() -> None:
     cpu = parse_settings({}, cuda_available=lambda: False)
-    assert (cpu.ks, cpu.max_new_tokens, cpu.repeats) == ((2, 4), 32, 1)
+    # The seeds' k sweep on every machine; fewer prompts, fewer tokens and a shorter budget on CPU.
+    assert (cpu.ks, cpu.max_new_tokens, cpu.min_rounds, cpu.case_budget) == ((1, 2, 4, 8, 16), 32, 3, 20.0)
+    assert cpu.prompt_categories == ("natural", "code_python", "repetitive", "list_items")
     gpu = parse_settings({}, cuda_available=lambda: True)
-    assert (gpu.ks, gpu.max_new_tokens, gpu.repeats) == ((1, 2, 4, 8, 16), 128, 3)
+    assert (gpu.ks, gpu.max_new_tokens, gpu.min_rounds, gpu.case_budget) == ((1, 2, 4, 8, 16), 128, 3, 30.0)
+    assert gpu.prompt_categories == ()  # all
     # an explicit cuda device means the GPU defaults, whatever this machine has
-    assert parse_settings({"gpu": ("cuda:1", "--specbench-gpu")}).ks == (1, 2, 4, 8, 16)
-    assert parse_settings({"gpu": ("cpu", "--specbench-gpu")}, cuda_available=lambda: True).ks == (2, 4)
+    assert parse_settings({"gpu": ("cuda:1", "--specbench-gpu")}).max_new_tokens == 128
+    assert parse_settings({"gpu": ("cpu", "--specbench-gpu")}, cuda_available=lambda: True).max_new_tokens == 32
+
+
+def test_min_rounds_above_max_rounds_is_refused() -> None:
+    with pytest.raises(ConfigError, match="min-rounds=5 is above --specbench-max-rounds=2"):
+        parse_settings({"min-rounds": ("5", "--specbench-min-rounds"), "max-rounds": ("2", "--specbench-max-rounds")})
+
+
+def test_only_given_options_are_marked_given() -> None:
+    config = parse_settings({"k": ("8", "--specbench-k")})
+    assert config.given == {"k"}
 
 
 def test_given_values_win_over_cpu_defaults() -> None:

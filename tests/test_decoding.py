@@ -76,8 +76,10 @@ def check_stats(stats: DecodeStats, k: int, max_new_tokens: int, *, model_drafte
     assert sum(stats.accepted_per_step) == stats.accepted_tokens
     assert sum(stats.drafted_per_step) == stats.drafted_tokens
     assert len(stats.drafted_per_step) == stats.steps == stats.target_forward_passes
-    if model_drafter:
-        assert stats.draft_forward_passes == stats.drafted_tokens
+    if stats.steps:  # the first step is the prefill: it drafts nothing and commits the target's token
+        assert stats.drafted_per_step[0] == stats.accepted_per_step[0] == 0
+    if model_drafter:  # one pass per drafted token, plus the draft's prefill
+        assert stats.draft_forward_passes == stats.drafted_tokens + (1 if stats.steps else 0)
     else:
         assert stats.draft_forward_passes == 0
     # Each step commits its accepted prefix plus one bonus token; only an EOS
@@ -91,9 +93,10 @@ def check_stats(stats: DecodeStats, k: int, max_new_tokens: int, *, model_drafte
     if not eos:
         assert remaining == 0 and stats.new_tokens == max_new_tokens
     assert 0.0 <= stats.acceptance_rate <= 1.0
-    assert stats.tokens_per_step == (stats.new_tokens / stats.steps if stats.steps else 0.0)
-    assert min(stats.draft_time_s, stats.verify_time_s) >= 0.0
-    assert stats.draft_time_s + stats.verify_time_s <= stats.wall_time_s + 1e-9
+    decode_steps = stats.steps - 1
+    assert stats.tokens_per_step == ((stats.new_tokens - 1) / decode_steps if decode_steps > 0 else 0.0)
+    assert min(stats.draft_time_s, stats.verify_time_s, stats.prefill_time_s) >= 0.0
+    assert stats.prefill_time_s + stats.draft_time_s + stats.verify_time_s <= stats.wall_time_s + 1e-9
 
 
 class ScriptedDrafter(Drafter):
@@ -196,7 +199,7 @@ def test_drafter_is_reusable_across_runs():
     third = speculative_generate(target, drafter, PROMPTS["long"], k=3, max_new_tokens=13)
     assert first.token_ids == third.token_ids == list(reference("gemma3", "long", 13))
     assert second.token_ids == list(reference("gemma3", "short", 13))
-    assert first.stats.draft_forward_passes == third.stats.draft_forward_passes == first.stats.drafted_tokens
+    assert first.stats.draft_forward_passes == third.stats.draft_forward_passes == first.stats.drafted_tokens + 1
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "gemma3"])
@@ -256,11 +259,12 @@ def test_eos_inside_an_accepted_block(arch):
     # accepted block and the tokens after it (bonus included) must be dropped.
     target, _ = pair(arch)
     eos, expected = eos_case(arch)
-    k = 8 if len(expected) % 9 else 7
+    # The prefill commits the first token; full blocks of k+1 follow, the last one cut at the EOS.
+    k = 8 if (len(expected) - 1) % 9 else 7
     draft = copy.deepcopy(target)
     result = speculative_generate(target, draft, PROMPTS["long"], k=k, max_new_tokens=37, eos_token_id=eos)
     assert_lossless(result, PROMPTS["long"], expected)
-    assert result.stats.accepted_per_step[-1] == len(expected) % (k + 1)
+    assert result.stats.accepted_per_step[-1] == (len(expected) - 1) % (k + 1)
     check_stats(result.stats, k, 37, model_drafter=True, eos=True)
     assert result.stats.bonus_tokens == result.stats.steps - 1
 
@@ -279,14 +283,15 @@ def test_identical_draft_accepts_everything(arch, k):
     check_stats(stats, k, n, model_drafter=True)
     assert stats.acceptance_rate == 1.0
     assert stats.accepted_per_step == stats.drafted_per_step
-    # Every step is as full as the remaining budget allows: k+1 tokens until the tail.
-    expected_drafts, remaining = [], n
+    # After the prefill, every step is as full as the remaining budget allows: k+1 tokens until the tail.
+    expected_drafts, remaining = [0], n - 1
     while remaining:
         expected_drafts.append(min(k, remaining - 1))
         remaining -= expected_drafts[-1] + 1
     assert stats.drafted_per_step == expected_drafts
-    assert stats.steps == math.ceil(n / (k + 1))
-    assert all(d == k for d in stats.drafted_per_step[:-1])
+    assert stats.steps == 1 + math.ceil((n - 1) / (k + 1))
+    assert all(d == k for d in stats.drafted_per_step[1:-1])
+    assert stats.tokens_per_step == pytest.approx((n - 1) / (stats.steps - 1))
 
 
 @pytest.mark.parametrize("k", [1, 4, 16])
@@ -303,7 +308,7 @@ def test_never_agreeing_drafter(arch, k):
     assert drafter.bad_prefixes == 0
     assert stats.acceptance_rate == 0.0 and stats.accepted_tokens == 0
     assert stats.tokens_per_step == 1.0 and stats.steps == n
-    assert stats.drafted_per_step == [min(k, n - i - 1) for i in range(n)]
+    assert stats.drafted_per_step == [0] + [min(k, n - i - 1) for i in range(1, n)]
 
 
 @pytest.mark.parametrize("k", [1, 5])

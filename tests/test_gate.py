@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from pytest_specbench.gate import (
     BASELINE_FORMAT,
+    CROSS_MACHINE_Z,
     BaselineError,
     Regression,
     baseline_document,
@@ -20,19 +21,23 @@ from pytest_specbench.gate import (
     gate_summary_lines,
     load_baseline,
     new_cases,
+    pair_tolerance,
     save_baseline,
 )
 
-ENVIRONMENT = {"machine": {"platform": "test", "python": "3.x"}, "versions": {"torch": "2.x"}}
+FINGERPRINT = {"cpu_model": "Test CPU", "cpu_capability": "AVX2", "quantized_engine": "x86", "torch_threads": 2,
+               "gpus": [], "torch": "2.x", "transformers": "5.x"}
+ENVIRONMENT = {"fingerprint": FINGERPRINT, "versions": {"torch": "2.x"}}
 
 
 def row(case: str = "gpt2_large-k8-code_python", *, acceptance: float = 0.812, verdict: str = "lossless",
-        speedup: float = 1.8, tau: float = 3.1) -> dict[str, Any]:
+        speedup: float = 1.8, tau: float = 3.1, drafted: int = 1000) -> dict[str, Any]:
     pair, k, prompt = case.split("-", 2)
     return {
         "case": case, "pair": pair, "k": int(k[1:]), "prompt": prompt,
         "acceptance_rate": acceptance, "tau": tau, "lossless": verdict == "lossless", "verdict": verdict,
-        "speculative_tps": 90.0 * speedup, "baseline_tps": 90.0, "speedup": speedup,
+        "accepted_tokens": round(acceptance * drafted), "drafted_tokens": drafted,
+        "speculative_tps": 90.0 * speedup, "baseline_tps": 90.0, "speedup": speedup, "decode_speedup": speedup,
         "device": "cpu", "dtype": "float32", "first_divergence": None if verdict == "lossless" else 5,
     }
 
@@ -53,16 +58,17 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     save_baseline(path, RESULTS, ENVIRONMENT)
     loaded = load_baseline(path)
     assert loaded == baseline_document(RESULTS, ENVIRONMENT, created=loaded["created"])
-    assert loaded["format"] == BASELINE_FORMAT == 1
-    assert loaded["machine"] == ENVIRONMENT["machine"] and loaded["versions"] == ENVIRONMENT["versions"]
+    assert loaded["format"] == BASELINE_FORMAT == 2
+    assert loaded["fingerprint"] == FINGERPRINT and loaded["versions"] == ENVIRONMENT["versions"]
     assert list(loaded["cases"]) == sorted(r["case"] for r in RESULTS)
     entry = loaded["cases"]["gpt2_large-k8-code_python"]
     assert entry == {"pair": "gpt2_large", "k": 8, "prompt": "code_python", "acceptance_rate": 0.812,
-                     "tau": 3.1, "lossless": True, "verdict": "lossless",
-                     "speculative_tps": pytest.approx(162.0), "baseline_tps": 90.0, "speedup": 1.8}
+                     "tau": 3.1, "lossless": True, "verdict": "lossless", "accepted_tokens": 812,
+                     "drafted_tokens": 1000, "speculative_tps": pytest.approx(162.0), "baseline_tps": 90.0,
+                     "speedup": 1.8, "decode_speedup": 1.8}
     assert "device" not in entry  # only the gated and informational fields are kept
     text = path.read_text(encoding="utf-8")
-    assert text.startswith('{\n  "format": 1,') and text.endswith("}\n")
+    assert text.startswith('{\n  "format": 2,') and text.endswith("}\n")
 
 
 def test_save_is_atomic_and_leaves_no_temporary_file(tmp_path: Path) -> None:
@@ -107,9 +113,9 @@ def without_case_field(name: str) -> dict[str, Any]:
 @pytest.mark.parametrize(("content", "message"), [
     ("{not json", "not valid JSON"),
     ("[1, 2]", "top level is list, expected an object"),
-    ({**good_document(), "format": 2}, "format 2, expected format 1"),
-    ({**good_document(), "format": True}, "format True, expected format 1"),
-    ({k: v for k, v in good_document().items() if k != "format"}, "no format, expected format 1"),
+    ({**good_document(), "format": 1}, "format 1, expected format 2"),
+    ({**good_document(), "format": True}, "format True, expected format 2"),
+    ({k: v for k, v in good_document().items() if k != "format"}, "no format, expected format 2"),
     ({**good_document(), "cases": [1]}, "cases of type list, expected \"cases\" to be an object"),
     ({k: v for k, v in good_document().items() if k != "cases"}, "no cases"),
 ])
@@ -133,6 +139,9 @@ def test_malformed_file_names_the_file(tmp_path: Path, content: dict[str, Any] |
     (with_case(lossless=1), "lossless 1, expected true or false"),
     (with_case(verdict="maybe"), "verdict 'maybe'"),
     (with_case(speedup="fast"), "speedup 'fast'"),
+    (without_case_field("drafted_tokens"), "drafted_tokens None, expected a whole number"),
+    (with_case(accepted_tokens=2.5), "accepted_tokens 2.5, expected a whole number"),
+    (with_case(accepted_tokens=2000), "more accepted_tokens than drafted_tokens"),
 ])
 def test_malformed_case_names_the_file_and_case(tmp_path: Path, document: dict[str, Any], message: str) -> None:
     path = saved(tmp_path, document)
@@ -254,6 +263,47 @@ def test_new_cases_are_listed_not_gated() -> None:
     assert compared_count(good_document(), now) == 3
 
 
+# --- another machine: acceptance pooled per pair ---------------------------------------------
+
+def _pair_rows(acceptances: list[float], drafted: int = 40) -> list[dict[str, Any]]:
+    return [row(f"gemma-k4-p{i}", acceptance=a, drafted=drafted) for i, a in enumerate(acceptances)]
+
+
+def test_across_machines_single_cases_may_move_while_the_pair_holds() -> None:
+    # Near-tie flips: one case up, one down, as a CPU with other kernels does; pooled 0.75 -> 0.725.
+    old = baseline_document(_pair_rows([0.75, 0.75, 0.75, 0.75]), ENVIRONMENT)
+    now = _pair_rows([0.6, 0.85, 0.7, 0.75])
+    assert {r.kind for r in compare(old, now)} == {"acceptance"}  # same machine: per case, it fails
+    assert compare(old, now, same_machine=False) == []
+
+
+def test_across_machines_a_worse_draft_still_fails_per_pair() -> None:
+    old = baseline_document(_pair_rows([0.75, 0.75, 0.75, 0.75]), ENVIRONMENT)
+    (regression,) = compare(old, _pair_rows([0.5, 0.6, 0.55, 0.5]), same_machine=False)
+    assert regression.kind == "pair acceptance" and regression.case == "gemma (pair, 4 cases)"
+    assert regression.old == pytest.approx(0.75) and regression.new == pytest.approx(0.5375)
+    assert regression.limit == pytest.approx(pair_tolerance(0.75, 160, 0.02))
+
+
+def test_pair_tolerance_is_z_standard_errors_with_a_floor() -> None:
+    assert pair_tolerance(0.75, 160, 0.02) == pytest.approx(CROSS_MACHINE_Z * (0.75 * 0.25 / 160) ** 0.5)
+    assert pair_tolerance(0.99, 10**6, 0.02) == 0.02
+    assert pair_tolerance(0.5, 0, 0.02) == 0.02
+
+
+def test_across_machines_losslessness_is_still_gated_and_speed_is_not() -> None:
+    old = baseline_document(_pair_rows([0.75, 0.75]), ENVIRONMENT)
+    now = [row("gemma-k4-p0", acceptance=0.75, drafted=40, verdict="diverged", speedup=0.1),
+           row("gemma-k4-p1", acceptance=0.75, drafted=40, speedup=0.1)]
+    assert [r.kind for r in compare(old, now, max_speedup_drop=0.1, same_machine=False)] == ["lossless"]
+
+
+def test_the_summary_says_the_machine_differs() -> None:
+    lines = gate_summary_lines([], [], 4, "b.json", ["cpu_capability 'AVX512' -> 'AVX2'"])
+    assert "another machine (cpu_capability 'AVX512' -> 'AVX2')" in lines[0]
+    assert "per pair" in lines[0]
+
+
 # --- the summary --------------------------------------------------------------------------
 
 def test_summary_without_regression() -> None:
@@ -341,3 +391,20 @@ def test_malformed_baseline_is_a_usage_error_naming_the_file(six_case_bench, pyt
     result = six_case_bench("--specbench-baseline=broken.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*pytest-specbench:*broken.json*"])
+
+
+def test_baseline_from_another_cpu_is_gated_per_pair(
+    six_case_bench, pytester: pytest.Pytester, weak_pairs_file: Path
+) -> None:
+    six_case_bench("--specbench-save-baseline=baseline.json").assert_outcomes(passed=6)
+    document = json.loads((pytester.path / "baseline.json").read_text())
+    assert document["fingerprint"]["cpu_capability"]
+    document["fingerprint"]["cpu_capability"] = "AVX512_ELSEWHERE"
+    (pytester.path / "baseline.json").write_text(json.dumps(document))
+    result = six_case_bench("--specbench-baseline=baseline.json")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*recorded on another machine (cpu_capability 'AVX512_ELSEWHERE' -> *per pair*",
+                                 "*no regression*"])
+    result = six_case_bench("--specbench-baseline=baseline.json", pairs_file=weak_pairs_file)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*tiny (pair, 6 cases)*pair acceptance*"])

@@ -131,7 +131,7 @@ def test_summary_table_csv_and_json_agree(bench, pytester: pytest.Pytester) -> N
     assert all(row["new_tokens"] == "12" and row["device"] == "cpu" for row in rows)
 
     document = json.loads((pytester.path / "out/results.json").read_text())
-    assert {"machine", "versions", "options", "results"} <= set(document)
+    assert {"fingerprint", "versions", "options", "results"} <= set(document)
     assert document["versions"]["torch"]
     assert document["options"]["specbench_k"] == "1,4"
     by_case = {row["case"]: row for row in document["results"]}
@@ -146,7 +146,7 @@ def test_summary_table_csv_and_json_agree(bench, pytester: pytest.Pytester) -> N
 
 def test_no_case_ran_is_said_plainly(bench) -> None:
     result = bench("-k", "no_such_case")
-    result.stdout.fnmatch_lines(["*specbench summary*", "*no specbench case ran*"])
+    result.stdout.fnmatch_lines(["*specbench summary*", "*no specbench case matched the selection*"])
 
 
 def test_files_are_not_written_when_disabled(bench, pytester: pytest.Pytester) -> None:
@@ -202,15 +202,17 @@ def test_pytest_benchmark_times_the_speculative_run(bench, pytester: pytest.Pyte
 
 
 def test_own_timing_works_with_pytest_benchmark_disabled(bench, pytester: pytest.Pytester) -> None:
-    result = bench("--benchmark-disable", "--specbench-repeats=2", "-k", "k1 and natural")
+    result = bench("--benchmark-disable", "--specbench-min-rounds=2", "--specbench-max-rounds=2",
+                   "-k", "k1 and natural")
     result.assert_outcomes(passed=1, deselected=3)
     row = json.loads((pytester.path / "spec_results.json").read_text())["results"][0]
-    assert row["repeats"] == 2 and row["baseline_runs"] == 2
+    assert row["rounds"] == 2 and row["baseline_runs"] == 2
     assert row["baseline_tps"] > 0 and row["speculative_tps"] > 0
 
 
 def test_baseline_once_times_the_baseline_once_per_prompt(bench, pytester: pytest.Pytester) -> None:
-    result = bench("--specbench-baseline-once", "--specbench-repeats=2", "--specbench-k=1,2,4")
+    result = bench("--specbench-baseline-once", "--specbench-min-rounds=2", "--specbench-max-rounds=2",
+                   "--specbench-k=1,2,4")
     result.assert_outcomes(passed=6)
     rows = json.loads((pytester.path / "spec_results.json").read_text())["results"]
     natural = [row for row in rows if row["prompt"] == "natural"]

@@ -80,18 +80,20 @@ def greedy_generate(
     new_tokens = []
     feed = ids
     start = clock.now()
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
         logits = model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1).logits
         feed = logits[:, -1].argmax(dim=-1, keepdim=True)
         new_tokens.append(feed)
         stats.target_forward_passes += 1
         stats.drafted_per_step.append(0)
         stats.accepted_per_step.append(0)
+        if step == 0:
+            stats.prefill_time_s = clock.now() - start  # the prompt's pass: time to first token
         # Reading the token back syncs the device, so only do it when EOS can stop us.
         if eos_token_id is not None and int(feed) == eos_token_id:
             break
     stats.wall_time_s = clock.now() - start
-    stats.verify_time_s = stats.wall_time_s
+    stats.verify_time_s = stats.wall_time_s - stats.prefill_time_s
     stats.new_tokens = len(new_tokens)
     stats.bonus_tokens = stats.new_tokens
     sequences = torch.cat([ids, *new_tokens], dim=1)
@@ -127,8 +129,10 @@ def speculative_generate(
     :class:`~pytest_specbench.drafters.Drafter`. Each step drafts up to ``k``
     tokens (fewer near the end, so no block runs past ``max_new_tokens``),
     verifies them in one target forward pass and commits the agreeing prefix
-    plus the target's next token. Stops after ``max_new_tokens`` tokens, or
-    just after ``eos_token_id`` when one is given.
+    plus the target's next token. The first step is the prefill alone (the
+    target commits its first token; the drafter reads the prompt), timed as
+    ``stats.prefill_time_s``. Stops after ``max_new_tokens`` tokens, or just
+    after ``eos_token_id`` when one is given.
     """
     _check_lengths(max_new_tokens, k)
     drafter = as_drafter(draft)
@@ -141,8 +145,24 @@ def speculative_generate(
     enable_rollback(cache)
     cached_length = 0  # committed positions whose keys/values the target cache holds
 
-    start = t_draft = clock.now()
-    while ids.shape[1] - prompt_length < max_new_tokens:
+    hit_eos = False
+    start = clock.now()
+    if max_new_tokens > 0:
+        # Prefill, timed apart: the target reads the prompt and commits its own first token, and
+        # the drafter reads the prompt. Time to first token is then comparable with greedy decoding.
+        logits = target(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits
+        first = logits[:, -1].argmax(dim=-1, keepdim=True)
+        drafter.prefill(ids)
+        ids = torch.cat([ids, first], dim=1)
+        cached_length = prompt_length
+        stats.target_forward_passes += 1
+        stats.bonus_tokens += 1
+        stats.drafted_per_step.append(0)
+        stats.accepted_per_step.append(0)
+        hit_eos = eos_token_id is not None and int(first) == eos_token_id
+    t_draft = clock.now()
+    stats.prefill_time_s = t_draft - start
+    while not hit_eos and ids.shape[1] - prompt_length < max_new_tokens:
         remaining = max_new_tokens - (ids.shape[1] - prompt_length)
         # Leave room for the bonus token so a block never overshoots.
         block_k = min(k, remaining - 1)
@@ -174,8 +194,6 @@ def speculative_generate(
         stats.bonus_tokens += committed.numel() - kept_accepted
         stats.drafted_per_step.append(proposal.numel())
         stats.accepted_per_step.append(kept_accepted)
-        if hit_eos:
-            break
     stats.wall_time_s = clock.now() - start
     stats.draft_forward_passes = drafter.forward_passes
     stats.new_tokens = ids.shape[1] - prompt_length

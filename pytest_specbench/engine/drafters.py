@@ -1,8 +1,9 @@
 """Drafters: whatever proposes the tokens that the target verifies.
 
 The engine talks to every drafter through :class:`Drafter`: ``reset`` before
-a generation, ``propose`` up to ``k`` tokens that continue the committed
-sequence, then ``commit`` how many of them the target accepted.
+a generation, ``prefill`` with the prompt, then per step ``propose`` up to
+``k`` tokens that continue the committed sequence and ``commit`` how many of
+them the target accepted.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ class Drafter(ABC):
     def reset(self) -> None:
         """Forget any state from a previous generation."""
         self.forward_passes = 0
+
+    def prefill(self, prompt_ids: torch.Tensor) -> None:
+        """Read the prompt (shape ``(1, L)``) before the first proposal; the engine times it with the prefill."""
 
     @abstractmethod
     def propose(self, committed_ids: torch.Tensor, k: int) -> torch.Tensor:
@@ -51,10 +55,19 @@ class ModelDrafter(Drafter):
         self._proposal_base = 0  # committed length when the last proposal was made
         self._proposal_length = 0
 
-    def propose(self, committed_ids: torch.Tensor, k: int) -> torch.Tensor:
+    def _ensure_cache(self) -> None:
         if self._cache is None:
             self._cache = new_cache(self.model)
             enable_rollback(self._cache)
+
+    def prefill(self, prompt_ids: torch.Tensor) -> None:
+        self._ensure_cache()
+        self.model(input_ids=prompt_ids.to(self.model.device), cache=self._cache, use_cache=True, logits_to_keep=1)
+        self.forward_passes += 1
+        self._cached_length = self._cache.get_seq_length()
+
+    def propose(self, committed_ids: torch.Tensor, k: int) -> torch.Tensor:
+        self._ensure_cache()  # a caller that skipped prefill() reads the prompt here instead
         device = self.model.device
         feed = committed_ids[:, self._cached_length :].to(device)
         proposal = []

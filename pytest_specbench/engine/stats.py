@@ -14,7 +14,10 @@ class DecodeStats:
     A *step* is one target forward pass that commits tokens: in speculative
     decoding it verifies a draft block and commits the accepted prefix plus
     the target's own next token (the bonus token); in greedy decoding it
-    commits one token. The first step also processes the prompt.
+    commits one token. The first step is the prefill: it reads the prompt and
+    commits one token, and its time (``prefill_time_s``, the time to first
+    token) is kept apart from the decode phase that follows. ``draft_time_s``
+    and ``verify_time_s`` cover the decode phase only.
     """
 
     new_tokens: int = 0
@@ -26,6 +29,7 @@ class DecodeStats:
     wall_time_s: float = 0.0
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
+    prefill_time_s: float = 0.0
     # Per step: tokens proposed and how many of them the target accepted.
     drafted_per_step: list[int] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
@@ -40,18 +44,39 @@ class DecodeStats:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
     @property
+    def decode_steps(self) -> int:
+        """Steps after the prefill: the verify passes."""
+        return max(self.steps - 1, 0)
+
+    @property
+    def decode_tokens(self) -> int:
+        """Tokens committed after the prefill's first token."""
+        return max(self.new_tokens - 1, 0)
+
+    @property
     def tokens_per_step(self) -> float:
-        """Mean tokens committed per target step (tau), bonus token included."""
-        return self.new_tokens / self.steps if self.steps else 0.0
+        """Mean tokens committed per decode step (tau), bonus token included; the prefill is not a decode step."""
+        return self.decode_tokens / self.decode_steps if self.decode_steps else 0.0
+
+    @property
+    def decode_time_s(self) -> float:
+        """Wall time after the first token."""
+        return max(self.wall_time_s - self.prefill_time_s, 0.0)
 
     @property
     def other_time_s(self) -> float:
-        """Wall time spent neither drafting nor verifying (bookkeeping, cache rollback)."""
-        return max(self.wall_time_s - self.draft_time_s - self.verify_time_s, 0.0)
+        """Decode time spent neither drafting nor verifying (bookkeeping, cache rollback)."""
+        return max(self.decode_time_s - self.draft_time_s - self.verify_time_s, 0.0)
 
     @property
     def tokens_per_second(self) -> float:
+        """End to end: new tokens over the wall time, prefill included."""
         return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Decoding speed: tokens after the first over the time after the first (prefill excluded)."""
+        return self.decode_tokens / self.decode_time_s if self.decode_time_s > 0 else 0.0
 
 
 @dataclass

@@ -220,7 +220,8 @@ def _gguf_package_installed() -> bool:
     return importlib.util.find_spec("gguf") is not None
 
 
-def _unavailable(source: str, *, revision: str | None = None, cache_dir: Path | None = None) -> ModelUnavailable | None:
+def _unavailable(source: str, *, revision: str | None = None, cache_dir: Path | None = None,
+                 probe_hub: bool = True) -> ModelUnavailable | None:
     """Why ``source`` cannot be loaded, judged from files and the hub probe only."""
     cache = resolve_cache_dir(cache_dir)
     if _is_embedded(source):
@@ -260,6 +261,8 @@ def _unavailable(source: str, *, revision: str | None = None, cache_dir: Path | 
         return ModelUnavailable(source, reason)
     if hub_offline():
         return ModelUnavailable(source, f"{reason} and the hub is unreachable (HF_HUB_OFFLINE=1)", hint)
+    if not probe_hub:
+        return ModelUnavailable(source, str(reason), hint)
     endpoint = _hub_endpoint()
     if not _hub_reachable(endpoint):
         return ModelUnavailable(
@@ -270,13 +273,15 @@ def _unavailable(source: str, *, revision: str | None = None, cache_dir: Path | 
     return None
 
 
-def model_available(source: str, *, revision: str | None = None, cache_dir: Path | None = None) -> str | None:
+def model_available(source: str, *, revision: str | None = None, cache_dir: Path | None = None,
+                    probe_hub: bool = True) -> str | None:
     """None if ``source`` can be loaded, else a one-line reason (with the fix).
 
     Loads nothing: looks at the local files, and for a hub id missing from
-    the cache, probes the hub for a few seconds (unless ``HF_HUB_OFFLINE``).
+    the cache, probes the hub for a few seconds (unless ``HF_HUB_OFFLINE``,
+    or ``probe_hub=False``, which calls such a model unavailable at once).
     """
-    problem = _unavailable(source, revision=revision, cache_dir=cache_dir)
+    problem = _unavailable(source, revision=revision, cache_dir=cache_dir, probe_hub=probe_hub)
     return None if problem is None else str(problem)
 
 

@@ -1,0 +1,68 @@
+"""The machine fingerprint: the facts that decide a run's numerics, recorded in every JSON and baseline.
+
+Greedy acceptance is deterministic on one machine, not across machines: the CPU's
+kernel set (``torch.backends.cpu.get_cpu_capability()``: AVX2, AVX512, ...), the
+quantized engine, the thread count and the GPU pick different kernels, near-tied
+logits flip, and the generated text, hence acceptance, moves. The gate compares
+the baseline's fingerprint with the run's and says when they differ.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from collections.abc import Mapping
+from typing import Any
+
+#: the entries that change which kernels run; cpu_count and python are kept for the reader only
+NUMERIC_KEYS = ("cpu_model", "cpu_capability", "quantized_engine", "torch_threads", "gpus", "torch", "transformers")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine_fingerprint() -> dict[str, Any]:
+    """This process's fingerprint (imports torch)."""
+    import torch
+
+    gpus = []
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(index)
+            gpus.append({"name": torch.cuda.get_device_name(index), "compute_capability": f"{major}.{minor}"})
+    return {
+        "cpu_model": _cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY"),  # set by hand to emulate another CPU
+        "quantized_engine": torch.backends.quantized.engine,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "gpus": gpus,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": _version("torch"),
+        "transformers": _version("transformers"),
+    }
+
+
+def fingerprint_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``"cpu_capability AVX512 -> AVX2"`` for each numeric entry that differs (none when either is empty)."""
+    if not old or not new:
+        return []
+    return [f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in NUMERIC_KEYS if old.get(key) != new.get(key)]

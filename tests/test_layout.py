@@ -1,0 +1,90 @@
+"""The package's layers: the engine and the model layer import nothing from the pytest side, and no
+module imports another that imports it back (lazy imports inside functions count too)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pytest_specbench"
+LOWER_LAYERS = ("engine", "models")
+# Standard-library-only helpers any layer may use.
+LEAVES = {"pytest_specbench.atomic"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Package modules and third-party roots that ``path`` imports, anywhere in the file."""
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            # "from . import gate" names a module, not an attribute
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    modules = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+    return {name for name in found if name in modules or not name.startswith("pytest_specbench")}
+
+
+MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+GRAPH = {name: {i for i in _imports(path) if i in MODULES and i != name} for name, path in MODULES.items()}
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if n.split(".")[1:2] and n.split(".")[1] in LOWER_LAYERS])
+def test_lower_layers_import_nothing_from_the_pytest_side(name):
+    layer = ".".join(name.split(".")[:2])
+    imported = _imports(MODULES[name])
+    assert "pytest" not in {module.split(".")[0] for module in imported}, f"{name} imports pytest"
+    upward = {m for m in imported if m.startswith("pytest_specbench") and m in MODULES
+              and not m.startswith(layer) and m not in LEAVES}
+    if layer == "pytest_specbench.models":
+        upward = {m for m in upward if not m.startswith("pytest_specbench.engine")}  # models may use the engine
+    assert not upward, f"{name} imports {sorted(upward)} from above its layer"
+
+
+def test_the_engine_does_not_import_the_model_layer():
+    engine = [n for n in MODULES if n.startswith("pytest_specbench.engine")]
+    assert not {m for n in engine for m in GRAPH[n] if m.startswith("pytest_specbench.models")}
+
+
+def test_no_import_circle():
+    # Depth-first search for a back edge; the package __init__ only names modules lazily.
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(GRAPH[node] - {"pytest_specbench"}):
+            if state.get(nxt) == 1:
+                raise AssertionError("import circle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for name in MODULES:
+        if name not in state:
+            visit(name)
+
+
+def test_importing_the_plugin_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, pytest_specbench.plugin; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
+        == "False"

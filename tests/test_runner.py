@@ -1,0 +1,235 @@
+"""Timing a case: adaptive rounds, intervals around every speedup, noise marked unstable, prefill apart."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from factory import tiny_pair
+
+from pytest_specbench import greedy_generate, speculative_generate
+from pytest_specbench.engine.stats import DecodeStats, GenerationResult
+from pytest_specbench.matrix import Case
+from pytest_specbench.pairs import PairSpec
+from pytest_specbench.prompts import Prompt
+from pytest_specbench.runner import Measurement, build_result, time_rounds
+
+# --- the adaptive loop --------------------------------------------------------------------------
+
+
+def _config(min_rounds=2, max_rounds=10, ci_target=0.05, case_budget=60.0):
+    return SimpleNamespace(min_rounds=min_rounds, max_rounds=max_rounds, ci_target=ci_target,
+                           case_budget=case_budget)
+
+
+def _loop(precision, **settings):
+    calls = []
+    rounds = time_rounds(lambda: calls.append("spec"), lambda: calls.append("base"), precision,
+                         _config(**settings))
+    return rounds, calls
+
+
+def test_rounds_stop_once_the_interval_is_tight_but_not_before_min_rounds():
+    rounds, calls = _loop(lambda: 0.01, min_rounds=3)
+    assert rounds == 3 and calls.count("spec") == calls.count("base") == 3
+
+
+def test_rounds_go_on_while_the_interval_is_wide_up_to_max_rounds():
+    rounds, _ = _loop(lambda: 0.5, max_rounds=7)
+    assert rounds == 7
+
+
+def test_rounds_alternate_which_side_runs_first():
+    _, calls = _loop(lambda: 0.5, max_rounds=4)
+    assert calls == ["base", "spec", "spec", "base", "base", "spec", "spec", "base"]
+
+
+def test_the_budget_stops_the_rounds_but_never_below_min_rounds():
+    def slow():
+        time.sleep(0.05)
+
+    rounds = time_rounds(slow, slow, lambda: 0.5, _config(min_rounds=3, max_rounds=50, case_budget=0.01))
+    assert rounds == 3
+
+
+def test_a_timer_takes_the_first_min_rounds():
+    timed = []
+
+    def timer(run, before_each, rounds):
+        timed.append(rounds)
+        for _ in range(rounds):
+            before_each()
+            run()
+
+    calls = []
+    rounds = time_rounds(lambda: calls.append("spec"), lambda: calls.append("base"), lambda: 0.01,
+                         _config(min_rounds=2), timer)
+    assert timed == [2] and rounds == 2 and calls == ["base", "spec", "base", "spec"]
+
+
+# --- the row: intervals and the unstable flag ---------------------------------------------------
+
+
+def _run(wall_s: float, prefill_s: float = 0.01, new_tokens: int = 11) -> GenerationResult:
+    stats = DecodeStats(new_tokens=new_tokens, wall_time_s=wall_s, prefill_time_s=prefill_s,
+                        target_forward_passes=new_tokens, drafted_per_step=[0] * new_tokens,
+                        accepted_per_step=[0] * new_tokens)
+    return GenerationResult(sequences=torch.zeros(1, 3 + new_tokens, dtype=torch.long), prompt_length=3, stats=stats)
+
+
+def _result(baseline_s: list, speculative_s: list, paired: bool = True):
+    """A row from fabricated runs: each a wall time, or (wall time, prefill time)."""
+    case = Case(PairSpec("tiny", "t", "d"), 4, Prompt("natural-01", "natural", "text"), "natural")
+    measurement = Measurement(input_ids=torch.zeros(1, 3, dtype=torch.long), reference=[0] * 11,
+                              baselines=[_run(*_times(s)) for s in baseline_s],
+                              speculative=[_run(*_times(s)) for s in speculative_s],
+                              paired=paired, verdict={"verdict": "lossless", "first_divergence": None},
+                              target_load_s=0.0, target_load_source="local")
+    return build_result(case, measurement, "cpu", "float32", ci_target=0.05)
+
+
+def test_steady_rounds_give_a_tight_interval_and_a_stable_row():
+    row = _result([1.0, 1.01, 0.99, 1.0], [0.5, 0.505, 0.495, 0.5])
+    assert row.speedup == pytest.approx(2.0, rel=1e-3) and not row.unstable and row.rounds == 4
+    assert row.speedup_ci_low <= row.speedup <= row.speedup_ci_high
+    assert row.decode_speedup_ci_low <= row.decode_speedup <= row.decode_speedup_ci_high
+
+
+def test_noisy_rounds_give_a_wide_interval_and_an_unstable_row():
+    row = _result([1.0, 1.6, 0.7, 1.3], [0.5, 0.4, 0.9, 0.45])
+    assert row.unstable
+    assert (row.speedup_ci_high - row.speedup_ci_low) / (2 * row.speedup) > 0.05
+
+
+def test_one_round_has_no_interval_and_counts_as_unstable():
+    row = _result([1.0], [0.5])
+    assert row.speedup_ci_low is None and row.unstable
+
+
+def _times(run) -> tuple[float, ...]:
+    return run if isinstance(run, tuple) else (run,)
+
+
+def test_decode_speedup_leaves_the_prefill_out():
+    # 0.6 s slower end to end, all of it in the speculative prefill (0.7 s against 0.1 s).
+    row = _result([(1.0, 0.1), (1.02, 0.1)], [(1.6, 0.7), (1.62, 0.7)])
+    assert row.speedup < 0.7
+    assert row.decode_speedup == pytest.approx(1.0, rel=1e-9)
+    assert row.decode_tps == pytest.approx(row.baseline_decode_tps, rel=0.03)
+    assert row.ttft_ms == pytest.approx(700) and row.baseline_ttft_ms == pytest.approx(100)
+
+
+# --- prefill apart from decoding ---------------------------------------------------------------
+
+
+def _slow_prompt_pass(model: torch.nn.Module, seconds: float):
+    """A forward pre-hook that sleeps on any pass over more than one token: the prefill (and verify passes)."""
+
+    def hook(module, args, kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[1] > 8:
+            time.sleep(seconds)
+
+    return model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+@pytest.mark.parametrize("speculative", [False, True])
+def test_prefill_is_timed_apart_and_left_out_of_decode_speed(speculative):
+    target, draft = tiny_pair("gpt2")
+    prompt = torch.arange(3, 23).unsqueeze(0)  # 20 tokens: only the prefill passes feed more than 8
+    handle = _slow_prompt_pass(target, 0.2)
+    try:
+        if speculative:
+            result = speculative_generate(target, draft, prompt, k=2, max_new_tokens=13)
+        else:
+            result = greedy_generate(target, prompt, 13)
+    finally:
+        handle.remove()
+    stats = result.stats
+    assert stats.prefill_time_s >= 0.2
+    assert stats.decode_time_s < 0.2  # the sleep is not in the decode phase
+    assert stats.decode_tokens == 12
+    assert stats.decode_tokens_per_second == pytest.approx(12 / (stats.wall_time_s - stats.prefill_time_s))
+    assert stats.tokens_per_second < stats.decode_tokens_per_second
+
+
+# --- through the plugin -------------------------------------------------------------------------
+
+
+def _results(pytester: pytest.Pytester) -> dict:
+    return json.loads((Path(pytester.path) / "spec_results.json").read_text())
+
+
+def test_rows_carry_intervals_prefill_split_and_the_fingerprint(bench, pytester: pytest.Pytester) -> None:
+    result = bench("--specbench-min-rounds=3", "--specbench-max-rounds=4")
+    result.assert_outcomes(passed=4)
+    document = _results(pytester)
+    assert document["fingerprint"]["cpu_capability"] and "quantized_engine" in document["fingerprint"]
+    for row in document["results"]:
+        assert 3 <= row["rounds"] <= 4
+        for name in ("speedup", "decode_speedup"):
+            assert row[f"{name}_ci_low"] <= row[name] <= row[f"{name}_ci_high"]
+        assert row["ttft_ms"] > 0 and row["baseline_ttft_ms"] > 0
+        assert row["decode_tps"] > 0 and row["baseline_decode_tps"] > 0
+        assert isinstance(row["unstable"], bool)
+    csv_header = (Path(pytester.path) / "spec_results.csv").read_text().splitlines()[0].split(",")
+    for column in ("ttft_ms", "decode_tps", "decode_speedup", "speedup_ci_low", "speedup_ci_high", "rounds",
+                   "unstable"):
+        assert column in csv_header
+
+
+NOISY_CONFTEST = """
+import random
+import time
+
+import pytest
+
+from pytest_specbench.store import ModelStore
+
+_target = ModelStore.target
+_rng = random.Random(7)
+
+
+def _noisy(module, args, kwargs):
+    if kwargs["input_ids"].shape[1] > 1 or _rng.random() < 0.3:
+        time.sleep(_rng.choice([0.0, 0.0, 0.03, 0.08]))  # a neighbour that steals the core now and then
+
+
+def target(self, pair):
+    loaded = _target(self, pair)
+    if not getattr(loaded.model, "_noisy", False):
+        loaded.model.register_forward_pre_hook(_noisy, with_kwargs=True)
+        loaded.model._noisy = True
+    return loaded
+
+
+ModelStore.target = target
+"""
+
+
+def test_a_noisy_machine_is_marked_unstable(bench, pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(NOISY_CONFTEST)
+    result = bench("--specbench-min-rounds=2", "--specbench-max-rounds=4", "--specbench-ci-target=0.05")
+    result.assert_outcomes(passed=4)
+    rows = _results(pytester)["results"]
+    assert all(row["unstable"] for row in rows), [(row["case"], row["speedup_ci_low"], row["speedup_ci_high"])
+                                                    for row in rows]
+    result.stdout.fnmatch_lines(["*4 case(s) unstable (!)*Try a quieter machine*"])
+
+
+def test_an_empty_selection_says_what_the_matrix_has(bench) -> None:
+    result = bench("-k", "k8")
+    result.stdout.fnmatch_lines([
+        "*no specbench case matched the selection*k values 1, 4*pairs tiny ready to run*",
+        "*--specbench-k=1,2,4,8,16*",
+    ])
+
+
+def test_the_specbench_summary_prints_after_pytest_benchmarks_table(bench) -> None:
+    result = bench("--specbench-max-rounds=2", benchmark=True)
+    text = result.stdout.str()
+    assert "benchmark:" in text and text.index("benchmark:") < text.index("specbench summary")
