@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from .config import OPTIONS, ConfigError, cuda_available, parse_settings, read_settings
-from .session import RESULT_KEY
+from .session import RESULT_KEY, SpecbenchSession
 
-_session_key = pytest.StashKey["SpecbenchSession"]()
+_session_key = pytest.StashKey[SpecbenchSession]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,7 +31,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # Also set on every case; declared here too so --strict-markers passes without xdist.
     config.addinivalue_line("markers", "xdist_group(name): cases that share an xdist worker")
     from .devices import check_devices
-    from .session import SpecbenchSession
 
     try:
         settings = parse_settings(read_settings(config.getoption, config.getini), cuda_available)
@@ -61,7 +60,7 @@ def _wants_default_dist(config: pytest.Config) -> bool:
     return not any(arg == "-d" or arg.startswith("--dist") for arg in given)
 
 
-def _session(config: pytest.Config):
+def _session(config: pytest.Config) -> SpecbenchSession:
     return config.stash[_session_key]
 
 
