@@ -23,7 +23,7 @@ import time
 GATE_PROMPTS = ("natural", "code_python", "repetitive", "list_items")
 
 
-def run(out: str, ks: list[int], new_tokens: int) -> None:
+def run(out: str, ks: list[int], new_tokens: int, categories: list[str] | None) -> None:
     import torch
 
     from pytest_specbench.engine.decoding import speculative_generate
@@ -40,7 +40,7 @@ def run(out: str, ks: list[int], new_tokens: int) -> None:
               "quantized_engine": torch.backends.quantized.engine, "new_tokens": new_tokens, "cases": {}}
     start = time.perf_counter()
     for pair, drafter in drafters.items():
-        for prompt in select_prompts(prompts, None, 1):
+        for prompt in select_prompts(prompts, categories, 1):
             ids = prompt_input_ids(loaded.tokenizer, prompt, prompts, None, "cpu")
             for k in ks:
                 stats = (result := speculative_generate(loaded.model, drafter, ids, k, new_tokens)).stats
@@ -88,12 +88,14 @@ def main() -> None:
     runner.add_argument("--out", required=True)
     runner.add_argument("--k", default="4,8", help="comma list of k (default 4,8)")
     runner.add_argument("--new-tokens", type=int, default=32)
+    runner.add_argument("--prompts", help="comma list of prompt categories (default: all twelve)")
     comparer = commands.add_parser("compare", help="compare two recorded runs")
     comparer.add_argument("first")
     comparer.add_argument("second")
     args = parser.parse_args()
     if args.command == "run":
-        run(args.out, [int(k) for k in args.k.split(",")], args.new_tokens)
+        run(args.out, [int(k) for k in args.k.split(",")], args.new_tokens,
+            args.prompts.split(",") if args.prompts else None)
     else:
         compare(args.first, args.second)
 
