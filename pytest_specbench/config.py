@@ -30,19 +30,28 @@ _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
 def _devices(raw: str) -> tuple[str, ...]:
-    devices = _comma_list(raw)
+    devices = _comma_list("a comma list of devices (cpu, cuda, cuda:N, mps); leave the option out for the "
+                          "default device")(raw)
     for device in devices:
         if not _DEVICE.match(device):
             raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N, mps, or a comma list of them")
     return devices
 
 
-def _comma_list(raw: str) -> tuple[str, ...]:
-    items = tuple(item.strip() for item in raw.split(",") if item.strip())
-    duplicates = sorted({item for item in items if items.count(item) > 1})
-    if duplicates:
-        raise ValueError(f"listed more than once: {', '.join(duplicates)}")
-    return items
+def _comma_list(accepted: str) -> Callable[[str], tuple[str, ...]]:
+    """A parser of a non-empty comma list; ``accepted`` says what the list may hold."""
+
+    def parse(raw: str) -> tuple[str, ...]:
+        items = tuple(item.strip() for item in raw.split(",") if item.strip())
+        # An empty value (often an unset shell variable) must not silently mean "the default".
+        if not items:
+            raise ValueError(f"no value given; accepted: {accepted}")
+        duplicates = sorted({item for item in items if items.count(item) > 1})
+        if duplicates:
+            raise ValueError(f"listed more than once: {', '.join(duplicates)}")
+        return items
+
+    return parse
 
 
 def _int(minimum: int) -> Callable[[str], int]:
@@ -59,9 +68,7 @@ def _int(minimum: int) -> Callable[[str], int]:
 
 
 def _ks(raw: str) -> tuple[int, ...]:
-    items = _comma_list(raw)
-    if not items:
-        raise ValueError("no value given; accepted: a comma list of integers >= 1, e.g. 1,2,4,8,16")
+    items = _comma_list("a comma list of integers >= 1, e.g. 1,2,4,8,16")(raw)
     try:
         return tuple(_int(1)(item) for item in items)
     except ValueError as error:
@@ -147,11 +154,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("gpu", "devices", "device(s): cpu, cuda, cuda:N, or a comma list (one per xdist worker); "
            "default: cuda:0 when available, else cpu", _devices, metavar="DEVICE", unset=()),
     Option("pairs", "pairs", "comma list of model pair ids to run (default: every defined pair; a pair whose "
-           "model is not available is skipped with the reason)", _comma_list, metavar="IDS", unset=()),
+           "model is not available is skipped with the reason)",
+           _comma_list("a comma list of pair ids; leave the option out to run every defined pair"),
+           metavar="IDS", unset=()),
     Option("pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH"),
     Option("k", "ks", f"comma list of draft lengths k (default {DEFAULT_KS})", _ks, DEFAULT_KS, metavar="LIST"),
     Option("prompts", "prompt_categories", "comma list of prompt categories (default: all; on CPU, of the "
-           f"shipped suite, {CPU_PROMPTS})", _comma_list, cpu_default=CPU_PROMPTS, metavar="CATEGORIES", unset=()),
+           f"shipped suite, {CPU_PROMPTS})",
+           _comma_list("a comma list of prompt categories; leave the option out for the default categories"),
+           cpu_default=CPU_PROMPTS, metavar="CATEGORIES", unset=()),
     Option("prompt-file", "prompt_file", "JSON Lines prompt file to use instead of the shipped suite",
            _existing_file, metavar="PATH"),
     Option("prompts-per-category", "prompts_per_category", "prompts run per category (default 1)", _int(1), "1",

@@ -110,7 +110,7 @@ class CaseFixture:
 
     def run(self, case) -> dict[str, Any]:
         """Measure the case and record its result row for the summary and files."""
-        from .models.base import ModelUnavailable
+        from .models.base import ModelUnavailable, UnrunnableCase
         from .runner import run_case
         from .schema import extra_info_fields
 
@@ -123,6 +123,9 @@ class CaseFixture:
             result = run_case(case, self._store, self._session.config, self._session.prompts, timer)
         except ModelUnavailable as error:
             pytest.skip(str(error))
+        except UnrunnableCase as error:
+            # The message says what to change; a chained traceback into torch would only hide it.
+            raise pytest.fail.Exception(str(error), pytrace=False) from None
         # Which worker ran it and what its store had loaded so far: shows models load once per worker.
         result.worker = _worker(self._request.config)[0] or "main"
         result.model_loads = dict(self._store.load_counts)

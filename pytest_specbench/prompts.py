@@ -151,6 +151,21 @@ def _parse_line(path: Path, lineno: int, line: str) -> dict[str, object]:
     return obj
 
 
+_UNICODE_RULE = (
+    'prompt text must be valid Unicode: write the character itself, or a full surrogate pair such as '
+    '"\\ud83d\\ude00" for one character outside the Basic Multilingual Plane'
+)
+
+
+def _unencodable(text: str) -> str | None:
+    """What in ``text`` no tokenizer can encode (a lone surrogate from a JSON escape), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"holds the lone surrogate \\u{ord(text[exc.start]):04x} at character {exc.start + 1}"
+    return None
+
+
 def _string_field(path: Path, lineno: int, obj: dict[str, object], key: str) -> str | None:
     if key not in obj:
         return None
@@ -192,6 +207,9 @@ def load_prompts(path: str | Path | None = None) -> list[Prompt]:
             raise PromptFileError(path, lineno, 'missing "text"')
         if not body.strip():
             raise PromptFileError(path, lineno, '"text" is empty')
+        problem = _unencodable(body)
+        if problem:
+            raise PromptFileError(path, lineno, f'"text" {problem}', _UNICODE_RULE)
 
         # n counts every prompt of this category so far, so a derived id says
         # where the prompt sits in its category even when others have ids.

@@ -16,8 +16,10 @@ import torch
 
 from .config import SpecbenchConfig
 from .engine.decoding import greedy_generate, speculative_generate
+from .engine.drafters import ModelDrafter
 from .lossless import diagnose, quality_score
 from .matrix import Case
+from .models.base import UnrunnableCase, context_window
 from .prompts import Prompt, filler_text, fit_context
 from .schema import CaseResult
 from .speed_stats import Interval, coefficient_of_variation, speedup_interval
@@ -41,6 +43,31 @@ def prompt_input_ids(tokenizer, prompt: Prompt, all_prompts: list[Prompt], conte
         plain = fit_context(plain, max(context_tokens - len(lead), 1), filler)
         full = lead + plain
     return torch.tensor([full], dtype=torch.long, device=device)
+
+
+def check_context_windows(case: Case, prompt_tokens: int, new_tokens: int, models: dict[str, Any]) -> None:
+    """Raise :class:`UnrunnableCase` when the prompt and the new tokens need more positions than a model has.
+
+    ``models`` maps a role and source ("target 'gpt2'") to the model. The engine never feeds a
+    position past the last new token (each draft block is cut to what is left), so
+    prompt + new tokens is what must fit, whatever k is.
+    """
+    needed = prompt_tokens + new_tokens
+    for role, model in models.items():
+        window = context_window(model.config)
+        if window is None or needed <= window[0]:
+            continue
+        limit, attribute = window
+        longest_prompt = limit - new_tokens
+        shorten = (f"cut the prompts with --specbench-context-tokens={longest_prompt} (or fewer)"
+                   if longest_prompt >= 1 else "")
+        fewer = f"lower --specbench-max-new-tokens to {limit - prompt_tokens} or less" \
+            if limit > prompt_tokens else "lower --specbench-max-new-tokens"
+        raise UnrunnableCase(
+            f"case {case.id}: the prompt ({prompt_tokens} tokens) and {new_tokens} new tokens need {needed} "
+            f"positions, more than the {role} allows ({attribute} = {limit}); "
+            f"{' or '.join(part for part in (shorten, fewer) if part)}"
+        )
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -78,6 +105,10 @@ def measure_case(
     )
     eos = target.tokenizer.eos_token_id if config.stop_at_eos else None
     n = config.max_new_tokens
+    models = {f"target {pair.target!r}": target.model}
+    if isinstance(drafter, ModelDrafter):  # prompt lookup has no window; derived drafts share the target's
+        models[f"draft {pair.draft_label!r}"] = drafter.model
+    check_context_windows(case, int(input_ids.shape[1]), n, models)
     reference = store.reference(pair, case.prompt.id, input_ids, n, eos)
 
     baselines: list[GenerationResult] = []

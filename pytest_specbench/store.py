@@ -55,13 +55,14 @@ class ModelStore:
 
     def _build_drafter(self, pair: PairSpec) -> Drafter:
         from .engine import derived_models
-        from .models.tokenization import check_same_tokenization
+        from .models.tokenization import check_draft_vocabulary, check_same_tokenization
 
         target = self.target(pair)
         options = pair.options
         if pair.drafter == "model":
             draft = self.model(pair.draft, None, self.dtype_for(pair))  # a pair's revision is its target's
             check_same_tokenization(target.tokenizer, draft.tokenizer, pair.target, pair.draft)
+            check_draft_vocabulary(target.model.config, draft.model.config, pair.target, pair.draft)
             return ModelDrafter(draft.model)
         if pair.drafter == "truncated":
             return ModelDrafter(derived_models.truncated_copy(target.model, options.get("num_layers", 2)))

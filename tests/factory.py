@@ -212,9 +212,10 @@ def word_gpt2(seed: int = 0) -> GPT2LMHeadModel:
     return tiny_model("gpt2", seed, vocab_size=len(WORDS), n_embd=64)
 
 
-def byte_gpt2(seed: int = 0) -> GPT2LMHeadModel:
+def byte_gpt2(seed: int = 0, **overrides) -> GPT2LMHeadModel:
     """A GPT-2 that fits :func:`byte_tokenizer` (257 ids, EOS 256), 64 wide, with room for long contexts."""
-    return tiny_model("gpt2", seed, vocab_size=257, n_positions=4096, n_embd=64, bos_token_id=256, eos_token_id=256)
+    return tiny_model("gpt2", seed, **{"vocab_size": 257, "n_positions": 4096, "n_embd": 64, "bos_token_id": 256,
+                                       "eos_token_id": 256, **overrides})
 
 
 # --- on disk --------------------------------------------------------------------------
@@ -227,15 +228,19 @@ def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     return directory
 
 
-def write_tiny_pair(root: Path, name: str = "tiny", noise: float = 0.01) -> Path:
+def write_tiny_pair(root: Path, name: str = "tiny", noise: float = 0.01, *, target_config: dict | None = None,
+                    draft_config: dict | None = None) -> Path:
     """Save a byte-level target and a draft under ``root`` and return a pairs TOML naming them.
 
     The draft adds absolute weight noise of ``noise`` to the target: 0.01 agrees
-    often, 0.2 (the gate tests' weak draft) much less.
+    often, 0.2 (the gate tests' weak draft) much less. ``target_config`` overrides
+    the target's config fields; with ``draft_config`` the draft is a separate
+    :func:`byte_gpt2` with those fields instead of a noisy copy.
     """
-    target = byte_gpt2(seed=0)
+    target = byte_gpt2(seed=0, **(target_config or {}))
     save_checkpoint(target, byte_tokenizer(), root / "target")
-    save_checkpoint(noisy_copy(target, noise, seed=1, relative=False), byte_tokenizer(), root / "draft")
+    draft = byte_gpt2(seed=1, **draft_config) if draft_config else noisy_copy(target, noise, seed=1, relative=False)
+    save_checkpoint(draft, byte_tokenizer(), root / "draft")
     pairs_file = root / "pairs.toml"
     pairs_file.write_text(
         f'[pairs.{name}]\ntarget = "./target"\ndraft = "./draft"\ndescription = "tiny test pair"\n',

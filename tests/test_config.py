@@ -50,6 +50,10 @@ def test_command_line_wins_over_ini() -> None:
     [
         ("k", "1,1", "listed more than once: 1"),
         ("k", "", "no value given"),
+        # An empty list (an unset shell variable) is not "the default".
+        ("pairs", "", "no value given; accepted: a comma list of pair ids"),
+        ("prompts", " , ", "no value given; accepted: a comma list of prompt categories"),
+        ("gpu", "", "no value given; accepted: a comma list of devices"),
         ("threads", "0", "integer >= 1"),
         ("max-acceptance-drop", "x", "not a number"),
         ("gpu", "cuda:x", "unknown device 'cuda:x'"),

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
 
+import pytest
 import torch
 from factory import same_logits, write_tiny_gguf
 
@@ -96,3 +99,113 @@ def test_default_cache_dir_follows_the_environment(tmp_path, monkeypatch):
     assert gguf_cache.default_cache_dir() == tmp_path / "xdg" / "pytest-specbench"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert gguf_cache.default_cache_dir() == Path.home() / ".cache" / "pytest-specbench"
+
+
+# --- a cache that can be trusted and shared --------------------------------------------------------
+
+
+def _converted_entry(tmp_path: Path):
+    """Convert a tiny GGUF into a fresh cache; return (original model, cache, entry)."""
+    original = write_tiny_gguf(tmp_path / "tiny.gguf")
+    cache = tmp_path / "cache"
+    assert load_model(str(tmp_path / "tiny.gguf"), cache_dir=cache).source == "gguf-converted"
+    sha256 = gguf_cache.file_sha256(tmp_path / "tiny.gguf", cache_dir=cache)
+    return original, cache, gguf_cache.cached_entry(sha256, cache_dir=cache)
+
+
+def _flip_last_byte(path: Path) -> None:
+    """Change the last byte (a weight, past the safetensors header): same size, other content."""
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_same_size_corruption_is_caught_and_the_entry_rebuilt(tmp_path):
+    original, cache, entry = _converted_entry(tmp_path)
+    _flip_last_byte(entry / "model.safetensors")
+    again = load_model(str(tmp_path / "tiny.gguf"), cache_dir=cache)
+    assert again.source == "gguf-converted"
+    assert same_logits(original, again.model)
+
+
+def test_bit_rot_that_keeps_size_and_mtime_is_caught_by_the_next_days_hashing(tmp_path, monkeypatch):
+    original, cache, entry = _converted_entry(tmp_path)
+    weights = entry / "model.safetensors"
+    before = weights.stat()
+    _flip_last_byte(weights)
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))  # as a failing disk would leave it
+    # Hashed today at conversion: today's loads check sizes and mtimes only (the documented trade-off).
+    assert load_model(str(tmp_path / "tiny.gguf"), cache_dir=cache).source == "gguf-cache"
+    monkeypatch.setattr(gguf_cache, "_today", lambda: "2999-01-01")
+    again = load_model(str(tmp_path / "tiny.gguf"), cache_dir=cache)
+    assert again.source == "gguf-converted"
+    assert same_logits(original, again.model)
+
+
+def test_hashes_are_checked_once_per_machine_and_day(tmp_path, monkeypatch):
+    _, cache, entry = _converted_entry(tmp_path)
+    hashed = []
+    real = gguf_cache._sha256_of
+    monkeypatch.setattr(gguf_cache, "_sha256_of", lambda path: hashed.append(path.name) or real(path))
+    gguf_cache.verify_entry(entry, cache_dir=cache)
+    assert hashed == []  # the conversion hashed the files today
+    monkeypatch.setattr(gguf_cache, "_today", lambda: "2999-01-01")
+    gguf_cache.verify_entry(entry, cache_dir=cache)
+    assert "model.safetensors" in hashed
+    hashed.clear()
+    gguf_cache.verify_entry(entry, cache_dir=cache)
+    assert hashed == []
+
+
+def test_entry_files_are_fsynced_before_the_rename(tmp_path, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(descriptor):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
+        real_fsync(descriptor)
+
+    def replace(source, destination):
+        events.append(("replace", str(source), str(destination)))
+        real_replace(source, destination)
+
+    monkeypatch.setattr(gguf_cache.os, "fsync", fsync)
+    monkeypatch.setattr(gguf_cache.os, "replace", replace)
+    _, _, entry = _converted_entry(tmp_path)
+    renames = [event for event in events if event[0] == "replace" and event[2] == str(entry)]
+    assert len(renames) == 1
+    temporary = renames[0][1]
+    synced = {path for kind, path, *_ in events[: events.index(renames[0])] if kind == "fsync"}
+    for path in entry.iterdir():
+        assert f"{temporary}/{path.name}" in synced, path.name
+    assert temporary in synced  # the folder itself, so the files' names are durable too
+
+
+def test_an_error_that_is_not_corruption_keeps_the_entry(tmp_path, monkeypatch):
+    _, cache, entry = _converted_entry(tmp_path)
+
+    def out_of_memory(entry, dtype):
+        raise MemoryError("no room for the weights")
+
+    def must_not_convert(*args, **kwargs):
+        raise AssertionError("a good entry was converted again after an out-of-memory error")
+
+    monkeypatch.setattr(gguf_cache, "_load_entry", out_of_memory)
+    monkeypatch.setattr(gguf_cache, "convert_gguf", must_not_convert)
+    with pytest.raises(MemoryError):
+        load_model(str(tmp_path / "tiny.gguf"), cache_dir=cache)
+    assert (entry / gguf_cache.ENTRY_MARKER).is_file()
+
+
+@pytest.mark.parametrize(("umask", "folder_mode", "file_mode"), [(0o002, 0o775, 0o664), (0o022, 0o755, 0o644)],
+                         ids=["umask-002", "umask-022"])
+def test_entry_modes_follow_the_umask_so_a_group_can_share_the_cache(tmp_path, umask, folder_mode, file_mode):
+    previous = os.umask(umask)
+    try:
+        _, cache, entry = _converted_entry(tmp_path)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(entry.stat().st_mode) == folder_mode
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in entry.iterdir()}
+    assert modes == dict.fromkeys(modes, file_mode)
+    assert "model.safetensors" in modes

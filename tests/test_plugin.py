@@ -22,6 +22,8 @@ import pytest
         ("--specbench-gpu=tpu", "accepted: cpu, cuda, cuda:N, mps"),
         ("--specbench-gpu=cuda:0", "CUDA is not available"),
         ("--specbench-pairs=nope", "unknown pair(s) nope"),
+        ("--specbench-pairs=", "--specbench-pairs='': no value given; accepted: a comma list of pair ids"),
+        ("--specbench-prompts=", "--specbench-prompts='': no value given"),
         ("--specbench-prompts=nope", "nope"),
         ("--specbench-prompt-file=missing.jsonl", "no such file"),
         ("--specbench-tie-tolerance=-1", "accepted: a number >= 0"),

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from factory import tiny_pair
+from factory import tiny_pair, write_tiny_pair
 
 from pytest_specbench import greedy_generate, speculative_generate
 from pytest_specbench.engine.stats import DecodeStats, GenerationResult
@@ -233,3 +233,42 @@ def test_the_specbench_summary_prints_after_pytest_benchmarks_table(bench) -> No
     result = bench("--specbench-max-rounds=2", benchmark=True)
     text = result.stdout.str()
     assert "benchmark:" in text and text.index("benchmark:") < text.index("specbench summary")
+
+
+# --- context windows: a clear failure, never an IndexError inside the model ------------------------
+
+
+@pytest.fixture(scope="module")
+def short_target_pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Pair ``tiny`` whose target has 64 positions (the draft has 4096)."""
+    return write_tiny_pair(tmp_path_factory.mktemp("short_target"), target_config={"n_positions": 64})
+
+
+@pytest.fixture(scope="module")
+def short_draft_pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Pair ``tiny`` whose draft has 64 positions (the target has 4096)."""
+    return write_tiny_pair(tmp_path_factory.mktemp("short_draft"), draft_config={"n_positions": 64})
+
+
+def test_a_prompt_that_exactly_fills_the_window_runs(bench, short_target_pairs_file: Path) -> None:
+    # 52 prompt tokens + 12 new tokens = 64 positions, whatever k is: no block runs past the last new token.
+    result = bench("--specbench-context-tokens=52", "-k", "k4 and natural", pairs_file=short_target_pairs_file)
+    result.assert_outcomes(passed=1, deselected=3)
+
+
+def test_a_prompt_past_the_targets_window_fails_naming_the_limit(bench, short_target_pairs_file: Path) -> None:
+    result = bench("--specbench-context-tokens=53", "-k", "k4 and natural", pairs_file=short_target_pairs_file)
+    result.assert_outcomes(failed=1, deselected=3)
+    result.stdout.fnmatch_lines([
+        "*tiny-k4-natural: the prompt (53 tokens) and 12 new tokens need 65 positions, more than the target "
+        "'*target' allows (n_positions = 64); cut the prompts with --specbench-context-tokens=52 (or fewer) "
+        "or lower --specbench-max-new-tokens to 11 or less",
+    ])
+    assert "IndexError" not in result.stdout.str() and "Traceback" not in result.stdout.str()
+
+
+def test_a_prompt_past_the_drafts_window_fails_naming_the_draft(bench, short_draft_pairs_file: Path) -> None:
+    result = bench("--specbench-context-tokens=60", "-k", "k1 and natural", pairs_file=short_draft_pairs_file)
+    result.assert_outcomes(failed=1, deselected=3)
+    result.stdout.fnmatch_lines(["*need 72 positions, more than the draft '*draft' allows (n_positions = 64)*"])
+    assert "IndexError" not in result.stdout.str()

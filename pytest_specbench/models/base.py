@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 #: dtype names every loader accepts
 #: the embedded default model's loader name (kept here so the pair registry needs no torch)
 GEMMA3_270M_NAME = "embedded:gemma3-270m"
@@ -26,3 +28,22 @@ class ModelUnavailable(Exception):
     def __str__(self) -> str:
         text = f"model {self.model!r} {self.reason}"
         return f"{text}; {self.hint_label}: {self.hint}" if self.hint else text
+
+
+class UnrunnableCase(ValueError):
+    """A case that cannot run as configured: models that do not fit together, a prompt longer than a
+    context window. The message names what does not fit and what to change; no traceback is needed."""
+
+
+#: config attributes that hold a model's context window, in the order they are read (GPT-2's
+#: config.json says n_positions, and its config answers to max_position_embeddings as well)
+_CONTEXT_WINDOW_ATTRIBUTES = ("n_positions", "max_position_embeddings")
+
+
+def context_window(config: Any) -> tuple[int, str] | None:
+    """``(positions, attribute)``: how many positions a model's config allows, and where it says so; None if unstated."""
+    for attribute in _CONTEXT_WINDOW_ATTRIBUTES:
+        value = getattr(config, attribute, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value, attribute
+    return None

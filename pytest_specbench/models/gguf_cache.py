@@ -10,20 +10,31 @@ Layout of the cache directory (see :func:`default_cache_dir`)::
 
     gguf-converted/<sha256>-tf<transformers version>/   one converted model
     hashes/<key>.json                                    memoised file hashes
+    verified/<entry>@<host>.json                         when this machine last hashed an entry
     locks/                                               conversion locks
 
-An entry is built in a temporary directory and renamed into place only when
-complete, so a crash never leaves a half-written entry under its final name.
+An entry is built in a temporary directory, its files fsynced, and renamed into
+place only when complete, so neither a crash nor a power cut leaves a half-written
+entry under its final name. Its marker records the size and sha256 of every file.
+Each load checks the sizes (microseconds); hashing Gemma 3 270M's 1.1 GB entry
+takes about 2.6 s against a 3.9 s load, so the hashes are checked once per machine
+and day (and again whenever a file's size or mtime changed), with a stamp under
+``verified/``. A mismatch, or a load error that means damaged files, discards the
+entry and converts again; any other error (out of memory, say) is raised as it is.
+Entries, like every file here, take their mode from the umask, so a cache shared
+by a group (``umask 002``) is usable by all its members.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -31,12 +42,14 @@ from pathlib import Path
 
 import torch
 import transformers
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..atomic import write_atomic
 
 __all__ = [
     "ENTRY_MARKER",
+    "CorruptEntry",
     "cached_entry",
     "convert_gguf",
     "default_cache_dir",
@@ -48,6 +61,7 @@ __all__ = [
     "memoised_sha256",
     "remember_sha256",
     "resolve_cache_dir",
+    "verify_entry",
 ]
 
 logger = logging.getLogger(__name__)
@@ -111,16 +125,21 @@ def remember_sha256(
         logger.debug("could not memoise the hash of %s: %s", path, error)
 
 
+def _sha256_of(path: Path) -> str:
+    """sha256 of a file's content, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(_HASH_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def file_sha256(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> str:
     """sha256 of a file's content, hashed in chunks and memoised by (path, size, mtime)."""
     known = memoised_sha256(path, cache_dir=cache_dir)
     if known is not None:
         return known
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(_HASH_CHUNK):
-            digest.update(block)
-    sha256 = digest.hexdigest()
+    sha256 = _sha256_of(Path(path))
     remember_sha256(path, sha256, cache_dir=cache_dir)
     return sha256
 
@@ -139,9 +158,74 @@ def entry_dir(sha256: str, *, cache_dir: str | os.PathLike[str] | None = None) -
 
 
 def cached_entry(sha256: str, *, cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
-    """The finished entry for ``sha256``, or None if there is none."""
+    """The finished entry for ``sha256``, or None if there is none (not checked: see :func:`verify_entry`)."""
     entry = entry_dir(sha256, cache_dir=cache_dir)
     return entry if (entry / ENTRY_MARKER).is_file() else None
+
+
+class CorruptEntry(Exception):
+    """A cache entry whose files are not what its marker recorded; the message says which file and how."""
+
+
+def _today() -> str:
+    return datetime.date.today().isoformat()
+
+
+def _entry_files(folder: Path) -> list[Path]:
+    """The entry's files, marker excluded, in a fixed order."""
+    return sorted(path for path in folder.rglob("*") if path.is_file() and path.name != ENTRY_MARKER)
+
+
+def _file_states(entry: Path, names: list[str]) -> dict[str, list[int]]:
+    # (size, mtime_ns): what a stamp of verified hashes depends on.
+    return {name: [(entry / name).stat().st_size, (entry / name).stat().st_mtime_ns] for name in names}
+
+
+def _stamp_path(entry: Path, cache_dir: Path) -> Path:
+    return cache_dir / "verified" / f"{entry.name}@{socket.gethostname()}.json"
+
+
+def _stamp(entry: Path, cache_dir: Path, names: list[str]) -> None:
+    """Record that this machine hashed ``entry`` today (best effort: without it, the next load hashes again)."""
+    try:
+        write_atomic(_stamp_path(entry, cache_dir), json.dumps({"date": _today(),
+                                                                "files": _file_states(entry, names)}))
+    except OSError as error:
+        logger.debug("could not stamp %s as verified: %s", entry, error)
+
+
+def _hashed_today(entry: Path, cache_dir: Path, names: list[str]) -> bool:
+    try:
+        stamp = json.loads(_stamp_path(entry, cache_dir).read_text())
+        return stamp["date"] == _today() and stamp["files"] == _file_states(entry, names)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def verify_entry(entry: Path, *, cache_dir: str | os.PathLike[str] | None = None, full: bool = False) -> None:
+    """Raise :class:`CorruptEntry` unless ``entry``'s files match the sizes and hashes its marker recorded.
+
+    Sizes are checked every time; hashes when ``full``, or when this machine has not hashed the
+    entry today, or a file's size or mtime changed since it did.
+    """
+    cache = resolve_cache_dir(cache_dir)
+    try:
+        files = json.loads((entry / ENTRY_MARKER).read_text(encoding="utf-8"))["files"]
+        names = sorted(files)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CorruptEntry(f"its marker {ENTRY_MARKER} has no readable file list ({error})") from None
+    for name in names:
+        path = entry / name
+        if not path.is_file():
+            raise CorruptEntry(f"{name} is missing")
+        if path.stat().st_size != files[name]["size"]:
+            raise CorruptEntry(f"{name} has {path.stat().st_size} bytes, the marker recorded {files[name]['size']}")
+    if not full and _hashed_today(entry, cache, names):
+        return
+    for name in names:
+        if _sha256_of(entry / name) != files[name]["sha256"]:
+            raise CorruptEntry(f"{name} does not have the sha256 the marker recorded (same size, other content)")
+    _stamp(entry, cache, names)
 
 
 @contextlib.contextmanager
@@ -157,12 +241,16 @@ def file_lock(lock_path: Path) -> Iterator[None]:
     except ImportError:  # Windows: the atomic rename alone keeps entries consistent
         yield
         return
-    with open(lock_path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    # Read-only: flock needs no write access, so a lock file another user of the group created still works.
+    descriptor = os.open(lock_path, os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+    finally:
+        os.close(descriptor)
 
 
 def _remove_entry(entry: Path) -> None:
@@ -173,6 +261,41 @@ def _remove_entry(entry: Path) -> None:
     except OSError:
         trash = entry
     shutil.rmtree(trash, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _seal(folder: Path) -> dict[str, dict]:
+    """Give ``folder`` and its files the umask's modes, fsync them, and return their sizes and hashes.
+
+    mkdtemp makes the folder 0700 and safetensors writes 0600, which would lock every other
+    user of a shared cache out; fsync before the rename, so a power cut cannot leave a named
+    entry with empty files.
+    """
+    mask = _umask()
+    files = {}
+    for path in _entry_files(folder):
+        os.chmod(path, 0o666 & ~mask)
+        with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
+        files[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "sha256": _sha256_of(path)}
+    for sub in [folder, *(path for path in folder.rglob("*") if path.is_dir())]:
+        os.chmod(sub, 0o777 & ~mask)
+    return files
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a folder's entries (a new file, a rename) durable; a no-op where folders cannot be opened."""
+    with contextlib.suppress(OSError):
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
 
 def _strip_gguf_quantizer(model: PreTrainedModel) -> None:
@@ -219,7 +342,9 @@ def ensure_converted(
 
     ``gguf_path`` may be a callable producing the path, so a caller that knows
     the hash in advance (the embedded model) only materialises the file when
-    there is no entry yet. Returns ``(entry, converted_now)``.
+    there is no entry yet. ``rebuild`` replaces an entry found corrupt, unless
+    its files hash as recorded by the time the lock is held (another process
+    rebuilt it meanwhile). Returns ``(entry, converted_now)``.
     """
     cache = resolve_cache_dir(cache_dir)
     if sha256 is None:
@@ -231,9 +356,9 @@ def ensure_converted(
 
     with file_lock(cache / "locks" / f"{sha256}.lock"):
         entry = entry_dir(sha256, cache_dir=cache)
-        if not rebuild and cached_entry(sha256, cache_dir=cache) is not None:
-            return entry, False  # another process converted it while we waited
-        if entry.exists():  # unreadable (rebuild), or its marker is gone: never trusted
+        if cached_entry(sha256, cache_dir=cache) is not None and not (rebuild and _entry_problem(entry, cache)):
+            return entry, False  # another process converted (or rebuilt) it while we waited
+        if entry.exists():  # corrupt (rebuild), or its marker is gone: never trusted
             _remove_entry(entry)
         # Temp dirs of conversions that crashed; with the lock held, none is in progress.
         for stale in entry.parent.glob(f".tmp-{sha256[:16]}-*"):
@@ -249,17 +374,40 @@ def ensure_converted(
                 "sha256": sha256,
                 "transformers": transformers.__version__,
                 "conversion_s": round(time.perf_counter() - started, 3),
+                "files": _seal(tmp),
             }
-            (tmp / ENTRY_MARKER).write_text(json.dumps(marker, indent=2))
+            with open(tmp / ENTRY_MARKER, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(marker, indent=2))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp / ENTRY_MARKER, 0o666 & ~_umask())
+            _fsync_folder(tmp)
             try:
                 os.replace(tmp, entry)
             except OSError:
                 # Lost a race with a process that holds no lock (Windows): use theirs.
                 if cached_entry(sha256, cache_dir=cache) is None:
                     raise
+            else:
+                _fsync_folder(entry.parent)
+                _stamp(entry, cache, sorted(marker["files"]))  # just hashed: no need to hash again today
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return entry, True
+
+
+def _entry_problem(entry: Path, cache_dir: Path) -> str | None:
+    """What is wrong with ``entry``, hashes included, or None when it is sound."""
+    try:
+        verify_entry(entry, cache_dir=cache_dir, full=True)
+    except CorruptEntry as error:
+        return str(error)
+    return None
+
+
+#: errors of loading an entry that mean its files are damaged; transformers reports unreadable JSON as
+#: OSError. PermissionError is an OSError too but is re-raised: it is no damage.
+_CORRUPTION_ERRORS = (CorruptEntry, SafetensorError, OSError, json.JSONDecodeError, UnicodeDecodeError)
 
 
 def _load_entry(entry: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -279,16 +427,20 @@ def load_gguf(
 
     Returns ``(model, tokenizer, source)`` where ``source`` is
     ``"gguf-converted"`` when the file was converted by this call and
-    ``"gguf-cache"`` when an existing entry was reused. An entry that fails to
-    load (truncated by a full disk, deleted files) is discarded and rebuilt once.
+    ``"gguf-cache"`` when an existing entry was reused. An entry whose files
+    differ from its marker (truncated by a full disk, deleted, overwritten), or
+    that fails to load with an error meaning damaged files, is discarded and
+    converted again, once; other errors (out of memory) leave the entry alone.
     """
     entry, converted = ensure_converted(gguf_path, sha256=sha256, cache_dir=cache_dir)
-    try:
-        model, tokenizer = _load_entry(entry, dtype)
-    except Exception as error:
-        if converted:
-            raise
-        logger.warning("discarding unreadable GGUF cache entry %s (%s); converting again", entry, error)
+    if not converted:
+        try:
+            verify_entry(entry, cache_dir=cache_dir)
+            return (*_load_entry(entry, dtype), "gguf-cache")
+        except _CORRUPTION_ERRORS as error:
+            if isinstance(error, PermissionError):
+                raise  # another user's entry this one may not read: converting again would not help
+            logger.warning("discarding corrupt GGUF cache entry %s (%s); converting again", entry, error)
         entry, converted = ensure_converted(gguf_path, sha256=sha256, cache_dir=cache_dir, rebuild=True)
-        model, tokenizer = _load_entry(entry, dtype)
+    model, tokenizer = _load_entry(entry, dtype)
     return model, tokenizer, "gguf-converted" if converted else "gguf-cache"

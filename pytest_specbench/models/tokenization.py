@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from transformers import PreTrainedTokenizerBase
+from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-__all__ = ["DEFAULT_PROBE_TEXTS", "TokenizerMismatch", "check_same_tokenization"]
+from .base import UnrunnableCase
+
+__all__ = ["DEFAULT_PROBE_TEXTS", "TokenizerMismatch", "VocabularyMismatch", "check_draft_vocabulary",
+           "check_same_tokenization"]
 
 #: varied texts that tend to expose differing vocabularies and normalisation
 DEFAULT_PROBE_TEXTS: tuple[str, ...] = (
@@ -33,7 +36,7 @@ DEFAULT_PROBE_TEXTS: tuple[str, ...] = (
 )
 
 
-class TokenizerMismatch(ValueError):
+class TokenizerMismatch(UnrunnableCase):
     """The draft's token ids differ from the target's."""
 
     def __init__(self, target_name: str, draft_name: str, detail: str) -> None:
@@ -77,3 +80,24 @@ def check_same_tokenization(
                 draft_name,
                 f"{text[:40]!r} encodes to {_shorten(draft_ids)} in the draft but {_shorten(target_ids)} in the target",
             )
+
+
+class VocabularyMismatch(UnrunnableCase):
+    """The draft can propose token ids that the target has no embedding for."""
+
+
+def check_draft_vocabulary(target_config: PretrainedConfig, draft_config: PretrainedConfig, target_name: str,
+                           draft_name: str) -> None:
+    """Raise :class:`VocabularyMismatch` when the draft's ``vocab_size`` is larger than the target's.
+
+    Equal tokenizers do not settle it: a model's embedding may have more rows than its tokenizer has
+    tokens, and a draft id at or above the target's ``vocab_size`` ends in an IndexError inside the
+    target. A smaller draft vocabulary is fine (its padding rows are never proposed).
+    """
+    target_size, draft_size = target_config.vocab_size, draft_config.vocab_size
+    if draft_size > target_size:
+        raise VocabularyMismatch(
+            f"draft {draft_name!r} has vocab_size {draft_size}, more than target {target_name!r} with "
+            f"{target_size}: the draft could propose ids {target_size} to {draft_size - 1}, which the target has "
+            f"no embedding for; pair the target with a draft whose vocab_size is at most {target_size}"
+        )
