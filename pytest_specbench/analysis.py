@@ -12,6 +12,9 @@ from typing import Any
 
 from .cost_model import alpha_mle, position_counts, predicted_speedup, recommended_k
 
+#: the per-pair figures, in report order: ``<figure>_<pair>.png``; plus ``speedup_by_category.png``
+FIGURES = ("speedup_vs_k", "acceptance_heatmap", "tau_vs_k", "position_acceptance", "verify_cost")
+
 
 def pooled_position_acceptance(rows: Sequence[dict[str, Any]]) -> list[tuple[int, int, float]]:
     """``(position, steps that drafted that far, share accepted)`` pooled over the rows' decode steps."""
