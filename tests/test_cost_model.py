@@ -119,3 +119,22 @@ def test_a_draft_equal_to_the_target_gives_alpha_one_and_tau_k_plus_one(bench, p
         assert row["efficiency"] == pytest.approx(row["decode_speedup"] / row["predicted_speedup"])
         assert row["target_params"] == row["draft_params"] > 0
         assert row["peak_memory_mb"] > 0 and row["peak_memory_kind"] == "process_rss"
+
+
+def test_the_row_fields_on_hand_computed_values():
+    from pytest_specbench.runner import cost_model_fields
+
+    # Steps (2, 2) and (2, 1): alpha = 3 / (3 + 1); v = 10, 12, 15 ms; a draft token 1 ms, so c = 0.1.
+    fields = cost_model_fields(2, [0, 2, 2], [0, 2, 1], {"verify_costs_s": [0.010, 0.012, 0.015],
+                                                          "draft_token_s": 0.001}, decode_speedup=1.7)
+    assert fields["alpha"] == pytest.approx(0.75)
+    assert fields["cost_ratio"] == pytest.approx(0.1) and fields["verify_cost_ratio"] == pytest.approx(1.5)
+    assert fields["predicted_tau"] == pytest.approx(2.3125)  # 1 + 0.75 + 0.5625
+    assert fields["predicted_speedup"] == pytest.approx(2.3125 * 0.010 / (2 * 0.1 * 0.010 + 0.015))  # 1.360
+    assert fields["efficiency"] == pytest.approx(1.7 / fields["predicted_speedup"])
+    assert fields["recommended_k"] == 2  # k=1: 1.75 * 10 / (1 + 12) = 1.346 < 1.360
+    assert fields["verify_costs_ms"] == pytest.approx([10.0, 12.0, 15.0]) and fields["draft_token_ms"] == 1.0
+    assert fields["position_acceptance"] == [1.0, 0.5] and fields["accepted_length_histogram"] == [0, 1, 1]
+    # Prompt lookup that never matched: no alpha, so no prediction, but the costs are still there.
+    empty = cost_model_fields(2, [0, 0], [0, 0], {"verify_costs_s": [0.01, 0.02, 0.03], "draft_token_s": 0.0}, 1.0)
+    assert empty["alpha"] is None and "predicted_speedup" not in empty and empty["cost_ratio"] == 0.0
