@@ -138,3 +138,14 @@ def test_the_row_fields_on_hand_computed_values():
     # Prompt lookup that never matched: no alpha, so no prediction, but the costs are still there.
     empty = cost_model_fields(2, [0, 0], [0, 0], {"verify_costs_s": [0.01, 0.02, 0.03], "draft_token_s": 0.0}, 1.0)
     assert empty["alpha"] is None and "predicted_speedup" not in empty and empty["cost_ratio"] == 0.0
+
+
+def test_parameter_counts_include_int8_linears():
+    from factory import tiny_model
+
+    from pytest_specbench.engine.cost_probe import parameter_count
+    from pytest_specbench.engine.derived_models import int8_copy
+
+    target = tiny_model("llama")
+    assert parameter_count(None) == 0
+    assert parameter_count(int8_copy(target)) == parameter_count(target) > 0

@@ -72,7 +72,19 @@ def draft_token_cost(drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5
 
 
 def parameter_count(model: torch.nn.Module | None) -> int:
-    """Parameters of a model (0 for none); tied weights count once."""
+    """Weights of a model (0 for none); tied weights count once, int8-quantised linears count too.
+
+    A dynamically quantised linear keeps its weight packed, outside ``parameters()``, and the
+    weight-only int8 linear keeps it in a buffer: both are counted by their weight's shape.
+    """
     if model is None:
         return 0
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    total = sum(p.numel() for p in model.parameters())
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if callable(weight) and not isinstance(weight, torch.nn.Module):  # torch.ao dynamic quantised Linear
+            total += weight().numel() + (module.bias().numel() if callable(getattr(module, "bias", None))
+                                         and module.bias() is not None else 0)
+        elif hasattr(module, "qweight") and isinstance(module.qweight, torch.Tensor):
+            total += module.qweight.numel() + (module.bias.numel() if isinstance(module.bias, torch.Tensor) else 0)
+    return total
