@@ -119,6 +119,22 @@ def _path(raw: str) -> Path:
     return Path(raw).expanduser()
 
 
+def _output_dir(raw: str) -> Path | None:
+    if raw.strip() in ("", "none", "off"):
+        return None
+    path = Path(raw).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} is a file; accepted: a directory (created if missing), or empty to disable")
+    return path
+
+
+def _shard(raw: str) -> tuple[int, int]:
+    match = re.match(r"^(\d+)/(\d+)$", raw)
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise ValueError(f"{raw!r} is not I/N with 1 <= I <= N; accepted: e.g. 1/2 and 2/2")
+    return int(match[1]), int(match[2])
+
+
 @dataclass(frozen=True)
 class Option:
     """One setting, declared once: ``--specbench-<name>`` on the command line, ``specbench_<name>`` in ini.
@@ -205,6 +221,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-speedup-drop", "max_speedup_drop", "gate speed too: largest relative speedup drop allowed, "
            "e.g. 0.1 (default: speed is not gated)", _non_negative_float, metavar="FRACTION"),
     Option("allow-missing", "allow_missing", "baseline cases with no result in this run are not regressions"),
+    Option("plots", "plots_dir", "write the figures (PNG, one per figure) to DIR at the end of the run; needs "
+           "matplotlib (the plots extra)", _output_dir, metavar="DIR"),
+    Option("report", "report_path", "write a Markdown report of the run to PATH (figures linked from "
+           "--specbench-plots when given)", _output_path, metavar="PATH"),
+    Option("shard", "shard", "run shard I of N: a stable split of the case matrix by pair (each pair on one "
+           "shard); merge the shards' JSON with python -m pytest_specbench merge", _shard, metavar="I/N"),
 )
 
 
@@ -242,6 +264,9 @@ class SpecbenchConfig:
     max_acceptance_drop: float
     max_speedup_drop: float | None
     allow_missing: bool
+    plots_dir: Path | None
+    report_path: Path | None
+    shard: tuple[int, int] | None  # (I, N)
     # The raw values used (given or defaulted), for the JSON record of the run.
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
     # Names of the options the user gave (command line or ini); the rest are defaults.

@@ -35,3 +35,14 @@ def build_matrix(pairs: Sequence[PairSpec], ks: Sequence[int], prompts: Sequence
         for prompt, label in zip(prompts, labels)
         for k in ks
     ]
+
+
+def shard_pairs(pairs: Sequence[PairSpec], index: int, count: int) -> list[PairSpec]:
+    """Shard ``index`` of ``count`` (1-based): the pairs in name order, dealt round-robin.
+
+    By pair, so each model loads on one shard only; by name, so every shard of a CI matrix
+    given the same selection computes the same split.
+    """
+    ordered = sorted(pairs, key=lambda pair: pair.name)
+    chosen = {pair.name for position, pair in enumerate(ordered) if position % count == index - 1}
+    return [pair for pair in pairs if pair.name in chosen]

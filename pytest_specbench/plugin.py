@@ -36,6 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = parse_settings(read_settings(config.getoption, config.getini), cuda_available)
         check_devices(settings.devices)
         session = SpecbenchSession.build(settings, config.rootpath)
+        session.command = " ".join(["pytest", *map(str, config.invocation_params.args)])
     except (ConfigError, ValueError) as error:
         raise pytest.UsageError(f"pytest-specbench: {error}") from None
     config.stash[_session_key] = session

@@ -11,6 +11,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from .analysis import analyse_prompts, pooled_position_acceptance
 from .schema import csv_columns, summary_columns
 
 
@@ -65,11 +66,19 @@ def summary_lines(results: Sequence[dict[str, Any]], ci_target: float = 0.05) ->
                           floatfmt=("", "", ".2f", ".2f", ".3f", ".2f")).splitlines()
         lines.append("")
         best = []
-        for prompt in sorted({row["prompt"] for row in rows}):
-            top = max((row for row in rows if row["prompt"] == prompt), key=lambda row: row["decode_speedup"])
-            best.append((prompt, top["k"], _cell(top, "decode_speedup", ".2f", True), top["acceptance_rate"]))
-        lines += tabulate(best, headers=("prompt", "best k", "decode speedup", "accept"),
-                          floatfmt=("", "", "", ".3f"), disable_numparse=True).splitlines()
+        for analysis in sorted(analyse_prompts(rows), key=lambda analysis: analysis.prompt):
+            top = analysis.best_row
+            best.append((analysis.prompt, top["k"], _cell(top, "decode_speedup", ".2f", True),
+                         f"{top['acceptance_rate']:.3f}",
+                         "" if analysis.alpha is None else f"{analysis.alpha:.3f}",
+                         "" if analysis.recommended_k is None else str(analysis.recommended_k)))
+        lines += tabulate(best, headers=("prompt", "best k", "decode speedup", "accept", "pooled alpha",
+                                         "recommended k"), disable_numparse=True).splitlines()
+        positions = pooled_position_acceptance(rows)
+        if positions:
+            lines.append("per-position acceptance (of the steps that drafted at least i tokens, the share whose "
+                         "i-th was accepted; all cases pooled):")
+            lines.append("  " + "  ".join(f"{i}: {share:.2f}" for i, _, share in positions))
         lines.append("")
     failed = [row["case"] for row in results if row["verdict"] == "diverged"]
     ties = [row["case"] for row in results if row["verdict"] == "tie-divergence"]

@@ -15,6 +15,9 @@ from typing import Any
 import torch
 
 from .config import SpecbenchConfig
+from .cost_model import (accepted_length_histogram, alpha_mle, position_acceptance, predicted_speedup,
+                         predicted_tau, recommended_k)
+from .engine.cost_probe import draft_token_cost, parameter_count, verify_costs
 from .engine.decoding import greedy_generate, speculative_generate
 from .engine.drafters import ModelDrafter
 from .lossless import diagnose, quality_score
@@ -86,6 +89,11 @@ class Measurement:
     verdict: dict[str, Any]
     target_load_s: float
     target_load_source: str
+    # The pair's measured costs ({"verify_costs_s": [v(1), ...], "draft_token_s": ...}), parameter
+    # counts and peak memory; absent in hand-built measurements.
+    costs: dict[str, Any] | None = None
+    sizes: dict[str, int] | None = None
+    peak_memory: tuple[float, str] | None = None
 
 
 def measure_case(
@@ -128,7 +136,13 @@ def measure_case(
 
     # Once per pair on this worker: first-call costs (allocations, kernel choice) are paid here.
     store.memo(("warmup", pair.name), warm_up)
+    costs = store.memo(("cost_model", pair.name, max(config.ks)),
+                       lambda: measure_costs(target.model, drafter, input_ids, max(config.ks) + 1))
+    sizes = store.memo(("sizes", pair.name), lambda: {
+        "target_params": parameter_count(target.model),
+        "draft_params": parameter_count(getattr(drafter, "model", None))})
     baselines.clear()
+    reset_peak_memory(store.device)
     speculative.clear()
 
     paired = not config.baseline_once
@@ -149,7 +163,57 @@ def measure_case(
                        store.dtype_for(pair) != "float32", config.tie_tolerance)
     return Measurement(input_ids=input_ids, reference=reference, baselines=baselines, speculative=speculative,
                        paired=paired, verdict=verdict, target_load_s=target.load_time_s,
-                       target_load_source=target.source)
+                       target_load_source=target.source, costs=costs, sizes=sizes,
+                       peak_memory=peak_memory_mb(store.device))
+
+
+def measure_costs(target_model, drafter, input_ids: torch.Tensor, max_positions: int) -> dict[str, Any]:
+    """The cost model's inputs for one pair: v(1) .. v(max_positions) and the draft's per-token cost."""
+    return {"verify_costs_s": verify_costs(target_model, input_ids, max_positions),
+            "draft_token_s": draft_token_cost(drafter, input_ids)}
+
+
+def reset_peak_memory(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mb(device: str) -> tuple[float, str]:
+    """Peak CUDA memory allocated since the reset, or on CPU the process's peak resident set (MiB)."""
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_allocated"
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes.
+    return peak / (2**20 if sys.platform == "darwin" else 2**10), "process_rss"
+
+
+def cost_model_fields(k: int, drafted_per_step: list[int], accepted_per_step: list[int],
+                      costs: dict[str, Any] | None, decode_speedup: float) -> dict[str, Any]:
+    """The row's cost-model fields from a run's per-step counts and the pair's measured costs."""
+    alpha = alpha_mle(drafted_per_step, accepted_per_step)
+    fields: dict[str, Any] = {
+        "alpha": alpha,
+        "position_acceptance": position_acceptance(drafted_per_step, accepted_per_step),
+        "accepted_length_histogram": accepted_length_histogram(drafted_per_step, accepted_per_step),
+    }
+    if costs is None:
+        return fields
+    curve = costs["verify_costs_s"]
+    v1 = curve[0]
+    c = costs["draft_token_s"] / v1
+    fields.update(cost_ratio=c, draft_token_ms=1000 * costs["draft_token_s"],
+                  verify_costs_ms=[1000 * v for v in curve])
+    if k < len(curve):
+        fields["verify_cost_ratio"] = curve[k] / v1
+    if alpha is not None and k < len(curve):
+        predicted = predicted_speedup(alpha, k, c, curve)
+        fields.update(predicted_tau=predicted_tau(alpha, k), predicted_speedup=predicted,
+                      efficiency=decode_speedup / predicted if predicted > 0 else None,
+                      recommended_k=recommended_k(alpha, c, curve))
+    return fields
 
 
 def time_rounds(run_speculative: Callable[[], Any], run_baseline: Callable[[], Any] | None,
@@ -272,6 +336,11 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         threads=torch.get_num_threads(),
         target_load_s=measurement.target_load_s,  # includes a GGUF conversion on a first run
         target_load_source=measurement.target_load_source,
+        **cost_model_fields(case.k, list(stats.drafted_per_step), list(stats.accepted_per_step), measurement.costs,
+                            decode.estimate),
+        **(measurement.sizes or {}),
+        **(dict(zip(("peak_memory_mb", "peak_memory_kind"), measurement.peak_memory))
+           if measurement.peak_memory else {}),
     )
 
 

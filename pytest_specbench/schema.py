@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 IDENTITY, TIMING, ACCEPTANCE, VERDICT, ENVIRONMENT = "case identity", "timing", "acceptance", "verdict", "environment"
+COST_MODEL, MEMORY = "cost model", "memory and size"
 
 
 def _field(meaning: str, group: str, *, default: Any = dataclasses.MISSING, csv: bool = True, seed: int | None = None,
@@ -108,6 +109,41 @@ class CaseResult:
     draft_forward_passes: int = _field("draft model forward passes of one speculative run", ACCEPTANCE)
     accepted_per_step: list = _field("accepted tokens at each step", ACCEPTANCE, default=[], csv=False)
     drafted_per_step: list = _field("drafted tokens at each step", ACCEPTANCE, default=[], csv=False)
+    position_acceptance: list = _field("entry i-1: of the steps that drafted at least i tokens, the share whose "
+                                       "i-th token was accepted (null where none drafted that many)", ACCEPTANCE,
+                                       default=[], csv=False)
+    accepted_length_histogram: list = _field("entry a: decode steps that drafted something and accepted exactly a "
+                                             "tokens", ACCEPTANCE, default=[], csv=False)
+
+    # --- cost model (cost_model.py; Leviathan et al. 2023 with a measured verify-cost curve)
+    alpha: float | None = _field("per-token acceptance, maximum likelihood under the i.i.d. model with each step "
+                                 "censored at its drafted count (null when nothing was drafted)", COST_MODEL,
+                                 default=None, summary=("alpha", ".3f"))
+    cost_ratio: float | None = _field("c: the draft's cost per drafted token / v(1) (0 for prompt lookup)",
+                                      COST_MODEL, default=None)
+    verify_cost_ratio: float | None = _field("v(k+1)/v(1): a verify pass over k+1 positions against a 1-token "
+                                             "target step", COST_MODEL, default=None)
+    predicted_tau: float | None = _field("(1 - alpha^(k+1)) / (1 - alpha): predicted tokens per verify pass",
+                                         COST_MODEL, default=None)
+    predicted_speedup: float | None = _field("tau(k) v(1) / (k c v(1) + v(k+1)): predicted decode speedup",
+                                             COST_MODEL, default=None, summary=("predicted", ".2f"))
+    efficiency: float | None = _field("measured decode_speedup / predicted_speedup", COST_MODEL, default=None,
+                                      summary=("efficiency", ".2f"))
+    recommended_k: int | None = _field("the k with the highest predicted speedup at this alpha, over every k whose "
+                                       "verify cost was measured", COST_MODEL, default=None)
+    draft_token_ms: float | None = _field("the draft's cost per drafted token, milliseconds (a draft model's "
+                                          "one-token step; 0 for prompt lookup)", COST_MODEL, default=None)
+    verify_costs_ms: list = _field("entry m-1: v(m), milliseconds of one target pass over m new positions on a "
+                                   "warm cache of the prompt (median of repeats; measured once per pair and worker)",
+                                   COST_MODEL, default=[], csv=False)
+
+    # --- memory and size
+    target_params: int | None = _field("target parameters", MEMORY, default=None)
+    draft_params: int | None = _field("draft model parameters (0 without a draft model)", MEMORY, default=None)
+    peak_memory_mb: float | None = _field("on CUDA: peak memory allocated by torch during the case's timed rounds; "
+                                          "on CPU: peak resident memory of the process so far (ru_maxrss), MiB",
+                                          MEMORY, default=None)
+    peak_memory_kind: str = _field("cuda_allocated or process_rss", MEMORY, default="")
 
     # --- verdict
     quality_score: float = _field("share of positions equal to the target's greedy output", VERDICT, seed=5)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import SpecbenchConfig
-from .matrix import Case, build_matrix
+from .matrix import Case, build_matrix, shard_pairs
 from .pairs import PairSpec, all_pairs, select_pairs
 from .prompts import Prompt, load_prompts, select_prompts
 
@@ -36,6 +36,7 @@ class SpecbenchSession:
     written: list[Path] = field(default_factory=list)
     write_errors: list[str] = field(default_factory=list)
     gate_lines: list[str] = field(default_factory=list)
+    command: str | None = None  # the pytest command line, for the report
     _availability: dict[tuple[str, str | None], str | None] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -43,6 +44,8 @@ class SpecbenchSession:
         """Raise ValueError (a usage error) for unknown pairs, categories or bad files."""
         defined = all_pairs(rootdir, config.pairs_file)
         pairs = select_pairs(defined, config.pairs or tuple(defined))
+        if config.shard is not None:
+            pairs = shard_pairs(pairs, *config.shard)
         all_prompts = load_prompts(config.prompt_file)
         # The CPU default categories are the shipped suite's; a user's own file runs whole unless told.
         categories = config.prompt_categories or None
@@ -142,6 +145,7 @@ class SpecbenchSession:
         from . import gate
         from .atomic import write_atomic
         from .report import csv_text, environment, json_text
+        from .report_md import report_markdown
 
         settings, results = self.config, self.results
         env = environment()
@@ -150,6 +154,9 @@ class SpecbenchSession:
             (settings.json_path, lambda: write_atomic(settings.json_path,
                                                       json_text(results, settings.raw, env, self.missing))),
             (settings.save_baseline, lambda: gate.save_baseline(settings.save_baseline, results, env)),
+            (settings.plots_dir, lambda: write_figures(settings.plots_dir, results)),
+            (settings.report_path, lambda: write_atomic(settings.report_path, report_markdown(
+                results, settings.raw, env, settings.plots_dir, settings.report_path, self.command))),
         )
         failed = False
         for path, write in outputs:
@@ -158,7 +165,7 @@ class SpecbenchSession:
             try:
                 write()
                 self.written.append(path)
-            except (OSError, ValueError) as error:  # one failed file must not cost the others
+            except (OSError, ValueError, ImportError) as error:  # one failed file must not cost the others
                 self.write_errors.append(f"could not write {path}: {error}")
                 failed = True
         return failed
@@ -195,3 +202,12 @@ class SpecbenchSession:
         if self.gate_lines:
             sections.append(("specbench gate", [(line, False) for line in self.gate_lines]))
         return sections
+
+
+def write_figures(directory: Path, results: Sequence[dict[str, Any]]) -> None:
+    """The run's PNG figures; matplotlib is the ``plots`` extra, imported only here."""
+    try:
+        from .plots import write_plots
+    except ImportError as error:
+        raise ImportError(f"{error}; install the plots extra: pip install 'pytest-specbench[plots]'") from None
+    write_plots(results, directory)

@@ -63,3 +63,16 @@ def test_command_line_wins_over_ini() -> None:
 def test_bad_values_name_the_option_and_what_is_accepted(name: str, raw: str, message: str) -> None:
     with pytest.raises(ConfigError, match=f"--specbench-{name}=.*{message}"):
         parse_settings({name: (raw, f"--specbench-{name}")})
+
+
+@pytest.mark.parametrize("raw", ["0/2", "3/2", "1", "a/b", "1/0"])
+def test_a_bad_shard_names_what_is_accepted(raw):
+    with pytest.raises(ConfigError, match=r"--specbench-shard.*accepted: e.g. 1/2 and 2/2"):
+        parse_settings({"shard": (raw, "--specbench-shard")})
+
+
+def test_a_shard_and_output_folders_parse():
+    settings = parse_settings({"shard": ("2/3", "--specbench-shard"), "plots": ("figs", "--specbench-plots"),
+                               "report": ("r.md", "--specbench-report")})
+    assert settings.shard == (2, 3) and str(settings.plots_dir) == "figs" and str(settings.report_path) == "r.md"
+    assert parse_settings({}).shard is None and parse_settings({}).plots_dir is None

@@ -28,7 +28,8 @@ def _row(**overrides) -> dict:
 
 
 def test_every_field_has_a_meaning_and_a_group():
-    groups = {schema.IDENTITY, schema.TIMING, schema.ACCEPTANCE, schema.VERDICT, schema.ENVIRONMENT}
+    groups = {schema.IDENTITY, schema.TIMING, schema.ACCEPTANCE, schema.VERDICT, schema.ENVIRONMENT,
+              schema.COST_MODEL, schema.MEMORY}
     for f in dataclasses.fields(CaseResult):
         assert f.metadata["meaning"] and f.metadata["group"] in groups, f.name
 

@@ -1,0 +1,7 @@
+"""``python -m pytest_specbench merge|compare``: see :mod:`pytest_specbench.cli`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,72 @@
+"""Read result rows through the cost model: pooled acceptance, the best and the recommended k per prompt.
+
+Shared by the terminal summary, the plots and the Markdown report; rows are plain dicts of the
+schema's fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .cost_model import alpha_mle, position_counts, predicted_speedup, recommended_k
+
+#: the per-pair figures, in report order: ``<figure>_<pair>.png``; plus ``speedup_by_category.png``
+FIGURES = ("speedup_vs_k", "acceptance_heatmap", "tau_vs_k", "position_acceptance", "verify_cost")
+
+
+def pooled_position_acceptance(rows: Sequence[dict[str, Any]]) -> list[tuple[int, int, float]]:
+    """``(position, steps that drafted that far, share accepted)`` pooled over the rows' decode steps."""
+    totals: list[list[int]] = []
+    for row in rows:
+        for i, (reached, accepted) in enumerate(position_counts(row.get("drafted_per_step", []),
+                                                                row.get("accepted_per_step", []))):
+            if i == len(totals):
+                totals.append([0, 0])
+            totals[i][0] += reached
+            totals[i][1] += accepted
+    return [(i + 1, reached, accepted / reached) for i, (reached, accepted) in enumerate(totals) if reached]
+
+
+@dataclass
+class PromptAnalysis:
+    """One (pair, prompt): the measured best k, and what the cost model fed with every k's steps says."""
+
+    pair: str
+    prompt: str
+    best_k: int
+    best_row: dict[str, Any]
+    alpha: float | None  # pooled over every k of the prompt
+    recommended_k: int | None
+    predicted_curve: list[tuple[int, float]]  # (k, predicted decode speedup) for every k with a measured v(k+1)
+
+
+def pooled_alpha(rows: Sequence[dict[str, Any]]) -> float | None:
+    drafted = [d for row in rows for d in row.get("drafted_per_step", [])]
+    accepted = [a for row in rows for a in row.get("accepted_per_step", [])]
+    return alpha_mle(drafted, accepted)
+
+
+def analyse_prompts(results: Sequence[dict[str, Any]]) -> list[PromptAnalysis]:
+    """Per (pair, prompt), in order of appearance."""
+    analyses = []
+    keys = dict.fromkeys((row["pair"], row["prompt"]) for row in results)
+    for pair, prompt in keys:
+        rows = [row for row in results if row["pair"] == pair and row["prompt"] == prompt]
+        best = max(rows, key=lambda row: row["decode_speedup"])
+        alpha = pooled_alpha(rows)
+        curve_ms = next((row["verify_costs_ms"] for row in rows if row.get("verify_costs_ms")), None)
+        cost_ratio = next((row["cost_ratio"] for row in rows if row.get("cost_ratio") is not None), None)
+        recommended, curve = None, []
+        if alpha is not None and curve_ms and cost_ratio is not None and len(curve_ms) > 1:
+            recommended = recommended_k(alpha, cost_ratio, curve_ms)
+            curve = [(k, predicted_speedup(alpha, k, cost_ratio, curve_ms)) for k in range(1, len(curve_ms))]
+        analyses.append(PromptAnalysis(pair, prompt, best["k"], best, alpha, recommended, curve))
+    return analyses
+
+
+def median(values: Sequence[float]) -> float | None:
+    import statistics
+
+    return statistics.median(values) if values else None

@@ -1,0 +1,90 @@
+"""Measure the inputs of the cost model: the verify-cost curve v(m) and the draft's per-token cost.
+
+v(m) is the time of one target forward pass over m new positions on a warm cache that already
+holds the prompt, as a verify pass of m - 1 drafted tokens runs. Each repeat crops the cache
+back to the prompt, and the m values are interleaved so drift hits all of them alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+from transformers import PreTrainedModel
+
+from .drafters import Drafter, ModelDrafter
+from .kv_cache import crop_to, enable_rollback, new_cache
+from .timing import DeviceClock
+
+
+def _prefilled(model: PreTrainedModel, input_ids: torch.Tensor):
+    cache = new_cache(model)
+    model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+    enable_rollback(cache)
+    return cache
+
+
+def _filler(input_ids: torch.Tensor, m: int) -> torch.Tensor:
+    # Real tokens from the prompt, repeated as needed: the cost does not depend on their values.
+    ids = input_ids[0]
+    return ids.repeat(m // ids.numel() + 1)[:m].unsqueeze(0)
+
+
+@torch.inference_mode()
+def verify_costs(model: PreTrainedModel, input_ids: torch.Tensor, max_positions: int, repeats: int = 5
+                 ) -> list[float]:
+    """Seconds of one target pass over m new positions after the prompt, m = 1 .. max_positions (median)."""
+    clock = DeviceClock(model.device)
+    cache = _prefilled(model, input_ids)
+    prompt_length = cache.get_seq_length()
+    samples: dict[int, list[float]] = {m: [] for m in range(1, max_positions + 1)}
+    for repeat in range(repeats + 1):  # the first sweep warms up and is not kept
+        for m in samples:
+            block = _filler(input_ids, m)
+            start = clock.now()
+            model(input_ids=block, cache=cache, use_cache=True, logits_to_keep=m)
+            elapsed = clock.now() - start
+            crop_to(cache, prompt_length)
+            if repeat:
+                samples[m].append(elapsed)
+    return [statistics.median(samples[m]) for m in samples]
+
+
+@torch.inference_mode()
+def draft_token_cost(drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5) -> float:
+    """Seconds of one drafted token: a draft model's one-token step on the prompt's cache; 0 without a model."""
+    if not isinstance(drafter, ModelDrafter):
+        return 0.0  # prompt lookup and other model-free drafters: microseconds of tensor search
+    model = drafter.model
+    clock = DeviceClock(model.device)
+    ids = input_ids.to(model.device)
+    cache = _prefilled(model, ids)
+    prompt_length = cache.get_seq_length()
+    samples = []
+    for repeat in range(repeats + 1):
+        start = clock.now()
+        model(input_ids=ids[:, -1:], cache=cache, use_cache=True, logits_to_keep=1)
+        elapsed = clock.now() - start
+        crop_to(cache, prompt_length)
+        if repeat:
+            samples.append(elapsed)
+    return statistics.median(samples)
+
+
+def parameter_count(model: torch.nn.Module | None) -> int:
+    """Weights of a model (0 for none); tied weights count once, int8-quantised linears count too.
+
+    A dynamically quantised linear keeps its weight packed, outside ``parameters()``, and the
+    weight-only int8 linear keeps it in a buffer: both are counted by their weight's shape.
+    """
+    if model is None:
+        return 0
+    total = sum(p.numel() for p in model.parameters())
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if callable(weight) and not isinstance(weight, torch.nn.Module):  # torch.ao dynamic quantised Linear
+            total += weight().numel() + (module.bias().numel() if callable(getattr(module, "bias", None))
+                                         and module.bias() is not None else 0)
+        elif hasattr(module, "qweight") and isinstance(module.qweight, torch.Tensor):
+            total += module.qweight.numel() + (module.bias.numel() if isinstance(module.bias, torch.Tensor) else 0)
+    return total

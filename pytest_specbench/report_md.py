@@ -1,0 +1,178 @@
+"""The Markdown report of a run: what was measured, the headline, per-pair tables and figures, findings.
+
+Built from the same rows, options and environment as the JSON, so a merged run (``python -m
+pytest_specbench merge``) gets the same report as a single one. Findings are sentences generated
+from the numbers, never written by hand.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from .analysis import FIGURES, PromptAnalysis, analyse_prompts, median, pooled_position_acceptance
+
+#: efficiency below this is called low in the findings
+LOW_EFFICIENCY = 0.8
+
+
+def _f(value: Any, fmt: str = ".2f") -> str:
+    return "" if value is None else f"{value:{fmt}}"
+
+
+def _speedup(row: dict[str, Any], name: str = "decode_speedup") -> str:
+    low, high = row.get(f"{name}_ci_low"), row.get(f"{name}_ci_high")
+    interval = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else " [no interval]"
+    return f"{row[name]:.2f}{interval}"
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    """Gain, loss or undecided, from the decode speedup's 95% interval."""
+    low, high = row.get("decode_speedup_ci_low"), row.get("decode_speedup_ci_high")
+    if low is not None and low > 1:
+        return "gain"
+    if high is not None and high < 1:
+        return "loss"
+    return "undecided"
+
+
+def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _relative(path: Path, start: Path) -> str:
+    return Path(os.path.relpath(path, start)).as_posix()
+
+
+def pair_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Plain sentences about one pair, from its numbers."""
+    sentences = []
+    by_verdict: dict[str, list[str]] = {"gain": [], "loss": [], "undecided": []}
+    for analysis in analyses:
+        by_verdict[_verdict(analysis.best_row)].append(f"{analysis.prompt} ({_speedup(analysis.best_row)} "
+                                                       f"at k={analysis.best_k})")
+    if by_verdict["gain"]:
+        sentences.append("Gains (the 95% interval of the decode speedup above 1 at the best k): "
+                         + ", ".join(by_verdict["gain"]) + ".")
+    if by_verdict["loss"]:
+        sentences.append("Losses (even the best k is slower than the target alone, interval below 1): "
+                         + ", ".join(by_verdict["loss"]) + ".")
+    if by_verdict["undecided"]:
+        sentences.append("Undecided (the interval at the best k straddles 1): "
+                         + ", ".join(by_verdict["undecided"]) + ".")
+    compared = [a for a in analyses if a.recommended_k is not None]
+    if compared:
+        agree = [a for a in compared if a.recommended_k == a.best_k]
+        sentences.append(f"The cost model's recommended k equals the measured best k for {len(agree)} of "
+                         f"{len(compared)} prompt types"
+                         + (": " + ", ".join(f"{a.prompt} (best {a.best_k}, recommended {a.recommended_k})"
+                                             for a in compared if a not in agree) + " differ." if
+                            len(agree) < len(compared) else "."))
+    efficiencies = [row["efficiency"] for row in rows if row.get("efficiency") is not None]
+    if efficiencies:
+        sentences.append(f"Median efficiency (measured / predicted decode speedup): {median(efficiencies):.2f} "
+                         f"over {len(efficiencies)} cases.")
+        low = [row for row in rows if row.get("efficiency") is not None and row["efficiency"] < LOW_EFFICIENCY]
+        if low:
+            sentences.append(f"{len(low)} case(s) reach less than {LOW_EFFICIENCY:.0%} of the prediction: "
+                             "the model leaves out bookkeeping, cache rollback and timing noise, which weigh most "
+                             "where a step is cheap.")
+    first = rows[0]
+    curve = first.get("verify_costs_ms") or []
+    if len(curve) > 1:
+        worst_m = max(range(len(curve)), key=lambda i: curve[i]) + 1
+        ratio = curve[-1] / curve[0]
+        sentences.append(f"A verify pass over {len(curve)} positions costs {ratio:.2f} times a one-token step "
+                         f"(the costliest length is m={worst_m}, {curve[worst_m - 1] / curve[0]:.2f} times); "
+                         + ("so long blocks are cheap to verify here and k is limited by acceptance."
+                            if ratio < 1.5 else "so verify cost, not acceptance alone, limits how far k pays."))
+    if first.get("cost_ratio") is not None:
+        c = first["cost_ratio"]
+        sentences.append(f"Drafting costs c = {c:.3f} of a target step per token"
+                         + (" (no draft model: prompt lookup drafts for free)." if c == 0 else
+                            "; every drafted token that is rejected costs that much for nothing."
+                            if c > 0.2 else "."))
+    return sentences
+
+
+def report_markdown(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],
+                    figures_dir: Path | None = None, report_path: Path | None = None,
+                    command: str | None = None) -> str:
+    """The whole report. Figures (from :func:`plots.figure_names`) are linked relative to the report."""
+    lines = ["# Speculative decoding benchmark report", ""]
+    lines += ["Decode speedup is the target-only greedy time per decoded token over the speculative one, the "
+              "prompt's prefill left out (geometric mean over paired rounds, with its 95% interval). The cost "
+              "model (Leviathan et al. 2023, with the measured verify-cost curve v(m) in place of one target "
+              "step) predicts it from alpha, the per-token acceptance estimated from every step, the draft's "
+              "cost per token c, and v(k+1)/v(1): predicted speedup = tau(k) v(1) / (k c v(1) + v(k+1)), "
+              "tau(k) = (1 - alpha^(k+1)) / (1 - alpha). Efficiency is measured / predicted.", ""]
+    if command:
+        lines += ["Command:", "", f"```\n{command}\n```", ""]
+    fingerprint = env.get("fingerprint", {})
+    lines += ["## Machine and options", ""]
+    lines += [_table([[key, str(value)] for key, value in fingerprint.items()]
+                     + [[name, str(version)] for name, version in env.get("versions", {}).items()
+                        if name not in fingerprint],
+                     ["machine", "value"]), ""]
+    lines += [_table([[key, str(value)] for key, value in sorted(options.items())], ["option", "value"]), ""]
+    best = max(results, key=lambda row: row["decode_speedup"])
+    lines += ["## Headline", "",
+              f"Best decode speedup: **{_speedup(best)}** with pair `{best['pair']}` (target {best['target']}, "
+              f"draft {best['draft']}) at k={best['k']} on the `{best['prompt']}` prompt; end to end, prefill "
+              f"included, {_speedup(best, 'speedup')}. {len(results)} cases, "
+              f"{sum(1 for row in results if row['verdict'] == 'diverged')} diverged from the target's greedy "
+              "output.", ""]
+    analyses = analyse_prompts(results)
+    for pair in dict.fromkeys(row["pair"] for row in results):
+        rows = [row for row in results if row["pair"] == pair]
+        first = rows[0]
+        pair_analyses = [a for a in analyses if a.pair == pair]
+        lines += [f"## Pair `{pair}`", "",
+                  f"Target {first['target']}, draft {first['draft']} ({first['drafter']}); {first['device']}, "
+                  f"{first['dtype']}, {first['new_tokens']} new tokens per run. Parameters: target "
+                  f"{_f(first.get('target_params'), ',')}, draft {_f(first.get('draft_params'), ',')}. Peak memory "
+                  f"{_f(first.get('peak_memory_mb'), '.0f')} MiB ({first.get('peak_memory_kind') or 'n/a'}).", ""]
+        lines += [_table([[row["prompt"], row["k"], _speedup(row), _f(row["acceptance_rate"], ".3f"),
+                           _f(row["tau"]), _f(row.get("alpha"), ".3f"), _f(row.get("predicted_tau")),
+                           _f(row.get("verify_cost_ratio")), _f(row.get("predicted_speedup")),
+                           _f(row.get("efficiency")), row["verdict"]]
+                          for row in sorted(rows, key=lambda row: (row["prompt"], row["k"]))],
+                         ["prompt", "k", "decode speedup [95% CI]", "accept", "tau", "alpha", "predicted tau",
+                          "v(k+1)/v(1)", "predicted speedup", "efficiency", "verdict"]), ""]
+        lines += [_table([[a.prompt, a.best_k, _speedup(a.best_row), _f(a.alpha, ".3f"), _f(a.recommended_k, "d"),
+                           _f(dict(a.predicted_curve).get(a.recommended_k))] for a in pair_analyses],
+                         ["prompt", "measured best k", "its decode speedup", "alpha (all k pooled)",
+                          "recommended k", "predicted speedup there"]), ""]
+        curve = first.get("verify_costs_ms") or []
+        if curve:
+            lines += [f"Cost model inputs: v(1) = {curve[0]:.2f} ms, draft token {_f(first.get('draft_token_ms'))} "
+                      f"ms, c = {_f(first.get('cost_ratio'), '.3f')}; v(m)/v(1) for m = 1..{len(curve)}: "
+                      + ", ".join(f"{v / curve[0]:.2f}" for v in curve) + ".", ""]
+        positions = pooled_position_acceptance(rows)
+        if positions:
+            lines += ["Per-position acceptance (of the steps that drafted at least i tokens, the share whose i-th "
+                      "was accepted; all cases pooled): "
+                      + ", ".join(f"{i}: {share:.2f} (n={n})" for i, n, share in positions) + ".", ""]
+        lines += ["Findings:", ""] + [f"- {sentence}" for sentence in pair_findings(pair_analyses, rows)] + [""]
+        if figures_dir is not None:
+            start = report_path.parent if report_path is not None else Path(".")
+            for figure in FIGURES:
+                path = figures_dir / f"{figure}_{pair}.png"
+                lines += [f"![{figure.replace('_', ' ')} for {pair}]({_relative(path, start)})", ""]
+    if figures_dir is not None:
+        start = report_path.parent if report_path is not None else Path(".")
+        lines += ["## Decode speedup by prompt category", "",
+                  f"![decode speedup by category at the best k]"
+                  f"({_relative(figures_dir / 'speedup_by_category.png', start)})", ""]
+    all_compared = [a for a in analyses if a.recommended_k is not None]
+    if all_compared:
+        agree = sum(1 for a in all_compared if a.recommended_k == a.best_k)
+        efficiencies = [row["efficiency"] for row in results if row.get("efficiency") is not None]
+        lines += ["## Over the whole run", "",
+                  f"Recommended k equals the measured best k for {agree} of {len(all_compared)} (pair, prompt) "
+                  f"combinations; median efficiency {median(efficiencies):.2f}." if efficiencies else "", ""]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,68 @@
+"""Figures and the Markdown report: written at the end of a run, readable, and generated from the numbers."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_specbench.analysis import FIGURES, analyse_prompts
+from pytest_specbench.report_md import pair_findings, report_markdown
+
+
+def test_a_run_writes_every_figure_and_a_report_that_links_them(bench, pytester: pytest.Pytester) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    result = bench("--specbench-plots=figures", "--specbench-report=out/report.md")
+    result.assert_outcomes(passed=4)
+    figures = Path(pytester.path) / "figures"
+    expected = [f"{figure}_tiny.png" for figure in FIGURES] + ["speedup_by_category.png"]
+    assert sorted(path.name for path in figures.iterdir()) == sorted(expected)
+    for name in expected:
+        image = matplotlib.image.imread(figures / name)
+        assert image.shape[0] > 200 and image.shape[1] > 300, name
+    report_path = Path(pytester.path) / "out" / "report.md"
+    report = report_path.read_text()
+    assert "## Headline" in report and "## Pair `tiny`" in report and "recommended k" in report
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
+    assert len(links) == len(expected)
+    assert all((report_path.parent / link).is_file() for link in links)  # relative to the report
+    result.stdout.fnmatch_lines(["*results written to figures*", "*results written to out*report.md*"])
+
+
+def test_pytest_start_up_does_not_import_matplotlib() -> None:
+    code = ("import sys, pytest_specbench.plugin, pytest_specbench.session, pytest_specbench.report_md; "
+            "print('matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def _row(prompt: str, k: int, speedup: float, low: float, high: float, **extra) -> dict:
+    row = {"pair": "p", "prompt": prompt, "k": k, "decode_speedup": speedup, "decode_speedup_ci_low": low,
+           "decode_speedup_ci_high": high, "speedup": speedup, "speedup_ci_low": low, "speedup_ci_high": high,
+           "acceptance_rate": 0.5, "tau": 1.5, "verdict": "lossless", "target": "t", "draft": "d",
+           "drafter": "model", "device": "cpu", "dtype": "float32", "new_tokens": 32,
+           "drafted_per_step": [0, k, k], "accepted_per_step": [0, k, 0],
+           "verify_costs_ms": [10.0, 11.0, 12.0, 30.0, 40.0], "cost_ratio": 0.1, "draft_token_ms": 1.0}
+    return {**row, **extra}
+
+
+def test_findings_say_which_prompts_gain_and_lose_and_how_often_the_model_agrees() -> None:
+    rows = [_row("code", 1, 1.4, 1.2, 1.6, efficiency=0.9), _row("code", 2, 1.8, 1.6, 2.0, efficiency=0.5),
+            _row("chat", 1, 0.7, 0.6, 0.8, efficiency=1.0), _row("chat", 2, 0.6, 0.5, 0.7, efficiency=1.1)]
+    sentences = pair_findings(analyse_prompts(rows), rows)
+    text = " ".join(sentences)
+    assert "Gains" in text and "code (1.80 [1.60, 2.00] at k=2)" in text
+    assert "Losses" in text and "chat (0.70 [0.60, 0.80] at k=1)" in text
+    assert "Undecided" not in text
+    # Each prompt pools its steps over k (alpha 3/5) and gets a recommended k from the curve.
+    assert "of 2 prompt types" in text
+    assert "Median efficiency (measured / predicted decode speedup): 0.95 over 4 cases" in text
+    assert "1 case(s) reach less than 80%" in text
+    assert "A verify pass over 5 positions costs 4.00 times" in text
+    report = report_markdown(rows, {"specbench_k": "1,2"}, {"fingerprint": {"cpu_model": "x"}, "versions": {}})
+    assert "**1.80 [1.60, 2.00]** with pair `p`" in report and "| specbench_k" in report
