@@ -114,7 +114,6 @@ def _output_path(raw: str) -> Path | None:
     return path
 
 
-
 def _path(raw: str) -> Path:
     return Path(raw).expanduser()
 
@@ -135,6 +134,13 @@ class Option:
     cpu_default: str | None = None  # a smaller default when the run is on CPU
     metavar: str | None = None
     unset: Any = None  # the value when neither given nor defaulted (False for a flag)
+    # A file this run writes: probed at configure time and never shared with another file option.
+    writes: bool = False
+    # A file this run reads: no output may overwrite it...
+    reads: bool = False
+    # ...except the input option named here: the file this output updates (a baseline saved over the one
+    # the run is gated against, a log that goes on from the log it resumes).
+    may_share: str | None = None
 
     @property
     def flag(self) -> bool:
@@ -157,14 +163,15 @@ OPTIONS: tuple[Option, ...] = (
            "model is not available is skipped with the reason)",
            _comma_list("a comma list of pair ids; leave the option out to run every defined pair"),
            metavar="IDS", unset=()),
-    Option("pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH"),
+    Option("pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH",
+           reads=True),
     Option("k", "ks", f"comma list of draft lengths k (default {DEFAULT_KS})", _ks, DEFAULT_KS, metavar="LIST"),
     Option("prompts", "prompt_categories", "comma list of prompt categories (default: all; on CPU, of the "
            f"shipped suite, {CPU_PROMPTS})",
            _comma_list("a comma list of prompt categories; leave the option out for the default categories"),
            cpu_default=CPU_PROMPTS, metavar="CATEGORIES", unset=()),
     Option("prompt-file", "prompt_file", "JSON Lines prompt file to use instead of the shipped suite",
-           _existing_file, metavar="PATH"),
+           _existing_file, metavar="PATH", reads=True),
     Option("prompts-per-category", "prompts_per_category", "prompts run per category (default 1)", _int(1), "1",
            metavar="N"),
     Option("context-tokens", "context_tokens", "pad or cut every prompt to exactly N tokens", _int(1), metavar="N"),
@@ -191,15 +198,15 @@ OPTIONS: tuple[Option, ...] = (
            metavar="LOGITS"),
     Option("stop-at-eos", "stop_at_eos", "stop generating at EOS instead of generating a fixed length"),
     Option("csv", "csv_path", "CSV results file (default spec_results.csv; empty to disable)", _output_path,
-           "spec_results.csv", metavar="PATH"),
+           "spec_results.csv", metavar="PATH", writes=True),
     Option("json", "json_path", "JSON results file (default spec_results.json; empty to disable)", _output_path,
-           "spec_results.json", metavar="PATH"),
+           "spec_results.json", metavar="PATH", writes=True),
     Option("cache-dir", "cache_dir", "cache for converted models (default $SPECBENCH_CACHE_DIR, else "
            "$XDG_CACHE_HOME/pytest-specbench, else ~/.cache/pytest-specbench)", _path, metavar="PATH"),
     Option("save-baseline", "save_baseline", "write the run's acceptance, tau and verdicts per case to PATH",
-           _output_path, metavar="PATH"),
+           _output_path, metavar="PATH", writes=True, may_share="baseline"),
     Option("baseline", "baseline", "compare the run with a saved baseline and fail on a regression",
-           _existing_file, metavar="PATH"),
+           _existing_file, metavar="PATH", reads=True),
     Option("max-acceptance-drop", "max_acceptance_drop", "largest absolute acceptance drop allowed against the "
            "baseline (default 0.02)", _non_negative_float, "0.02", metavar="DROP"),
     Option("max-speedup-drop", "max_speedup_drop", "gate speed too: largest relative speedup drop allowed, "
@@ -284,6 +291,34 @@ def parse_settings(values: dict[str, tuple[Any, str]], cuda_available: Callable[
         raise ConfigError(f"--specbench-min-rounds={fields['min_rounds']} is above --specbench-max-rounds="
                           f"{fields['max_rounds']}; accepted: min rounds <= max rounds")
     return SpecbenchConfig(**fields, raw=raw_record, given=given)
+
+
+def check_files(config: SpecbenchConfig) -> None:
+    """Raise ConfigError when two file options name one file, or an output cannot be written where it points.
+
+    Each output's folder is created if missing and a probe file is written in it and removed, so a
+    path under a regular file or in a read-only folder fails now, not after hours of benchmarking.
+    """
+    from .atomic import unwritable_reason
+
+    named: dict[Path, list[Option]] = {}
+    for option in OPTIONS:
+        path = getattr(config, option.field) if option.writes or option.reads else None
+        if path is not None:
+            named.setdefault(path.resolve(), []).append(option)
+    for path, options in named.items():
+        writers = [option for option in options if option.writes]
+        allowed = {option.name for option in writers} | {option.may_share for option in writers}
+        if writers and (len(writers) > 1 or not {option.name for option in options} <= allowed):
+            listed = " and ".join(option.cli for option in options)
+            raise ConfigError(f"{listed} name the same file, {path}, and one would overwrite the other; "
+                              "accepted: a separate file for each output")
+    for option in OPTIONS:
+        path = getattr(config, option.field) if option.writes else None
+        problem = path is not None and unwritable_reason(path)
+        if problem:
+            raise ConfigError(f"{option.cli}={path}: {problem}; accepted: a path in a folder this user can create "
+                              f"and write, or {option.cli}= (empty) to turn it off")
 
 
 def _on_gpu(values: dict[str, tuple[Any, str]], cuda_available: Callable[[], bool]) -> bool:

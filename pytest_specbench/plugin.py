@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .config import OPTIONS, ConfigError, cuda_available, parse_settings, read_settings
+from .config import OPTIONS, ConfigError, check_files, cuda_available, parse_settings, read_settings
 from .session import RESULT_KEY
 
 _session_key = pytest.StashKey["SpecbenchSession"]()
@@ -37,6 +37,8 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = parse_settings(read_settings(config.getoption, config.getini), cuda_available)
         check_devices(settings.devices)
         session = SpecbenchSession.build(settings, config.rootpath)
+        if not _is_worker(config):
+            check_files(settings)
     except (ConfigError, ValueError) as error:
         raise pytest.UsageError(f"pytest-specbench: {error}") from None
     config.stash[_session_key] = session
