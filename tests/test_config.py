@@ -76,9 +76,19 @@ def _files(**given: str):
                            for name, raw in given.items()})
 
 
+def test_the_log_follows_the_csv_or_the_json_and_can_be_turned_off() -> None:
+    assert _files().log_path == Path("spec_results.jsonl")
+    assert _files(csv="out/run.csv").log_path == Path("out/run.jsonl")
+    assert _files(csv="", json="out/run.json").log_path == Path("out/run.jsonl")
+    assert _files(csv="", json="").log_path is None
+    assert _files(log="").log_path is None
+    assert _files(csv="", json="", log="mine.jsonl").log_path == Path("mine.jsonl")
+
+
 @pytest.mark.parametrize("given", [
     {"csv": "same.out", "json": "same.out"},
     {"json": "same.out", "save_baseline": "same.out"},
+    {"csv": "same.out", "log": "same.out"},
 ])
 def test_two_outputs_on_one_file_are_refused(tmp_path: Path, given: dict) -> None:
     config = _files(**{name: str(tmp_path / raw) for name, raw in given.items()})
@@ -88,16 +98,19 @@ def test_two_outputs_on_one_file_are_refused(tmp_path: Path, given: dict) -> Non
         check_files(config)
 
 
-def test_an_output_may_not_overwrite_an_input_but_a_baseline_may_update_itself(tmp_path: Path) -> None:
+def test_an_output_may_not_overwrite_an_input_but_log_and_baseline_may_update_their_own(tmp_path: Path) -> None:
     baseline = tmp_path / "baseline.json"
     baseline.write_text("{}")
+    log = tmp_path / "run.jsonl"
+    log.write_text("")
     with pytest.raises(ConfigError, match="--specbench-csv and --specbench-baseline name the same file"):
         check_files(_files(csv=str(baseline), baseline=str(baseline)))
-    check_files(_files(csv=str(tmp_path / "r.csv"), save_baseline=str(baseline), baseline=str(baseline)))
+    check_files(_files(csv=str(tmp_path / "r.csv"), save_baseline=str(baseline), baseline=str(baseline),
+                       log=str(log), resume=str(log)))
 
 
 def test_a_missing_output_folder_is_created_and_no_probe_is_left(tmp_path: Path) -> None:
-    check_files(_files(csv=str(tmp_path / "a" / "b" / "r.csv"), json=""))
+    check_files(_files(csv=str(tmp_path / "a" / "b" / "r.csv"), json="", log=""))
     assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
 
 
