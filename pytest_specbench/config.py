@@ -114,7 +114,6 @@ def _output_path(raw: str) -> Path | None:
     return path
 
 
-
 def _path(raw: str) -> Path:
     return Path(raw).expanduser()
 
@@ -151,6 +150,15 @@ class Option:
     cpu_default: str | None = None  # a smaller default when the run is on CPU
     metavar: str | None = None
     unset: Any = None  # the value when neither given nor defaulted (False for a flag)
+    # A file this run writes: probed at configure time and never shared with another file option.
+    writes: bool = False
+    # A file this run reads: no output may overwrite it...
+    reads: bool = False
+    # ...except the input option named here: the file this output updates (a baseline saved over the one
+    # the run is gated against, a log that goes on from the log it resumes).
+    may_share: str | None = None
+    # Changes what a case measures: a resumed run must use the same value as the log it resumes.
+    changes_results: bool = False
 
     @property
     def flag(self) -> bool:
@@ -168,63 +176,75 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("gpu", "devices", "device(s): cpu, cuda, cuda:N, or a comma list (one per xdist worker); "
-           "default: cuda:0 when available, else cpu", _devices, metavar="DEVICE", unset=()),
+           "default: cuda:0 when available, else cpu", _devices, metavar="DEVICE", unset=(), changes_results=True),
     Option("pairs", "pairs", "comma list of model pair ids to run (default: every defined pair; a pair whose "
            "model is not available is skipped with the reason)",
            _comma_list("a comma list of pair ids; leave the option out to run every defined pair"),
            metavar="IDS", unset=()),
-    Option("pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH"),
+    Option("pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH",
+           reads=True),
     Option("k", "ks", f"comma list of draft lengths k (default {DEFAULT_KS})", _ks, DEFAULT_KS, metavar="LIST"),
     Option("prompts", "prompt_categories", "comma list of prompt categories (default: all; on CPU, of the "
            f"shipped suite, {CPU_PROMPTS})",
            _comma_list("a comma list of prompt categories; leave the option out for the default categories"),
            cpu_default=CPU_PROMPTS, metavar="CATEGORIES", unset=()),
     Option("prompt-file", "prompt_file", "JSON Lines prompt file to use instead of the shipped suite",
-           _existing_file, metavar="PATH"),
+           _existing_file, metavar="PATH", reads=True, changes_results=True),
     Option("prompts-per-category", "prompts_per_category", "prompts run per category (default 1)", _int(1), "1",
            metavar="N"),
-    Option("context-tokens", "context_tokens", "pad or cut every prompt to exactly N tokens", _int(1), metavar="N"),
+    Option("context-tokens", "context_tokens", "pad or cut every prompt to exactly N tokens", _int(1), metavar="N",
+           changes_results=True),
     Option("max-new-tokens", "max_new_tokens", "tokens generated per run (default 128; on CPU 32)", _int(1), "128",
-           cpu_default="32", metavar="N"),
-    Option("dtype", "dtype", f"model dtype: {', '.join(DTYPES)} (default float32)", _dtype, "float32"),
+           cpu_default="32", metavar="N", changes_results=True),
+    Option("dtype", "dtype", f"model dtype: {', '.join(DTYPES)} (default float32)", _dtype, "float32",
+           changes_results=True),
     Option("warmup", "warmup", "untimed warm-up runs of baseline and speculative decoding before the first case "
-           "of each pair (default 1)", _int(0), "1", metavar="N"),
+           "of each pair (default 1)", _int(0), "1", metavar="N", changes_results=True),
     Option("min-rounds", "min_rounds", "timed rounds per case at least (a round runs baseline and speculative "
-           "decoding side by side; default 3)", _int(1), "3", metavar="N"),
-    Option("max-rounds", "max_rounds", "timed rounds per case at most (default 30)", _int(1), "30", metavar="N"),
+           "decoding side by side; default 3)", _int(1), "3", metavar="N", changes_results=True),
+    Option("max-rounds", "max_rounds", "timed rounds per case at most (default 30)", _int(1), "30", metavar="N",
+           changes_results=True),
     Option("ci-target", "ci_target", "stop timing a case once the 95% interval of its speedups is within "
            "+/- this fraction (default 0.05); a case still wider is marked unstable", _positive_float, "0.05",
-           metavar="FRACTION"),
+           metavar="FRACTION", changes_results=True),
     Option("case-budget", "case_budget", "seconds of timed rounds per case before it stops short of the "
            "interval target (default 30; on CPU 20)", _positive_float, "30", cpu_default="20",
-           metavar="SECONDS"),
+           metavar="SECONDS", changes_results=True),
     Option("threads", "threads", "torch CPU threads (default: torch's own choice; under xdist on CPU, "
-           "cores / workers)", _int(1), metavar="N"),
+           "cores / workers)", _int(1), metavar="N", changes_results=True),
     Option("baseline-once", "baseline_once", "time the target-only baseline once per (target, prompt) instead of "
-           "interleaving it with every case"),
+           "interleaving it with every case", changes_results=True),
     Option("tie-tolerance", "tie_tolerance", "under float16/bfloat16, a divergence where the target's top-2 logit "
            "margin is below this is a tie-divergence, not a failure (default 0.1)", _non_negative_float, "0.1",
-           metavar="LOGITS"),
-    Option("stop-at-eos", "stop_at_eos", "stop generating at EOS instead of generating a fixed length"),
+           metavar="LOGITS", changes_results=True),
+    Option("stop-at-eos", "stop_at_eos", "stop generating at EOS instead of generating a fixed length",
+           changes_results=True),
     Option("csv", "csv_path", "CSV results file (default spec_results.csv; empty to disable)", _output_path,
-           "spec_results.csv", metavar="PATH"),
+           "spec_results.csv", metavar="PATH", writes=True),
     Option("json", "json_path", "JSON results file (default spec_results.json; empty to disable)", _output_path,
-           "spec_results.json", metavar="PATH"),
+           "spec_results.json", metavar="PATH", writes=True),
+    Option("log", "log_path", "results log: each finished case appended as one JSON line, flushed to disk at once "
+           "(default: the CSV's path with .jsonl, spec_results.jsonl, or the JSON's when the CSV is off; "
+           "empty to disable)", _output_path, metavar="PATH", writes=True, may_share="resume"),
+    Option("resume", "resume", "finish an interrupted run: take the cases a results log holds and run only the "
+           "others; the files hold the merged result", _existing_file, metavar="PATH", reads=True),
     Option("cache-dir", "cache_dir", "cache for converted models (default $SPECBENCH_CACHE_DIR, else "
            "$XDG_CACHE_HOME/pytest-specbench, else ~/.cache/pytest-specbench)", _path, metavar="PATH"),
-    Option("save-baseline", "save_baseline", "write the run's acceptance, tau and verdicts per case to PATH",
-           _output_path, metavar="PATH"),
+    Option("save-baseline", "save_baseline", "write the run's acceptance, tau and verdicts per case to PATH; "
+           "refused when a case has no result or the run was interrupted, unless --specbench-allow-missing",
+           _output_path, metavar="PATH", writes=True, may_share="baseline"),
     Option("baseline", "baseline", "compare the run with a saved baseline and fail on a regression",
-           _existing_file, metavar="PATH"),
+           _existing_file, metavar="PATH", reads=True),
     Option("max-acceptance-drop", "max_acceptance_drop", "largest absolute acceptance drop allowed against the "
            "baseline (default 0.02)", _non_negative_float, "0.02", metavar="DROP"),
     Option("max-speedup-drop", "max_speedup_drop", "gate speed too: largest relative speedup drop allowed, "
            "e.g. 0.1 (default: speed is not gated)", _non_negative_float, metavar="FRACTION"),
-    Option("allow-missing", "allow_missing", "baseline cases with no result in this run are not regressions"),
+    Option("allow-missing", "allow_missing", "baseline cases with no result in this run are not regressions, "
+           "and a run with cases missing may save a (partial) baseline"),
     Option("plots", "plots_dir", "write the figures (PNG, one per figure) to DIR at the end of the run; needs "
-           "matplotlib (the plots extra)", _output_dir, metavar="DIR"),
+           "matplotlib (the plots extra)", _output_dir, metavar="DIR", writes=True),
     Option("report", "report_path", "write a Markdown report of the run to PATH (figures linked from "
-           "--specbench-plots when given)", _output_path, metavar="PATH"),
+           "--specbench-plots when given)", _output_path, metavar="PATH", writes=True),
     Option("shard", "shard", "run shard I of N: a stable split of the case matrix by pair (each pair on one "
            "shard); merge the shards' JSON with python -m pytest_specbench merge", _shard, metavar="I/N"),
 )
@@ -258,6 +278,8 @@ class SpecbenchConfig:
     stop_at_eos: bool
     csv_path: Path | None
     json_path: Path | None
+    log_path: Path | None
+    resume: Path | None
     cache_dir: Path | None
     save_baseline: Path | None
     baseline: Path | None
@@ -308,7 +330,49 @@ def parse_settings(values: dict[str, tuple[Any, str]], cuda_available: Callable[
     if fields["min_rounds"] > fields["max_rounds"]:
         raise ConfigError(f"--specbench-min-rounds={fields['min_rounds']} is above --specbench-max-rounds="
                           f"{fields['max_rounds']}; accepted: min rounds <= max rounds")
+    if "log" not in values:  # its default follows the CSV (or the JSON) wherever that goes
+        beside = fields["csv_path"] or fields["json_path"]
+        fields["log_path"] = beside.with_suffix(".jsonl") if beside is not None else None
     return SpecbenchConfig(**fields, raw=raw_record, given=given)
+
+
+def result_settings(config: SpecbenchConfig) -> dict[str, Any]:
+    """The values of the options that change what a case measures, as JSON types, by option name."""
+    settings = {}
+    for option in OPTIONS:
+        if option.changes_results:
+            value = getattr(config, option.field)
+            settings[option.cli] = list(value) if isinstance(value, tuple) else \
+                str(value) if isinstance(value, Path) else value
+    return settings
+
+
+def check_files(config: SpecbenchConfig) -> None:
+    """Raise ConfigError when two file options name one file, or an output cannot be written where it points.
+
+    Each output's folder is created if missing and a probe file is written in it and removed, so a
+    path under a regular file or in a read-only folder fails now, not after hours of benchmarking.
+    """
+    from .atomic import unwritable_reason
+
+    named: dict[Path, list[Option]] = {}
+    for option in OPTIONS:
+        path = getattr(config, option.field) if option.writes or option.reads else None
+        if path is not None:
+            named.setdefault(path.resolve(), []).append(option)
+    for path, options in named.items():
+        writers = [option for option in options if option.writes]
+        allowed = {option.name for option in writers} | {option.may_share for option in writers}
+        if writers and (len(writers) > 1 or not {option.name for option in options} <= allowed):
+            listed = " and ".join(option.cli for option in options)
+            raise ConfigError(f"{listed} name the same file, {path}, and one would overwrite the other; "
+                              "accepted: a separate file for each output")
+    for option in OPTIONS:
+        path = getattr(config, option.field) if option.writes else None
+        problem = path is not None and unwritable_reason(path)
+        if problem:
+            raise ConfigError(f"{option.cli}={path}: {problem}; accepted: a path in a folder this user can create "
+                              f"and write, or {option.cli}= (empty) to turn it off")
 
 
 def _on_gpu(values: dict[str, tuple[Any, str]], cuda_available: Callable[[], bool]) -> bool:

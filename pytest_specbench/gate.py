@@ -153,6 +153,9 @@ def load_baseline(path: StrPath) -> dict[str, Any]:
         shown = "no cases" if "cases" not in document else f"cases of type {type(cases).__name__}"
         raise BaselineError(f"baseline {path}: has {shown}, expected \"cases\" to be an object "
                             f"mapping case keys to results")
+    if not cases:
+        raise BaselineError(f"baseline {path}: has no cases, so it would gate nothing; expected a baseline saved "
+                            "from a run with results (--specbench-save-baseline)")
     for key, entry in cases.items():
         problem = _case_problem(entry)
         if problem:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .config import OPTIONS, ConfigError, cuda_available, parse_settings, read_settings
+from .config import OPTIONS, ConfigError, check_files, cuda_available, parse_settings, read_settings
 from .session import RESULT_KEY, SpecbenchSession
 
 _session_key = pytest.StashKey[SpecbenchSession]()
@@ -35,8 +35,10 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         settings = parse_settings(read_settings(config.getoption, config.getini), cuda_available)
         check_devices(settings.devices)
-        session = SpecbenchSession.build(settings, config.rootpath)
+        session = SpecbenchSession.build(settings, config.rootpath, controller=not _is_worker(config))
         session.command = " ".join(["pytest", *map(str, config.invocation_params.args)])
+        if not _is_worker(config):
+            check_files(settings)
     except (ConfigError, ValueError) as error:
         raise pytest.UsageError(f"pytest-specbench: {error}") from None
     config.stash[_session_key] = session
@@ -47,6 +49,12 @@ def pytest_configure(config: pytest.Config) -> None:
         from .xdist_scheduling import PairGroupScheduler
 
         config.pluginmanager.register(PairGroupScheduler(session.cases), "specbench-xdist")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(_session_key, None)
+    if session is not None:
+        session.signals.restore()
 
 
 def _wants_default_dist(config: pytest.Config) -> bool:
@@ -115,6 +123,10 @@ class CaseFixture:
         from .runner import run_case
         from .schema import extra_info_fields
 
+        row = self._session.replay(case.id)
+        if row is not None:  # finished in the run being resumed: its row again, nothing measured
+            self._request.node.user_properties.append((RESULT_KEY, row))
+            return row
         benchmark = self._benchmark()
         timer = None
         if benchmark is not None:
@@ -165,20 +177,37 @@ class SessionHooks:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # After -k/-m: only the cases that will run are checked, so no hub probe for the others.
+        cases = [case for case in map(_case_of, session.items) if case is not None]
+        self.session.select(case.id for case in cases)
         for item in session.items:
-            case = getattr(item, "callspec", None) and item.callspec.params.get("spec_case")
-            reason = case and self.session.unavailable_reason(case.pair)
+            case = _case_of(item)
+            if case is None or self.session.replay(case.id) is not None:
+                continue  # a resumed case needs no model
+            reason = self.session.unavailable_reason(case.pair)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        # The controller collects nothing itself: the workers' collections say what will run.
+        self.session.select(_case_id(nodeid) for nodeid in ids)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        case_id = report.nodeid.partition("[")[2].partition("]")[0]
-        self.session.add_report(case_id, report.when, report.failed, "specbench" in report.keywords,
+        self.session.add_report(_case_id(report.nodeid), report.when, report.outcome, "specbench" in report.keywords,
                                 report.user_properties)
 
     @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:
+        # Under CPython 3.11 a frame interrupted by a signal can have no line number, and pytest's
+        # report of the interruption then dies with a TypeError (exit status 1, a traceback) after
+        # the files were written. Leave such frames out of the report.
+        excinfo.traceback = excinfo.traceback.filter(_has_line_number)
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's own, which waits for busy workers to stop
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if not _is_worker(session.config) and self.session.finish() and session.exitstatus == pytest.ExitCode.OK:
+        if _is_worker(session.config):
+            return
+        if self.session.finish(_interruption(session)) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     @pytest.hookimpl(trylast=True)  # after pytest-benchmark's table: the specbench summary is read last
@@ -189,6 +218,33 @@ class SessionHooks:
             terminalreporter.section(title)
             for line, is_error in lines:
                 terminalreporter.write_line(line, red=is_error)
+
+
+def _case_of(item: pytest.Item):
+    """The benchmark case an item runs, or None for other tests."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("spec_case") if callspec is not None else None
+
+
+def _case_id(nodeid: str) -> str:
+    """The parameter id of a node id: ``test_speculative_decoding[tiny-k4-natural]`` -> ``tiny-k4-natural``."""
+    return nodeid.partition("[")[2].partition("]")[0]
+
+
+def _interruption(session: pytest.Session) -> str | None:
+    """What stopped the run before every selected case ran (-x, --maxfail, Ctrl-C), or None."""
+    stopped = session.shouldfail or session.shouldstop
+    if stopped:
+        return str(stopped)
+    return "KeyboardInterrupt" if session.exitstatus == pytest.ExitCode.INTERRUPTED else None
+
+
+def _has_line_number(entry) -> bool:
+    try:
+        entry.lineno  # noqa: B018 (the property fails when the frame has none)
+    except TypeError:
+        return False
+    return True
 
 
 def _is_worker(config: pytest.Config) -> bool:

@@ -124,7 +124,12 @@ def environment() -> dict[str, Any]:
 
 
 def json_text(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],
-              missing: Sequence[str] = ()) -> str:
-    """Strict JSON (no NaN): the environment, the options used, missing cases and the rows."""
-    document = {**env, "options": options, "missing_cases": list(missing), "results": list(results)}
+              missing: Sequence[str] = (), *, interrupted: str | None = None, resumed: Sequence[str] = ()) -> str:
+    """Strict JSON (no NaN): the environment, the options used, how the run ended, missing cases and the rows.
+
+    ``interrupted`` says what stopped the run early (a signal, a failure limit), ``resumed`` lists the
+    cases taken from a results log instead of being run again.
+    """
+    document = {**env, "options": options, "interrupted": interrupted, "missing_cases": list(missing),
+                "resumed_cases": list(resumed), "results": list(results)}
     return json.dumps(document, indent=2, allow_nan=False, default=str) + "\n"

@@ -8,6 +8,10 @@ it: the pairs are written here, in the parent process, and passed by path.
 from __future__ import annotations
 
 import functools
+import json
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,14 +38,27 @@ def weak_pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_pair(tmp_path_factory.mktemp("weak_pair"), name="tiny", noise=0.2)
 
 
+def tiny_run(args: tuple[str, ...], pairs_file: Path, prompts: str, benchmark: bool) -> list[str]:
+    """The options of a small, fast run on pair ``tiny`` of ``pairs_file``; ``args`` come last and win."""
+    options = [
+        f"--specbench-pairs-file={pairs_file}", "--specbench-pairs=tiny", f"--specbench-prompts={prompts}",
+        "--specbench-k=1,4", "--specbench-max-new-tokens=12", "--specbench-warmup=0", "--specbench-min-rounds=1", "--specbench-max-rounds=1",
+        "-p", "no:cacheprovider", "-p", "no:randomly",
+    ]  # fmt: skip
+    if not benchmark and not any(arg.startswith("--benchmark") for arg in args):
+        options.append("--benchmark-disable")
+    return [*options, *args]
+
+
 @pytest.fixture
 def bench(pytester: pytest.Pytester, tiny_pairs_file: Path) -> Callable[..., pytest.RunResult]:
     """Run the shipped benchmark module in pytester on pair ``tiny``, with small, fast settings.
 
-    ``bench(*args, pairs_file=..., prompts=..., benchmark=False, defaults=True)``:
+    ``bench(*args, pairs_file=..., prompts=..., benchmark=False, defaults=True, interrupted=False)``:
     ``args`` come last and win; ``defaults=False`` leaves out the tiny-run options
     (for ini tests). pytest-benchmark is disabled unless ``benchmark`` is true or
-    an ``args`` item is a ``--benchmark*`` option.
+    an ``args`` item is a ``--benchmark*`` option. ``interrupted=True`` keeps a
+    KeyboardInterrupt of the run inside it (pytester passes it on by default).
     """
     pytester.makepyfile(test_speculative=BENCH_MODULE.read_text(encoding="utf-8"))
 
@@ -51,17 +68,98 @@ def bench(pytester: pytest.Pytester, tiny_pairs_file: Path) -> Callable[..., pyt
         prompts: str = "natural,code_json",
         benchmark: bool = False,
         defaults: bool = True,
+        interrupted: bool = False,
     ) -> pytest.RunResult:
-        tiny_run = [
-            f"--specbench-pairs-file={pairs_file}", "--specbench-pairs=tiny", f"--specbench-prompts={prompts}",
-            "--specbench-k=1,4", "--specbench-max-new-tokens=12", "--specbench-warmup=0", "--specbench-min-rounds=1", "--specbench-max-rounds=1",
-            "-p", "no:cacheprovider", "-p", "no:randomly",
-        ]  # fmt: skip
-        if not benchmark and not any(arg.startswith("--benchmark") for arg in args):
-            tiny_run.append("--benchmark-disable")
-        return pytester.runpytest(*(tiny_run if defaults else []), *args)
+        options = tiny_run(args, pairs_file, prompts, benchmark) if defaults else args
+        return pytester.runpytest(*options, **({"no_reraise_ctrlc": True} if interrupted else {}))
 
     return run
+
+
+@pytest.fixture
+def bench_process(pytester: pytest.Pytester, tiny_pairs_file: Path) -> Callable[..., subprocess.Popen]:
+    """Start :func:`bench`'s run as a separate ``python -m pytest`` process, to signal or kill.
+
+    ``bench_process(*args, prompts=..., new_session=False)`` returns the Popen; its output
+    goes to ``output.txt`` in the pytester folder. ``new_session`` gives it a process group
+    of its own, to signal as ``timeout`` does.
+    """
+    pytester.makepyfile(test_speculative=BENCH_MODULE.read_text(encoding="utf-8"))
+
+    def start(*args: str, prompts: str = "natural,code_json", new_session: bool = False) -> subprocess.Popen:
+        command = [sys.executable, "-m", "pytest", *tiny_run(args, tiny_pairs_file, prompts, False)]
+        with open(pytester.path / "output.txt", "w", encoding="utf-8") as output:  # the child keeps its own copy
+            return pytester.popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=new_session)
+
+    return start
+
+
+class HeldRun:
+    """A six-case run in a process of its own that holds its third case while the file ``hold`` exists.
+
+    :meth:`start` returns once the first two cases are in the results log, so a signal sent then
+    always finds two cases finished and one running, whatever the machine's speed.
+    """
+
+    PROMPTS = "natural,code_json,dialogue"  # run in the prompt file's order: natural, dialogue, code_json
+    FINISHED = ["tiny-k1-natural", "tiny-k4-natural"]
+    UNFINISHED = ["tiny-k1-dialogue", "tiny-k4-dialogue", "tiny-k1-code_json", "tiny-k4-code_json"]
+    #: a guard against a hung child, not a measurement: the runs take seconds
+    PATIENCE_S = 300
+    CONFTEST = """
+        import pathlib
+        import time
+
+        import pytest
+
+
+        @pytest.fixture(autouse=True)
+        def hold_the_third_case(request):
+            if "[tiny-k1-dialogue]" in request.node.nodeid:
+                while pathlib.Path("hold").exists():
+                    time.sleep(0.05)
+    """
+
+    def __init__(self, pytester: pytest.Pytester, bench_process: Callable[..., subprocess.Popen]) -> None:
+        self.path = pytester.path
+        self._pytester = pytester
+        self._bench_process = bench_process
+
+    def start(self, *args: str, new_session: bool = False) -> subprocess.Popen:
+        self._pytester.makeconftest(self.CONFTEST)
+        (self.path / "hold").touch()
+        process = self._bench_process(*args, prompts=self.PROMPTS, new_session=new_session)
+        self.wait_for(lambda: self.logged_cases() == self.FINISHED or process.poll() is not None,
+                      "two finished cases in the log")
+        assert process.poll() is None, self.output()
+        return process
+
+    def release(self) -> None:
+        (self.path / "hold").unlink()
+
+    def wait_for(self, condition: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + self.PATIENCE_S
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"gave up waiting for {what}")
+            time.sleep(0.1)
+
+    def logged_cases(self, name: str = "spec_results.jsonl") -> list[str]:
+        """Cases in a results log, in order (the run's line left out)."""
+        path = self.path / name
+        if not path.exists():
+            return []
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [record["case"] for record in records if "case" in record]
+
+    def output(self) -> str:
+        return (self.path / "output.txt").read_text()
+
+
+@pytest.fixture
+def held_run(pytester: pytest.Pytester, bench_process) -> HeldRun:
+    """:class:`HeldRun` in the pytester folder."""
+    return HeldRun(pytester, bench_process)
 
 
 @pytest.fixture

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from pytest_specbench.config import ConfigError, parse_settings, read_settings
+from pytest_specbench.config import ConfigError, check_files, parse_settings, read_settings
 
 
 def test_cpu_gets_the_small_defaults_and_gpu_the_seed_matrix() -> None:
@@ -76,3 +79,70 @@ def test_a_shard_and_output_folders_parse():
                                "report": ("r.md", "--specbench-report")})
     assert settings.shard == (2, 3) and str(settings.plots_dir) == "figs" and str(settings.report_path) == "r.md"
     assert parse_settings({}).shard is None and parse_settings({}).plots_dir is None
+
+
+# --- files: the log's default, two options on one file, outputs that cannot be written ----------------
+
+
+def _files(**given: str):
+    return parse_settings({name.replace("_", "-"): (raw, f"--specbench-{name.replace('_', '-')}")
+                           for name, raw in given.items()})
+
+
+def test_the_log_follows_the_csv_or_the_json_and_can_be_turned_off() -> None:
+    assert _files().log_path == Path("spec_results.jsonl")
+    assert _files(csv="out/run.csv").log_path == Path("out/run.jsonl")
+    assert _files(csv="", json="out/run.json").log_path == Path("out/run.jsonl")
+    assert _files(csv="", json="").log_path is None
+    assert _files(log="").log_path is None
+    assert _files(csv="", json="", log="mine.jsonl").log_path == Path("mine.jsonl")
+
+
+@pytest.mark.parametrize("given", [
+    {"csv": "same.out", "json": "same.out"},
+    {"json": "same.out", "save_baseline": "same.out"},
+    {"csv": "same.out", "log": "same.out"},
+])
+def test_two_outputs_on_one_file_are_refused(tmp_path: Path, given: dict) -> None:
+    config = _files(**{name: str(tmp_path / raw) for name, raw in given.items()})
+    names = " and ".join(f"--specbench-{name.replace('_', '-')}" for name in given)
+    with pytest.raises(ConfigError, match=f"{names} name the same file, .*same.out, and one would overwrite the "
+                                          "other; accepted: a separate file for each output"):
+        check_files(config)
+
+
+def test_an_output_may_not_overwrite_an_input_but_log_and_baseline_may_update_their_own(tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text("{}")
+    log = tmp_path / "run.jsonl"
+    log.write_text("")
+    with pytest.raises(ConfigError, match="--specbench-csv and --specbench-baseline name the same file"):
+        check_files(_files(csv=str(baseline), baseline=str(baseline)))
+    check_files(_files(csv=str(tmp_path / "r.csv"), save_baseline=str(baseline), baseline=str(baseline),
+                       log=str(log), resume=str(log)))
+
+
+def test_a_missing_output_folder_is_created_and_no_probe_is_left(tmp_path: Path) -> None:
+    check_files(_files(csv=str(tmp_path / "a" / "b" / "r.csv"), json="", log=""))
+    assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
+
+
+def test_an_output_under_a_regular_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "blocker").write_text("a file, not a folder")
+    with pytest.raises(ConfigError, match="--specbench-csv=.*blocker/sub/r.csv: its folder cannot be created, since "
+                                          ".*blocker is a file; accepted: a path in a folder this user can create"):
+        check_files(_files(csv=str(tmp_path / "blocker" / "sub" / "r.csv")))
+
+
+def test_an_output_in_a_read_only_folder_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.access(folder, os.W_OK):  # root writes anywhere; sysfs refuses new files even to root
+        folder = Path("/sys")
+    try:
+        with pytest.raises(ConfigError, match=f"--specbench-json={folder}/r.json: no file can be written in its "
+                                              f"folder {folder} .*or --specbench-json= \\(empty\\) to turn it off"):
+            check_files(_files(json=str(folder / "r.json"), csv=""))
+    finally:
+        (tmp_path / "read-only").chmod(0o755)

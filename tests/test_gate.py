@@ -118,6 +118,8 @@ def without_case_field(name: str) -> dict[str, Any]:
     ({k: v for k, v in good_document().items() if k != "format"}, "no format, expected format 2"),
     ({**good_document(), "cases": [1]}, "cases of type list, expected \"cases\" to be an object"),
     ({k: v for k, v in good_document().items() if k != "cases"}, "no cases"),
+    ({**good_document(), "cases": {}}, "has no cases, so it would gate nothing; expected a baseline saved from a run "
+                                       "with results"),
 ])
 def test_malformed_file_names_the_file(tmp_path: Path, content: dict[str, Any] | str, message: str) -> None:
     path = saved(tmp_path, content)
@@ -408,3 +410,37 @@ def test_baseline_from_another_cpu_is_gated_per_pair(
     result = six_case_bench("--specbench-baseline=baseline.json", pairs_file=weak_pairs_file)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*tiny (pair, 6 cases)*pair acceptance*"])
+
+
+# --- partial runs never replace a baseline --------------------------------------------------
+
+CTRL_C_AT_THE_THIRD_CASE = """
+    import pytest
+
+
+    @pytest.fixture(autouse=True)
+    def ctrl_c(request):
+        if "[tiny-k1-dialogue]" in request.node.nodeid:  # the third case, after natural's two
+            raise KeyboardInterrupt
+"""
+
+
+def test_an_interrupted_run_does_not_replace_the_baseline(six_case_bench, pytester: pytest.Pytester) -> None:
+    six_case_bench("--specbench-save-baseline=baseline.json").assert_outcomes(passed=6)
+    whole = (pytester.path / "baseline.json").read_text()
+    pytester.makeconftest(CTRL_C_AT_THE_THIRD_CASE)
+    result = six_case_bench("--specbench-save-baseline=baseline.json", interrupted=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert (pytester.path / "baseline.json").read_text() == whole
+    result.stdout.fnmatch_lines(["*did not save the baseline baseline.json: 4 case(s) have no result and the run "
+                                 "was interrupted (KeyboardInterrupt); a partial baseline would stop gating the "
+                                 "cases it lacks*--specbench-resume=spec_results.jsonl*--specbench-allow-missing*"])
+    document = json.loads((pytester.path / "spec_results.json").read_text())
+    assert document["missing_cases"] == ["tiny-k1-dialogue", "tiny-k4-dialogue", "tiny-k1-code_json",
+                                         "tiny-k4-code_json"]
+    assert document["interrupted"] == "KeyboardInterrupt"
+
+    result = six_case_bench("--specbench-save-baseline=baseline.json", "--specbench-allow-missing", interrupted=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert sorted(json.loads((pytester.path / "baseline.json").read_text())["cases"]) == [
+        "tiny-k1-natural", "tiny-k4-natural"]

@@ -40,6 +40,26 @@ def test_bad_option_is_a_usage_error_before_any_test(bench, option: str, expecte
     assert "Traceback" not in result.stderr.str()
 
 
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--specbench-csv=blocker/out.csv",),
+         "--specbench-csv=blocker/out.csv: its folder cannot be created, since blocker is a file"),
+        (("--specbench-csv=same.out", "--specbench-json=same.out"),
+         "--specbench-csv and --specbench-json name the same file, */same.out, and one would overwrite the other"),
+    ],
+    ids=["under-a-file", "one-file-twice"],
+)
+def test_an_output_that_cannot_be_written_is_a_usage_error_before_any_test(
+    bench, pytester: pytest.Pytester, args: tuple[str, ...], expected: str
+) -> None:
+    (pytester.path / "blocker").write_text("a file, not a folder")
+    result = bench(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*pytest-specbench: {expected}*"])
+    assert "collected" not in result.stdout.str()
+
+
 def test_ini_value_is_validated_and_named(bench, pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nspecbench_k = 1,0\n")
     result = bench(defaults=False)

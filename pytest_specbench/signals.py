@@ -1,0 +1,87 @@
+"""SIGTERM and SIGINT end a benchmark run the way Ctrl-C ends a pytest run: cleanly.
+
+By default SIGTERM (what CI timeouts and cancellations send) kills the process, and every
+finished case held in memory is lost. Here it raises :class:`Terminated`, a KeyboardInterrupt,
+so pytest stops the run, runs ``pytest_sessionfinish`` (the CSV, the JSON and the summary are
+written from what finished) and exits with status 2. SIGINT keeps raising KeyboardInterrupt.
+
+While a result is being recorded the interruption waits, so a row is never half recorded.
+Installed on the controller only; xdist workers keep the defaults.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+HANDLED = (signal.SIGTERM, signal.SIGINT)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as an interruption so that pytest ends the session cleanly."""
+
+
+class SignalStop:
+    """Turns SIGTERM and SIGINT into an interruption, held back while a result is being recorded."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None  # the first signal's name
+        self._previous: dict[int, Any] = {}
+        self._holding = 0
+        self._pending: str | None = None
+        self._finishing = False
+
+    def install(self) -> None:
+        """Take over the signals (main thread only; elsewhere Python refuses, and the defaults stay)."""
+        if self._previous:
+            return
+        try:
+            for signum in HANDLED:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        except ValueError:  # not the main thread
+            self.restore()
+
+    def restore(self) -> None:
+        """Put back the handlers found at :meth:`install`."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        self.received = self.received or name
+        if self._finishing:
+            return  # the files are being written from what finished: let that complete
+        if self._holding:
+            self._pending = name
+            return
+        self._interrupt(name)
+
+    @staticmethod
+    def _interrupt(name: str) -> None:
+        if name == "SIGINT":
+            raise KeyboardInterrupt
+        raise Terminated(f"received {name}; the run ends with the cases that finished")
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Record a result whole: a signal arriving meanwhile interrupts right after."""
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+            if not self._holding and self._pending and not self._finishing:
+                name, self._pending = self._pending, None
+                self._interrupt(name)
+
+    @contextlib.contextmanager
+    def finishing(self) -> Iterator[None]:
+        """Write the files: signals are noted, not raised, then the original handlers come back."""
+        self._finishing = True
+        try:
+            yield
+        finally:
+            self.restore()

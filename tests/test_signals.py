@@ -1,0 +1,140 @@
+"""SIGTERM and SIGINT end a run cleanly: what finished is in the log, the CSV and the JSON, the rest is named.
+
+The runs are real ``python -m pytest`` processes on the tiny pair (conftest's ``held_run``): six
+cases, the third held until the test lets it go, the signal sent once two are logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import types
+
+import pytest
+
+from pytest_specbench.plugin import SessionHooks
+from pytest_specbench.signals import SignalStop, Terminated
+
+
+def assert_written_from_what_finished(held_run, signal_name: str) -> None:
+    output = held_run.output()
+    assert "specbench summary" in output, output
+    assert f"run interrupted ({signal_name}) with 2 of 6 case(s) finished" in output
+    assert f"no result for 4 case(s): {', '.join(held_run.UNFINISHED)}" in output
+    assert "--specbench-resume=spec_results.jsonl" in output
+    assert held_run.logged_cases() == held_run.FINISHED
+    csv_lines = (held_run.path / "spec_results.csv").read_text().splitlines()
+    assert [line.split(",")[5] for line in csv_lines[1:]] == held_run.FINISHED
+    document = json.loads((held_run.path / "spec_results.json").read_text())
+    assert [row["case"] for row in document["results"]] == held_run.FINISHED
+    assert document["missing_cases"] == held_run.UNFINISHED
+    assert document["interrupted"] == signal_name
+
+
+def test_sigterm_writes_what_finished_and_names_the_rest(held_run) -> None:
+    process = held_run.start()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(held_run.PATIENCE_S) == pytest.ExitCode.INTERRUPTED
+    assert_written_from_what_finished(held_run, "SIGTERM")
+
+
+def test_sigint_writes_what_finished_and_names_the_rest(held_run) -> None:
+    process = held_run.start()
+    process.send_signal(signal.SIGINT)
+    assert process.wait(held_run.PATIENCE_S) == pytest.ExitCode.INTERRUPTED
+    assert_written_from_what_finished(held_run, "SIGINT")
+
+
+def test_sigterm_to_the_xdist_controller_writes_what_finished_and_resume_ends_it(held_run, bench) -> None:
+    process = held_run.start("-n", "2")
+    process.send_signal(signal.SIGTERM)
+    # The files are written before xdist waits for its busy worker; then that worker may go on.
+    held_run.wait_for(lambda: (held_run.path / "spec_results.json").exists(), "the JSON")
+    held_run.release()
+    assert process.wait(held_run.PATIENCE_S) == pytest.ExitCode.INTERRUPTED
+    assert_written_from_what_finished(held_run, "SIGTERM")
+
+    # Every worker replays the logged cases (the same collection everywhere) and runs the rest.
+    result = bench("--specbench-resume=spec_results.jsonl", "-n", "2", prompts=held_run.PROMPTS)
+    result.assert_outcomes(passed=6)
+    document = json.loads((held_run.path / "spec_results.json").read_text())
+    assert len(document["results"]) == 6 and document["missing_cases"] == []
+    assert document["resumed_cases"] == held_run.FINISHED
+
+
+def test_sigterm_to_the_whole_process_group_under_xdist(held_run) -> None:
+    # What `timeout -s TERM` and many CI runners do: the workers get the signal too, and die of it.
+    process = held_run.start("-n", "2", new_session=True)
+    os.killpg(process.pid, signal.SIGTERM)
+    assert process.wait(held_run.PATIENCE_S) == pytest.ExitCode.INTERRUPTED
+    assert_written_from_what_finished(held_run, "SIGTERM")
+
+
+def test_sigkill_leaves_every_finished_case_in_the_log(held_run) -> None:
+    process = held_run.start()
+    process.kill()
+    process.wait(held_run.PATIENCE_S)
+    lines = (held_run.path / "spec_results.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["specbench_log"] == 1
+    assert [json.loads(line)["case"] for line in lines[1:]] == held_run.FINISHED
+    assert not (held_run.path / "spec_results.csv").exists()  # the end of the session never came
+
+
+# --- the handler itself -------------------------------------------------------------------------------
+
+
+def test_a_signal_waits_until_the_result_is_recorded() -> None:
+    stop = SignalStop()
+    stop.install()
+    try:
+        recorded = []
+        with pytest.raises(Terminated):
+            with stop.held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                recorded.append("row")  # still runs: the interruption waits for the end of the block
+        assert recorded == ["row"] and stop.received == "SIGTERM"
+    finally:
+        stop.restore()
+
+
+def test_while_finishing_a_signal_is_noted_and_the_handlers_come_back() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    stop = SignalStop()
+    stop.install()
+    assert signal.getsignal(signal.SIGTERM) != before
+    with stop.finishing():
+        os.kill(os.getpid(), signal.SIGTERM)  # no exception: the files are being written
+    assert stop.received == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def _frame_without_a_line_number() -> tuple[types.FrameType, int]:
+    """A live frame and an instruction offset of it that has no line number (CPython 3.11 exception cleanup)."""
+    def cleanup_code() -> types.FrameType:
+        with contextlib.nullcontext():
+            try:
+                pass
+            except ValueError:
+                pass
+        return sys._getframe()
+
+    frame = cleanup_code()
+    offset = next((start for start, _, line in frame.f_code.co_lines() if line is None), None)
+    if offset is None:
+        pytest.skip("this Python gives every instruction a line number")
+    return frame, offset
+
+
+def test_an_interrupted_frame_without_a_line_number_does_not_crash_the_report() -> None:
+    frame, offset = _frame_without_a_line_number()
+    inner = types.TracebackType(None, frame, offset, -1)
+    outer = types.TracebackType(inner, sys._getframe(), sys._getframe().f_lasti, sys._getframe().f_lineno)
+    error = Terminated("received SIGTERM")
+    excinfo = pytest.ExceptionInfo.from_exc_info((Terminated, error, outer))
+    with pytest.raises(TypeError):
+        excinfo.getrepr(funcargs=True)  # what pytest's terminal reporter does with an interruption
+    SessionHooks(session=None).pytest_keyboard_interrupt(excinfo)
+    assert "Terminated: received SIGTERM" in str(excinfo.getrepr(funcargs=True))
