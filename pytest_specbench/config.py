@@ -177,8 +177,9 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("gpu", "devices", "device(s): cpu, cuda, cuda:N, or a comma list (one per xdist worker); "
            "default: cuda:0 when available, else cpu", _devices, metavar="DEVICE", unset=(), changes_results=True),
-    Option("pairs", "pairs", "comma list of model pair ids to run (default: every defined pair; a pair whose "
-           "model is not available is skipped with the reason)",
+    Option("pairs", "pairs", "comma list of model pair ids to run (default: every defined pair). A pair named "
+           "here or declared in a pairs file fails when its model is missing; a built-in pair nobody named is "
+           "skipped with the reason",
            _comma_list("a comma list of pair ids; leave the option out to run every defined pair"),
            metavar="IDS", unset=()),
     Option("pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH",

@@ -38,6 +38,7 @@ class PairSpec:
     dtype: str | None = None  # overrides --specbench-dtype for this pair
     description: str = ""
     embedded: bool = False  # runs without the hub (the offline default)
+    declared_in: str | None = None  # the pairs file or pyproject.toml that declares it; None for a built-in
 
     @property
     def options(self) -> dict[str, Any]:
@@ -113,6 +114,7 @@ def pair_from_mapping(name: str, data: Mapping[str, Any], where: str) -> PairSpe
         revision=data.get("revision"),
         dtype=dtype,
         description=str(data.get("description", "")),
+        declared_in=where,
     )
 
 

@@ -135,7 +135,9 @@ class CaseFixture:
         try:
             result = run_case(case, self._store, self._session.config, self._session.prompts, timer)
         except ModelUnavailable as error:
-            pytest.skip(str(error))
+            if not self._session.chosen(case.pair):
+                pytest.skip(str(error))
+            raise pytest.fail.Exception(f"{case.pair.name}: {error}", pytrace=False) from None
         except UnrunnableCase as error:
             # The message says what to change; a chained traceback into torch would only hide it.
             raise pytest.fail.Exception(str(error), pytrace=False) from None
@@ -170,6 +172,7 @@ class SessionHooks:
 
     def __init__(self, session) -> None:
         self.session = session
+        self.unavailable: dict[str, str] = {}  # chosen pairs whose model is missing: their cases fail with this
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -184,13 +187,21 @@ class SessionHooks:
             if case is None or self.session.replay(case.id) is not None:
                 continue  # a resumed case needs no model
             reason = self.session.unavailable_reason(case.pair)
-            if reason:
+            if reason and self.session.chosen(case.pair):
+                self.unavailable[case.pair.name] = reason
+            elif reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
         # The controller collects nothing itself: the workers' collections say what will run.
         self.session.select(_case_id(nodeid) for nodeid in ids)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        case = _case_of(item)
+        if case is not None and case.pair.name in self.unavailable:
+            pytest.fail(self.unavailable[case.pair.name], pytrace=False)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.session.add_report(_case_id(report.nodeid), report.when, report.outcome, "specbench" in report.keywords,

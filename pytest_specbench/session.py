@@ -103,8 +103,14 @@ class SpecbenchSession:
                 self._availability[key] = model_available(source, revision=revision, probe_hub=probe_hub,
                                                           cache_dir=self.config.cache_dir)
             if self._availability[key]:
-                return f"{pair.name}: {self._availability[key]}"
+                declared = f" (the pair is declared in {pair.declared_in})" if pair.declared_in else ""
+                return f"{pair.name}: {self._availability[key]}{declared}"
         return None
+
+    def chosen(self, pair: PairSpec) -> bool:
+        """Whether the user asked for ``pair``: named in --specbench-pairs, or declared in a pairs file or
+        pyproject.toml. A chosen pair whose model is missing fails; only built-in pairs nobody named are skipped."""
+        return pair.name in self.config.pairs or pair.declared_in is not None
 
     def empty_selection_lines(self) -> list[str]:
         """Why nothing ran when -k/-m matched no case: what this machine's matrix holds, and how to add more."""
