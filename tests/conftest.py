@@ -77,6 +77,20 @@ def bench(pytester: pytest.Pytester, tiny_pairs_file: Path) -> Callable[..., pyt
 
 
 @pytest.fixture
+def fails_plainly(bench) -> Callable[..., pytest.RunResult]:
+    """``fails_plainly(pairs_file, selection, *args)``: run the one case ``-k selection`` picks, which must
+    fail with a message alone (no traceback, no IndexError from inside a model); return the run."""
+
+    def run(pairs_file: Path, selection: str, *args: str) -> pytest.RunResult:
+        result = bench(*args, "-k", selection, pairs_file=pairs_file)
+        result.assert_outcomes(failed=1, deselected=3)
+        assert "Traceback" not in result.stdout.str() and "IndexError" not in result.stdout.str()
+        return result
+
+    return run
+
+
+@pytest.fixture
 def bench_process(pytester: pytest.Pytester, tiny_pairs_file: Path) -> Callable[..., subprocess.Popen]:
     """Start :func:`bench`'s run as a separate ``python -m pytest`` process, to signal or kill.
 

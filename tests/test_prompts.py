@@ -280,7 +280,8 @@ def test_lone_surrogate_names_the_line_before_any_tokenizer(tmp_path):
         load_prompts(path)
     assert info.value.line == 2
     # A full pair is one valid character.
-    assert load_prompts(write(tmp_path, '{"category": "c", "text": "smile \\ud83d\\ude00"}'))[0].text == "smile \U0001F600"
+    pair = write(tmp_path, '{"category": "c", "text": "smile \\ud83d\\ude00"}')
+    assert load_prompts(pair)[0].text == "smile \U0001F600"
 
 
 @pytest.mark.parametrize("content", ["", "\n\n", "# only a comment\n\n   \n"], ids=["empty", "blank", "comments"])

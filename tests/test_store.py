@@ -14,12 +14,11 @@ def wide_draft_pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_pair(tmp_path_factory.mktemp("wide_draft"), draft_config={"vocab_size": 300})
 
 
-def test_a_draft_vocabulary_larger_than_the_targets_fails_naming_both(bench, wide_draft_pairs_file: Path) -> None:
-    result = bench("-k", "k4 and natural", pairs_file=wide_draft_pairs_file)
-    result.assert_outcomes(failed=1, deselected=3)
+def test_a_draft_vocabulary_larger_than_the_targets_fails_naming_both(fails_plainly, wide_draft_pairs_file: Path
+                                                                     ) -> None:
+    result = fails_plainly(wide_draft_pairs_file, "k4 and natural")
     result.stdout.fnmatch_lines([
         "*draft '*draft' has vocab_size 300, more than target '*target' with 257: the draft could propose ids "
         "257 to 299, which the target has no embedding for; pair the target with a draft whose vocab_size is "
         "at most 257",
     ])
-    assert "IndexError" not in result.stdout.str() and "Traceback" not in result.stdout.str()

@@ -41,7 +41,7 @@ _CONTEXT_WINDOW_ATTRIBUTES = ("n_positions", "max_position_embeddings")
 
 
 def context_window(config: Any) -> tuple[int, str] | None:
-    """``(positions, attribute)``: how many positions a model's config allows, and where it says so; None if unstated."""
+    """``(positions, attribute)``: the positions a model's config allows and where it says so; None if unstated."""
     for attribute in _CONTEXT_WINDOW_ATTRIBUTES:
         value = getattr(config, attribute, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
