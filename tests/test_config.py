@@ -147,12 +147,3 @@ def test_an_output_in_a_read_only_folder_is_refused(tmp_path: Path) -> None:
     finally:
         (tmp_path / "read-only").chmod(0o755)
 
-
-def test_the_readme_options_table_lists_every_option_with_its_ini_key() -> None:
-    from pathlib import Path
-
-    from pytest_specbench.config import OPTIONS
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    missing = [option.cli for option in OPTIONS if f"| `{option.cli}` | `{option.dest}` |" not in readme]
-    assert not missing, f"README options table lacks {missing}"
