@@ -10,10 +10,65 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cost_model import alpha_mle, position_counts, predicted_speedup, recommended_k
+from .engine.cost_model import alpha_mle, position_counts, predicted_speedup, recommended_k
 
 #: the per-pair figures, in report order: ``<figure>_<pair>.png``; plus ``speedup_by_category.png``
 FIGURES = ("speedup_vs_k", "acceptance_heatmap", "tau_vs_k", "position_acceptance", "verify_cost")
+
+
+def k_order(k: int | str) -> tuple[int, int, str]:
+    """Sort key of k values: the constant draft lengths in order, then the schedules by name."""
+    return (1, 0, k) if isinstance(k, str) else (0, k, "")
+
+
+def row_order(row: dict[str, Any]) -> tuple:
+    """Rows of one pair in table order: by prompt, k, engine."""
+    return (row["prompt"], k_order(row["k"]), row.get("engine", "native"))
+
+
+def constant_k_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows the k sweep and the cost model read: this package's engine at a constant k."""
+    return [row for row in rows if isinstance(row["k"], int) and row.get("engine", "native") == "native"]
+
+
+@dataclass
+class EngineComparison:
+    """One (pair, k) run by both engines: end-to-end speedups over the baseline, geometric means over prompts."""
+
+    pair: str
+    k: int | str
+    prompts: int
+    native_speedup: float
+    hf_speedup: float
+    ratio: float  # native / hf: geometric mean of the per-prompt ratios of speedups
+
+
+def geometric_mean(values: Sequence[float | None]) -> float | None:
+    """Geometric mean of the positive values (None when there are none)."""
+    from scipy.stats import gmean
+
+    positive = [value for value in values if value is not None and value > 0]
+    return float(gmean(positive)) if positive else None
+
+
+def compare_engines(results: Sequence[dict[str, Any]]) -> list[EngineComparison]:
+    """Per (pair, k) where both engines ran the same prompts: each engine's speedup and native / hf.
+
+    End to end (prefill included), because the engines split prefill and decoding differently:
+    transformers' first target pass reads the prompt and verifies a draft block at once.
+    """
+    by_case = {(row["pair"], row["k"], row["prompt"], row.get("engine", "native")): row for row in results}
+    comparisons = []
+    for pair, k in dict.fromkeys((row["pair"], row["k"]) for row in results):
+        prompts = [prompt for (p, kk, prompt, engine) in by_case if (p, kk, engine) == (pair, k, "native")
+                   and (pair, k, prompt, "hf") in by_case]
+        if not prompts:
+            continue
+        native = [by_case[pair, k, prompt, "native"]["speedup"] for prompt in prompts]
+        hf = [by_case[pair, k, prompt, "hf"]["speedup"] for prompt in prompts]
+        comparisons.append(EngineComparison(pair, k, len(prompts), geometric_mean(native), geometric_mean(hf),
+                                            geometric_mean([n / h for n, h in zip(native, hf) if h > 0])))
+    return sorted(comparisons, key=lambda c: (c.pair, k_order(c.k)))
 
 
 def pooled_position_acceptance(rows: Sequence[dict[str, Any]]) -> list[tuple[int, int, float]]:
@@ -49,7 +104,8 @@ def pooled_alpha(rows: Sequence[dict[str, Any]]) -> float | None:
 
 
 def analyse_prompts(results: Sequence[dict[str, Any]]) -> list[PromptAnalysis]:
-    """Per (pair, prompt), in order of appearance."""
+    """Per (pair, prompt), in order of appearance, over the constant-k rows of this package's engine."""
+    results = constant_k_rows(results)
     analyses = []
     keys = dict.fromkeys((row["pair"], row["prompt"]) for row in results)
     for pair, prompt in keys:

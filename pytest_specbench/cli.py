@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
+
+from .analysis import geometric_mean
 
 #: options whose difference changes what a number means (output paths, gating and shards do not)
 COMPARABLE_OPTIONS = ("specbench_k", "specbench_max_new_tokens", "specbench_dtype", "specbench_context_tokens",
@@ -67,11 +68,6 @@ def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> dic
             "results": results}
 
 
-def _geometric_mean(values: Sequence[float]) -> float | None:
-    positive = [value for value in values if value and value > 0]
-    return math.exp(sum(map(math.log, positive)) / len(positive)) if positive else None
-
-
 def _with_interval(row: dict[str, Any] | None) -> str:
     if row is None:
         return "-"
@@ -113,8 +109,8 @@ def compare_lines(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         common = [case for case in cases if case in old_rows and case in new_rows and old_rows[case]["pair"] == pair]
         if not common:
             continue
-        old_speed = _geometric_mean([old_rows[case]["decode_speedup"] for case in common])
-        new_speed = _geometric_mean([new_rows[case]["decode_speedup"] for case in common])
+        old_speed = geometric_mean([old_rows[case]["decode_speedup"] for case in common])
+        new_speed = geometric_mean([new_rows[case]["decode_speedup"] for case in common])
         old_accept = sum(old_rows[case]["acceptance_rate"] for case in common) / len(common)
         new_accept = sum(new_rows[case]["acceptance_rate"] for case in common) / len(common)
         per_pair.append([pair, len(common), f"{old_accept:.3f}", f"{new_accept:.3f}", f"{new_accept - old_accept:+.3f}",

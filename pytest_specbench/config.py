@@ -16,6 +16,9 @@ from typing import Any
 
 from .models.base import DTYPE_NAMES as DTYPES
 DEFAULT_KS = "1,2,4,8,16"
+# k values that name a schedule instead of a constant draft length (see engine/schedules.py).
+SCHEDULE_KS = ("auto", "heuristic")
+ENGINES = ("native", "hf")
 # On CPU, four categories of the shipped suite keep the default sweep near 15 minutes on 2 cores.
 CPU_PROMPTS = "natural,code_python,repetitive,list_items"
 
@@ -67,12 +70,21 @@ def _int(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def _ks(raw: str) -> tuple[int, ...]:
-    items = _comma_list("a comma list of integers >= 1, e.g. 1,2,4,8,16")(raw)
+def _ks(raw: str) -> tuple[int | str, ...]:
+    accepted = f"a comma list of integers >= 1 and the schedules {' and '.join(SCHEDULE_KS)}, e.g. 1,2,4,8,16,auto"
+    items = _comma_list(accepted)(raw)
     try:
-        return tuple(_int(1)(item) for item in items)
+        return tuple(item if item in SCHEDULE_KS else _int(1)(item) for item in items)
     except ValueError as error:
-        raise ValueError(f"{error} (in the comma list {raw!r})") from None
+        raise ValueError(f"{error} (in the comma list {raw!r}; {accepted})") from None
+
+
+def _engines(raw: str) -> tuple[str, ...]:
+    engines = _comma_list(f"a comma list of engines: {', '.join(ENGINES)}")(raw)
+    unknown = [engine for engine in engines if engine not in ENGINES]
+    if unknown:
+        raise ValueError(f"unknown engine {unknown[0]!r}; accepted: {', '.join(ENGINES)} or a comma list of them")
+    return engines
 
 
 def _dtype(raw: str) -> str:
@@ -184,7 +196,11 @@ OPTIONS: tuple[Option, ...] = (
            metavar="IDS", unset=()),
     Option("pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH",
            reads=True),
-    Option("k", "ks", f"comma list of draft lengths k (default {DEFAULT_KS})", _ks, DEFAULT_KS, metavar="LIST"),
+    Option("k", "ks", f"comma list of draft lengths k (default {DEFAULT_KS}); 'auto' and 'heuristic' name "
+           "schedules that choose k at each step", _ks, DEFAULT_KS, metavar="LIST"),
+    Option("engine", "engines", "comma list of decoding engines: native (this package's loop) and hf "
+           "(transformers' assisted generation), run side by side (default native)", _engines, "native",
+           metavar="ENGINES"),
     Option("prompts", "prompt_categories", "comma list of prompt categories (default: all; on CPU, of the "
            f"shipped suite, {CPU_PROMPTS})",
            _comma_list("a comma list of prompt categories; leave the option out for the default categories"),
@@ -261,7 +277,8 @@ class SpecbenchConfig:
     devices: tuple[str, ...]  # empty: cuda:0 when available, else cpu
     pairs: tuple[str, ...]  # empty: every defined pair
     pairs_file: Path | None
-    ks: tuple[int, ...]
+    ks: tuple[int | str, ...]  # integers and schedule names (SCHEDULE_KS)
+    engines: tuple[str, ...]
     prompt_categories: tuple[str, ...]  # empty: all
     prompt_file: Path | None
     prompts_per_category: int

@@ -7,6 +7,9 @@ from typing import Any
 
 import torch
 
+from .engine.hf_assisted import greedy_generation_config
+
+
 def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None) -> list[int]:
     """The target's own greedy continuation from transformers' ``generate``.
 
@@ -14,14 +17,7 @@ def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_to
     come back; min_new_tokens is not used because it masks EOS and so changes
     the argmax.
     """
-    config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
-    config.do_sample = False
-    config.eos_token_id = eos_token_id
-    config.max_new_tokens = max_new_tokens
-    config.max_length = None
-    config.pad_token_id = eos_token_id if eos_token_id is not None else 0
-    for knob in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
-        setattr(config, knob, None)
+    config = greedy_generation_config(model, max_new_tokens, eos_token_id)
     with torch.inference_mode():
         output = model.generate(input_ids, generation_config=config)
     return output[0, input_ids.shape[1] :].tolist()

@@ -16,8 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from .analysis import FIGURES, analyse_prompts, pooled_position_acceptance  # noqa: E402
-from .cost_model import predicted_tau  # noqa: E402
+from .analysis import FIGURES, analyse_prompts, constant_k_rows, pooled_position_acceptance  # noqa: E402
+from .engine.cost_model import predicted_tau  # noqa: E402
 
 
 def figure_names(pairs: Sequence[str]) -> list[str]:
@@ -171,12 +171,18 @@ def speedup_by_category(results: Sequence[dict[str, Any]], directory: Path) -> P
 
 
 def write_plots(results: Sequence[dict[str, Any]], directory: Path) -> list[Path]:
-    """Every figure of the run under ``directory`` (created); returns the files written."""
+    """Every figure of the run under ``directory`` (created); returns the files written.
+
+    The figures plot against k, so they show this package's engine at constant k; the report's
+    tables hold the schedules and the hf engine.
+    """
     directory.mkdir(parents=True, exist_ok=True)
+    results = constant_k_rows(results)
     written = []
     for pair in dict.fromkeys(row["pair"] for row in results):
         rows = [row for row in results if row["pair"] == pair]
         for figure in (speedup_vs_k, acceptance_heatmap, tau_vs_k, position_acceptance, verify_cost):
             written.append(figure(rows, pair, directory))
-    written.append(speedup_by_category(results, directory))
+    if results:
+        written.append(speedup_by_category(results, directory))
     return written

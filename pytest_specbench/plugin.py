@@ -27,7 +27,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "specbench(pair, k, prompt): a speculative decoding benchmark case")
+    config.addinivalue_line("markers", "specbench(pair, k, prompt, engine): a speculative decoding benchmark case")
     # Also set on every case; declared here too so --strict-markers passes without xdist.
     config.addinivalue_line("markers", "xdist_group(name): cases that share an xdist worker")
     from .devices import check_devices
@@ -77,7 +77,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "spec_case" not in metafunc.fixturenames:
         return
     params = [pytest.param(case, id=case.id, marks=[
-        pytest.mark.specbench(pair=case.pair.name, k=case.k, prompt=case.prompt_label),
+        pytest.mark.specbench(pair=case.pair.name, k=case.k, prompt=case.prompt_label, engine=case.engine),
         pytest.mark.xdist_group(case.pair.name),
     ]) for case in _session(metafunc.config).cases]
     metafunc.parametrize("spec_case", params)
@@ -119,7 +119,7 @@ class CaseFixture:
 
     def run(self, case) -> dict[str, Any]:
         """Measure the case and record its result row for the summary and files."""
-        from .models.base import ModelUnavailable, UnrunnableCase
+        from .models.base import ModelUnavailable, NotApplicable, UnrunnableCase
         from .runner import run_case
         from .schema import extra_info_fields
 
@@ -138,6 +138,8 @@ class CaseFixture:
             if not self._session.chosen(case.pair):
                 pytest.skip(str(error))
             raise pytest.fail.Exception(f"{case.pair.name}: {error}", pytrace=False) from None
+        except NotApplicable as error:
+            pytest.skip(str(error))
         except UnrunnableCase as error:
             # The message says what to change; a chained traceback into torch would only hide it.
             raise pytest.fail.Exception(str(error), pytrace=False) from None

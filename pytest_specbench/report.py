@@ -5,23 +5,18 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tabulate import tabulate
 
-from .analysis import analyse_prompts, pooled_position_acceptance
+from .analysis import (analyse_prompts, compare_engines, constant_k_rows, geometric_mean, k_order,
+                       pooled_position_acceptance, row_order)
 from .schema import csv_columns, summary_columns
 
 
 _MARK = {"lossless": "yes", "tie-divergence": "tie", "diverged": "NO"}
 UNSTABLE_MARK = "!"
-
-
-def _geometric_mean(values: Sequence[float]) -> float:
-    positive = [value for value in values if value > 0]
-    return math.exp(sum(map(math.log, positive)) / len(positive)) if positive else 0.0
 
 
 def _cell(row: dict[str, Any], name: str, fmt: str, interval: bool) -> str:
@@ -43,6 +38,9 @@ def summary_lines(results: Sequence[dict[str, Any]], ci_target: float = 0.05) ->
         return ["no specbench case ran: nothing to summarise"]
     lines: list[str] = []
     columns = summary_columns()
+    engines = {row.get("engine", "native") for row in results}
+    if len(engines) == 1:
+        columns = tuple(column for column in columns if column[0] != "engine")
     for pair in dict.fromkeys(row["pair"] for row in results):
         rows = [row for row in results if row["pair"] == pair]
         first = rows[0]
@@ -50,20 +48,32 @@ def summary_lines(results: Sequence[dict[str, Any]], ci_target: float = 0.05) ->
                      f"({first['device']}, {first['dtype']}, {first['new_tokens']} new tokens; "
                      f"speedups with their 95% interval, {UNSTABLE_MARK} = unstable)")
         table = [[_cell(row, name, fmt, interval) for name, _, fmt, interval in columns]
-                 for row in sorted(rows, key=lambda row: (row["prompt"], row["k"]))]
+                 for row in sorted(rows, key=row_order)]
         # Cells come formatted (a value with its interval is text): tabulate must not parse them again.
         lines += tabulate(table, headers=[header for _, header, _, _ in columns], disable_numparse=True).splitlines()
         lines.append("")
         per_k = []
-        for k in sorted({row["k"] for row in rows}):
-            at_k = [row for row in rows if row["k"] == k]
-            per_k.append((k, len(at_k), _geometric_mean([row["decode_speedup"] for row in at_k]),
-                          _geometric_mean([row["speedup"] for row in at_k]),
-                          sum(row["acceptance_rate"] for row in at_k) / len(at_k),
-                          sum(row["tau"] for row in at_k) / len(at_k)))
-        lines += tabulate(per_k, headers=("k", "cases", "geomean decode speedup", "geomean e2e speedup",
+        groups = dict.fromkeys((row["k"], row.get("engine", "native"))
+                               for row in sorted(rows, key=lambda row: (k_order(row["k"]), row.get("engine", ""))))
+        for k, engine in groups:
+            at_k = [row for row in rows if row["k"] == k and row.get("engine", "native") == engine]
+            per_k.append(([k, engine] if len(engines) > 1 else [k])
+                         + [len(at_k), geometric_mean([row["decode_speedup"] for row in at_k]),
+                            geometric_mean([row["speedup"] for row in at_k]),
+                            sum(row["acceptance_rate"] for row in at_k) / len(at_k),
+                            sum(row["tau"] for row in at_k) / len(at_k)])
+        lead = ("k", "engine") if len(engines) > 1 else ("k",)
+        lines += tabulate(per_k, headers=(*lead, "cases", "geomean decode speedup", "geomean e2e speedup",
                                           "mean accept", "mean tau"),
-                          floatfmt=("", "", ".2f", ".2f", ".3f", ".2f")).splitlines()
+                          floatfmt=("",) * len(lead) + ("", ".2f", ".2f", ".3f", ".2f")).splitlines()
+        comparisons = [c for c in compare_engines(rows)]
+        if comparisons:
+            lines.append("")
+            lines.append("engines side by side (end-to-end speedup over the same greedy baseline, geometric mean "
+                         "over prompts):")
+            lines += tabulate([(c.k, c.prompts, c.native_speedup, c.hf_speedup, c.ratio) for c in comparisons],
+                              headers=("k", "prompts", "native", "hf", "native / hf"),
+                              floatfmt=("", "", ".2f", ".2f", ".2f")).splitlines()
         lines.append("")
         best = []
         for analysis in sorted(analyse_prompts(rows), key=lambda analysis: analysis.prompt):
@@ -74,7 +84,7 @@ def summary_lines(results: Sequence[dict[str, Any]], ci_target: float = 0.05) ->
                          "" if analysis.recommended_k is None else str(analysis.recommended_k)))
         lines += tabulate(best, headers=("prompt", "best k", "decode speedup", "accept", "pooled alpha",
                                          "recommended k"), disable_numparse=True).splitlines()
-        positions = pooled_position_acceptance(rows)
+        positions = pooled_position_acceptance(constant_k_rows(rows))
         if positions:
             lines.append("per-position acceptance (of the steps that drafted at least i tokens, the share whose "
                          "i-th was accepted; all cases pooled):")

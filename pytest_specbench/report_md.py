@@ -14,7 +14,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .analysis import FIGURES, PromptAnalysis, analyse_prompts, median, pooled_position_acceptance
+from .analysis import (FIGURES, PromptAnalysis, analyse_prompts, compare_engines, constant_k_rows, geometric_mean,
+                       median, pooled_position_acceptance, row_order)
 
 #: efficiency below this is called low in the findings
 LOW_EFFICIENCY = 0.8
@@ -46,6 +47,23 @@ def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
 
 def _relative(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path, start)).as_posix()
+
+
+def _schedule_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[str, Any]]) -> list[str]:
+    """How each schedule (k=auto, k=heuristic) of this package's engine did against the best constant k."""
+    best = {a.prompt: a.best_row["decode_speedup"] for a in analyses}
+    sentences = []
+    for k in dict.fromkeys(row["k"] for row in rows if isinstance(row["k"], str)):
+        scheduled = [row for row in rows if row["k"] == k and row.get("engine", "native") == "native"
+                     and row["prompt"] in best]
+        if scheduled:
+            mean_k = [sum(row["k_per_step"][1:]) / max(len(row["k_per_step"]) - 1, 1) for row in scheduled]
+            sentences.append(
+                f"k={k}: decode speedup {geometric_mean([row['decode_speedup'] for row in scheduled]):.2f} "
+                f"(geometric mean over {len(scheduled)} prompts) against "
+                f"{geometric_mean([best[row['prompt']] for row in scheduled]):.2f} at each prompt's best constant k "
+                f"chosen after the fact; mean k chosen per step {sum(mean_k) / len(mean_k):.1f}.")
+    return sentences
 
 
 def pair_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -81,6 +99,7 @@ def pair_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[str, A
             sentences.append(f"{len(low)} case(s) reach less than {LOW_EFFICIENCY:.0%} of the prediction: "
                              "the model leaves out bookkeeping, cache rollback and timing noise, which weigh most "
                              "where a step is cheap.")
+    sentences += _schedule_findings(analyses, rows)
     first = rows[0]
     curve = first.get("verify_costs_ms") or []
     if len(curve) > 1:
@@ -136,13 +155,23 @@ def report_markdown(results: Sequence[dict[str, Any]], options: dict[str, Any], 
                   f"{first['dtype']}, {first['new_tokens']} new tokens per run. Parameters: target "
                   f"{_f(first.get('target_params'), ',')}, draft {_f(first.get('draft_params'), ',')}. Peak memory "
                   f"{_f(first.get('peak_memory_mb'), '.0f')} MiB ({first.get('peak_memory_kind') or 'n/a'}).", ""]
-        lines += [_table([[row["prompt"], row["k"], _speedup(row), _f(row["acceptance_rate"], ".3f"),
+        engines = len({row.get("engine", "native") for row in results}) > 1
+        lines += [_table([[row["prompt"], row["k"], *([row.get("engine", "native")] if engines else []),
+                           _speedup(row), _f(row["acceptance_rate"], ".3f"),
                            _f(row["tau"]), _f(row.get("alpha"), ".3f"), _f(row.get("predicted_tau")),
                            _f(row.get("verify_cost_ratio")), _f(row.get("predicted_speedup")),
                            _f(row.get("efficiency")), row["verdict"]]
-                          for row in sorted(rows, key=lambda row: (row["prompt"], row["k"]))],
-                         ["prompt", "k", "decode speedup [95% CI]", "accept", "tau", "alpha", "predicted tau",
-                          "v(k+1)/v(1)", "predicted speedup", "efficiency", "verdict"]), ""]
+                          for row in sorted(rows, key=row_order)],
+                         ["prompt", "k", *(["engine"] if engines else []), "decode speedup [95% CI]", "accept",
+                          "tau", "alpha", "predicted tau", "v(k+1)/v(1)", "predicted speedup", "efficiency",
+                          "verdict"]), ""]
+        comparisons = compare_engines(rows)
+        if comparisons:
+            lines += ["Engines side by side: end-to-end speedup over the same greedy baseline (prefill included, "
+                      "since transformers' first target pass also verifies a draft block), geometric mean over "
+                      "prompts.", "",
+                      _table([[c.k, c.prompts, _f(c.native_speedup), _f(c.hf_speedup), _f(c.ratio)]
+                              for c in comparisons], ["k", "prompts", "native", "hf", "native / hf"]), ""]
         lines += [_table([[a.prompt, a.best_k, _speedup(a.best_row), _f(a.alpha, ".3f"), _f(a.recommended_k, "d"),
                            _f(dict(a.predicted_curve).get(a.recommended_k))] for a in pair_analyses],
                          ["prompt", "measured best k", "its decode speedup", "alpha (all k pooled)",
@@ -152,18 +181,18 @@ def report_markdown(results: Sequence[dict[str, Any]], options: dict[str, Any], 
             lines += [f"Cost model inputs: v(1) = {curve[0]:.2f} ms, draft token {_f(first.get('draft_token_ms'))} "
                       f"ms, c = {_f(first.get('cost_ratio'), '.3f')}; v(m)/v(1) for m = 1..{len(curve)}: "
                       + ", ".join(f"{v / curve[0]:.2f}" for v in curve) + ".", ""]
-        positions = pooled_position_acceptance(rows)
+        positions = pooled_position_acceptance(constant_k_rows(rows))
         if positions:
             lines += ["Per-position acceptance (of the steps that drafted at least i tokens, the share whose i-th "
                       "was accepted; all cases pooled): "
                       + ", ".join(f"{i}: {share:.2f} (n={n})" for i, n, share in positions) + ".", ""]
         lines += ["Findings:", ""] + [f"- {sentence}" for sentence in pair_findings(pair_analyses, rows)] + [""]
-        if figures_dir is not None:
+        if figures_dir is not None and constant_k_rows(rows):
             start = report_path.parent if report_path is not None else Path(".")
             for figure in FIGURES:
                 path = figures_dir / f"{figure}_{pair}.png"
                 lines += [f"![{figure.replace('_', ' ')} for {pair}]({_relative(path, start)})", ""]
-    if figures_dir is not None:
+    if figures_dir is not None and constant_k_rows(results):
         start = report_path.parent if report_path is not None else Path(".")
         lines += ["## Decode speedup by prompt category", "",
                   f"![decode speedup by category at the best k]"

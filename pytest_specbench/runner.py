@@ -15,14 +15,16 @@ from typing import Any
 import torch
 
 from .config import SpecbenchConfig
-from .cost_model import (accepted_length_histogram, alpha_mle, position_acceptance, predicted_speedup,
+from .engine.cost_model import (accepted_length_histogram, alpha_mle, position_acceptance, predicted_speedup,
                          predicted_tau, recommended_k)
 from .engine.cost_probe import draft_token_cost, parameter_count, verify_costs
 from .engine.decoding import greedy_generate, speculative_generate
-from .engine.drafters import ModelDrafter
+from .engine.drafters import ModelDrafter, PromptLookupDrafter
+from .engine.hf_assisted import AUTO, HEURISTIC, hf_assisted_generate
+from .engine.schedules import CostModelSchedule, DraftSchedule, HeuristicSchedule
 from .lossless import diagnose, quality_score
 from .matrix import Case
-from .models.base import UnrunnableCase, context_window
+from .models.base import NotApplicable, UnrunnableCase, context_window
 from .prompts import Prompt, filler_text, fit_context
 from .schema import CaseResult
 from .speed_stats import Interval, coefficient_of_variation, speedup_interval
@@ -107,6 +109,9 @@ def measure_case(
     pair = case.pair
     target = store.target(pair)
     drafter = store.drafter(pair)
+    if case.engine == "hf" and isinstance(drafter, PromptLookupDrafter) and not isinstance(case.k, int):
+        raise NotApplicable(f"transformers' prompt lookup has no draft-length schedule, so the hf engine runs "
+                            f"pair {pair.name} at integer k only, not k={case.k}")
     input_ids = store.memo(
         ("input_ids", pair.target, pair.revision, case.prompt.id),
         lambda: prompt_input_ids(target.tokenizer, case.prompt, all_prompts, config.context_tokens, store.device),
@@ -125,8 +130,13 @@ def measure_case(
     def run_baseline() -> None:
         baselines.append(greedy_generate(target.model, input_ids, n, eos_token_id=eos))
 
+    longest = probed_k(config.ks)
+    costs = store.memo(("cost_model", pair.name, longest),
+                       lambda: measure_costs(target.model, drafter, input_ids, longest + 1))
+    speculative_run = speculative_runner(case, target.model, drafter, input_ids, n, eos, costs)
+
     def run_speculative() -> None:
-        speculative.append(speculative_generate(target.model, drafter, input_ids, case.k, n, eos_token_id=eos))
+        speculative.append(speculative_run())
 
     def warm_up() -> bool:
         for _ in range(config.warmup):
@@ -134,10 +144,9 @@ def measure_case(
             run_speculative()
         return True
 
-    # Once per pair on this worker: first-call costs (allocations, kernel choice) are paid here.
-    store.memo(("warmup", pair.name), warm_up)
-    costs = store.memo(("cost_model", pair.name, max(config.ks)),
-                       lambda: measure_costs(target.model, drafter, input_ids, max(config.ks) + 1))
+    # Once per pair and engine on this worker: first-call costs (allocations, kernel choice) are paid here.
+    store.memo(("warmup", pair.name, case.engine), warm_up)
+
     sizes = store.memo(("sizes", pair.name), lambda: {
         "target_params": parameter_count(target.model),
         "draft_params": parameter_count(getattr(drafter, "model", None))})
@@ -167,6 +176,37 @@ def measure_case(
                        peak_memory=peak_memory_mb(store.device))
 
 
+#: the longest k the cost probe covers when a schedule chooses k (auto, heuristic)
+SCHEDULE_MAX_K = 16
+
+
+def probed_k(ks) -> int:
+    """The largest k whose verify cost v(k+1) the cost probe measures: the largest k run, at least 16 with a schedule."""
+    constant = [k for k in ks if isinstance(k, int)]
+    return max(constant + ([SCHEDULE_MAX_K] if len(constant) < len(ks) else []))
+
+
+def case_schedule(k: int | str, costs: dict[str, Any]) -> int | DraftSchedule:
+    """What the native engine drafts with: a constant k, transformers' heuristic, or the cost model's choice."""
+    if k == HEURISTIC:
+        return HeuristicSchedule()
+    if k == AUTO:
+        curve = costs["verify_costs_s"]
+        return CostModelSchedule(curve, costs["draft_token_s"] / curve[0])
+    return k
+
+
+def speculative_runner(case: Case, target_model, drafter, input_ids: torch.Tensor, max_new_tokens: int,
+                       eos: int | None, costs: dict[str, Any]) -> Callable[[], GenerationResult]:
+    """One speculative run of the case, by its engine."""
+    if case.engine == "hf":
+        return lambda: hf_assisted_generate(target_model, drafter, input_ids, case.k, max_new_tokens,
+                                            eos_token_id=eos)
+    schedule = case_schedule(case.k, costs)
+    return lambda: speculative_generate(target_model, drafter, input_ids, schedule, max_new_tokens,
+                                        eos_token_id=eos)
+
+
 def measure_costs(target_model, drafter, input_ids: torch.Tensor, max_positions: int) -> dict[str, Any]:
     """The cost model's inputs for one pair: v(1) .. v(max_positions) and the draft's per-token cost."""
     return {"verify_costs_s": verify_costs(target_model, input_ids, max_positions),
@@ -190,7 +230,7 @@ def peak_memory_mb(device: str) -> tuple[float, str]:
     return peak / (2**20 if sys.platform == "darwin" else 2**10), "process_rss"
 
 
-def cost_model_fields(k: int, drafted_per_step: list[int], accepted_per_step: list[int],
+def cost_model_fields(k: int | str, drafted_per_step: list[int], accepted_per_step: list[int],
                       costs: dict[str, Any] | None, decode_speedup: float) -> dict[str, Any]:
     """The row's cost-model fields from a run's per-step counts and the pair's measured costs."""
     alpha = alpha_mle(drafted_per_step, accepted_per_step)
@@ -206,6 +246,8 @@ def cost_model_fields(k: int, drafted_per_step: list[int], accepted_per_step: li
     c = costs["draft_token_s"] / v1
     fields.update(cost_ratio=c, draft_token_ms=1000 * costs["draft_token_s"],
                   verify_costs_ms=[1000 * v for v in curve])
+    if not isinstance(k, int):  # a schedule's k changes from step to step: one k's predictions do not apply
+        return fields
     if k < len(curve):
         fields["verify_cost_ratio"] = curve[k] / v1
     if alpha is not None and k < len(curve):
@@ -282,11 +324,12 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
     latency_ms = 1000 * statistics.median(run.stats.wall_time_s for run in speculative) / max(stats.new_tokens, 1)
     return CaseResult(
         case=case.id,
-        config=f"{pair.name}_k{case.k}",
+        config=f"{pair.name}_k{case.k}" + ("" if case.engine == "native" else f"_{case.engine}"),
         pair=pair.name,
         target=pair.target,
         draft=pair.draft_label,
         drafter=pair.drafter,
+        engine=case.engine,
         k=case.k,
         prompt=case.prompt_label,
         prompt_id=case.prompt.id,
@@ -306,6 +349,7 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         speedup_ci_high=end_to_end.high,
         ttft_ms=1000 * statistics.median(run.stats.prefill_time_s for run in speculative),
         baseline_ttft_ms=1000 * statistics.median(run.stats.prefill_time_s for run in baselines),
+        prefill_tokens=median_run.stats.prefill_tokens,
         decode_tps=statistics.median(run.stats.decode_tokens_per_second for run in speculative),
         baseline_decode_tps=statistics.median(run.stats.decode_tokens_per_second for run in baselines),
         decode_speedup=decode.estimate,
@@ -327,6 +371,7 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         draft_forward_passes=stats.draft_forward_passes,
         accepted_per_step=list(stats.accepted_per_step),
         drafted_per_step=list(stats.drafted_per_step),
+        k_per_step=list(stats.k_per_step),
         quality_score=quality_score(last.token_ids, measurement.reference),
         lossless=measurement.verdict["verdict"] == "lossless",
         baseline_matches_reference=baselines[-1].token_ids == measurement.reference,

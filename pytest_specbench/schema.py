@@ -43,13 +43,19 @@ class CaseResult:
     """One finished benchmark case."""
 
     # --- case identity
-    case: str = _field("case id, {pair}-k{k}-{prompt}", IDENTITY)
+    case: str = _field("case id, {pair}-k{k}-{prompt}; {pair}-{engine}-k{k}-{prompt} when more than one engine "
+                       "ran", IDENTITY)
     config: str = _field("the first seed's config name, {pair}_k{k}", IDENTITY, seed=1)
     pair: str = _field("model pair id", IDENTITY, gate="compared", extra_info=True)
     target: str = _field("target model source", IDENTITY)
     draft: str = _field("what drafts, in words", IDENTITY)
     drafter: str = _field("drafter kind: model, truncated, int8 or prompt_lookup", IDENTITY)
-    k: int = _field("draft tokens per step", IDENTITY, summary=("k", ""), gate="compared", extra_info=True)
+    engine: str = _field("decoding engine: native (this package's loop) or hf (transformers' assisted "
+                         "generation)", IDENTITY, default="native", summary=("engine", ""), gate="info",
+                         extra_info=True)
+    k: int | str = _field("draft tokens per step, or the schedule that chose them at each step: auto (native: "
+                          "the cost model's choice; hf: transformers' default) or heuristic (transformers' "
+                          "+2/-1 schedule)", IDENTITY, summary=("k", ""), gate="compared", extra_info=True)
     prompt: str = _field("prompt label in the case id (category, or prompt id)", IDENTITY,
                          summary=("prompt", ""), gate="compared", extra_info=True)
     prompt_id: str = _field("prompt id in the prompt file", IDENTITY)
@@ -78,6 +84,8 @@ class CaseResult:
     speedup_ci_high: float | None = _field("95% interval of speedup, high end", TIMING, default=None)
     ttft_ms: float = _field("speculative time to first token: the prefill of target and draft (median)", TIMING)
     baseline_ttft_ms: float = _field("target-only time to first token (median)", TIMING)
+    prefill_tokens: int = _field("tokens the prefill step commits: 1 for native; for hf, whose first target "
+                                 "pass also verifies a draft block, 1 + what it accepted", TIMING, default=1)
     baseline_tps: float = _field("target-only tokens per second, prefill included (median)", TIMING, gate="info",
                                  extra_info=True)
     speculative_tps: float = _field("speculative tokens per second, prefill included (median)", TIMING,
@@ -109,6 +117,8 @@ class CaseResult:
     draft_forward_passes: int = _field("draft model forward passes of one speculative run", ACCEPTANCE)
     accepted_per_step: list = _field("accepted tokens at each step", ACCEPTANCE, default=[], csv=False)
     drafted_per_step: list = _field("drafted tokens at each step", ACCEPTANCE, default=[], csv=False)
+    k_per_step: list = _field("the draft length chosen at each step (for hf, what it drafted; 0 at the prefill)",
+                              ACCEPTANCE, default=[], csv=False)
     position_acceptance: list = _field("entry i-1: of the steps that drafted at least i tokens, the share whose "
                                        "i-th token was accepted (null where none drafted that many)", ACCEPTANCE,
                                        default=[], csv=False)
@@ -190,10 +200,11 @@ def csv_columns(schema: type | None = None) -> tuple[str, ...]:
 
 
 def summary_columns(schema: type | None = None) -> tuple[tuple[str, str, str, bool], ...]:
-    """``(field, header, format, has interval)`` of each summary-table column, schema order, prompt and k first."""
+    """``(field, header, format, has interval)`` of each summary-table column, schema order, prompt, k and engine
+    first."""
     columns = [(f.name, *f.metadata["summary"], f.metadata["interval"]) for f in _fields(schema)
                if f.metadata.get("summary")]
-    first = [column for name in ("prompt", "k") for column in columns if column[0] == name]
+    first = [column for name in ("prompt", "k", "engine") for column in columns if column[0] == name]
     return tuple(first + [column for column in columns if column not in first])
 
 

@@ -81,7 +81,7 @@ class SpecbenchSession:
                                  f"({'; '.join(differences)}); resume with the options of the run it logged")
             resumed = log.rows
         session = cls(config=config, pairs=pairs, defined=defined, prompts=all_prompts,
-                      cases=build_matrix(pairs, config.ks, prompts), baseline=baseline, resumed=resumed,
+                      cases=build_matrix(pairs, config.ks, prompts, config.engines), baseline=baseline, resumed=resumed,
                       controller=controller)
         if controller and config.log_path is not None:
             session._log = ResultsLog(config.log_path, result_settings(config))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.cost_model import (accepted_length_histogram, alpha_mle, expected_tau_of_steps,
+from pytest_specbench.engine.cost_model import (accepted_length_histogram, alpha_mle, expected_tau_of_steps,
                                          position_acceptance, position_counts, predicted_speedup, predicted_tau,
                                          recommended_k)
 

@@ -24,6 +24,7 @@ from transformers import PreTrainedModel
 
 from .drafters import Drafter, as_drafter
 from .kv_cache import crop_to, enable_rollback, new_cache
+from .schedules import ConstantSchedule, DraftSchedule
 from .stats import DecodeStats, GenerationResult
 from .timing import DeviceClock
 
@@ -87,6 +88,7 @@ def greedy_generate(
         stats.target_forward_passes += 1
         stats.drafted_per_step.append(0)
         stats.accepted_per_step.append(0)
+        stats.k_per_step.append(0)
         if step == 0:
             stats.prefill_time_s = clock.now() - start  # the prompt's pass: time to first token
         # Reading the token back syncs the device, so only do it when EOS can stop us.
@@ -118,7 +120,7 @@ def speculative_generate(
     target: PreTrainedModel,
     draft: PreTrainedModel | Drafter,
     input_ids: torch.Tensor | Sequence[int],
-    k: int,
+    k: int | DraftSchedule,
     max_new_tokens: int,
     *,
     eos_token_id: int | None = None,
@@ -127,14 +129,19 @@ def speculative_generate(
 
     ``draft`` is a causal LM sharing the target's tokenizer, or any
     :class:`~pytest_specbench.drafters.Drafter`. Each step drafts up to ``k``
-    tokens (fewer near the end, so no block runs past ``max_new_tokens``),
+    tokens (fewer near the end, so no block runs past ``max_new_tokens``), or
+    as many as a :class:`~pytest_specbench.engine.schedules.DraftSchedule` chooses,
     verifies them in one target forward pass and commits the agreeing prefix
     plus the target's next token. The first step is the prefill alone (the
     target commits its first token; the drafter reads the prompt), timed as
     ``stats.prefill_time_s``. Stops after ``max_new_tokens`` tokens, or just
     after ``eos_token_id`` when one is given.
     """
-    _check_lengths(max_new_tokens, k)
+    _check_lengths(max_new_tokens)
+    schedule = k if isinstance(k, DraftSchedule) else ConstantSchedule(k)
+    schedule.reset()
+    # Only passed when set, so a drafter written before confidence thresholds existed still works.
+    confidence = {} if schedule.confidence_threshold is None else {"min_confidence": schedule.confidence_threshold}
     drafter = as_drafter(draft)
     drafter.reset()
     ids = _as_batch_of_one(input_ids, target.device)
@@ -159,15 +166,17 @@ def speculative_generate(
         stats.bonus_tokens += 1
         stats.drafted_per_step.append(0)
         stats.accepted_per_step.append(0)
+        stats.k_per_step.append(0)
         hit_eos = eos_token_id is not None and int(first) == eos_token_id
     t_draft = clock.now()
     stats.prefill_time_s = t_draft - start
     while not hit_eos and ids.shape[1] - prompt_length < max_new_tokens:
         remaining = max_new_tokens - (ids.shape[1] - prompt_length)
         # Leave room for the bonus token so a block never overshoots.
-        block_k = min(k, remaining - 1)
+        chosen_k = schedule.next_k()
+        block_k = min(chosen_k, remaining - 1)
         if block_k > 0:
-            proposal = drafter.propose(ids, block_k).to(ids.device)[:block_k]
+            proposal = drafter.propose(ids, block_k, **confidence).to(ids.device)[:block_k]
         else:
             proposal = ids.new_empty(0)
         t_verify = clock.now()
@@ -183,6 +192,7 @@ def speculative_generate(
         crop_to(cache, min(cached_length, cache.get_seq_length()))
         if block_k > 0:  # only a drafter that was asked to propose has anything to commit
             drafter.commit(num_accepted)
+        schedule.update(proposal.numel(), num_accepted)
         t_done = clock.now()
 
         stats.draft_time_s += t_verify - t_draft
@@ -194,6 +204,7 @@ def speculative_generate(
         stats.bonus_tokens += committed.numel() - kept_accepted
         stats.drafted_per_step.append(proposal.numel())
         stats.accepted_per_step.append(kept_accepted)
+        stats.k_per_step.append(chosen_k)
     stats.wall_time_s = clock.now() - start
     stats.draft_forward_passes = drafter.forward_passes
     stats.new_tokens = ids.shape[1] - prompt_length

@@ -30,8 +30,12 @@ class Drafter(ABC):
         """Read the prompt (shape ``(1, L)``) before the first proposal; the engine times it with the prefill."""
 
     @abstractmethod
-    def propose(self, committed_ids: torch.Tensor, k: int) -> torch.Tensor:
-        """Return up to ``k`` token ids (1-D) that continue ``committed_ids`` (shape ``(1, L)``)."""
+    def propose(self, committed_ids: torch.Tensor, k: int, min_confidence: float | None = None) -> torch.Tensor:
+        """Return up to ``k`` token ids (1-D) that continue ``committed_ids`` (shape ``(1, L)``).
+
+        With ``min_confidence``, a drafter that has probabilities ends the block after a token
+        whose probability is below it (the engine passes it only when a schedule sets one).
+        """
 
     def commit(self, num_accepted: int) -> None:
         """The target kept the first ``num_accepted`` tokens of the last proposal, then added its own."""
@@ -66,7 +70,7 @@ class ModelDrafter(Drafter):
         self.forward_passes += 1
         self._cached_length = self._cache.get_seq_length()
 
-    def propose(self, committed_ids: torch.Tensor, k: int) -> torch.Tensor:
+    def propose(self, committed_ids: torch.Tensor, k: int, min_confidence: float | None = None) -> torch.Tensor:
         self._ensure_cache()  # a caller that skipped prefill() reads the prompt here instead
         device = self.model.device
         feed = committed_ids[:, self._cached_length :].to(device)
@@ -77,8 +81,11 @@ class ModelDrafter(Drafter):
             proposal.append(token)
             feed = token
             self.forward_passes += 1
+            # As transformers' confidence criterion: keep the unsure token, draft no further.
+            if min_confidence is not None and float(logits[0, -1].float().softmax(-1).max()) < min_confidence:
+                break
         self._proposal_base = committed_ids.shape[1]
-        self._proposal_length = k
+        self._proposal_length = len(proposal)
         if not proposal:
             return torch.empty(0, dtype=torch.long, device=device)
         return torch.cat(proposal, dim=1)[0]
@@ -122,7 +129,7 @@ class PromptLookupDrafter(Drafter):
         self.max_proposal = max_proposal
         self.reset()
 
-    def propose(self, committed_ids: torch.Tensor, k: int) -> torch.Tensor:
+    def propose(self, committed_ids: torch.Tensor, k: int, min_confidence: float | None = None) -> torch.Tensor:
         sequence = committed_ids[0]
         limit = k if self.max_proposal is None else min(k, self.max_proposal)
         length = sequence.numel()

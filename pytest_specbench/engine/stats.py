@@ -30,9 +30,15 @@ class DecodeStats:
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
     prefill_time_s: float = 0.0
+    # Tokens the prefill step commits: 1 for this engine; more for Hugging Face's, whose first
+    # target pass also verifies a draft block.
+    prefill_tokens: int = 1
     # Per step: tokens proposed and how many of them the target accepted.
     drafted_per_step: list[int] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
+    # Per step: the draft length the schedule chose (0 at the prefill); drafted_per_step can be
+    # less (the end of the run, a drafter with nothing to propose, a confidence stop).
+    k_per_step: list[int] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -50,8 +56,8 @@ class DecodeStats:
 
     @property
     def decode_tokens(self) -> int:
-        """Tokens committed after the prefill's first token."""
-        return max(self.new_tokens - 1, 0)
+        """Tokens committed after the prefill step's."""
+        return max(self.new_tokens - self.prefill_tokens, 0)
 
     @property
     def tokens_per_step(self) -> float:

@@ -35,6 +35,11 @@ class UnrunnableCase(ValueError):
     context window. The message names what does not fit and what to change; no traceback is needed."""
 
 
+class NotApplicable(Exception):
+    """A case of the matrix that has no meaning for its pair (transformers' prompt lookup at k=auto): skipped
+    with the reason, not failed."""
+
+
 #: config attributes that hold a model's context window, in the order they are read (GPT-2's
 #: config.json says n_positions, and its config answers to max_position_embeddings as well)
 _CONTEXT_WINDOW_ATTRIBUTES = ("n_positions", "max_position_embeddings")

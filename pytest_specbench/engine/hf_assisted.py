@@ -1,0 +1,172 @@
+"""The peer engine: the same case through transformers' own assisted generation.
+
+``hf_assisted_generate`` runs ``target.generate`` greedily with the draft model as
+``assistant_model``, or with ``prompt_lookup_num_tokens`` for prompt lookup, and returns the same
+:class:`~.stats.GenerationResult` as this package's engine. Its counts are read from what
+``generate`` did, never assumed: a hook on the target records each forward pass (positions fed,
+cache length), from which the drafted and accepted tokens of every step follow; a hook on the
+draft counts and times its passes.
+
+Draft length, schedule and confidence threshold are read by transformers 5 from the
+*assistant's* ``generation_config`` (keyword arguments to ``generate`` do not reach the draft),
+so they are set there for the call and restored afterwards. That restore matters twice: the
+``"heuristic"`` schedule writes its final draft length back into the assistant's config, so
+without it each timed run would start where the previous one ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+
+from .drafters import ModelDrafter, PromptLookupDrafter
+from .forward_log import ForwardLog
+from .stats import DecodeStats, GenerationResult
+from .timing import DeviceClock
+
+__all__ = ["AUTO", "HEURISTIC", "greedy_generation_config", "hf_assisted_generate", "hf_schedule_settings"]
+
+AUTO, HEURISTIC = "auto", "heuristic"
+_ASSISTANT_KNOBS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+def greedy_generation_config(model: PreTrainedModel, max_new_tokens: int, eos_token_id: int | None
+                             ) -> GenerationConfig:
+    """The model's generation config for plain greedy decoding of exactly ``max_new_tokens`` (or to EOS).
+
+    With ``eos_token_id=None`` EOS is ignored; sampling knobs a checkpoint ships are cleared so
+    they do not warn or change the argmax.
+    """
+    config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
+    config.do_sample = False
+    config.eos_token_id = eos_token_id
+    config.max_new_tokens = max_new_tokens
+    config.max_length = None
+    config.pad_token_id = eos_token_id if eos_token_id is not None else 0
+    for knob in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+        setattr(config, knob, None)
+    return config
+
+
+def hf_schedule_settings(k: int | str) -> dict[str, object] | None:
+    """The assistant's generation-config values for a case's k; None keeps the assistant's own (``auto``).
+
+    An integer k: a constant draft length with the confidence threshold off, as this engine's
+    constant k. ``heuristic``: transformers' heuristic schedule from 20 tokens with its 0.4
+    confidence threshold, reset per call (``heuristic_transient``). ``auto``: whatever the
+    assistant's config says, which for a model that sets nothing is transformers' default
+    (in 5.x: 20 tokens, constant, confidence threshold 0.4).
+    """
+    if k == AUTO:
+        return None
+    if k == HEURISTIC:
+        return {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "heuristic_transient",
+                "assistant_confidence_threshold": 0.4}
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, {AUTO!r} or {HEURISTIC!r}, got {k!r}")
+    return {"num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0}
+
+
+@contextlib.contextmanager
+def _temporarily(model: PreTrainedModel, settings: dict[str, object]) -> Iterator[None]:
+    """Set attributes of ``model.generation_config`` for the call; put the old values back after it."""
+    config = model.generation_config
+    saved = {knob: getattr(config, knob, None) for knob in settings}
+    try:
+        for knob, value in settings.items():
+            setattr(config, knob, value)
+        yield
+    finally:
+        for knob, value in saved.items():
+            setattr(config, knob, value)
+
+
+def _step_counts(calls: Sequence, prompt_length: int, final_length: int) -> tuple[list[int], list[int]]:
+    """Drafted and accepted tokens per target pass, from the positions each pass fed onto its cache.
+
+    Before step i the sequence holds c_i committed tokens: the prompt before the first pass, then
+    one more than the cache (the newest token is fed again with the draft block). A pass that
+    starts on a cache of s positions and feeds f drafted d = s + f - c_i tokens; the next step's
+    c_(i+1) (or the final length) says it committed a_i + 1, so it accepted a_i.
+    """
+    committed = [prompt_length] + [call.cached + 1 for call in calls[1:]] + [final_length]
+    drafted = [call.cached + call.fed - committed[i] for i, call in enumerate(calls)]
+    accepted = [committed[i + 1] - committed[i] - 1 for i in range(len(calls))]
+    return drafted, accepted
+
+
+@torch.inference_mode()
+def hf_assisted_generate(
+    target: PreTrainedModel,
+    drafter: ModelDrafter | PromptLookupDrafter | PreTrainedModel,
+    input_ids: torch.Tensor,
+    k: int | str,
+    max_new_tokens: int,
+    *,
+    eos_token_id: int | None = None,
+) -> GenerationResult:
+    """Greedy assisted generation by transformers, measured like :func:`~.decoding.speculative_generate`.
+
+    ``k`` is an integer (constant draft length), ``"heuristic"`` or ``"auto"`` (see
+    :func:`hf_schedule_settings`); prompt lookup takes an integer k only (transformers has no
+    schedule for it) and uses the drafter's n-gram size. The first target pass reads the prompt
+    and verifies the first draft block at once; it counts as the prefill step, and every token it
+    commits as prefill tokens.
+    """
+    ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1).to(target.device)
+    prompt_length = ids.shape[1]
+    config = greedy_generation_config(target, max_new_tokens, eos_token_id)
+    draft_model = drafter.model if isinstance(drafter, ModelDrafter) else drafter
+    settings: dict[str, object] | None = None
+    kwargs: dict[str, object] = {}
+    if isinstance(draft_model, PromptLookupDrafter):
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"transformers' prompt lookup has no draft-length schedule; k must be an integer "
+                             f">= 1, got {k!r}")
+        config.prompt_lookup_num_tokens = k
+        config.max_matching_ngram_size = draft_model.ngram_size
+    elif isinstance(draft_model, PreTrainedModel):
+        settings = hf_schedule_settings(k)
+        kwargs["assistant_model"] = draft_model
+    else:
+        raise TypeError(f"the hf engine needs a draft model or prompt lookup, got {type(drafter).__name__}")
+
+    clock = DeviceClock(target.device)
+    draft_log = ForwardLog()
+    with contextlib.ExitStack() as stack:
+        target_log = stack.enter_context(ForwardLog.attached(target))
+        # Measured with transformers 5.24: assisted generation stops at the model's own EOS even when the
+        # generation config passed says none (plain greedy honours it), so the model's default is cleared too.
+        stack.enter_context(_temporarily(target, {"eos_token_id": eos_token_id}))
+        if "assistant_model" in kwargs:
+            draft_log = stack.enter_context(ForwardLog.attached(draft_model))
+            # Saved and restored even under "auto", which sets nothing: transformers' heuristic schedule
+            # writes its final draft length back into the assistant's config.
+            stack.enter_context(_temporarily(draft_model, settings or {knob: getattr(
+                draft_model.generation_config, knob, None) for knob in _ASSISTANT_KNOBS}))
+        start = clock.now()
+        sequences = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **kwargs)
+        end = clock.now()
+
+    calls = target_log.calls
+    drafted, accepted = _step_counts(calls, prompt_length, sequences.shape[1])
+    stats = DecodeStats()
+    stats.new_tokens = sequences.shape[1] - prompt_length
+    stats.target_forward_passes = len(calls)
+    stats.draft_forward_passes = len(draft_log.calls)
+    stats.drafted_per_step, stats.accepted_per_step = drafted, accepted
+    stats.k_per_step = list(drafted)  # what it drafted: transformers' own choice is not observable
+    stats.drafted_tokens, stats.accepted_tokens = sum(drafted), sum(accepted)
+    stats.bonus_tokens = stats.new_tokens - stats.accepted_tokens
+    stats.wall_time_s = end - start
+    if calls:
+        first_end = calls[0].end_s
+        stats.prefill_time_s = first_end - start
+        stats.prefill_tokens = accepted[0] + 1
+        stats.verify_time_s = sum(call.seconds for call in calls[1:])
+        stats.draft_time_s = draft_log.seconds_after(first_end)
+    return GenerationResult(sequences=sequences, prompt_length=prompt_length, stats=stats)

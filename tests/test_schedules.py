@@ -1,0 +1,137 @@
+"""Draft-length schedules: their rules on hand-computed steps, and losslessness of the engine under each."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from factory import hf_generate, tiny_model, tiny_pair
+
+from pytest_specbench import speculative_generate
+from pytest_specbench.engine.cost_model import predicted_speedup
+from pytest_specbench.engine.drafters import ModelDrafter
+from pytest_specbench.engine.schedules import ConstantSchedule, CostModelSchedule, HeuristicSchedule
+
+PROMPT = [30, 31, 32, 7, 9]
+NEW_TOKENS = 37
+
+
+@functools.cache
+def pair():
+    return tiny_pair("gpt2")
+
+
+def test_constant_schedule_rejects_a_bad_k() -> None:
+    for bad in (0, -1, 2.0, True, "4"):
+        with pytest.raises(ValueError, match="k .draft tokens per step. must be an integer >= 1"):
+            ConstantSchedule(bad)
+
+
+def test_heuristic_schedule_follows_transformers_rule() -> None:
+    schedule = HeuristicSchedule()
+    assert schedule.next_k() == 20 and schedule.confidence_threshold == 0.4
+    schedule.update(drafted=20, accepted=20)  # fully accepted: +2
+    assert schedule.next_k() == 22
+    schedule.update(drafted=22, accepted=3)  # otherwise: -1
+    assert schedule.next_k() == 21
+    schedule.update(drafted=5, accepted=5)  # a confidence stop that was fully accepted counts as full
+    assert schedule.next_k() == 23
+    small = HeuristicSchedule(start=1)
+    small.update(drafted=1, accepted=0)
+    assert small.next_k() == 1  # never below 1
+    schedule.reset()
+    assert schedule.next_k() == 20  # transient: every generation starts again at 20
+
+
+def test_cost_model_schedule_picks_the_predicted_best_k() -> None:
+    # An irregular CPU-like curve: v(3) is the costliest, long blocks are cheap.
+    curve = [1.0, 2.6, 2.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3]
+    schedule = CostModelSchedule(curve, cost_ratio=0.1, prior_alpha=0.8, prior_weight=1.0)
+    alpha = schedule.alpha
+    assert alpha == pytest.approx(0.8)
+    expected = max(range(1, len(curve)), key=lambda k: predicted_speedup(alpha, k, 0.1, curve))
+    assert schedule.next_k() == expected
+    # By hand at alpha 0.8: k=5 gives tau 3.689 / (0.5 + 2.0) = 1.476; k=4 3.362 / 2.3 = 1.462;
+    # k=6 3.951 / 2.7 = 1.463; k=2, on the costly part of the curve, 2.44 / 2.9 = 0.841.
+    assert expected == 5
+
+
+def test_cost_model_schedule_stops_drafting_when_nothing_pays_and_probes_now_and_then() -> None:
+    curve = [1.0, 1.2, 1.3, 1.4]
+    # No decay here, so that only the probes can bring drafting back.
+    schedule = CostModelSchedule(curve, cost_ratio=0.1, prior_alpha=0.6, prior_weight=1.0, decay=1.0,
+                                 probe_every=3)
+    assert schedule.next_k() >= 1  # at the prior, k=1 predicts 1.6 / 1.3 = 1.23
+    for _ in range(6):
+        schedule.update(drafted=3, accepted=0)
+    assert schedule.alpha == pytest.approx(0.6 / 7)
+    assert schedule.next_k() == 0  # a plain target step beats every k: k=1 predicts 1.09 / 1.3 = 0.83
+    chosen = []
+    for _ in range(8):
+        chosen.append(schedule.next_k())
+        schedule.update(drafted=chosen[-1], accepted=0)  # probes fail too
+    assert chosen == [0, 0, 0, 1, 0, 0, 0, 1]  # a probe after every 3 plain steps
+
+
+def test_cost_model_schedule_decay_brings_drafting_back() -> None:
+    schedule = CostModelSchedule([1.0, 1.2, 1.3, 1.4], cost_ratio=0.1, prior_alpha=0.6, prior_weight=1.0, decay=0.5,
+                                 probe_every=100)
+    for _ in range(6):
+        schedule.update(drafted=3, accepted=0)
+    assert schedule.next_k() == 0
+    schedule.update(drafted=0, accepted=0)
+    schedule.update(drafted=0, accepted=0)  # rejections decay 1.97 -> 0.49: alpha 0.6 / 1.49 = 0.40
+    assert schedule.next_k() >= 1
+
+
+def test_cost_model_schedule_probes_first_even_when_the_prior_says_nothing_pays() -> None:
+    # A CPU-like curve where one drafted token costs 1.9 steps: at the prior alpha 0.6 nothing pays.
+    curve = [1.0, 1.9, 2.5, 2.1, 2.0, 2.1, 2.6, 2.1, 2.2]
+    schedule = CostModelSchedule(curve, cost_ratio=0.28)
+    first = schedule.next_k()
+    assert first >= 1
+    schedule.update(drafted=first, accepted=first)  # the draft is better than the prior thought
+    assert schedule.next_k() >= 1 and schedule.alpha > 0.8
+
+
+def test_cost_model_schedule_rejects_bad_costs() -> None:
+    with pytest.raises(ValueError, match="verify_costs"):
+        CostModelSchedule([1.0], 0.1)
+    with pytest.raises(ValueError, match="cost_ratio"):
+        CostModelSchedule([1.0, 2.0], -1.0)
+
+
+@torch.inference_mode()
+def test_confidence_threshold_ends_a_block_after_the_unsure_token() -> None:
+    target, draft = pair()
+    drafter = ModelDrafter(draft)
+    ids = torch.tensor([PROMPT])
+    drafter.reset()
+    assert drafter.propose(ids, 5, min_confidence=1.01).numel() == 1  # every token is below 101%
+    drafter.reset()
+    assert drafter.propose(ids, 5, min_confidence=0.0).numel() == 5
+    assert drafter.propose(ids, 5).numel() == 5
+
+
+@pytest.mark.parametrize("schedule", [
+    HeuristicSchedule(),
+    HeuristicSchedule(start=2, confidence_threshold=None),
+    CostModelSchedule([1.0, 2.6, 2.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3], cost_ratio=0.1),
+    CostModelSchedule([1.0, 3.0, 5.0], cost_ratio=2.0),  # predicts no gain: plain steps, still lossless
+], ids=["heuristic", "heuristic-no-threshold", "cost-model", "cost-model-never-drafts"])
+def test_engine_is_lossless_under_every_schedule_and_records_its_choices(schedule) -> None:
+    target, draft = pair()
+    result = speculative_generate(target, draft, PROMPT, schedule, NEW_TOKENS)
+    assert result.token_ids == hf_generate(target, PROMPT, NEW_TOKENS)
+    stats = result.stats
+    assert len(stats.k_per_step) == stats.steps and stats.k_per_step[0] == 0
+    assert all(drafted <= chosen for drafted, chosen in zip(stats.drafted_per_step, stats.k_per_step))
+    assert sum(stats.accepted_per_step) + stats.steps == stats.new_tokens == NEW_TOKENS
+
+
+def test_heuristic_schedule_grows_k_on_a_perfect_draft() -> None:
+    target = tiny_model("gpt2")
+    result = speculative_generate(target, target, PROMPT, HeuristicSchedule(start=2, confidence_threshold=None),
+                                  NEW_TOKENS)
+    assert result.stats.k_per_step[1:4] == [2, 4, 6]  # every block fully accepted: +2 each step
