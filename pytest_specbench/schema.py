@@ -51,8 +51,7 @@ class CaseResult:
     draft: str = _field("what drafts, in words", IDENTITY)
     drafter: str = _field("drafter kind: model, truncated, int8 or prompt_lookup", IDENTITY)
     engine: str = _field("decoding engine: native (this package's loop) or hf (transformers' assisted "
-                         "generation)", IDENTITY, default="native", summary=("engine", ""), gate="info",
-                         extra_info=True)
+                         "generation)", IDENTITY, default="native", summary=("engine", ""), extra_info=True)
     k: int | str = _field("draft tokens per step, or the schedule that chose them at each step: auto (native: "
                           "the cost model's choice; hf: transformers' default) or heuristic (transformers' "
                           "+2/-1 schedule)", IDENTITY, summary=("k", ""), gate="compared", extra_info=True)
