@@ -205,3 +205,15 @@ def gpt2_reference(gpt2_target, repetitive_prompt) -> torch.Tensor:
     """The prompt and :data:`factory.NEW_TOKENS` greedy tokens of ``generate()``, EOS ignored."""
     new = hf_generate(gpt2_target, repetitive_prompt, NEW_TOKENS)
     return torch.tensor([REPETITIVE_PROMPT + new])
+
+
+# --- threads ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module of tiny-model tests: faster and steadier on a busy 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -42,13 +42,7 @@ KS = (1, 2, 3, 4, 8, 16)
 assert len(PROMPTS["long"]) > SLIDING_WINDOW
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # Tiny models: one thread is faster and steadier on a busy 2-core machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @functools.cache

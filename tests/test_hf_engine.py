@@ -23,12 +23,7 @@ PROMPT = [30, 31, 32, 7, 9]
 NEW_TOKENS = 21
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @functools.cache

@@ -8,11 +8,16 @@ Both loops are plain functions with no pytest in sight:
 >>> spec.token_ids == base.token_ids
 True
 
-Speculative decoding here is greedy (lossless by construction): the drafter
-proposes ``k`` tokens, the target scores the block in one forward pass, and
-the longest prefix on which the target's argmax agrees is committed together
-with the target's own next token. Both KV caches are cropped back to the
-committed length, so no prefix is recomputed.
+Greedy speculative decoding (``temperature=0``, the default) is lossless by
+construction: the drafter proposes ``k`` tokens, the target scores the block in
+one forward pass, and the longest prefix on which the target's argmax agrees is
+committed together with the target's own next token. Both KV caches are
+cropped back to the committed length, so no prefix is recomputed.
+
+With ``temperature > 0`` both functions sample (``top_p`` and ``top_k`` filter
+as in ``model.generate``), and speculative decoding keeps or resamples the
+drafts by the rule of :mod:`~pytest_specbench.engine.sampling`: the output is
+distributed as the target's own samples, though no longer token-equal to them.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from transformers import PreTrainedModel
 
 from .drafters import Drafter, as_drafter
 from .kv_cache import crop_to, enable_rollback, new_cache
+from .sampling import SamplingParams, accept_draft, next_token, sampling_distribution
 from .schedules import ConstantSchedule, DraftSchedule
 from .stats import DecodeStats, GenerationResult
 from .timing import DeviceClock
@@ -65,14 +71,21 @@ def greedy_generate(
     input_ids: torch.Tensor | Sequence[int],
     max_new_tokens: int,
     *,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    generator: torch.Generator | None = None,
     eos_token_id: int | None = None,
 ) -> GenerationResult:
-    """Target-only greedy decoding with a KV cache: the baseline.
+    """Target-only decoding with a KV cache: the baseline.
 
     Generates exactly ``max_new_tokens`` tokens, or stops after
-    ``eos_token_id`` when one is given. Token-for-token equal to
-    ``model.generate(do_sample=False)``.
+    ``eos_token_id`` when one is given. Greedy (``temperature=0``) it is
+    token-for-token equal to ``model.generate(do_sample=False)``; above zero it
+    samples each token from the target's distribution after temperature, top-k
+    and top-p, as ``model.generate(do_sample=True)`` does, drawing from ``generator``.
     """
+    sampling = SamplingParams(temperature, top_p, top_k)
     _check_lengths(max_new_tokens)
     ids = _as_batch_of_one(input_ids, model.device)
     clock = DeviceClock(model.device)
@@ -83,7 +96,7 @@ def greedy_generate(
     start = clock.now()
     for step in range(max_new_tokens):
         logits = model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1).logits
-        feed = logits[:, -1].argmax(dim=-1, keepdim=True)
+        feed = next_token(logits[:, -1], sampling, generator)
         new_tokens.append(feed)
         stats.target_forward_passes += 1
         stats.drafted_per_step.append(0)
@@ -115,6 +128,41 @@ def _verify(target: PreTrainedModel, cache, block: torch.Tensor, proposal: torch
     return num_accepted, target_tokens
 
 
+def _verify_sampled(
+    target: PreTrainedModel,
+    cache,
+    block: torch.Tensor,
+    proposal: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    sampling: SamplingParams,
+    generator: torch.Generator | None,
+) -> tuple[int, torch.Tensor]:
+    """:func:`_verify` under sampling: score ``block`` in one pass, then keep or resample by :func:`accept_draft`.
+
+    ``draft_probs`` is the draft's ``q`` per proposed token, ``None`` for point
+    masses. Returns what :func:`_verify` returns, read the same way: how many
+    proposed tokens are kept, and tokens whose entry ``num_accepted`` is the
+    one committed after them (the kept tokens come first).
+    """
+    logits = target(input_ids=block, cache=cache, use_cache=True, logits_to_keep=proposal.numel() + 1).logits
+    target_probs = sampling_distribution(logits[0], sampling)
+    num_accepted, token = accept_draft(target_probs, draft_probs, proposal, generator)
+    return num_accepted, torch.cat([proposal[:num_accepted], proposal.new_tensor([token])])
+
+
+def _propose(
+    drafter: Drafter, ids: torch.Tensor, k: int, sampling: SamplingParams, generator: torch.Generator | None,
+    confidence: dict[str, float],
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """At most ``k`` draft tokens on the target's device, with the draft's ``q`` rows under sampling
+    (``None`` when greedy, or for a drafter whose proposal is a point mass). ``confidence`` holds a
+    schedule's ``min_confidence``, applied when greedy."""
+    if sampling.greedy:
+        return drafter.propose(ids, k, **confidence).to(ids.device)[:k], None
+    proposal, draft_probs = drafter.propose_sampled(ids, k, sampling, generator)
+    return proposal.to(ids.device)[:k], None if draft_probs is None else draft_probs.to(ids.device)[:k]
+
+
 @torch.inference_mode()
 def speculative_generate(
     target: PreTrainedModel,
@@ -123,9 +171,13 @@ def speculative_generate(
     k: int | DraftSchedule,
     max_new_tokens: int,
     *,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    generator: torch.Generator | None = None,
     eos_token_id: int | None = None,
 ) -> GenerationResult:
-    """Greedy speculative decoding; output equals the target's greedy output.
+    """Speculative decoding: greedy, equal to the target's greedy output, or sampled, distributed as its samples.
 
     ``draft`` is a causal LM sharing the target's tokenizer, or any
     :class:`~pytest_specbench.drafters.Drafter`. Each step drafts up to ``k``
@@ -136,7 +188,15 @@ def speculative_generate(
     target commits its first token; the drafter reads the prompt), timed as
     ``stats.prefill_time_s``. Stops after ``max_new_tokens`` tokens, or just
     after ``eos_token_id`` when one is given.
+
+    ``temperature > 0`` samples: drafts are drawn from the draft's processed
+    distribution, kept with probability ``min(1, p/q)``, and the first rejected
+    one is replaced by a draw from ``max(p - q, 0)`` normalised (see
+    :func:`~pytest_specbench.engine.sampling.accept_draft`); ``top_p`` and
+    ``top_k`` process both models' logits as ``model.generate`` does. A seeded
+    ``generator`` (on the target's device, or the CPU) makes a run reproducible.
     """
+    sampling = SamplingParams(temperature, top_p, top_k)
     _check_lengths(max_new_tokens)
     schedule = k if isinstance(k, DraftSchedule) else ConstantSchedule(k)
     schedule.reset()
@@ -158,7 +218,7 @@ def speculative_generate(
         # Prefill, timed apart: the target reads the prompt and commits its own first token, and
         # the drafter reads the prompt. Time to first token is then comparable with greedy decoding.
         logits = target(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits
-        first = logits[:, -1].argmax(dim=-1, keepdim=True)
+        first = next_token(logits[:, -1], sampling, generator)
         drafter.prefill(ids)
         ids = torch.cat([ids, first], dim=1)
         cached_length = prompt_length
@@ -175,13 +235,18 @@ def speculative_generate(
         # Leave room for the bonus token so a block never overshoots.
         chosen_k = schedule.next_k()
         block_k = min(chosen_k, remaining - 1)
+        draft_probs = None  # the draft's q under sampling; None when greedy or for point masses
         if block_k > 0:
-            proposal = drafter.propose(ids, block_k, **confidence).to(ids.device)[:block_k]
+            proposal, draft_probs = _propose(drafter, ids, block_k, sampling, generator, confidence)
         else:
             proposal = ids.new_empty(0)
         t_verify = clock.now()
         block = torch.cat([ids[0, cached_length:], proposal]).unsqueeze(0)
-        num_accepted, target_tokens = _verify(target, cache, block, proposal)
+        if sampling.greedy:
+            num_accepted, target_tokens = _verify(target, cache, block, proposal)
+        else:
+            num_accepted, target_tokens = _verify_sampled(target, cache, block, proposal, draft_probs, sampling,
+                                                          generator)
         committed = torch.cat([proposal[:num_accepted], target_tokens[num_accepted : num_accepted + 1]])
         committed, hit_eos = _cut_at_eos(committed, eos_token_id)
         # An EOS inside the accepted prefix drops the tokens after it, bonus included.

@@ -14,6 +14,7 @@ import torch
 from transformers import PreTrainedModel
 
 from .kv_cache import crop_to, enable_rollback, new_cache
+from .sampling import SamplingParams, sample_tokens, sampling_distribution
 
 
 class Drafter(ABC):
@@ -37,12 +38,25 @@ class Drafter(ABC):
         whose probability is below it (the engine passes it only when a schedule sets one).
         """
 
+    def propose_sampled(
+        self, committed_ids: torch.Tensor, k: int, sampling: SamplingParams, generator: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Propose under sampling: up to ``k`` tokens and the distributions ``q`` they were drawn from.
+
+        ``q`` has one row per proposed token (shape ``(len, V)``), or is ``None``
+        when the proposal is a deterministic function of ``committed_ids`` (prompt
+        lookup, say): ``q`` is then a point mass on each proposed token. This
+        default proposes as :meth:`propose` does, so a drafter whose proposals
+        are random must override it, or the engine's acceptance rule is wrong.
+        """
+        return self.propose(committed_ids, k), None
+
     def commit(self, num_accepted: int) -> None:
         """The target kept the first ``num_accepted`` tokens of the last proposal, then added its own."""
 
 
 class ModelDrafter(Drafter):
-    """A small causal LM that drafts greedily with its own KV cache.
+    """A small causal LM that drafts with its own KV cache: greedily, or by sampling under sampling.
 
     The cache is rolled back to the committed prefix after each step, so the
     prefix is never recomputed.
@@ -71,13 +85,33 @@ class ModelDrafter(Drafter):
         self._cached_length = self._cache.get_seq_length()
 
     def propose(self, committed_ids: torch.Tensor, k: int, min_confidence: float | None = None) -> torch.Tensor:
+        return self._draft(committed_ids, k, None, None, min_confidence)[0]
+
+    def propose_sampled(
+        self, committed_ids: torch.Tensor, k: int, sampling: SamplingParams, generator: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self._draft(committed_ids, k, sampling, generator)
+
+    def _draft(
+        self, committed_ids: torch.Tensor, k: int, sampling: SamplingParams | None, generator: torch.Generator | None,
+        min_confidence: float | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``k`` tokens, each the argmax (``sampling`` None or greedy) or a sample of the processed
+        distribution; with the sampled rows ``q``, or None when drafting greedily. With
+        ``min_confidence`` (greedy only) the block ends after a token whose probability is below it."""
         self._ensure_cache()  # a caller that skipped prefill() reads the prompt here instead
         device = self.model.device
         feed = committed_ids[:, self._cached_length :].to(device)
-        proposal = []
+        sampled = sampling is not None and not sampling.greedy
+        proposal, draft_probs = [], []
         for _ in range(k):
             logits = self.model(input_ids=feed, cache=self._cache, use_cache=True, logits_to_keep=1).logits
-            token = logits[:, -1].argmax(dim=-1, keepdim=True)
+            if sampled:
+                probs = sampling_distribution(logits[:, -1], sampling)
+                token = sample_tokens(probs, generator).unsqueeze(-1)
+                draft_probs.append(probs)
+            else:
+                token = logits[:, -1].argmax(dim=-1, keepdim=True)
             proposal.append(token)
             feed = token
             self.forward_passes += 1
@@ -87,12 +121,14 @@ class ModelDrafter(Drafter):
         self._proposal_base = committed_ids.shape[1]
         self._proposal_length = len(proposal)
         if not proposal:
-            return torch.empty(0, dtype=torch.long, device=device)
-        return torch.cat(proposal, dim=1)[0]
+            return torch.empty(0, dtype=torch.long, device=device), None
+        return torch.cat(proposal, dim=1)[0], torch.cat(draft_probs) if sampled else None
 
     def commit(self, num_accepted: int) -> None:
         # The cache holds the committed prefix plus the first k-1 proposed tokens
-        # (the last proposed token was never fed back).
+        # (the last proposed token was never fed back). Under sampling the token
+        # committed after a rejection is the target's resample, not the draft's:
+        # it lies past the kept prefix, so it is cropped too and fed next step.
         kept = self._proposal_base + min(num_accepted, max(self._proposal_length - 1, 0))
         crop_to(self._cache, min(kept, self._cache.get_seq_length()))
         self._cached_length = self._cache.get_seq_length()
