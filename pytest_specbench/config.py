@@ -110,6 +110,23 @@ def _positive_float(raw: str) -> float:
     return value
 
 
+def _probability(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a number; accepted: a number in (0, 1] (1 switches top-p off)") from None
+    if not 0 < value <= 1:
+        raise ValueError(f"{raw!r} is outside (0, 1]; accepted: a number in (0, 1] (1 switches top-p off)")
+    return value
+
+
+def _finite_non_negative_float(raw: str) -> float:
+    value = _non_negative_float(raw)
+    if value == float("inf"):
+        raise ValueError(f"{raw!r} is infinite; accepted: a finite number >= 0")
+    return value
+
+
 def _existing_file(raw: str) -> Path:
     path = Path(raw).expanduser()
     if not path.is_file():
@@ -236,6 +253,17 @@ OPTIONS: tuple[Option, ...] = (
            metavar="LOGITS", changes_results=True),
     Option("stop-at-eos", "stop_at_eos", "stop generating at EOS instead of generating a fixed length",
            changes_results=True),
+    Option("temperature", "temperature", "sample with this temperature instead of decoding greedily (default 0: "
+           "greedy); each case then checks the engine's acceptance rule on its real distributions instead of "
+           "comparing tokens", _finite_non_negative_float, "0", metavar="T", changes_results=True),
+    Option("top-p", "top_p", "nucleus sampling: keep the smallest set of tokens with this much probability "
+           "(default 1: off; with --specbench-temperature)", _probability, "1", metavar="P", changes_results=True),
+    Option("top-k", "top_k", "keep the k most likely tokens (default 0: off; with --specbench-temperature)",
+           _int(0), "0", metavar="K", changes_results=True),
+    Option("seed", "seed", "seed of the sampling generators: the same seed repeats a sampled run on one machine "
+           "(default 0)", _int(0), "0", metavar="N", changes_results=True),
+    Option("sampling-check-draws", "sampling_check_draws", "under sampling, simulated draft tokens of each case's "
+           "distribution check (default 20000)", _int(100), "20000", metavar="N", changes_results=True),
     Option("csv", "csv_path", "CSV results file (default spec_results.csv; empty to disable)", _output_path,
            "spec_results.csv", metavar="PATH", writes=True),
     Option("json", "json_path", "JSON results file (default spec_results.json; empty to disable)", _output_path,
@@ -294,6 +322,11 @@ class SpecbenchConfig:
     baseline_once: bool
     tie_tolerance: float
     stop_at_eos: bool
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int
+    sampling_check_draws: int
     csv_path: Path | None
     json_path: Path | None
     log_path: Path | None

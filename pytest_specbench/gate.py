@@ -29,7 +29,8 @@ CROSS_MACHINE_Z = 3.0
 
 # A baseline keeps the schema's gate="compared" fields, checked run to run, and its gate="info"
 # timing fields, kept only so a reader sees what the machine did (speed is gated only on request).
-_VERDICTS = ("lossless", "tie-divergence", "diverged")
+# "not-checked": the hf engine under sampling, whose own acceptance rule the per-case check does not re-run.
+_VERDICTS = ("lossless", "tie-divergence", "diverged", "not-checked")
 
 # Absorbs floating noise so a drop of exactly the allowed amount (0.812 - 0.792 is
 # 0.0200000000000000018) is not flagged.
@@ -69,9 +70,9 @@ def _case_problem(entry: Any) -> str | None:
     if not _is_number(entry["tau"]):
         return f"has tau {entry['tau']!r}, expected a number"
     if "lossless" not in entry:
-        return "has no lossless, expected true or false"
-    if not isinstance(entry["lossless"], bool):
-        return f"has lossless {entry['lossless']!r}, expected true or false"
+        return "has no lossless, expected true, false or null (not checked)"
+    if entry["lossless"] is not None and not isinstance(entry["lossless"], bool):
+        return f"has lossless {entry['lossless']!r}, expected true, false or null (not checked)"
     for count in ("accepted_tokens", "drafted_tokens"):
         value = entry.get(count)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .engine.hf_assisted import greedy_generation_config
+from .engine.hf_assisted import plain_generation_config
 
 
 def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None) -> list[int]:
@@ -17,7 +17,7 @@ def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_to
     come back; min_new_tokens is not used because it masks EOS and so changes
     the argmax.
     """
-    config = greedy_generation_config(model, max_new_tokens, eos_token_id)
+    config = plain_generation_config(model, max_new_tokens, eos_token_id)
     with torch.inference_mode():
         output = model.generate(input_ids, generation_config=config)
     return output[0, input_ids.shape[1] :].tolist()
@@ -81,7 +81,13 @@ def diagnose(
 
 
 def divergence_message(case_id: str, info: dict[str, Any], tie_tolerance: float) -> str:
-    """A readable failure message for a case whose output is not the greedy output."""
+    """A readable failure message for a case whose output is not the greedy output (or, under sampling, whose
+    acceptance rule failed the distribution check)."""
+    if info.get("sampling_check_p_value") is not None:
+        return (f"{case_id}: under sampling, the tokens the engine's accept/resample rule commits do not follow "
+                f"the target's distribution at the prompt: chi-square {info['sampling_check_statistic']:.1f} on "
+                f"{info.get('sampling_check_dof')} degrees of freedom over {info['sampling_check_draws']} simulated "
+                f"drafts, p = {info['sampling_check_p_value']:.3g} (below the 0.001 significance)")
     return (
         f"{case_id}: speculative output differs from the target's greedy output "
         f"at new token {info['first_divergence']}\n"

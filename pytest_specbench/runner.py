@@ -21,6 +21,7 @@ from .engine.cost_probe import draft_token_cost, parameter_count, verify_costs
 from .engine.decoding import greedy_generate, speculative_generate
 from .engine.drafters import ModelDrafter, PromptLookupDrafter
 from .engine.hf_assisted import AUTO, HEURISTIC, hf_assisted_generate
+from .engine.sampling import SamplingParams, check_acceptance_rule, expected_acceptance, sampling_distribution
 from .engine.schedules import CostModelSchedule, DraftSchedule, HeuristicSchedule
 from .lossless import diagnose, quality_score
 from .matrix import Case
@@ -95,6 +96,7 @@ class Measurement:
     # counts and peak memory; absent in hand-built measurements.
     costs: dict[str, Any] | None = None
     sizes: dict[str, int] | None = None
+    sampling: SamplingParams | None = None
     peak_memory: tuple[float, str] | None = None
 
 
@@ -122,18 +124,24 @@ def measure_case(
     if isinstance(drafter, ModelDrafter):  # prompt lookup has no window; derived drafts share the target's
         models[f"draft {pair.draft_label!r}"] = drafter.model
     check_context_windows(case, int(input_ids.shape[1]), n, models)
-    reference = store.reference(pair, case.prompt.id, input_ids, n, eos)
+    sampling = sampling_params(config)
+    # Under sampling no token sequence is "the" output: the verdict comes from the distribution check.
+    reference = store.reference(pair, case.prompt.id, input_ids, n, eos) if sampling.greedy else []
 
     baselines: list[GenerationResult] = []
     speculative: list[GenerationResult] = []
+    # Seeded per case, so a sampled case repeats on one machine whatever ran before it.
+    baseline_generator = torch.Generator().manual_seed(config.seed)
 
     def run_baseline() -> None:
-        baselines.append(greedy_generate(target.model, input_ids, n, eos_token_id=eos))
+        baselines.append(greedy_generate(target.model, input_ids, n, eos_token_id=eos, generator=baseline_generator,
+                                         **sampling_kwargs(sampling)))
 
     longest = probed_k(config.ks)
     costs = store.memo(("cost_model", pair.name, longest),
                        lambda: measure_costs(target.model, drafter, input_ids, longest + 1))
-    speculative_run = speculative_runner(case, target.model, drafter, input_ids, n, eos, costs)
+    speculative_run = speculative_runner(case, target.model, drafter, input_ids, n, eos, costs, sampling,
+                                         torch.Generator().manual_seed(config.seed + 1))
 
     def run_speculative() -> None:
         speculative.append(speculative_run())
@@ -168,12 +176,18 @@ def measure_case(
     time_rounds(run_speculative, run_baseline if paired else None, lambda: _precision(baselines, speculative, paired),
                 config, timer)
 
-    verdict = diagnose(target.model, target.tokenizer, input_ids, speculative[-1].token_ids, reference,
-                       store.dtype_for(pair) != "float32", config.tie_tolerance)
+    if sampling.greedy:
+        verdict = diagnose(target.model, target.tokenizer, input_ids, speculative[-1].token_ids, reference,
+                           store.dtype_for(pair) != "float32", config.tie_tolerance)
+    else:
+        verdict = sampling_verdict(case, store.memo(
+            ("sampling_check", pair.name, case.prompt.id, sampling, config.sampling_check_draws, config.seed),
+            lambda: sampling_check(target.model, drafter, input_ids, sampling, config.sampling_check_draws,
+                                   config.seed)))
     return Measurement(input_ids=input_ids, reference=reference, baselines=baselines, speculative=speculative,
                        paired=paired, verdict=verdict, target_load_s=target.load_time_s,
                        target_load_source=target.source, costs=costs, sizes=sizes,
-                       peak_memory=peak_memory_mb(store.device))
+                       peak_memory=peak_memory_mb(store.device), sampling=sampling)
 
 
 #: the longest k the cost probe covers when a schedule chooses k (auto, heuristic)
@@ -196,15 +210,62 @@ def case_schedule(k: int | str, costs: dict[str, Any]) -> int | DraftSchedule:
     return k
 
 
+def sampling_params(config: SpecbenchConfig) -> SamplingParams:
+    return SamplingParams(config.temperature, config.top_p, config.top_k)
+
+
+def sampling_kwargs(sampling: SamplingParams) -> dict[str, Any]:
+    return {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k}
+
+
 def speculative_runner(case: Case, target_model, drafter, input_ids: torch.Tensor, max_new_tokens: int,
-                       eos: int | None, costs: dict[str, Any]) -> Callable[[], GenerationResult]:
-    """One speculative run of the case, by its engine."""
+                       eos: int | None, costs: dict[str, Any], sampling: SamplingParams | None = None,
+                       generator: torch.Generator | None = None) -> Callable[[], GenerationResult]:
+    """One speculative run of the case, by its engine; under sampling each run draws on ``generator``."""
+    sampling = sampling or SamplingParams()
     if case.engine == "hf":
-        return lambda: hf_assisted_generate(target_model, drafter, input_ids, case.k, max_new_tokens,
-                                            eos_token_id=eos)
+        def run_hf() -> GenerationResult:
+            # transformers samples from torch's global generator: seed it from this case's generator.
+            seed = None if sampling.greedy else int(torch.randint(2**31 - 1, (1,), generator=generator))
+            return hf_assisted_generate(target_model, drafter, input_ids, case.k, max_new_tokens, eos_token_id=eos,
+                                        sampling=sampling, seed=seed)
+        return run_hf
     schedule = case_schedule(case.k, costs)
     return lambda: speculative_generate(target_model, drafter, input_ids, schedule, max_new_tokens,
-                                        eos_token_id=eos)
+                                        eos_token_id=eos, generator=generator, **sampling_kwargs(sampling))
+
+
+@torch.inference_mode()
+def sampling_check(target_model, drafter, input_ids: torch.Tensor, sampling: SamplingParams, draws: int,
+                   seed: int) -> dict[str, Any]:
+    """The engine's accept/resample rule on the case's real distributions at the prompt (p, and q or the point
+    mass prompt lookup proposes there), ``draws`` simulated draft tokens, chi-square against p."""
+    p = sampling_distribution(target_model(input_ids=input_ids, logits_to_keep=1).logits[0, -1], sampling)
+    generator = torch.Generator().manual_seed(seed + 2)
+    if isinstance(drafter, ModelDrafter):
+        draft = drafter.model
+        q = sampling_distribution(draft(input_ids=input_ids.to(draft.device), logits_to_keep=1).logits[0, -1],
+                                  sampling).to(p.device)
+        check = check_acceptance_rule(p, q, draws, generator)
+    else:
+        proposal = drafter.propose(input_ids, 1)
+        # Nothing to look up at the prompt: check the rule on the target's own most likely token instead.
+        token = int(proposal[0]) if proposal.numel() else int(p.argmax())
+        check = check_acceptance_rule(p, None, draws, generator, proposed_token=token)
+    return {"statistic": check.statistic, "dof": check.dof, "p_value": check.p_value, "draws": check.n,
+            "significance": check.significance, "passed": check.passed,
+            "expected_alpha": float(expected_acceptance(p, q)) if isinstance(drafter, ModelDrafter) else None}
+
+
+def sampling_verdict(case: Case, check: dict[str, Any]) -> dict[str, Any]:
+    """The row's verdict under sampling: this package's rule checked on the case's distributions; transformers'
+    own rule (the hf engine) is not re-run, so its cases are not checked."""
+    fields = {"sampling_check_p_value": check["p_value"], "sampling_check_statistic": check["statistic"],
+              "sampling_check_dof": check["dof"], "sampling_check_draws": check["draws"],
+              "expected_alpha": check["expected_alpha"]}
+    if case.engine == "hf":
+        return {"verdict": "not-checked", **fields}
+    return {"verdict": "lossless" if check["passed"] else "diverged", **fields}
 
 
 def measure_costs(target_model, drafter, input_ids: torch.Tensor, max_positions: int) -> dict[str, Any]:
@@ -334,6 +395,7 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         prompt=case.prompt_label,
         prompt_id=case.prompt.id,
         category=case.prompt.category,
+        **sampling_kwargs(measurement.sampling or SamplingParams()),
         prompt_tokens=int(measurement.input_ids.shape[1]),
         new_tokens=stats.new_tokens,
         latency_ms=latency_ms,
@@ -372,9 +434,11 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         accepted_per_step=list(stats.accepted_per_step),
         drafted_per_step=list(stats.drafted_per_step),
         k_per_step=list(stats.k_per_step),
-        quality_score=quality_score(last.token_ids, measurement.reference),
-        lossless=measurement.verdict["verdict"] == "lossless",
-        baseline_matches_reference=baselines[-1].token_ids == measurement.reference,
+        quality_score=quality_score(last.token_ids, measurement.reference) if measurement.reference else None,
+        lossless=(None if measurement.verdict["verdict"] == "not-checked"
+                  else measurement.verdict["verdict"] == "lossless"),
+        baseline_matches_reference=(baselines[-1].token_ids == measurement.reference if measurement.reference
+                                    else None),
         **measurement.verdict,
         device=device,
         dtype=dtype,

@@ -58,6 +58,9 @@ class CaseResult:
     prompt: str = _field("prompt label in the case id (category, or prompt id)", IDENTITY,
                          summary=("prompt", ""), gate="compared", extra_info=True)
     prompt_id: str = _field("prompt id in the prompt file", IDENTITY)
+    temperature: float = _field("sampling temperature (0: greedy decoding)", IDENTITY, default=0.0)
+    top_p: float = _field("top-p of the sampling (1: off)", IDENTITY, default=1.0)
+    top_k: int = _field("top-k of the sampling (0: off)", IDENTITY, default=0)
     category: str = _field("prompt category", IDENTITY)
     prompt_tokens: int = _field("prompt length in tokens", IDENTITY)
     new_tokens: int = _field("tokens generated per run", IDENTITY)
@@ -128,6 +131,9 @@ class CaseResult:
     alpha: float | None = _field("per-token acceptance, maximum likelihood under the i.i.d. model with each step "
                                  "censored at its drafted count (null when nothing was drafted)", COST_MODEL,
                                  default=None, summary=("alpha", ".3f"))
+    expected_alpha: float | None = _field("under sampling with a draft model: sum over the vocabulary of "
+                                          "min(p, q) at the prompt, the per-token acceptance the rule implies",
+                                          COST_MODEL, default=None)
     cost_ratio: float | None = _field("c: the draft's cost per drafted token / v(1) (0 for prompt lookup)",
                                       COST_MODEL, default=None)
     verify_cost_ratio: float | None = _field("v(k+1)/v(1): a verify pass over k+1 positions against a 1-token "
@@ -155,12 +161,23 @@ class CaseResult:
     peak_memory_kind: str = _field("cuda_allocated or process_rss", MEMORY, default="")
 
     # --- verdict
-    quality_score: float = _field("share of positions equal to the target's greedy output", VERDICT, seed=5)
-    lossless: bool = _field("output equals the target's greedy output", VERDICT, gate="compared")
-    verdict: str = _field("lossless, tie-divergence or diverged", VERDICT, summary=("lossless", ""),
+    quality_score: float | None = _field("share of positions equal to the target's greedy output (null under "
+                                         "sampling)", VERDICT, seed=5)
+    lossless: bool | None = _field("greedy: output equals the target's greedy output; sampling: the engine's "
+                                   "acceptance rule passed the distribution check (null: not checked)", VERDICT,
+                                   gate="compared")
+    verdict: str = _field("lossless, tie-divergence or diverged; under sampling lossless or diverged by the "
+                          "distribution check, not-checked for the hf engine", VERDICT, summary=("lossless", ""),
                           gate="compared", extra_info=True)
-    baseline_matches_reference: bool = _field("the baseline equals generate(do_sample=False) too", VERDICT,
-                                              csv=False)
+    baseline_matches_reference: bool | None = _field("the baseline equals generate(do_sample=False) too (null "
+                                                     "under sampling)", VERDICT, csv=False)
+    sampling_check_p_value: float | None = _field("under sampling: p-value of the chi-square test of the engine's "
+                                                  "accept/resample rule on the case's distributions at the prompt",
+                                                  VERDICT, default=None)
+    sampling_check_statistic: float | None = _field("its chi-square statistic", VERDICT, default=None)
+    sampling_check_dof: int | None = _field("its degrees of freedom, after pooling cells expected below 5",
+                                            VERDICT, default=None, csv=False)
+    sampling_check_draws: int | None = _field("simulated draft tokens it tested", VERDICT, default=None)
     first_divergence: int | None = _field("first differing new token, if any", VERDICT, default=None)
     top2_margin: float | None = _field("target's top-2 logit margin at the divergence", VERDICT, default=None)
     expected_token: int | None = _field("target's token at the divergence", VERDICT, default=None, csv=False)

@@ -24,21 +24,23 @@ from transformers import GenerationConfig, PreTrainedModel
 
 from .drafters import ModelDrafter, PromptLookupDrafter
 from .forward_log import ForwardLog
+from .sampling import SamplingParams
 from .stats import DecodeStats, GenerationResult
 from .timing import DeviceClock
 
-__all__ = ["AUTO", "HEURISTIC", "greedy_generation_config", "hf_assisted_generate", "hf_schedule_settings"]
+__all__ = ["AUTO", "HEURISTIC", "plain_generation_config", "hf_assisted_generate", "hf_schedule_settings"]
 
 AUTO, HEURISTIC = "auto", "heuristic"
 _ASSISTANT_KNOBS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
 
-def greedy_generation_config(model: PreTrainedModel, max_new_tokens: int, eos_token_id: int | None
-                             ) -> GenerationConfig:
-    """The model's generation config for plain greedy decoding of exactly ``max_new_tokens`` (or to EOS).
+def plain_generation_config(model: PreTrainedModel, max_new_tokens: int, eos_token_id: int | None,
+                             sampling: SamplingParams | None = None) -> GenerationConfig:
+    """The model's generation config for decoding exactly ``max_new_tokens`` (or to EOS): greedy, or sampled
+    with ``sampling``'s temperature, top-p and top-k and nothing else.
 
     With ``eos_token_id=None`` EOS is ignored; sampling knobs a checkpoint ships are cleared so
-    they do not warn or change the argmax.
+    they do not warn or change the distribution.
     """
     config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
     config.do_sample = False
@@ -48,6 +50,9 @@ def greedy_generation_config(model: PreTrainedModel, max_new_tokens: int, eos_to
     config.pad_token_id = eos_token_id if eos_token_id is not None else 0
     for knob in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
         setattr(config, knob, None)
+    if sampling is not None and not sampling.greedy:
+        config.do_sample = True
+        config.temperature, config.top_p, config.top_k = sampling.temperature, sampling.top_p, sampling.top_k
     return config
 
 
@@ -108,8 +113,14 @@ def hf_assisted_generate(
     max_new_tokens: int,
     *,
     eos_token_id: int | None = None,
+    sampling: SamplingParams | None = None,
+    seed: int | None = None,
 ) -> GenerationResult:
-    """Greedy assisted generation by transformers, measured like :func:`~.decoding.speculative_generate`.
+    """Assisted generation by transformers, measured like :func:`~.decoding.speculative_generate`.
+
+    Greedy, or with ``sampling`` transformers' speculative sampling (``do_sample=True`` with the same
+    temperature, top-p and top-k); transformers draws from torch's global generator, which ``seed``
+    seeds just before the call.
 
     ``k`` is an integer (constant draft length), ``"heuristic"`` or ``"auto"`` (see
     :func:`hf_schedule_settings`); prompt lookup takes an integer k only (transformers has no
@@ -119,7 +130,7 @@ def hf_assisted_generate(
     """
     ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1).to(target.device)
     prompt_length = ids.shape[1]
-    config = greedy_generation_config(target, max_new_tokens, eos_token_id)
+    config = plain_generation_config(target, max_new_tokens, eos_token_id, sampling)
     draft_model = drafter.model if isinstance(drafter, ModelDrafter) else drafter
     settings: dict[str, object] | None = None
     kwargs: dict[str, object] = {}
@@ -148,6 +159,8 @@ def hf_assisted_generate(
             # writes its final draft length back into the assistant's config.
             stack.enter_context(_temporarily(draft_model, settings or {knob: getattr(
                 draft_model.generation_config, knob, None) for knob in _ASSISTANT_KNOBS}))
+        if seed is not None:
+            torch.manual_seed(seed)
         start = clock.now()
         sequences = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **kwargs)
         end = clock.now()
