@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             print("  " + _show(label, found[label], target))
         for k in ks:
             print(f"  native / hf at k={k}: {_show('', ratio([record], f'native k{k}', f'hf k{k}'))[2:]}")
-        print("  native k=auto / best constant k: " + ", ".join(
+        print("  native k=auto over native at each constant k: " + ", ".join(
             f"k={k} {_show('', ratio([record], 'native auto', f'native k{k}'))[2:].split(' over')[0]}" for k in ks))
         shares = found["overhead_share"]
         print("  engine overhead (share of wall time outside forward passes), by k: "

@@ -81,10 +81,15 @@ class CostModelSchedule(DraftSchedule):
     draft the most promising block: a schedule that never drafts would never learn that the
     draft is better than the prior says (measured on CPU: with v(2) = 1.9 v(1), an int8 draft pays
     only above alpha 0.78, and a prior of 0.6 alone would never draft).
+
+    A model drafter also ends a block at a token it is unsure of (``confidence_threshold``, 0.4 as
+    in transformers), so k is a cap and the blocks stay where the draft is likely right; alpha is
+    then the acceptance of the tokens it was sure enough to draft.
     """
 
     def __init__(self, verify_costs: Sequence[float], cost_ratio: float, *, prior_alpha: float = 0.6,
-                 prior_weight: float = 2.0, decay: float = 0.8, probe_every: int = 4) -> None:
+                 prior_weight: float = 2.0, decay: float = 0.8, probe_every: int = 4,
+                 confidence_threshold: float | None = 0.4) -> None:
         if len(verify_costs) < 2 or min(verify_costs) <= 0:
             raise ValueError("verify_costs must hold v(1), v(2), ... (at least two positive times)")
         if cost_ratio < 0:
@@ -93,6 +98,7 @@ class CostModelSchedule(DraftSchedule):
         self.cost_ratio = float(cost_ratio)
         self.prior_alpha, self.prior_weight, self.decay = prior_alpha, prior_weight, decay
         self.probe_every = probe_every
+        self.confidence_threshold = confidence_threshold
         self.reset()
 
     def reset(self) -> None:
