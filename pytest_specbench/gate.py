@@ -70,9 +70,9 @@ def _case_problem(entry: Any) -> str | None:
     if not _is_number(entry["tau"]):
         return f"has tau {entry['tau']!r}, expected a number"
     if "lossless" not in entry:
-        return "has no lossless, expected true, false or null (not checked)"
+        return "has no lossless, expected true, false, or null for not checked"
     if entry["lossless"] is not None and not isinstance(entry["lossless"], bool):
-        return f"has lossless {entry['lossless']!r}, expected true, false or null (not checked)"
+        return f"has lossless {entry['lossless']!r}, expected true, false, or null for not checked"
     for count in ("accepted_tokens", "drafted_tokens"):
         value = entry.get(count)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -27,6 +27,14 @@ import pytest
         ("--specbench-prompts=nope", "nope"),
         ("--specbench-prompt-file=missing.jsonl", "no such file"),
         ("--specbench-tie-tolerance=-1", "accepted: a number >= 0"),
+        ("--specbench-engine=vllm", "unknown engine 'vllm'; accepted: native, hf"),
+        ("--specbench-k=2,fast", "'fast' is not a whole number*auto and heuristic"),
+        ("--specbench-top-p=0", "'0' is outside (0, 1]"),
+        ("--specbench-top-p=1.5", "accepted: a number in (0, 1]"),
+        ("--specbench-temperature=-0.5", "accepted: a number >= 0"),
+        ("--specbench-temperature=inf", "accepted: a finite number >= 0"),
+        ("--specbench-top-k=-1", "accepted: an integer >= 0"),
+        ("--specbench-sampling-check-draws=10", "accepted: an integer >= 100"),
     ],
 )
 def test_bad_option_is_a_usage_error_before_any_test(bench, option: str, expected: str) -> None:
