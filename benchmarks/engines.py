@@ -19,7 +19,7 @@ Ratios are speeds (> 1: the first is faster), geometric means of the per-round r
 t-interval on their logs. Pairs: ``gpt2_random`` (a random 12-layer GPT-2-sized target and a 2-layer
 draft cut from it; nothing downloaded) and the embedded Gemma 3 270M pairs ``gemma3_int8`` and
 ``gemma3_pld`` (skipped when the embedded package is not installed). Not a test: run it on a quiet
-machine; a full run takes about half an hour on 2 CPU cores.
+machine; a full run took 50 minutes on 2 CPU cores.
 """
 
 from __future__ import annotations
