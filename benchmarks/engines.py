@@ -88,11 +88,6 @@ def run_logged(run: Callable[[], object], models: list[torch.nn.Module]):
     return result, wall, sum(log.seconds for log in logs)
 
 
-def per_decode_token(result) -> float:
-    stats = result.stats
-    return stats.decode_time_s / stats.decode_tokens if stats.decode_tokens else stats.wall_time_s
-
-
 def measure_pair(name: str, target, drafter, prompts: dict, ks: list[int], new_tokens: int, rounds: int) -> dict:
     draft_model = getattr(drafter, "model", None)
     models = [target] + ([draft_model] if draft_model is not None else [])
@@ -125,7 +120,7 @@ def measure_pair(name: str, target, drafter, prompts: dict, ks: list[int], new_t
                 entry = {"wall_s": wall, "inside_forward_s": inside}
                 if not isinstance(result, list):
                     stats = result.stats
-                    entry.update(per_decode_token_s=per_decode_token(result),
+                    entry.update(per_decode_token_s=stats.time_per_decode_token_s,
                                  drafted_per_step=stats.drafted_per_step, accepted_per_step=stats.accepted_per_step,
                                  k_per_step=stats.k_per_step)
                 runs[label].append(entry)
@@ -136,27 +131,23 @@ def measure_pair(name: str, target, drafter, prompts: dict, ks: list[int], new_t
 
 def ratio(records: list[dict], faster: str, slower: str) -> dict | None:
     """Speed of ``faster`` over ``slower``: pooled paired rounds over every prompt of the records."""
-    fast, slow = [], []
-    for record in records:
-        for prompt in record["prompts"].values():
-            runs = prompt["runs"]
-            if faster in runs and slower in runs:
-                fast += [run["wall_s"] for run in runs[faster]]
-                slow += [run["wall_s"] for run in runs[slower]]
-    if not fast:
-        return None
-    interval = speedup_interval(slow, fast, paired=True)
-    return {"ratio": interval.estimate, "ci_low": interval.low, "ci_high": interval.high, "rounds": len(fast)}
+    return pooled_ratio(records, [(faster, slower)])
 
 
 def equal_k_ratio(records: list[dict], ks: list[int]) -> dict | None:
+    """Speed of the native engine over hf, paired at each equal k, pooled over k and prompts."""
+    return pooled_ratio(records, [(f"native k{k}", f"hf k{k}") for k in ks])
+
+
+def pooled_ratio(records: list[dict], label_pairs: list[tuple[str, str]]) -> dict | None:
     fast, slow = [], []
-    for k in ks:
+    for faster, slower in label_pairs:
         for record in records:
             for prompt in record["prompts"].values():
                 runs = prompt["runs"]
-                fast += [run["wall_s"] for run in runs.get(f"native k{k}", [])]
-                slow += [run["wall_s"] for run in runs.get(f"hf k{k}", [])]
+                if faster in runs and slower in runs:
+                    fast += [run["wall_s"] for run in runs[faster]]
+                    slow += [run["wall_s"] for run in runs[slower]]
     if not fast:
         return None
     interval = speedup_interval(slow, fast, paired=True)

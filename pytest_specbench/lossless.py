@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from .engine.hf_assisted import plain_generation_config
+from .engine.sampling import SIGNIFICANCE
 
 
 def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None) -> list[int]:
@@ -87,7 +88,7 @@ def divergence_message(case_id: str, info: dict[str, Any], tie_tolerance: float)
         return (f"{case_id}: under sampling, the tokens the engine's accept/resample rule commits do not follow "
                 f"the target's distribution at the prompt: chi-square {info['sampling_check_statistic']:.1f} on "
                 f"{info.get('sampling_check_dof')} degrees of freedom over {info['sampling_check_draws']} simulated "
-                f"drafts, p = {info['sampling_check_p_value']:.3g} (below the 0.001 significance)")
+                f"drafts, p = {info['sampling_check_p_value']:.3g} (below the {SIGNIFICANCE} significance)")
     return (
         f"{case_id}: speculative output differs from the target's greedy output "
         f"at new token {info['first_divergence']}\n"

@@ -66,7 +66,7 @@ def summary_lines(results: Sequence[dict[str, Any]], ci_target: float = 0.05) ->
         lines += tabulate(per_k, headers=(*lead, "cases", "geomean decode speedup", "geomean e2e speedup",
                                           "mean accept", "mean tau"),
                           floatfmt=("",) * len(lead) + ("", ".2f", ".2f", ".3f", ".2f")).splitlines()
-        comparisons = [c for c in compare_engines(rows)]
+        comparisons = compare_engines(rows)
         if comparisons:
             lines.append("")
             lines.append("engines side by side (end-to-end speedup over the same greedy baseline, geometric mean "

@@ -242,19 +242,20 @@ def sampling_check(target_model, drafter, input_ids: torch.Tensor, sampling: Sam
     mass prompt lookup proposes there), ``draws`` simulated draft tokens, chi-square against p."""
     p = sampling_distribution(target_model(input_ids=input_ids, logits_to_keep=1).logits[0, -1], sampling)
     generator = torch.Generator().manual_seed(seed + 2)
+    expected_alpha = None
     if isinstance(drafter, ModelDrafter):
         draft = drafter.model
         q = sampling_distribution(draft(input_ids=input_ids.to(draft.device), logits_to_keep=1).logits[0, -1],
                                   sampling).to(p.device)
         check = check_acceptance_rule(p, q, draws, generator)
+        expected_alpha = float(expected_acceptance(p, q))
     else:
         proposal = drafter.propose(input_ids, 1)
         # Nothing to look up at the prompt: check the rule on the target's own most likely token instead.
         token = int(proposal[0]) if proposal.numel() else int(p.argmax())
         check = check_acceptance_rule(p, None, draws, generator, proposed_token=token)
     return {"statistic": check.statistic, "dof": check.dof, "p_value": check.p_value, "draws": check.n,
-            "significance": check.significance, "passed": check.passed,
-            "expected_alpha": float(expected_acceptance(p, q)) if isinstance(drafter, ModelDrafter) else None}
+            "significance": check.significance, "passed": check.passed, "expected_alpha": expected_alpha}
 
 
 def sampling_verdict(case: Case, check: dict[str, Any]) -> dict[str, Any]:
@@ -355,15 +356,9 @@ def _speedups(baselines: list[GenerationResult], speculative: list[GenerationRes
         baselines = baselines[: len(speculative)]
     end_to_end = speedup_interval([run.stats.wall_time_s for run in baselines],
                                   [run.stats.wall_time_s for run in speculative], paired=paired)
-    decode = speedup_interval([_per_decode_token(run) for run in baselines],
-                              [_per_decode_token(run) for run in speculative], paired=paired)
+    decode = speedup_interval([run.stats.time_per_decode_token_s for run in baselines],
+                              [run.stats.time_per_decode_token_s for run in speculative], paired=paired)
     return end_to_end, decode
-
-
-def _per_decode_token(run: GenerationResult) -> float:
-    # Per token, so a run cut short by EOS still compares fairly; a 1-token run has no decode phase.
-    stats = run.stats
-    return stats.decode_time_s / stats.decode_tokens if stats.decode_tokens else stats.wall_time_s
 
 
 def _precision(baselines: list[GenerationResult], speculative: list[GenerationResult], paired: bool) -> float:

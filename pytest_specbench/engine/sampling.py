@@ -43,6 +43,8 @@ __all__ = [
     "sampling_distribution",
 ]
 
+#: the distribution checks' default significance: a correct sampler fails one check in a thousand
+SIGNIFICANCE = 0.001
 #: pooled chi-square: cells expected to hold fewer draws than this join one tail cell
 MIN_EXPECTED_COUNT = 5.0
 #: rows x vocabulary entries per batch of :func:`check_acceptance_rule`: bounds its memory on large vocabularies
@@ -237,7 +239,7 @@ class DistributionCheck:
 def chisquare_pooled(
     counts: np.ndarray | torch.Tensor,
     probs: np.ndarray | torch.Tensor,
-    significance: float = 0.001,
+    significance: float = SIGNIFICANCE,
 ) -> DistributionCheck:
     """Chi-square test of observed ``counts`` per cell against cell probabilities ``probs``.
 
@@ -281,7 +283,7 @@ def check_acceptance_rule(
     generator: torch.Generator | None = None,
     *,
     proposed_token: int | None = None,
-    significance: float = 0.001,
+    significance: float = SIGNIFICANCE,
 ) -> DistributionCheck:
     """Check the engine's accept/resample rule on one position's real distributions.
 

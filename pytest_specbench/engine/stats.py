@@ -70,6 +70,12 @@ class DecodeStats:
         return max(self.wall_time_s - self.prefill_time_s, 0.0)
 
     @property
+    def time_per_decode_token_s(self) -> float:
+        """Decode time per token after the first; per token, so a run cut short by EOS still compares
+        fairly; a run with no decode phase (one token) gives its wall time."""
+        return self.decode_time_s / self.decode_tokens if self.decode_tokens else self.wall_time_s
+
+    @property
     def other_time_s(self) -> float:
         """Decode time spent neither drafting nor verifying (bookkeeping, cache rollback)."""
         return max(self.decode_time_s - self.draft_time_s - self.verify_time_s, 0.0)
