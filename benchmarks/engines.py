@@ -5,7 +5,7 @@
 For each pair and prompt it runs, round after round in a rotating order (so drift in machine load
 hits every contestant alike): target-only ``greedy_generate``, transformers' ``generate(do_sample=
 False)``, and at each k both engines (``native`` = ``speculative_generate``, ``hf`` = ``generate``
-with the assistant or prompt lookup), plus ``native`` at k=auto (the cost-model schedule) and
+with the assistant or prompt lookup) and the native engine with the model's own output head, plus ``native`` at k=auto (the cost-model schedule) and
 ``hf`` at its default schedule. Every run's tokens must equal ``generate``'s. It prints and writes:
 
 (a) greedy_generate / generate: the baseline is not a straw man (target >= 0.98x);
@@ -13,7 +13,10 @@ with the assistant or prompt lookup), plus ``native`` at k=auto (the cost-model 
 (c) native k=auto / hf's default schedule (target >= 1.10x; transformers' prompt lookup has none);
 (d) engine overhead: the native run's wall time outside the target's and the draft's forward
     passes, as a share of the wall time (target < 5% on the GPT-2-sized pair);
-(e) efficiency: measured decode speedup / the cost model's prediction (engine/cost_model.py).
+(e) efficiency: measured decode speedup / the cost model's prediction (engine/cost_model.py);
+(f) what the output head buys: native / native with the model's own head (``head_kernel="linear"``)
+    at equal k, the verify pass's head otherwise computed in the measured-faster form
+    (engine/output_head.py).
 
 Ratios are speeds (> 1: the first is faster), geometric means of the per-round ratios with a 95%
 t-interval on their logs. Pairs: ``gpt2_random`` (a random 12-layer GPT-2-sized target and a 2-layer
@@ -44,6 +47,7 @@ from pytest_specbench.engine.derived_models import int8_copy, truncated_copy  # 
 from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
 from pytest_specbench.engine.forward_log import ForwardLog  # noqa: E402
 from pytest_specbench.engine.hf_assisted import hf_assisted_generate  # noqa: E402
+from pytest_specbench.engine.output_head import column_head_rows  # noqa: E402
 from pytest_specbench.engine.schedules import CostModelSchedule  # noqa: E402
 from pytest_specbench.lossless import reference_tokens  # noqa: E402
 from pytest_specbench.speed_stats import speedup_interval  # noqa: E402
@@ -104,6 +108,8 @@ def measure_pair(name: str, target, drafter, prompts: dict, ks: list[int], new_t
         for k in ks:
             contestants[f"native k{k}"] = lambda k=k: speculative_generate(target, drafter, ids, k, new_tokens)
             contestants[f"hf k{k}"] = lambda k=k: hf_assisted_generate(target, drafter, ids, k, new_tokens)
+            contestants[f"native k{k} linear head"] = lambda k=k: speculative_generate(
+                target, drafter, ids, k, new_tokens, head_kernel="linear")
         contestants["native auto"] = lambda: speculative_generate(target, drafter, ids, auto, new_tokens)
         if draft_model is not None:
             contestants["hf auto"] = lambda: hf_assisted_generate(target, drafter, ids, "auto", new_tokens)
@@ -125,7 +131,8 @@ def measure_pair(name: str, target, drafter, prompts: dict, ks: list[int], new_t
                                  k_per_step=stats.k_per_step)
                 runs[label].append(entry)
             print(f"  {name} {category}: round {round_index + 1}/{rounds} done", flush=True)
-        record["prompts"][category] = {"verify_costs_s": curve, "cost_ratio": cost_ratio, "runs": runs}
+        record["prompts"][category] = {"verify_costs_s": curve, "cost_ratio": cost_ratio, "runs": runs,
+                                       "column_head_rows": column_head_rows(target, "auto", len(curve))}
     return record
 
 
@@ -177,8 +184,9 @@ def _show(label: str, value: dict | None, target: float | None = None) -> str:
         return f"{label}: not measured"
     verdict = "" if target is None else ("  (target >= {:.2f}: {})".format(
         target, "met" if value["ratio"] >= target else f"missed by {target - value['ratio']:.2f}"))
-    return (f"{label}: {value['ratio']:.3f} [{value['ci_low']:.3f}, {value['ci_high']:.3f}] over "
-            f"{value['rounds']} paired runs{verdict}")
+    spread = ("(one run: no interval)" if value["ci_low"] is None
+              else f"[{value['ci_low']:.3f}, {value['ci_high']:.3f}]")
+    return f"{label}: {value['ratio']:.3f} {spread} over {value['rounds']} paired runs{verdict}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         found = {"baseline / generate": ratio([record], "greedy", "generate"),
                  "native / hf, constant k": equal_k_ratio([record], ks),
                  "native auto / hf default": ratio([record], "native auto", "hf auto"),
+                 "native / native with linear head": pooled_ratio(
+                     [record], [(f"native k{k}", f"native k{k} linear head") for k in ks]),
                  **overhead_and_efficiency(record, ks)}
         summary["per_pair"][name] = found
         print(f"{name}:")
@@ -226,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
             print("  " + _show(label, found[label], target))
         for k in ks:
             print(f"  native / hf at k={k}: {_show('', ratio([record], f'native k{k}', f'hf k{k}'))[2:]}")
+        print("  " + _show("native / native with the model's own output head (what the head buys)",
+                           found["native / native with linear head"]))
+        rows = sorted({row for prompt in record["prompts"].values() for row in prompt["column_head_rows"]})
+        print(f"  verify blocks (rows) whose head ran as weight @ hidden.T: {rows or 'none'}")
         print("  native k=auto over native at each constant k: " + ", ".join(
             f"k={k} {_show('', ratio([record], 'native auto', f'native k{k}'))[2:].split(' over')[0]}" for k in ks))
         shares = found["overhead_share"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .engine.names import HEAD_KERNELS
 from .models.base import DTYPE_NAMES as DTYPES
 DEFAULT_KS = "1,2,4,8,16"
 # k values that name a schedule instead of a constant draft length (see engine/schedules.py).
@@ -85,6 +86,12 @@ def _engines(raw: str) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"unknown engine {unknown[0]!r}; accepted: {', '.join(ENGINES)} or a comma list of them")
     return engines
+
+
+def _head_kernel(raw: str) -> str:
+    if raw not in HEAD_KERNELS:
+        raise ValueError(f"unknown head kernel {raw!r}; accepted: {', '.join(HEAD_KERNELS)}")
+    return raw
 
 
 def _dtype(raw: str) -> str:
@@ -218,6 +225,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("engine", "engines", "comma list of decoding engines: native (this package's loop) and hf "
            "(transformers' assisted generation), run side by side (default native)", _engines, "native",
            metavar="ENGINES"),
+    Option("head-kernel", "head_kernel", "how the native engine computes the target's output head over a verify "
+           "block: auto (per row count, whichever of linear and weight @ hidden.T measured faster), column "
+           "(always the latter) or linear (the model's own) (default auto)", _head_kernel, "auto",
+           metavar="KERNEL", changes_results=True),
     Option("prompts", "prompt_categories", "comma list of prompt categories (default: all; on CPU, of the "
            f"shipped suite, {CPU_PROMPTS})",
            _comma_list("a comma list of prompt categories; leave the option out for the default categories"),
@@ -307,6 +318,7 @@ class SpecbenchConfig:
     pairs_file: Path | None
     ks: tuple[int | str, ...]  # integers and schedule names (SCHEDULE_KS)
     engines: tuple[str, ...]
+    head_kernel: str
     prompt_categories: tuple[str, ...]  # empty: all
     prompt_file: Path | None
     prompts_per_category: int

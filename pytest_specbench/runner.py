@@ -18,6 +18,7 @@ from .config import SpecbenchConfig
 from .engine.cost_model import (accepted_length_histogram, alpha_mle, position_acceptance, predicted_speedup,
                          predicted_tau, recommended_k)
 from .engine.cost_probe import draft_token_cost, parameter_count, verify_costs
+from .engine.output_head import column_head_rows
 from .engine.decoding import greedy_generate, speculative_generate
 from .engine.drafters import ModelDrafter, PromptLookupDrafter
 from .engine.hf_assisted import AUTO, HEURISTIC, hf_assisted_generate
@@ -138,10 +139,10 @@ def measure_case(
                                          **sampling_kwargs(sampling)))
 
     longest = probed_k(config.ks)
-    costs = store.memo(("cost_model", pair.name, longest),
-                       lambda: measure_costs(target.model, drafter, input_ids, longest + 1))
+    costs = store.memo(("cost_model", pair.name, longest, config.head_kernel),
+                       lambda: measure_costs(target.model, drafter, input_ids, longest + 1, config.head_kernel))
     speculative_run = speculative_runner(case, target.model, drafter, input_ids, n, eos, costs, sampling,
-                                         torch.Generator().manual_seed(config.seed + 1))
+                                         torch.Generator().manual_seed(config.seed + 1), config.head_kernel)
 
     def run_speculative() -> None:
         speculative.append(speculative_run())
@@ -220,7 +221,8 @@ def sampling_kwargs(sampling: SamplingParams) -> dict[str, Any]:
 
 def speculative_runner(case: Case, target_model, drafter, input_ids: torch.Tensor, max_new_tokens: int,
                        eos: int | None, costs: dict[str, Any], sampling: SamplingParams | None = None,
-                       generator: torch.Generator | None = None) -> Callable[[], GenerationResult]:
+                       generator: torch.Generator | None = None, head_kernel: str = "auto"
+                       ) -> Callable[[], GenerationResult]:
     """One speculative run of the case, by its engine; under sampling each run draws on ``generator``."""
     sampling = sampling or SamplingParams()
     if case.engine == "hf":
@@ -232,7 +234,8 @@ def speculative_runner(case: Case, target_model, drafter, input_ids: torch.Tenso
         return run_hf
     schedule = case_schedule(case.k, costs)
     return lambda: speculative_generate(target_model, drafter, input_ids, schedule, max_new_tokens,
-                                        eos_token_id=eos, generator=generator, **sampling_kwargs(sampling))
+                                        eos_token_id=eos, generator=generator, head_kernel=head_kernel,
+                                        **sampling_kwargs(sampling))
 
 
 @torch.inference_mode()
@@ -269,10 +272,13 @@ def sampling_verdict(case: Case, check: dict[str, Any]) -> dict[str, Any]:
     return {"verdict": "lossless" if check["passed"] else "diverged", **fields}
 
 
-def measure_costs(target_model, drafter, input_ids: torch.Tensor, max_positions: int) -> dict[str, Any]:
-    """The cost model's inputs for one pair: v(1) .. v(max_positions) and the draft's per-token cost."""
-    return {"verify_costs_s": verify_costs(target_model, input_ids, max_positions),
-            "draft_token_s": draft_token_cost(drafter, input_ids)}
+def measure_costs(target_model, drafter, input_ids: torch.Tensor, max_positions: int,
+                  head_kernel: str = "auto") -> dict[str, Any]:
+    """The cost model's inputs for one pair: v(1) .. v(max_positions) with the native engine's output head,
+    the draft's per-token cost, and the row counts whose head runs as weight @ hidden.T."""
+    curve = verify_costs(target_model, input_ids, max_positions, head_kernel=head_kernel)
+    return {"verify_costs_s": curve, "draft_token_s": draft_token_cost(drafter, input_ids),
+            "column_head_rows": column_head_rows(target_model, head_kernel, max_positions)}
 
 
 def reset_peak_memory(device: str) -> None:
@@ -442,6 +448,8 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         target_load_source=measurement.target_load_source,
         **cost_model_fields(case.k, list(stats.drafted_per_step), list(stats.accepted_per_step), measurement.costs,
                             decode.estimate),
+        column_head_rows=(list(measurement.costs.get("column_head_rows", []))
+                          if measurement.costs and case.engine == "native" else []),
         **(measurement.sizes or {}),
         **(dict(zip(("peak_memory_mb", "peak_memory_kind"), measurement.peak_memory))
            if measurement.peak_memory else {}),

@@ -14,6 +14,7 @@ from transformers import PreTrainedModel
 
 from .drafters import Drafter, ModelDrafter
 from .kv_cache import crop_to, enable_rollback, new_cache
+from .output_head import column_head
 from .timing import DeviceClock
 
 
@@ -31,22 +32,28 @@ def _filler(input_ids: torch.Tensor, m: int) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def verify_costs(model: PreTrainedModel, input_ids: torch.Tensor, max_positions: int, repeats: int = 5
-                 ) -> list[float]:
-    """Seconds of one target pass over m new positions after the prompt, m = 1 .. max_positions (median)."""
+def verify_costs(model: PreTrainedModel, input_ids: torch.Tensor, max_positions: int, repeats: int = 5,
+                 head_kernel: str = "auto") -> list[float]:
+    """Seconds of one target pass over m new positions after the prompt, m = 1 .. max_positions (median).
+
+    The output head runs as in the engine's verify pass (``head_kernel``, see
+    :mod:`~pytest_specbench.engine.output_head`); its per-row-count measurement falls in the
+    untimed first sweep.
+    """
     clock = DeviceClock(model.device)
     cache = _prefilled(model, input_ids)
     prompt_length = cache.get_seq_length()
     samples: dict[int, list[float]] = {m: [] for m in range(1, max_positions + 1)}
-    for repeat in range(repeats + 1):  # the first sweep warms up and is not kept
-        for m in samples:
-            block = _filler(input_ids, m)
-            start = clock.now()
-            model(input_ids=block, cache=cache, use_cache=True, logits_to_keep=m)
-            elapsed = clock.now() - start
-            crop_to(cache, prompt_length)
-            if repeat:
-                samples[m].append(elapsed)
+    with column_head(model, head_kernel):
+        for repeat in range(repeats + 1):  # the first sweep warms up and is not kept
+            for m in samples:
+                block = _filler(input_ids, m)
+                start = clock.now()
+                model(input_ids=block, cache=cache, use_cache=True, logits_to_keep=m)
+                elapsed = clock.now() - start
+                crop_to(cache, prompt_length)
+                if repeat:
+                    samples[m].append(elapsed)
     return [statistics.median(samples[m]) for m in samples]
 
 

@@ -29,6 +29,7 @@ from transformers import PreTrainedModel
 
 from .drafters import Drafter, as_drafter
 from .kv_cache import crop_to, enable_rollback, new_cache
+from .output_head import column_head
 from .sampling import SamplingParams, accept_draft, next_token, sampling_distribution
 from .schedules import ConstantSchedule, DraftSchedule
 from .stats import DecodeStats, GenerationResult
@@ -176,6 +177,7 @@ def speculative_generate(
     top_k: int = 0,
     generator: torch.Generator | None = None,
     eos_token_id: int | None = None,
+    head_kernel: str = "auto",
 ) -> GenerationResult:
     """Speculative decoding: greedy, equal to the target's greedy output, or sampled, distributed as its samples.
 
@@ -195,6 +197,10 @@ def speculative_generate(
     :func:`~pytest_specbench.engine.sampling.accept_draft`); ``top_p`` and
     ``top_k`` process both models' logits as ``model.generate`` does. A seeded
     ``generator`` (on the target's device, or the CPU) makes a run reproducible.
+
+    ``head_kernel="auto"`` computes the target's output head over a verify block in whichever of
+    two equal forms was measured faster (:mod:`~pytest_specbench.engine.output_head`);
+    ``"linear"`` keeps the model's own.
     """
     sampling = SamplingParams(temperature, top_p, top_k)
     _check_lengths(max_new_tokens)
@@ -212,64 +218,65 @@ def speculative_generate(
     enable_rollback(cache)
     cached_length = 0  # committed positions whose keys/values the target cache holds
 
-    hit_eos = False
-    start = clock.now()
-    if max_new_tokens > 0:
-        # Prefill, timed apart: the target reads the prompt and commits its own first token, and
-        # the drafter reads the prompt. Time to first token is then comparable with greedy decoding.
-        logits = target(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits
-        first = next_token(logits[:, -1], sampling, generator)
-        drafter.prefill(ids)
-        ids = torch.cat([ids, first], dim=1)
-        cached_length = prompt_length
-        stats.target_forward_passes += 1
-        stats.bonus_tokens += 1
-        stats.drafted_per_step.append(0)
-        stats.accepted_per_step.append(0)
-        stats.k_per_step.append(0)
-        hit_eos = eos_token_id is not None and int(first) == eos_token_id
-    t_draft = clock.now()
-    stats.prefill_time_s = t_draft - start
-    while not hit_eos and ids.shape[1] - prompt_length < max_new_tokens:
-        remaining = max_new_tokens - (ids.shape[1] - prompt_length)
-        # Leave room for the bonus token so a block never overshoots.
-        chosen_k = schedule.next_k()
-        block_k = min(chosen_k, remaining - 1)
-        draft_probs = None  # the draft's q under sampling; None when greedy or for point masses
-        if block_k > 0:
-            proposal, draft_probs = _propose(drafter, ids, block_k, sampling, generator, confidence)
-        else:
-            proposal = ids.new_empty(0)
-        t_verify = clock.now()
-        block = torch.cat([ids[0, cached_length:], proposal]).unsqueeze(0)
-        if sampling.greedy:
-            num_accepted, target_tokens = _verify(target, cache, block, proposal)
-        else:
-            num_accepted, target_tokens = _verify_sampled(target, cache, block, proposal, draft_probs, sampling,
-                                                          generator)
-        committed = torch.cat([proposal[:num_accepted], target_tokens[num_accepted : num_accepted + 1]])
-        committed, hit_eos = _cut_at_eos(committed, eos_token_id)
-        # An EOS inside the accepted prefix drops the tokens after it, bonus included.
-        kept_accepted = min(num_accepted, committed.numel())
-        ids = torch.cat([ids, committed.unsqueeze(0)], dim=1)
-        # The newest committed token has not been fed to the target yet.
-        cached_length = ids.shape[1] - 1
-        crop_to(cache, min(cached_length, cache.get_seq_length()))
-        if block_k > 0:  # only a drafter that was asked to propose has anything to commit
-            drafter.commit(num_accepted)
-        schedule.update(proposal.numel(), num_accepted)
-        t_done = clock.now()
+    with column_head(target, head_kernel):
+        hit_eos = False
+        start = clock.now()
+        if max_new_tokens > 0:
+            # Prefill, timed apart: the target reads the prompt and commits its own first token, and
+            # the drafter reads the prompt. Time to first token is then comparable with greedy decoding.
+            logits = target(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits
+            first = next_token(logits[:, -1], sampling, generator)
+            drafter.prefill(ids)
+            ids = torch.cat([ids, first], dim=1)
+            cached_length = prompt_length
+            stats.target_forward_passes += 1
+            stats.bonus_tokens += 1
+            stats.drafted_per_step.append(0)
+            stats.accepted_per_step.append(0)
+            stats.k_per_step.append(0)
+            hit_eos = eos_token_id is not None and int(first) == eos_token_id
+        t_draft = clock.now()
+        stats.prefill_time_s = t_draft - start
+        while not hit_eos and ids.shape[1] - prompt_length < max_new_tokens:
+            remaining = max_new_tokens - (ids.shape[1] - prompt_length)
+            # Leave room for the bonus token so a block never overshoots.
+            chosen_k = schedule.next_k()
+            block_k = min(chosen_k, remaining - 1)
+            draft_probs = None  # the draft's q under sampling; None when greedy or for point masses
+            if block_k > 0:
+                proposal, draft_probs = _propose(drafter, ids, block_k, sampling, generator, confidence)
+            else:
+                proposal = ids.new_empty(0)
+            t_verify = clock.now()
+            block = torch.cat([ids[0, cached_length:], proposal]).unsqueeze(0)
+            if sampling.greedy:
+                num_accepted, target_tokens = _verify(target, cache, block, proposal)
+            else:
+                num_accepted, target_tokens = _verify_sampled(target, cache, block, proposal, draft_probs, sampling,
+                                                              generator)
+            committed = torch.cat([proposal[:num_accepted], target_tokens[num_accepted : num_accepted + 1]])
+            committed, hit_eos = _cut_at_eos(committed, eos_token_id)
+            # An EOS inside the accepted prefix drops the tokens after it, bonus included.
+            kept_accepted = min(num_accepted, committed.numel())
+            ids = torch.cat([ids, committed.unsqueeze(0)], dim=1)
+            # The newest committed token has not been fed to the target yet.
+            cached_length = ids.shape[1] - 1
+            crop_to(cache, min(cached_length, cache.get_seq_length()))
+            if block_k > 0:  # only a drafter that was asked to propose has anything to commit
+                drafter.commit(num_accepted)
+            schedule.update(proposal.numel(), num_accepted)
+            t_done = clock.now()
 
-        stats.draft_time_s += t_verify - t_draft
-        stats.verify_time_s += t_done - t_verify
-        t_draft = t_done  # the next step starts where this one ended: one device sync fewer
-        stats.target_forward_passes += 1
-        stats.drafted_tokens += proposal.numel()
-        stats.accepted_tokens += kept_accepted
-        stats.bonus_tokens += committed.numel() - kept_accepted
-        stats.drafted_per_step.append(proposal.numel())
-        stats.accepted_per_step.append(kept_accepted)
-        stats.k_per_step.append(chosen_k)
+            stats.draft_time_s += t_verify - t_draft
+            stats.verify_time_s += t_done - t_verify
+            t_draft = t_done  # the next step starts where this one ended: one device sync fewer
+            stats.target_forward_passes += 1
+            stats.drafted_tokens += proposal.numel()
+            stats.accepted_tokens += kept_accepted
+            stats.bonus_tokens += committed.numel() - kept_accepted
+            stats.drafted_per_step.append(proposal.numel())
+            stats.accepted_per_step.append(kept_accepted)
+            stats.k_per_step.append(chosen_k)
     stats.wall_time_s = clock.now() - start
     stats.draft_forward_passes = drafter.forward_passes
     stats.new_tokens = ids.shape[1] - prompt_length
