@@ -229,6 +229,10 @@ OPTIONS: tuple[Option, ...] = (
            "block: auto (per row count, whichever of linear and weight @ hidden.T measured faster), column "
            "(always the latter) or linear (the model's own) (default auto)", _head_kernel, "auto",
            metavar="KERNEL", changes_results=True),
+    Option("compile", "compile_steps", "native engine and baseline: static KV caches and torch.compile for the "
+           "one-token steps (the draft's proposals, the greedy baseline's tokens; CUDA graphs on CUDA); verify "
+           "passes stay eager. For GPUs, where a small model's step is mostly launch overhead; warm-up rounds "
+           "absorb the compilation", changes_results=True),
     Option("prompts", "prompt_categories", "comma list of prompt categories (default: all; on CPU, of the "
            f"shipped suite, {CPU_PROMPTS})",
            _comma_list("a comma list of prompt categories; leave the option out for the default categories"),
@@ -319,6 +323,7 @@ class SpecbenchConfig:
     ks: tuple[int | str, ...]  # integers and schedule names (SCHEDULE_KS)
     engines: tuple[str, ...]
     head_kernel: str
+    compile_steps: bool
     prompt_categories: tuple[str, ...]  # empty: all
     prompt_file: Path | None
     prompts_per_category: int

@@ -136,13 +136,15 @@ def measure_case(
 
     def run_baseline() -> None:
         baselines.append(greedy_generate(target.model, input_ids, n, eos_token_id=eos, generator=baseline_generator,
-                                         **sampling_kwargs(sampling)))
+                                         compile_steps=config.compile_steps, **sampling_kwargs(sampling)))
 
     longest = probed_k(config.ks)
-    costs = store.memo(("cost_model", pair.name, longest, config.head_kernel),
-                       lambda: measure_costs(target.model, drafter, input_ids, longest + 1, config.head_kernel))
+    costs = store.memo(("cost_model", pair.name, longest, config.head_kernel, config.compile_steps),
+                       lambda: measure_costs(target.model, drafter, input_ids, longest + 1, config.head_kernel,
+                                             config.compile_steps))
     speculative_run = speculative_runner(case, target.model, drafter, input_ids, n, eos, costs, sampling,
-                                         torch.Generator().manual_seed(config.seed + 1), config.head_kernel)
+                                         torch.Generator().manual_seed(config.seed + 1), config.head_kernel,
+                                         config.compile_steps)
 
     def run_speculative() -> None:
         speculative.append(speculative_run())
@@ -221,8 +223,8 @@ def sampling_kwargs(sampling: SamplingParams) -> dict[str, Any]:
 
 def speculative_runner(case: Case, target_model, drafter, input_ids: torch.Tensor, max_new_tokens: int,
                        eos: int | None, costs: dict[str, Any], sampling: SamplingParams | None = None,
-                       generator: torch.Generator | None = None, head_kernel: str = "auto"
-                       ) -> Callable[[], GenerationResult]:
+                       generator: torch.Generator | None = None, head_kernel: str = "auto",
+                       compile_steps: bool = False) -> Callable[[], GenerationResult]:
     """One speculative run of the case, by its engine; under sampling each run draws on ``generator``."""
     sampling = sampling or SamplingParams()
     if case.engine == "hf":
@@ -235,7 +237,7 @@ def speculative_runner(case: Case, target_model, drafter, input_ids: torch.Tenso
     schedule = case_schedule(case.k, costs)
     return lambda: speculative_generate(target_model, drafter, input_ids, schedule, max_new_tokens,
                                         eos_token_id=eos, generator=generator, head_kernel=head_kernel,
-                                        **sampling_kwargs(sampling))
+                                        compile_steps=compile_steps, **sampling_kwargs(sampling))
 
 
 @torch.inference_mode()
@@ -273,11 +275,13 @@ def sampling_verdict(case: Case, check: dict[str, Any]) -> dict[str, Any]:
 
 
 def measure_costs(target_model, drafter, input_ids: torch.Tensor, max_positions: int,
-                  head_kernel: str = "auto") -> dict[str, Any]:
-    """The cost model's inputs for one pair: v(1) .. v(max_positions) with the native engine's output head,
-    the draft's per-token cost, and the row counts whose head runs as weight @ hidden.T."""
-    curve = verify_costs(target_model, input_ids, max_positions, head_kernel=head_kernel)
-    return {"verify_costs_s": curve, "draft_token_s": draft_token_cost(drafter, input_ids),
+                  head_kernel: str = "auto", compile_steps: bool = False) -> dict[str, Any]:
+    """The cost model's inputs for one pair, as the native engine runs: v(1) .. v(max_positions), the draft's
+    per-token cost, and the row counts whose head runs as weight @ hidden.T."""
+    curve = verify_costs(target_model, input_ids, max_positions, head_kernel=head_kernel,
+                         compile_steps=compile_steps)
+    return {"verify_costs_s": curve,
+            "draft_token_s": draft_token_cost(drafter, input_ids, compile_steps=compile_steps),
             "column_head_rows": column_head_rows(target_model, head_kernel, max_positions)}
 
 

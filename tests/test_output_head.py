@@ -47,6 +47,16 @@ class _Model(torch.nn.Module):
         return self.head
 
 
+@pytest.fixture
+def columns(monkeypatch) -> list[int]:
+    """One entry per call of the column form."""
+    calls: list[int] = []
+    real_column = output_head.column_logits
+    monkeypatch.setattr(output_head, "column_logits",
+                        lambda head, hidden: calls.append(1) or real_column(head, hidden))
+    return calls
+
+
 def _linear(bias: bool, seed: int = 0) -> torch.nn.Linear:
     torch.manual_seed(seed)
     return torch.nn.Linear(48, 300, bias=bias)
@@ -99,7 +109,7 @@ def test_an_inner_block_leaves_the_outer_one_in_place():
     assert "forward" not in vars(head)
 
 
-def test_auto_measures_each_row_count_once_and_keeps_the_faster_form(monkeypatch):
+def test_auto_measures_each_row_count_once_and_keeps_the_faster_form(monkeypatch, columns):
     head = _linear(True, seed=1)
     model = _Model(head)
     measured = []
@@ -109,10 +119,7 @@ def test_auto_measures_each_row_count_once_and_keeps_the_faster_form(monkeypatch
         measured.append(rows)
         return rows >= 4  # the column form "wins" from 4 rows on
 
-    columns = []
-    real_column = output_head._column
     monkeypatch.setattr(output_head, "_column_is_faster", fake_measure)
-    monkeypatch.setattr(output_head, "_column", lambda head, hidden: columns.append(1) or real_column(head, hidden))
     with column_head(model, "auto"):
         for rows in (1, 3, 3, 5, 5, 1):
             head(torch.randn(1, rows, 48))
@@ -137,11 +144,8 @@ def test_an_unknown_kernel_is_refused():
 @pytest.mark.parametrize("k", [2, 8])
 @pytest.mark.parametrize("head_kernel", HEAD_KERNELS)
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_every_head_kernel_is_lossless(arch, head_kernel, k, monkeypatch):
+def test_every_head_kernel_is_lossless(arch, head_kernel, k, columns):
     target, draft = pair(arch)
-    columns = []
-    real_column = output_head._column
-    monkeypatch.setattr(output_head, "_column", lambda head, hidden: columns.append(1) or real_column(head, hidden))
     result = speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, head_kernel=head_kernel)
     assert result.token_ids == list(reference(arch))
     assert "forward" not in vars(target.get_output_embeddings())
@@ -155,19 +159,16 @@ def test_every_head_kernel_is_lossless(arch, head_kernel, k, monkeypatch):
 def test_a_wrong_column_form_is_caught(arch, monkeypatch):
     target, draft = pair(arch)
     expected = list(reference(arch))
-    real_column = output_head._column
+    real_column = output_head.column_logits
     # Planted bug: each position gets the logits of the position before it.
-    monkeypatch.setattr(output_head, "_column",
+    monkeypatch.setattr(output_head, "column_logits",
                         lambda head, hidden: torch.roll(real_column(head, hidden), shifts=1, dims=-2))
     assert speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, head_kernel="linear").token_ids == expected
     assert speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, head_kernel="column").token_ids != expected
 
 
-def test_the_cost_probe_times_the_engines_head(monkeypatch):
+def test_the_cost_probe_times_the_engines_head(columns):
     target, _ = pair("gpt2")
-    columns = []
-    real_column = output_head._column
-    monkeypatch.setattr(output_head, "_column", lambda head, hidden: columns.append(1) or real_column(head, hidden))
     curve = verify_costs(target, torch.tensor([PROMPT]), 4, repeats=1, head_kernel="column")
     assert len(curve) == 4 and min(curve) > 0
     assert len(columns) == 2 * 3  # m = 2, 3, 4 in the warm-up sweep and the timed one

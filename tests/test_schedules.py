@@ -135,3 +135,17 @@ def test_heuristic_schedule_grows_k_on_a_perfect_draft() -> None:
     result = speculative_generate(target, target, PROMPT, HeuristicSchedule(start=2, confidence_threshold=None),
                                   NEW_TOKENS)
     assert result.stats.k_per_step[1:4] == [2, 4, 6]  # every block fully accepted: +2 each step
+
+
+def test_cost_model_schedule_lengthens_blocks_for_a_draft_that_keeps_being_right() -> None:
+    # v(m)/v(1) of Gemma 3 270M with the column head on a 2-core CPU, and its int8 copy's cost.
+    curve = [1.0, 1.10, 1.35, 1.13, 1.25, 1.60, 1.59, 1.59, 1.80, 1.95, 2.02, 2.14, 2.18, 2.21, 2.66, 2.15, 2.39]
+    schedule = CostModelSchedule(curve, cost_ratio=0.389)
+    chosen = []
+    for _ in range(12):
+        chosen.append(schedule.next_k())
+        schedule.update(drafted=chosen[-1], accepted=chosen[-1])
+    assert schedule.alpha > 0.97
+    # Near alpha 1 long blocks pay; a prior worth 2 observations held alpha at 0.95 and k at 3 here
+    # (the cheap v(4) = 1.13 v(1) wins at that alpha).
+    assert chosen[-1] >= 7

@@ -2,7 +2,8 @@
 
 v(m) is the time of one target forward pass over m new positions on a warm cache that already
 holds the prompt, as a verify pass of m - 1 drafted tokens runs. Each repeat crops the cache
-back to the prompt, and the m values are interleaved so drift hits all of them alike.
+back to the prompt, and the m values are interleaved so drift hits all of them alike. With
+``compile_steps`` both run as the engine then runs them: on static caches, the draft's step compiled.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ import torch
 from transformers import PreTrainedModel
 
 from .drafters import Drafter, ModelDrafter
-from .kv_cache import crop_to, enable_rollback, new_cache
+from .compiled_steps import one_token_step
+from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from .output_head import column_head
 from .timing import DeviceClock
 
 
-def _prefilled(model: PreTrainedModel, input_ids: torch.Tensor):
-    cache = new_cache(model)
+def _prefilled(model: PreTrainedModel, input_ids: torch.Tensor, static_length: int | None = None,
+               role: str = "target"):
+    cache = new_cache(model) if static_length is None else static_cache(model, static_length, role)
     model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
     enable_rollback(cache)
     return cache
@@ -33,7 +36,7 @@ def _filler(input_ids: torch.Tensor, m: int) -> torch.Tensor:
 
 @torch.inference_mode()
 def verify_costs(model: PreTrainedModel, input_ids: torch.Tensor, max_positions: int, repeats: int = 5,
-                 head_kernel: str = "auto") -> list[float]:
+                 head_kernel: str = "auto", compile_steps: bool = False) -> list[float]:
     """Seconds of one target pass over m new positions after the prompt, m = 1 .. max_positions (median).
 
     The output head runs as in the engine's verify pass (``head_kernel``, see
@@ -41,8 +44,8 @@ def verify_costs(model: PreTrainedModel, input_ids: torch.Tensor, max_positions:
     untimed first sweep.
     """
     clock = DeviceClock(model.device)
-    cache = _prefilled(model, input_ids)
-    prompt_length = cache.get_seq_length()
+    cache = _prefilled(model, input_ids, input_ids.shape[1] + max_positions if compile_steps else None)
+    prompt_length = cache_length(cache)
     samples: dict[int, list[float]] = {m: [] for m in range(1, max_positions + 1)}
     with column_head(model, head_kernel):
         for repeat in range(repeats + 1):  # the first sweep warms up and is not kept
@@ -58,19 +61,21 @@ def verify_costs(model: PreTrainedModel, input_ids: torch.Tensor, max_positions:
 
 
 @torch.inference_mode()
-def draft_token_cost(drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5) -> float:
+def draft_token_cost(drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5, compile_steps: bool = False
+                     ) -> float:
     """Seconds of one drafted token: a draft model's one-token step on the prompt's cache; 0 without a model."""
     if not isinstance(drafter, ModelDrafter):
         return 0.0  # prompt lookup and other model-free drafters: microseconds of tensor search
     model = drafter.model
     clock = DeviceClock(model.device)
     ids = input_ids.to(model.device)
-    cache = _prefilled(model, ids)
-    prompt_length = cache.get_seq_length()
+    cache = _prefilled(model, ids, ids.shape[1] + 1 if compile_steps else None, role="draft")
+    step = one_token_step(model) if compile_steps else model
+    prompt_length = cache_length(cache)
     samples = []
-    for repeat in range(repeats + 1):
+    for repeat in range(repeats + 1):  # the first repeat warms up (and compiles) and is not kept
         start = clock.now()
-        model(input_ids=ids[:, -1:], cache=cache, use_cache=True, logits_to_keep=1)
+        step(input_ids=ids[:, -1:], cache=cache, use_cache=True, logits_to_keep=1)
         elapsed = clock.now() - start
         crop_to(cache, prompt_length)
         if repeat:

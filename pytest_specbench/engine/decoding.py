@@ -27,8 +27,9 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from .drafters import Drafter, as_drafter
-from .kv_cache import crop_to, enable_rollback, new_cache
+from .compiled_steps import one_token_step
+from .drafters import Drafter, ModelDrafter, as_drafter
+from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from .output_head import column_head
 from .sampling import SamplingParams, accept_draft, next_token, sampling_distribution
 from .schedules import ConstantSchedule, DraftSchedule
@@ -77,6 +78,7 @@ def greedy_generate(
     top_k: int = 0,
     generator: torch.Generator | None = None,
     eos_token_id: int | None = None,
+    compile_steps: bool = False,
 ) -> GenerationResult:
     """Target-only decoding with a KV cache: the baseline.
 
@@ -85,18 +87,23 @@ def greedy_generate(
     token-for-token equal to ``model.generate(do_sample=False)``; above zero it
     samples each token from the target's distribution after temperature, top-k
     and top-p, as ``model.generate(do_sample=True)`` does, drawing from ``generator``.
+
+    ``compile_steps=True`` runs the one-token steps through ``torch.compile`` on a static cache
+    (:mod:`~pytest_specbench.engine.compiled_steps`).
     """
     sampling = SamplingParams(temperature, top_p, top_k)
     _check_lengths(max_new_tokens)
     ids = _as_batch_of_one(input_ids, model.device)
     clock = DeviceClock(model.device)
     stats = DecodeStats()
-    cache = new_cache(model)
+    cache = static_cache(model, ids.shape[1] + max_new_tokens) if compile_steps else new_cache(model)
+    one_token = one_token_step(model) if compile_steps else model
     new_tokens = []
     feed = ids
     start = clock.now()
     for step in range(max_new_tokens):
-        logits = model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1).logits
+        forward = one_token if feed.shape[1] == 1 else model
+        logits = forward(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1).logits
         feed = next_token(logits[:, -1], sampling, generator)
         new_tokens.append(feed)
         stats.target_forward_passes += 1
@@ -178,6 +185,7 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     eos_token_id: int | None = None,
     head_kernel: str = "auto",
+    compile_steps: bool = False,
 ) -> GenerationResult:
     """Speculative decoding: greedy, equal to the target's greedy output, or sampled, distributed as its samples.
 
@@ -200,7 +208,9 @@ def speculative_generate(
 
     ``head_kernel="auto"`` computes the target's output head over a verify block in whichever of
     two equal forms was measured faster (:mod:`~pytest_specbench.engine.output_head`);
-    ``"linear"`` keeps the model's own.
+    ``"linear"`` keeps the model's own. ``compile_steps=True`` keeps both caches static and runs a
+    draft model's one-token steps through ``torch.compile``; verify passes stay eager
+    (:mod:`~pytest_specbench.engine.compiled_steps`).
     """
     sampling = SamplingParams(temperature, top_p, top_k)
     _check_lengths(max_new_tokens)
@@ -212,9 +222,14 @@ def speculative_generate(
     drafter.reset()
     ids = _as_batch_of_one(input_ids, target.device)
     prompt_length = ids.shape[1]
+    if compile_steps:
+        cache = static_cache(target, prompt_length + max_new_tokens)
+        if isinstance(drafter, ModelDrafter):
+            drafter.compile_steps(prompt_length + max_new_tokens)
+    else:
+        cache = new_cache(target)
     clock = DeviceClock(target.device)
     stats = DecodeStats()
-    cache = new_cache(target)
     enable_rollback(cache)
     cached_length = 0  # committed positions whose keys/values the target cache holds
 
@@ -261,7 +276,7 @@ def speculative_generate(
             ids = torch.cat([ids, committed.unsqueeze(0)], dim=1)
             # The newest committed token has not been fed to the target yet.
             cached_length = ids.shape[1] - 1
-            crop_to(cache, min(cached_length, cache.get_seq_length()))
+            crop_to(cache, min(cached_length, cache_length(cache)))
             if block_k > 0:  # only a drafter that was asked to propose has anything to commit
                 drafter.commit(num_accepted)
             schedule.update(proposal.numel(), num_accepted)

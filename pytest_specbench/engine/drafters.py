@@ -13,7 +13,8 @@ from abc import ABC, abstractmethod
 import torch
 from transformers import PreTrainedModel
 
-from .kv_cache import crop_to, enable_rollback, new_cache
+from .compiled_steps import one_token_step
+from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from .sampling import SamplingParams, sample_tokens, sampling_distribution
 
 
@@ -72,17 +73,26 @@ class ModelDrafter(Drafter):
         self._cached_length = 0  # committed positions already in the cache
         self._proposal_base = 0  # committed length when the last proposal was made
         self._proposal_length = 0
+        self._static_length: int | None = None  # set by compile_steps until the next reset
+        self._one_token = self.model
+
+    def compile_steps(self, max_length: int) -> None:
+        """Until the next reset: a static cache of ``max_length`` positions, one-token steps compiled
+        (:mod:`~pytest_specbench.engine.compiled_steps`). Call after ``reset``, before ``prefill``."""
+        self._static_length = max_length
+        self._one_token = one_token_step(self.model)
 
     def _ensure_cache(self) -> None:
         if self._cache is None:
-            self._cache = new_cache(self.model)
+            self._cache = (new_cache(self.model) if self._static_length is None
+                           else static_cache(self.model, self._static_length, role="draft"))
             enable_rollback(self._cache)
 
     def prefill(self, prompt_ids: torch.Tensor) -> None:
         self._ensure_cache()
         self.model(input_ids=prompt_ids.to(self.model.device), cache=self._cache, use_cache=True, logits_to_keep=1)
         self.forward_passes += 1
-        self._cached_length = self._cache.get_seq_length()
+        self._cached_length = cache_length(self._cache)
 
     def propose(self, committed_ids: torch.Tensor, k: int, min_confidence: float | None = None) -> torch.Tensor:
         return self._draft(committed_ids, k, None, None, min_confidence)[0]
@@ -105,7 +115,8 @@ class ModelDrafter(Drafter):
         sampled = sampling is not None and not sampling.greedy
         proposal, draft_probs = [], []
         for _ in range(k):
-            logits = self.model(input_ids=feed, cache=self._cache, use_cache=True, logits_to_keep=1).logits
+            forward = self._one_token if feed.shape[1] == 1 else self.model
+            logits = forward(input_ids=feed, cache=self._cache, use_cache=True, logits_to_keep=1).logits
             if sampled:
                 probs = sampling_distribution(logits[:, -1], sampling)
                 token = sample_tokens(probs, generator).unsqueeze(-1)
@@ -130,8 +141,8 @@ class ModelDrafter(Drafter):
         # committed after a rejection is the target's resample, not the draft's:
         # it lies past the kept prefix, so it is cropped too and fed next step.
         kept = self._proposal_base + min(num_accepted, max(self._proposal_length - 1, 0))
-        crop_to(self._cache, min(kept, self._cache.get_seq_length()))
-        self._cached_length = self._cache.get_seq_length()
+        crop_to(self._cache, min(kept, cache_length(self._cache)))
+        self._cached_length = cache_length(self._cache)
 
 
 def as_drafter(draft: PreTrainedModel | Drafter) -> Drafter:

@@ -1,14 +1,28 @@
-"""KV-cache helpers: build a rollback-capable cache and crop it.
+"""KV-cache helpers: build a rollback-capable cache, read its length, crop it.
 
 Transformers 5.x caches are cropped by a negative count of tokens to remove.
 Sliding-window layers forget old states unless past recording is switched on,
 so speculative decoding switches it on after the prefill and crops after
 every forward, which also trims sliding layers back to their window.
+
+A static cache (fixed-size tensors, for compiled steps: engine/compiled_steps.py)
+rolls back by moving its write position; its stale entries lie past every query
+and are masked. One is kept per model and reset for each generation, so a compiled
+step meets the same cache object, and the same shapes, every time.
 """
 
 from __future__ import annotations
 
-from transformers import DynamicCache, PreTrainedModel
+import weakref
+
+from transformers import Cache, DynamicCache, PreTrainedModel, StaticCache
+
+#: static caches are sized up to a multiple of this, so prompts of similar length share one
+STATIC_LENGTH_STEP = 128
+
+# model -> {role: (positions, its static cache)}
+_static_caches: weakref.WeakKeyDictionary[PreTrainedModel, dict[str, tuple[int, StaticCache]]] = (
+    weakref.WeakKeyDictionary())
 
 
 def new_cache(model: PreTrainedModel) -> DynamicCache:
@@ -16,15 +30,43 @@ def new_cache(model: PreTrainedModel) -> DynamicCache:
     return DynamicCache(config=model.config)
 
 
-def enable_rollback(cache: DynamicCache) -> None:
+def static_cache(model: PreTrainedModel, length: int, role: str = "target") -> StaticCache:
+    """``model``'s reusable static cache for ``role``, emptied, holding at least ``length`` positions.
+
+    One cache per model and role: a model that drafts for itself keeps two.
+    Raises ``ValueError`` when ``length`` exceeds a sliding-window layer's window: such a layer
+    overwrites states a rollback would need.
+    """
+    window = getattr(model.config.get_text_config(decoder=True), "sliding_window", None)
+    size = -(-length // STATIC_LENGTH_STEP) * STATIC_LENGTH_STEP
+    if window:
+        size = max(min(size, window), length)
+    held = _static_caches.setdefault(model, {})
+    held_size, cache = held.get(role, (None, None))
+    if cache is None or held_size != size:
+        cache = StaticCache(config=model.config, max_cache_len=size)
+        held[role] = (size, cache)
+    if not cache.is_croppable:
+        raise ValueError(f"a static cache cannot roll back {length} positions of a model with a sliding window of "
+                         f"{window}: prompt plus new tokens must fit in the window (or use the dynamic cache)")
+    cache.reset()
+    return cache
+
+
+def enable_rollback(cache: Cache) -> None:
     """Keep enough past states that :func:`crop_to` can undo a forward pass."""
     cache.activate_past_recording()
 
 
-def crop_to(cache: DynamicCache, length: int) -> None:
+def cache_length(cache: Cache) -> int:
+    """Positions ``cache`` holds (a static cache reports a tensor; this reads it once)."""
+    return int(cache.get_seq_length())
+
+
+def crop_to(cache: Cache, length: int) -> None:
     """Roll ``cache`` back so that it holds the first ``length`` positions."""
-    excess = cache.get_seq_length() - length
+    excess = cache_length(cache) - length
     if excess < 0:
-        raise ValueError(f"cannot grow a cache from {cache.get_seq_length()} to {length} positions by cropping")
+        raise ValueError(f"cannot grow a cache from {cache_length(cache)} to {length} positions by cropping")
     # crop(0) is not a no-op: it trims sliding-window layers back to the window.
     cache.crop(-excess)

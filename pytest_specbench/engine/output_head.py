@@ -28,13 +28,14 @@ from transformers import PreTrainedModel
 from .names import HEAD_KERNELS
 from .timing import DeviceClock
 
-__all__ = ["HEAD_KERNELS", "column_head", "column_head_rows", "head_choices"]
+__all__ = ["HEAD_KERNELS", "column_head", "column_head_rows", "column_logits", "head_choices"]
 
 # head module -> {row count: True when weight @ hidden.T measured faster}
 _choices: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, bool]] = weakref.WeakKeyDictionary()
 
 
-def _column(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+def column_logits(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    """``head(hidden)`` computed as ``weight @ hidden.T`` (contiguous, the shape ``head`` would give)."""
     rows = hidden.reshape(-1, hidden.shape[-1])
     logits = torch.mm(head.weight, rows.t()).t()
     if head.bias is not None:
@@ -45,7 +46,7 @@ def _column(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
 def _column_is_faster(head: torch.nn.Linear, hidden: torch.Tensor, repeats: int = 3) -> bool:
     clock = DeviceClock(head.weight.device)
     forms = {"linear": lambda: torch.nn.functional.linear(hidden, head.weight, head.bias),
-             "column": lambda: _column(head, hidden)}
+             "column": lambda: column_logits(head, hidden)}
     times: dict[str, list[float]] = {name: [] for name in forms}
     for repeat in range(repeats + 1):  # the first round warms up and is not kept
         for name, form in forms.items():
@@ -98,10 +99,10 @@ def column_head(model: PreTrainedModel, kernel: str = "auto") -> Iterator[None]:
         if rows < 2:
             return linear(hidden)
         if kernel == "column":
-            return _column(head, hidden)
+            return column_logits(head, hidden)
         if rows not in table:
             table[rows] = _column_is_faster(head, hidden)
-        return _column(head, hidden) if table[rows] else linear(hidden)
+        return column_logits(head, hidden) if table[rows] else linear(hidden)
 
     head.forward = forward
     try:

@@ -1,0 +1,42 @@
+"""Opt-in: one-token steps through ``torch.compile`` on a static KV cache.
+
+On a GPU, a one-token step of a small model is mostly Python and kernel launches. A static
+cache (engine/kv_cache.py) gives every such step the same shapes and tensors, so the compiled
+forward (CUDA graphs: mode ``reduce-overhead``) replays it whole. The one-token steps are the
+draft's proposals and the greedy baseline's tokens. The target's verify passes (a different
+number of rows each step) stay eager, so the tokens the target decides on are computed as without
+this mode; a compiled baseline may still differ from eager ``generate`` where float rounding breaks
+a tie (rows record ``baseline_matches_reference``).
+
+The first calls compile (seconds to minutes): warm-up rounds absorb them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import torch
+from transformers import PreTrainedModel
+
+#: torch.compile backend; tests on a CPU may switch to "eager" (tracing without code generation)
+BACKEND = "inductor"
+
+_compiled: weakref.WeakKeyDictionary[PreTrainedModel, Callable] = weakref.WeakKeyDictionary()
+
+
+def one_token_step(model: PreTrainedModel) -> Callable:
+    """``model``'s forward compiled for one-token steps on a static cache (compiled once per model)."""
+    compiled = _compiled.get(model)
+    if compiled is None:
+        # CUDA graphs on CUDA; elsewhere torch.compile's default mode.
+        mode = "reduce-overhead" if model.device.type == "cuda" and BACKEND == "inductor" else None
+        compiled = torch.compile(model.forward, backend=BACKEND, mode=mode, dynamic=False, fullgraph=False)
+        _compiled[model] = compiled
+
+    def step(input_ids: torch.Tensor, **kwargs):
+        # A token sliced from a longer tensor keeps that tensor's strides; a fresh (1, 1) tensor
+        # keeps the compiled graph's guards (and CUDA graph's inputs) the same every step.
+        return compiled(input_ids=input_ids.flatten().clone().unsqueeze(0), **kwargs)
+
+    return step

@@ -1,0 +1,162 @@
+"""Static caches and compiled one-token steps: lossless against ``generate``, compiled once, refused clearly.
+
+On a CPU the compiled path is traced by torch.compile with a counting backend that runs the
+captured graphs eagerly (what inductor would compile, without its minutes of code generation);
+one test compiles with inductor for real, and a CUDA test runs CUDA graphs where a GPU exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+import torch
+from factory import hf_generate, tiny_pair
+
+import pytest_specbench.engine.compiled_steps as compiled_steps
+from pytest_specbench import greedy_generate, speculative_generate
+from pytest_specbench.engine.cost_probe import draft_token_cost, verify_costs
+from pytest_specbench.engine.drafters import ModelDrafter
+from pytest_specbench.engine.kv_cache import static_cache
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+PROMPT = [5, 17, 33, 9, 60, 2, 41, 7, 8, 11, 12, 13, 70, 71, 3, 4, 44, 45, 46, 47]
+NEW_TOKENS = 29
+# The tiny Gemma 3 and Mistral have a sliding window of 8 positions: too short for a static cache here.
+FULL_ATTENTION = ("gpt2", "llama", "gpt_neox")
+
+
+@functools.cache
+def pair(arch: str):
+    return tiny_pair(arch)
+
+
+@functools.cache
+def reference(arch: str, length: int = len(PROMPT)) -> tuple[int, ...]:
+    return tuple(hf_generate(pair(arch)[0], PROMPT[:length], NEW_TOKENS))
+
+
+class CountingBackend:
+    """A torch.compile backend that counts the graphs it is given and runs them as traced."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+        self.calls = 0
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs):
+        self.graphs += 1
+
+        def run(*args):
+            self.calls += 1
+            return graph.forward(*args)
+
+        return run
+
+
+@pytest.fixture
+def backend(monkeypatch) -> CountingBackend:
+    counting = CountingBackend()
+    monkeypatch.setattr(compiled_steps, "BACKEND", counting)
+    monkeypatch.setattr(compiled_steps, "_compiled", type(compiled_steps._compiled)())
+    torch._dynamo.reset()
+    yield counting
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("arch", FULL_ATTENTION)
+def test_compiled_steps_are_lossless(arch, backend):
+    target, draft = pair(arch)
+    expected = list(reference(arch))
+    for k in (1, 4, 8):
+        result = speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, compile_steps=True)
+        assert result.token_ids == expected, f"k={k}"
+        assert result.stats.accepted_tokens > 0
+    assert greedy_generate(target, PROMPT, NEW_TOKENS, compile_steps=True).token_ids == expected
+    assert backend.graphs > 0 and backend.calls > 0  # the one-token steps did go through torch.compile
+
+
+def test_a_model_drafting_for_itself_keeps_two_caches(backend):
+    target, _ = pair("gpt2")
+    result = speculative_generate(target, target, PROMPT, 4, NEW_TOKENS, compile_steps=True)
+    assert result.token_ids == list(reference("gpt2"))
+    assert result.stats.accepted_tokens == result.stats.drafted_tokens  # the draft is the target
+    with torch.inference_mode():  # the caches hold inference tensors now
+        assert static_cache(target, 64, "target") is not static_cache(target, 64, "draft")
+
+
+def test_later_runs_reuse_the_graphs_and_the_cache(backend):
+    target, draft = pair("llama")
+    speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, compile_steps=True)
+    greedy_generate(target, PROMPT, NEW_TOKENS, compile_steps=True)
+    graphs = backend.graphs
+    for k in (2, 8):
+        speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, compile_steps=True)
+    assert greedy_generate(target, PROMPT[:12], NEW_TOKENS, compile_steps=True).token_ids == list(
+        reference("llama", 12))
+    assert backend.graphs == graphs  # same static shapes: nothing recompiled
+    with torch.inference_mode():
+        assert static_cache(target, 40) is static_cache(target, 100)  # both within one 128-position block
+
+
+def test_a_sliding_window_too_short_for_the_run_is_refused(backend):
+    target, draft = pair("gemma3")
+    with pytest.raises(ValueError, match="sliding window of 8: prompt plus new tokens must fit in the window"):
+        speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, compile_steps=True)
+    # Within the window it runs, lossless.
+    short = hf_generate(target, PROMPT[:3], 4)
+    assert speculative_generate(target, draft, PROMPT[:3], 2, 4, compile_steps=True).token_ids == short
+
+
+def test_a_broken_rollback_is_caught(backend, monkeypatch):
+    import pytest_specbench.engine.decoding as decoding
+
+    target, draft = pair("gpt2")
+    monkeypatch.setattr(decoding, "crop_to", lambda cache, length: None)  # planted bug: stale states stay
+    result = speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, compile_steps=True)
+    assert result.token_ids != list(reference("gpt2"))
+
+
+def test_the_cost_probes_run_on_the_compiled_path(backend):
+    target, draft = pair("gpt2")
+    ids = torch.tensor([PROMPT])
+    assert min(verify_costs(target, ids, 5, repeats=1, compile_steps=True)) > 0
+    calls = backend.calls
+    assert draft_token_cost(ModelDrafter(draft), ids, repeats=2, compile_steps=True) > 0
+    assert backend.calls > calls
+
+
+def test_inductor_compiles_the_step_on_this_machine(monkeypatch):
+    monkeypatch.setattr(compiled_steps, "_compiled", type(compiled_steps._compiled)())
+    torch._dynamo.reset()
+    target, draft = pair("gpt2")
+    try:
+        result = speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, compile_steps=True)
+    finally:
+        torch._dynamo.reset()
+    assert result.token_ids == list(reference("gpt2"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graphs_are_lossless_on_a_gpu(monkeypatch):
+    monkeypatch.setattr(compiled_steps, "_compiled", type(compiled_steps._compiled)())
+    torch._dynamo.reset()
+    target, draft = (model.to("cuda") for model in tiny_pair("llama"))
+    expected = hf_generate(target, PROMPT, NEW_TOKENS)
+    for k in (1, 4):
+        assert speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, compile_steps=True).token_ids == expected
+    assert greedy_generate(target, PROMPT, NEW_TOKENS, compile_steps=True).token_ids == expected
+
+
+# --- through the plugin ----------------------------------------------------------------------
+
+
+def test_the_compile_option_runs_lossless_cases(bench, pytester, backend):
+    result = bench("--specbench-compile", "--specbench-k=1,4", "--specbench-prompts=natural",
+                   "--specbench-json=results.json")
+    result.assert_outcomes(passed=2)
+    rows = json.loads((pytester.path / "results.json").read_text())["results"]
+    assert [row["verdict"] for row in rows] == ["lossless", "lossless"]
+    assert all(row["baseline_matches_reference"] for row in rows)
+    assert backend.calls > 0
