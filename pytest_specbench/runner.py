@@ -18,7 +18,7 @@ from .config import SpecbenchConfig
 from .engine.cost_model import (accepted_length_histogram, alpha_mle, position_acceptance, predicted_speedup,
                          predicted_tau, recommended_k)
 from .engine.cost_probe import draft_token_cost, parameter_count, verify_costs
-from .engine.output_head import column_head_rows
+from .engine.output_head import column_head_rows, settle_head_forms
 from .engine.decoding import greedy_generate, speculative_generate
 from .engine.drafters import ModelDrafter, PromptLookupDrafter
 from .engine.hf_assisted import AUTO, HEURISTIC, hf_assisted_generate
@@ -139,9 +139,12 @@ def measure_case(
                                          compile_steps=config.compile_steps, **sampling_kwargs(sampling)))
 
     longest = probed_k(config.ks)
-    costs = store.memo(("cost_model", pair.name, longest, config.head_kernel, config.compile_steps),
+    # A schedule may draft past the probe's longest k (heuristic: from 20 up), at most n - 1 tokens.
+    head_rows = max(longest + 1, n if HEURISTIC in config.ks else 0)
+    compile_length = int(input_ids.shape[1]) + n if config.compile_steps else None
+    costs = store.memo(("cost_model", pair.name, longest, head_rows, config.head_kernel, compile_length),
                        lambda: measure_costs(target.model, drafter, input_ids, longest + 1, config.head_kernel,
-                                             config.compile_steps))
+                                             compile_length, head_rows))
     speculative_run = speculative_runner(case, target.model, drafter, input_ids, n, eos, costs, sampling,
                                          torch.Generator().manual_seed(config.seed + 1), config.head_kernel,
                                          config.compile_steps)
@@ -275,14 +278,18 @@ def sampling_verdict(case: Case, check: dict[str, Any]) -> dict[str, Any]:
 
 
 def measure_costs(target_model, drafter, input_ids: torch.Tensor, max_positions: int,
-                  head_kernel: str = "auto", compile_steps: bool = False) -> dict[str, Any]:
+                  head_kernel: str = "auto", compile_length: int | None = None,
+                  head_rows: int | None = None) -> dict[str, Any]:
     """The cost model's inputs for one pair, as the native engine runs: v(1) .. v(max_positions), the draft's
-    per-token cost, and the row counts whose head runs as weight @ hidden.T."""
+    per-token cost, and the verify block sizes (2 .. ``head_rows``) whose head runs as weight @ hidden.T,
+    every one of them measured here, before any timed run."""
     curve = verify_costs(target_model, input_ids, max_positions, head_kernel=head_kernel,
-                         compile_steps=compile_steps)
+                         compile_length=compile_length)
+    head_rows = max(head_rows or 0, max_positions)
+    settle_head_forms(target_model, head_rows, head_kernel)
     return {"verify_costs_s": curve,
-            "draft_token_s": draft_token_cost(drafter, input_ids, compile_steps=compile_steps),
-            "column_head_rows": column_head_rows(target_model, head_kernel, max_positions)}
+            "draft_token_s": draft_token_cost(drafter, input_ids, compile_length=compile_length),
+            "column_head_rows": column_head_rows(target_model, head_kernel, head_rows)}
 
 
 def reset_peak_memory(device: str) -> None:
@@ -300,6 +307,15 @@ def peak_memory_mb(device: str) -> tuple[float, str]:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # Linux reports KiB, macOS bytes.
     return peak / (2**20 if sys.platform == "darwin" else 2**10), "process_rss"
+
+
+def case_column_head_rows(case: Case, costs: dict[str, Any] | None) -> list[int]:
+    """The verify block sizes of this case whose head ran as weight @ hidden.T: native engine only, and at a
+    constant k only blocks of k + 1 rows or fewer."""
+    if not costs or case.engine != "native":
+        return []
+    rows = list(costs.get("column_head_rows", []))
+    return [m for m in rows if m <= case.k + 1] if isinstance(case.k, int) else rows
 
 
 def cost_model_fields(k: int | str, drafted_per_step: list[int], accepted_per_step: list[int],
@@ -452,8 +468,7 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         target_load_source=measurement.target_load_source,
         **cost_model_fields(case.k, list(stats.drafted_per_step), list(stats.accepted_per_step), measurement.costs,
                             decode.estimate),
-        column_head_rows=(list(measurement.costs.get("column_head_rows", []))
-                          if measurement.costs and case.engine == "native" else []),
+        column_head_rows=case_column_head_rows(case, measurement.costs),
         **(measurement.sizes or {}),
         **(dict(zip(("peak_memory_mb", "peak_memory_kind"), measurement.peak_memory))
            if measurement.peak_memory else {}),

@@ -151,9 +151,10 @@ class CaseResult:
     verify_costs_ms: list = _field("entry m-1: v(m), milliseconds of one target pass over m new positions on a "
                                    "warm cache of the prompt (median of repeats; measured once per pair and worker)",
                                    COST_MODEL, default=[], csv=False)
-    column_head_rows: list = _field("native engine: the verify block sizes (rows) whose target output head ran as "
-                                    "weight @ hidden.T, measured faster than linear there (--specbench-head-kernel); "
-                                    "the others ran the model's own linear", COST_MODEL, default=[], csv=False)
+    column_head_rows: list = _field("native engine: the verify block sizes (rows; up to k + 1 at a constant k) whose "
+                                    "target output head ran as weight @ hidden.T, measured faster than linear there "
+                                    "(--specbench-head-kernel); the others ran the model's own linear", COST_MODEL,
+                                    default=[], csv=False)
 
     # --- memory and size
     target_params: int | None = _field("target parameters", MEMORY, default=None)

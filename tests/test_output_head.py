@@ -185,6 +185,38 @@ def test_the_rows_record_which_verify_blocks_ran_the_column_head(bench, pytester
     result.assert_outcomes(passed=4)
     rows = {row["case"]: row for row in json.loads((pytester.path / "results.json").read_text())["results"]}
     assert rows["tiny-native-k4-natural"]["column_head_rows"] == expected_rows
-    assert rows["tiny-native-k1-natural"]["column_head_rows"] == expected_rows  # the pair's probe covers k up to 4
+    assert rows["tiny-native-k1-natural"]["column_head_rows"] == expected_rows[:1]  # k=1 verifies 2 rows at most
     assert rows["tiny-hf-k4-natural"]["column_head_rows"] == []  # transformers' loop keeps the model's head
     assert all(row["verdict"] == "lossless" for row in rows.values())
+
+
+def test_a_schedule_longer_than_the_probe_has_its_head_measured_before_the_timed_rounds(bench, pytester,
+                                                                                       monkeypatch):
+    measured_during_runs = []
+    real_measure = output_head._column_is_faster
+    import pytest_specbench.runner as runner
+
+    real_runner = runner.speculative_runner
+
+    def watched_runner(*args, **kwargs):
+        run = real_runner(*args, **kwargs)
+
+        def watched():
+            monkeypatch.setattr(output_head, "_column_is_faster",
+                                lambda head, hidden, repeats=3: measured_during_runs.append(1) or real_measure(
+                                    head, hidden, repeats))
+            try:
+                return run()
+            finally:
+                monkeypatch.setattr(output_head, "_column_is_faster", real_measure)
+        return watched
+
+    monkeypatch.setattr(runner, "speculative_runner", watched_runner)
+    # k=heuristic drafts from 20 tokens up: blocks far longer than the probe's 17 rows.
+    result = bench("--specbench-k=heuristic", "--specbench-prompts=repetitive", "--specbench-max-new-tokens=40",
+                   "--specbench-json=results.json")
+    result.assert_outcomes(passed=1)
+    row = json.loads((pytester.path / "results.json").read_text())["results"][0]
+    assert max(row["k_per_step"]) > 17
+    assert measured_during_runs == []
+    assert max(row["column_head_rows"] or [0]) <= 40 and row["verdict"] == "lossless"

@@ -8,12 +8,12 @@ number of rows each step) stay eager, so the tokens the target decides on are co
 this mode; a compiled baseline may still differ from eager ``generate`` where float rounding breaks
 a tie (rows record ``baseline_matches_reference``).
 
-The first calls compile (seconds to minutes): warm-up rounds absorb them.
+The first calls compile (seconds to minutes): warm-up rounds absorb them. Models with
+sliding-window layers are refused (engine/kv_cache.py says why).
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 
 import torch
@@ -22,17 +22,18 @@ from transformers import PreTrainedModel
 #: torch.compile backend; tests on a CPU may switch to "eager" (tracing without code generation)
 BACKEND = "inductor"
 
-_compiled: weakref.WeakKeyDictionary[PreTrainedModel, Callable] = weakref.WeakKeyDictionary()
+# Kept on the model (the compiled bound method refers to it), so both are freed together.
+_ATTRIBUTE = "_specbench_one_token_step"
 
 
 def one_token_step(model: PreTrainedModel) -> Callable:
     """``model``'s forward compiled for one-token steps on a static cache (compiled once per model)."""
-    compiled = _compiled.get(model)
+    compiled = getattr(model, _ATTRIBUTE, None)
     if compiled is None:
         # CUDA graphs on CUDA; elsewhere torch.compile's default mode.
         mode = "reduce-overhead" if model.device.type == "cuda" and BACKEND == "inductor" else None
         compiled = torch.compile(model.forward, backend=BACKEND, mode=mode, dynamic=False, fullgraph=False)
-        _compiled[model] = compiled
+        setattr(model, _ATTRIBUTE, compiled)
 
     def step(input_ids: torch.Tensor, **kwargs):
         # A token sliced from a longer tensor keeps that tensor's strides; a fresh (1, 1) tensor

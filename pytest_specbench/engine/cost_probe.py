@@ -3,7 +3,8 @@
 v(m) is the time of one target forward pass over m new positions on a warm cache that already
 holds the prompt, as a verify pass of m - 1 drafted tokens runs. Each repeat crops the cache
 back to the prompt, and the m values are interleaved so drift hits all of them alike. With
-``compile_steps`` both run as the engine then runs them: on static caches, the draft's step compiled.
+``compile_length`` (the run's prompt plus new tokens) both run as the engine then runs them: on
+static caches of that size, the draft's step compiled.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _filler(input_ids: torch.Tensor, m: int) -> torch.Tensor:
 
 @torch.inference_mode()
 def verify_costs(model: PreTrainedModel, input_ids: torch.Tensor, max_positions: int, repeats: int = 5,
-                 head_kernel: str = "auto", compile_steps: bool = False) -> list[float]:
+                 head_kernel: str = "auto", compile_length: int | None = None) -> list[float]:
     """Seconds of one target pass over m new positions after the prompt, m = 1 .. max_positions (median).
 
     The output head runs as in the engine's verify pass (``head_kernel``, see
@@ -44,7 +45,8 @@ def verify_costs(model: PreTrainedModel, input_ids: torch.Tensor, max_positions:
     untimed first sweep.
     """
     clock = DeviceClock(model.device)
-    cache = _prefilled(model, input_ids, input_ids.shape[1] + max_positions if compile_steps else None)
+    static_length = None if compile_length is None else max(compile_length, input_ids.shape[1] + max_positions)
+    cache = _prefilled(model, input_ids, static_length)
     prompt_length = cache_length(cache)
     samples: dict[int, list[float]] = {m: [] for m in range(1, max_positions + 1)}
     with column_head(model, head_kernel):
@@ -61,7 +63,7 @@ def verify_costs(model: PreTrainedModel, input_ids: torch.Tensor, max_positions:
 
 
 @torch.inference_mode()
-def draft_token_cost(drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5, compile_steps: bool = False
+def draft_token_cost(drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5, compile_length: int | None = None
                      ) -> float:
     """Seconds of one drafted token: a draft model's one-token step on the prompt's cache; 0 without a model."""
     if not isinstance(drafter, ModelDrafter):
@@ -69,8 +71,9 @@ def draft_token_cost(drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5
     model = drafter.model
     clock = DeviceClock(model.device)
     ids = input_ids.to(model.device)
-    cache = _prefilled(model, ids, ids.shape[1] + 1 if compile_steps else None, role="draft")
-    step = one_token_step(model) if compile_steps else model
+    static_length = None if compile_length is None else max(compile_length, ids.shape[1] + 1)
+    cache = _prefilled(model, ids, static_length, role="draft")
+    step = model if compile_length is None else one_token_step(model)
     prompt_length = cache_length(cache)
     samples = []
     for repeat in range(repeats + 1):  # the first repeat warms up (and compiles) and is not kept

@@ -28,7 +28,7 @@ from transformers import PreTrainedModel
 from .names import HEAD_KERNELS
 from .timing import DeviceClock
 
-__all__ = ["HEAD_KERNELS", "column_head", "column_head_rows", "column_logits", "head_choices"]
+__all__ = ["HEAD_KERNELS", "column_head", "column_head_rows", "column_logits", "head_choices", "settle_head_forms"]
 
 # head module -> {row count: True when weight @ hidden.T measured faster}
 _choices: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, bool]] = weakref.WeakKeyDictionary()
@@ -59,17 +59,27 @@ def _column_is_faster(head: torch.nn.Linear, hidden: torch.Tensor, repeats: int 
 
 def head_choices(model: PreTrainedModel) -> dict[int, str]:
     """The forms measured so far for ``model``'s output head: row count -> ``"column"`` or ``"linear"``."""
-    table = _choices.get(model.get_output_embeddings(), {})
+    head = model.get_output_embeddings()
+    table = _choices.get(head, {}) if head is not None else {}
     return {rows: "column" if column else "linear" for rows, column in sorted(table.items())}
 
 
-def _patchable(head: torch.nn.Module) -> bool:
-    return type(head) is torch.nn.Linear and head.weight.is_floating_point()
+def _patchable(head: torch.nn.Module | None) -> bool:
+    # A forward already set on the instance (an enclosing block, or a wrapper such as accelerate's
+    # hooks) owns the head: leave it alone.
+    return (type(head) is torch.nn.Linear and head.weight.is_floating_point()
+            and "forward" not in vars(head))
+
+
+def _check_kernel(kernel: str) -> None:
+    if kernel not in HEAD_KERNELS:
+        raise ValueError(f"head kernel must be one of {', '.join(HEAD_KERNELS)}, got {kernel!r}")
 
 
 def column_head_rows(model: PreTrainedModel, kernel: str, max_rows: int) -> list[int]:
     """The row counts 2 .. ``max_rows`` whose head calls :func:`column_head` serves as ``weight @ hidden.T``
     (under ``auto``, those measured so far and found faster)."""
+    _check_kernel(kernel)
     if kernel == "linear" or not _patchable(model.get_output_embeddings()):
         return []
     if kernel == "column":
@@ -84,11 +94,9 @@ def column_head(model: PreTrainedModel, kernel: str = "auto") -> Iterator[None]:
     A no-op for ``kernel="linear"``, for heads that are not a plain float ``torch.nn.Linear``
     (quantised heads, say), and inside an enclosing ``column_head`` of the same model.
     """
-    if kernel not in HEAD_KERNELS:
-        raise ValueError(f"head kernel must be one of {', '.join(HEAD_KERNELS)}, got {kernel!r}")
+    _check_kernel(kernel)
     head = model.get_output_embeddings()
-    # A forward already set on the instance: an enclosing block owns the head.
-    if kernel == "linear" or not _patchable(head) or "forward" in vars(head):
+    if kernel == "linear" or not _patchable(head):
         yield
         return
     table = _choices.setdefault(head, {})
@@ -109,3 +117,18 @@ def column_head(model: PreTrainedModel, kernel: str = "auto") -> Iterator[None]:
         yield
     finally:
         del head.forward
+
+
+@torch.inference_mode()
+def settle_head_forms(model: PreTrainedModel, max_rows: int, kernel: str = "auto") -> None:
+    """Measure, under ``auto``, every row count 2 .. ``max_rows`` not measured yet, so that no later
+    (timed) run measures one: a schedule's blocks can be longer than the cost probe's."""
+    _check_kernel(kernel)
+    head = model.get_output_embeddings()
+    if kernel != "auto" or not _patchable(head):
+        return
+    table = _choices.setdefault(head, {})
+    for rows in range(2, max_rows + 1):
+        if rows not in table:
+            hidden = torch.randn(1, rows, head.in_features, dtype=head.weight.dtype, device=head.weight.device)
+            table[rows] = _column_is_faster(head, hidden)
