@@ -27,7 +27,7 @@ _ATTRIBUTE = "_specbench_one_token_step"
 
 
 def one_token_step(model: PreTrainedModel) -> Callable:
-    """``model``'s forward compiled for one-token steps on a static cache (compiled once per model)."""
+    """``model``'s forward for a static cache: one-token steps compiled (once per model), longer feeds eager."""
     compiled = getattr(model, _ATTRIBUTE, None)
     if compiled is None:
         # CUDA graphs on CUDA; elsewhere torch.compile's default mode.
@@ -36,6 +36,8 @@ def one_token_step(model: PreTrainedModel) -> Callable:
         setattr(model, _ATTRIBUTE, compiled)
 
     def step(input_ids: torch.Tensor, **kwargs):
+        if input_ids.shape[1] != 1:  # a prompt or a catch-up block: eager, its shapes vary
+            return model(input_ids=input_ids, **kwargs)
         # A token sliced from a longer tensor keeps that tensor's strides; a fresh (1, 1) tensor
         # keeps the compiled graph's guards (and CUDA graph's inputs) the same every step.
         return compiled(input_ids=input_ids.flatten().clone().unsqueeze(0), **kwargs)

@@ -97,12 +97,11 @@ def greedy_generate(
     clock = DeviceClock(model.device)
     stats = DecodeStats()
     cache = static_cache(model, ids.shape[1] + max_new_tokens) if compile_steps else new_cache(model)
-    one_token = one_token_step(model) if compile_steps else model
+    forward = one_token_step(model) if compile_steps else model
     new_tokens = []
     feed = ids
     start = clock.now()
     for step in range(max_new_tokens):
-        forward = one_token if feed.shape[1] == 1 else model
         logits = forward(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1).logits
         feed = next_token(logits[:, -1], sampling, generator)
         new_tokens.append(feed)

@@ -74,13 +74,13 @@ class ModelDrafter(Drafter):
         self._proposal_base = 0  # committed length when the last proposal was made
         self._proposal_length = 0
         self._static_length: int | None = None  # set by compile_steps until the next reset
-        self._one_token = self.model
+        self._forward = self.model
 
     def compile_steps(self, max_length: int) -> None:
         """Until the next reset: a static cache of ``max_length`` positions, one-token steps compiled
         (:mod:`~pytest_specbench.engine.compiled_steps`). Call after ``reset``, before ``prefill``."""
         self._static_length = max_length
-        self._one_token = one_token_step(self.model)
+        self._forward = one_token_step(self.model)
 
     def _ensure_cache(self) -> None:
         if self._cache is None:
@@ -115,8 +115,7 @@ class ModelDrafter(Drafter):
         sampled = sampling is not None and not sampling.greedy
         proposal, draft_probs = [], []
         for _ in range(k):
-            forward = self._one_token if feed.shape[1] == 1 else self.model
-            logits = forward(input_ids=feed, cache=self._cache, use_cache=True, logits_to_keep=1).logits
+            logits = self._forward(input_ids=feed, cache=self._cache, use_cache=True, logits_to_keep=1).logits
             if sampled:
                 probs = sampling_distribution(logits[:, -1], sampling)
                 token = sample_tokens(probs, generator).unsqueeze(-1)
