@@ -49,8 +49,8 @@ from pytest_specbench.engine.forward_log import ForwardLog  # noqa: E402
 from pytest_specbench.engine.hf_assisted import hf_assisted_generate  # noqa: E402
 from pytest_specbench.engine.output_head import column_head_rows  # noqa: E402
 from pytest_specbench.engine.schedules import CostModelSchedule  # noqa: E402
-from pytest_specbench.lossless import reference_tokens  # noqa: E402
-from pytest_specbench.speed_stats import speedup_interval  # noqa: E402
+from pytest_specbench.measure.verdicts import reference_tokens  # noqa: E402
+from pytest_specbench.results.statistics import speedup_interval  # noqa: E402
 
 TARGETS = {"baseline / generate": 0.98, "native / hf, constant k": 1.15, "native auto / hf default": 1.10}
 MAX_OVERHEAD = 0.05
@@ -70,8 +70,8 @@ def gpt2_random(prompt_categories: list[str], prompt_tokens: int = 48):
 
 def gemma_pairs(prompt_categories: list[str], names: list[str]):
     from pytest_specbench.models.loading import load_model
-    from pytest_specbench.prompts import load_prompts, select_prompts
-    from pytest_specbench.runner import prompt_input_ids
+    from pytest_specbench.measure.prompts import load_prompts, select_prompts
+    from pytest_specbench.measure.runner import prompt_input_ids
 
     loaded = load_model("embedded:gemma3-270m")
     suite = load_prompts()

@@ -16,7 +16,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .analysis import geometric_mean
+from .report.analysis import geometric_mean
 
 #: options whose difference changes what a number means (output paths, gating and shards do not)
 COMPARABLE_OPTIONS = ("specbench_k", "specbench_max_new_tokens", "specbench_dtype", "specbench_context_tokens",
@@ -124,8 +124,8 @@ def compare_lines(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def _merge(args: argparse.Namespace) -> int:
     from .atomic import write_atomic
-    from .report import csv_text
-    from .report_md import report_markdown
+    from .report.summary import csv_text
+    from .report.markdown import report_markdown
 
     documents = [load_run(path) for path in args.runs]
     merged = merge_runs(documents, [str(path) for path in args.runs])
@@ -135,7 +135,7 @@ def _merge(args: argparse.Namespace) -> int:
     if args.csv:
         write_atomic(args.csv, csv_text(results))
     if args.plots:
-        from .session import write_figures
+        from .report.outputs import write_figures
 
         write_figures(args.plots, results)
     if args.report:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench import schema
+from pytest_specbench.results import schema
 from pytest_specbench.cli import MergeError, compare_lines, main, merge_runs
-from pytest_specbench.matrix import shard_pairs
-from pytest_specbench.pairs import PairSpec
+from pytest_specbench.measure.matrix import shard_pairs
+from pytest_specbench.measure.pairs import PairSpec
 
 # Fields that do not depend on timing: identical in every run of the same sweep on any machine.
 TIMING_FREE = tuple(f.name for f in dataclasses.fields(schema.CaseResult)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.config import ConfigError, check_files, parse_settings, read_settings
+from pytest_specbench.settings.config import ConfigError, check_files, parse_settings, read_settings
 
 
 def test_cpu_gets_the_small_defaults_and_gpu_the_seed_matrix() -> None:

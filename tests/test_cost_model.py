@@ -122,7 +122,7 @@ def test_a_draft_equal_to_the_target_gives_alpha_one_and_tau_k_plus_one(bench, p
 
 
 def test_the_row_fields_on_hand_computed_values():
-    from pytest_specbench.runner import cost_model_fields
+    from pytest_specbench.measure.runner import cost_model_fields
 
     # Steps (2, 2) and (2, 1): alpha = 3 / (3 + 1); v = 10, 12, 15 ms; a draft token 1 ms, so c = 0.1.
     fields = cost_model_fields(2, [0, 2, 2], [0, 2, 1], {"verify_costs_s": [0.010, 0.012, 0.015],

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_specbench.gate import (
+from pytest_specbench.results.gate import (
     BASELINE_FORMAT,
     CROSS_MACHINE_Z,
     BaselineError,

@@ -1,5 +1,6 @@
-"""The package's layers: the engine and the model layer import nothing from the pytest side, and no
-module imports another that imports it back (lazy imports inside functions count too)."""
+"""The package's layers: each imports only the layers below it (lazy imports inside functions count too),
+the engine and the model layer import nothing from the pytest side, and no module imports another that
+imports it back."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_specbench"
 LOWER_LAYERS = ("engine", "models")
+# Bottom to top; a module may import its own layer and those before it. plugin and cli are the two
+# front ends (pytest's hooks, ``python -m pytest_specbench``) and import nothing of each other.
+LAYERS = ("engine", "models", "settings", "results", "measure", "report", "plugin", "cli")
 # Standard-library-only helpers any layer may use.
 LEAVES = {"pytest_specbench.atomic"}
 
@@ -55,6 +59,25 @@ def test_lower_layers_import_nothing_from_the_pytest_side(name):
     assert not upward, f"{name} imports {sorted(upward)} from above its layer"
 
 
+def _layer(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_module_is_in_a_layer():
+    # Only the package's front matter and the standard-library leaves stand outside the layers.
+    outside = {n for n in MODULES if _layer(n) not in LAYERS} - LEAVES - {"pytest_specbench", "pytest_specbench.__main__"}
+    assert not outside, f"modules outside the layers {LAYERS}: {sorted(outside)}"
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if _layer(n) in LAYERS])
+def test_each_layer_imports_only_the_layers_below(name):
+    rank = LAYERS.index(_layer(name))
+    upward = {m for m in GRAPH[name] if _layer(m) in LAYERS
+              and (LAYERS.index(_layer(m)) > rank or {_layer(m), _layer(name)} == {"plugin", "cli"})}
+    assert not upward, f"{name} imports {sorted(upward)} from a layer above its own ({_layer(name)})"
+
+
 def test_the_engine_does_not_import_the_model_layer():
     engine = [n for n in MODULES if n.startswith("pytest_specbench.engine")]
     assert not {m for n in engine for m in GRAPH[n] if m.startswith("pytest_specbench.models")}
@@ -85,6 +108,6 @@ def test_importing_the_plugin_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, pytest_specbench.plugin; print('torch' in sys.modules)"
+    code = "import sys, pytest_specbench.plugin.hooks; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
         == "False"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from factory import tiny_model
 
-from pytest_specbench.lossless import diagnose, first_divergence, quality_score, reference_tokens
+from pytest_specbench.measure.verdicts import diagnose, first_divergence, quality_score, reference_tokens
 
 
 def test_reference_comes_from_generate_and_ignores_eos_for_fixed_length() -> None:

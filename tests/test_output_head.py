@@ -194,7 +194,7 @@ def test_a_schedule_longer_than_the_probe_has_its_head_measured_before_the_timed
                                                                                        monkeypatch):
     measured_during_runs = []
     real_measure = output_head._column_is_faster
-    import pytest_specbench.runner as runner
+    import pytest_specbench.measure.runner as runner
 
     real_runner = runner.speculative_runner
 

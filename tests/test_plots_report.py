@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.analysis import FIGURES, analyse_prompts
-from pytest_specbench.report_md import pair_findings, report_markdown
+from pytest_specbench.report.analysis import FIGURES, analyse_prompts
+from pytest_specbench.report.markdown import pair_findings, report_markdown
 
 
 def test_a_run_writes_every_figure_and_a_report_that_links_them(bench, pytester: pytest.Pytester) -> None:
@@ -35,7 +35,7 @@ def test_a_run_writes_every_figure_and_a_report_that_links_them(bench, pytester:
 
 
 def test_pytest_start_up_does_not_import_matplotlib() -> None:
-    code = ("import sys, pytest_specbench.plugin, pytest_specbench.session, pytest_specbench.report_md; "
+    code = ("import sys, pytest_specbench.plugin.hooks, pytest_specbench.plugin.session, pytest_specbench.report.markdown; "
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

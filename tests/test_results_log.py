@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.results_log import ResultsLog, ResultsLogError, read_log, settings_differences
+from pytest_specbench.results.log import ResultsLog, ResultsLogError, read_log, settings_differences
 
 SETTINGS = {"--specbench-max-new-tokens": 12, "--specbench-dtype": "float32"}
 

@@ -13,10 +13,10 @@ from factory import tiny_pair, write_tiny_pair
 
 from pytest_specbench import greedy_generate, speculative_generate
 from pytest_specbench.engine.stats import DecodeStats, GenerationResult
-from pytest_specbench.matrix import Case
-from pytest_specbench.pairs import PairSpec
-from pytest_specbench.prompts import Prompt
-from pytest_specbench.runner import Measurement, build_result, time_rounds
+from pytest_specbench.measure.matrix import Case
+from pytest_specbench.measure.pairs import PairSpec
+from pytest_specbench.measure.prompts import Prompt
+from pytest_specbench.measure.runner import Measurement, build_result, time_rounds
 
 # --- the adaptive loop --------------------------------------------------------------------------
 
@@ -193,7 +193,7 @@ import time
 
 import pytest
 
-from pytest_specbench.store import ModelStore
+from pytest_specbench.measure.store import ModelStore
 
 _target = ModelStore.target
 _rng = random.Random(7)

@@ -9,8 +9,12 @@ import json
 
 import pytest
 
-from pytest_specbench import gate, report, schema
-from pytest_specbench.schema import CaseResult
+from pytest_specbench.results import gate
+
+from pytest_specbench.report import summary as report
+
+from pytest_specbench.results import schema
+from pytest_specbench.results.schema import CaseResult
 
 
 def _row(**overrides) -> dict:

@@ -15,8 +15,8 @@ import types
 
 import pytest
 
-from pytest_specbench.plugin import SessionHooks
-from pytest_specbench.signals import SignalStop, Terminated
+from pytest_specbench.plugin.hooks import SessionHooks
+from pytest_specbench.plugin.signals import SignalStop, Terminated
 
 
 def assert_written_from_what_finished(held_run, signal_name: str) -> None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from pytest_specbench.speed_stats import Interval, coefficient_of_variation, speedup_interval
+from pytest_specbench.results.statistics import Interval, coefficient_of_variation, speedup_interval
 
 
 def test_paired_interval_matches_a_hand_computed_t_interval():

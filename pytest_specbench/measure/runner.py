@@ -14,23 +14,23 @@ from typing import Any
 
 import torch
 
-from .config import SpecbenchConfig
-from .engine.cost_model import (accepted_length_histogram, alpha_mle, position_acceptance, predicted_speedup,
+from ..settings.config import SpecbenchConfig
+from ..engine.cost_model import (accepted_length_histogram, alpha_mle, position_acceptance, predicted_speedup,
                          predicted_tau, recommended_k)
-from .engine.cost_probe import draft_token_cost, parameter_count, verify_costs
-from .engine.output_head import column_head_rows, settle_head_forms
-from .engine.decoding import greedy_generate, speculative_generate
-from .engine.drafters import ModelDrafter, PromptLookupDrafter
-from .engine.hf_assisted import AUTO, HEURISTIC, hf_assisted_generate
-from .engine.sampling import SamplingParams, check_acceptance_rule, expected_acceptance, sampling_distribution
-from .engine.schedules import CostModelSchedule, DraftSchedule, HeuristicSchedule
-from .lossless import diagnose, quality_score
+from ..engine.cost_probe import draft_token_cost, parameter_count, verify_costs
+from ..engine.output_head import column_head_rows, settle_head_forms
+from ..engine.decoding import greedy_generate, speculative_generate
+from ..engine.drafters import ModelDrafter, PromptLookupDrafter
+from ..engine.hf_assisted import AUTO, HEURISTIC, hf_assisted_generate
+from ..engine.sampling import SamplingParams, check_acceptance_rule, expected_acceptance, sampling_distribution
+from ..engine.schedules import CostModelSchedule, DraftSchedule, HeuristicSchedule
+from .verdicts import diagnose, quality_score
 from .matrix import Case
-from .models.base import NotApplicable, UnrunnableCase, context_window
+from ..models.base import NotApplicable, UnrunnableCase, context_window
 from .prompts import Prompt, filler_text, fit_context
-from .schema import CaseResult
-from .speed_stats import Interval, coefficient_of_variation, speedup_interval
-from .engine.stats import GenerationResult
+from ..results.schema import CaseResult
+from ..results.statistics import Interval, coefficient_of_variation, speedup_interval
+from ..engine.stats import GenerationResult
 from .store import ModelStore
 
 # (run the speculative decode, run the baseline before each timed round or None, rounds) -> None.

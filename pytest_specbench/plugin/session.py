@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import SpecbenchConfig, result_settings
-from .matrix import Case, build_matrix, shard_pairs
-from .pairs import PairSpec, all_pairs, select_pairs
-from .prompts import Prompt, load_prompts, select_prompts
-from .results_log import ResultsLog, read_log, settings_differences
+from ..settings.config import SpecbenchConfig, result_settings
+from ..measure.matrix import Case, build_matrix, shard_pairs
+from ..measure.pairs import PairSpec, all_pairs, select_pairs
+from ..measure.prompts import Prompt, load_prompts, select_prompts
+from ..results.log import ResultsLog, read_log, settings_differences
 from .signals import SignalStop
 
 #: the user-property name under which a case's result row travels in its test report
@@ -69,7 +69,7 @@ class SpecbenchSession:
         prompts = select_prompts(all_prompts, categories, config.prompts_per_category)
         baseline = None
         if config.baseline is not None:
-            from .gate import load_baseline
+            from ..results.gate import load_baseline
 
             baseline = load_baseline(config.baseline)
         resumed = {}
@@ -94,7 +94,7 @@ class SpecbenchSession:
 
         ``probe_hub=False`` looks at local files only: a hub model not in the cache is then unavailable.
         """
-        from .models.loading import model_available
+        from ..models.loading import model_available
 
         for source in pair.sources():
             revision = pair.revision if source == pair.target else None
@@ -235,10 +235,11 @@ class SpecbenchSession:
                 f"{self.config.log_path or 'the results log'}) or pass --specbench-allow-missing to save it anyway")
 
     def _write_outputs(self) -> bool:
-        from . import gate
-        from .atomic import write_atomic
-        from .report import csv_text, environment, json_text
-        from .report_md import report_markdown
+        from ..results import gate
+        from ..atomic import write_atomic
+        from ..report.summary import csv_text, environment, json_text
+        from ..report.markdown import report_markdown
+        from ..report.outputs import write_figures
 
         settings, results = self.config, self.results
         env = environment()
@@ -268,8 +269,8 @@ class SpecbenchSession:
         return failed
 
     def _gate(self) -> bool:
-        from . import gate
-        from .fingerprint import fingerprint_differences, machine_fingerprint
+        from ..results import gate
+        from ..results.fingerprint import fingerprint_differences, machine_fingerprint
 
         settings, results = self.config, self.results
         differences = fingerprint_differences(self.baseline.get("fingerprint", {}), machine_fingerprint())
@@ -285,7 +286,7 @@ class SpecbenchSession:
         """``(title, [(line, is_error), ...])`` sections for the terminal; none when nothing was benchmarked."""
         if not (self.cases_collected or self.cases_run or self.rows or self.gate_lines or self.refusals):
             return []
-        from .report import summary_lines
+        from ..report.summary import summary_lines
 
         if self.cases_collected and not self.cases_run and not self.interrupted:
             lines = [(line, False) for line in self.empty_selection_lines()]
@@ -308,12 +309,3 @@ class SpecbenchSession:
         if self.gate_lines:
             sections.append(("specbench gate", [(line, False) for line in self.gate_lines]))
         return sections
-
-
-def write_figures(directory: Path, results: Sequence[dict[str, Any]]) -> None:
-    """The run's PNG figures; matplotlib is the ``plots`` extra, imported only here."""
-    try:
-        from .plots import write_plots
-    except ImportError as error:
-        raise ImportError(f"{error}; install the plots extra: pip install 'pytest-specbench[plots]'") from None
-    write_plots(results, directory)

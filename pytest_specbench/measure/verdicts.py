@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from .engine.hf_assisted import plain_generation_config
-from .engine.sampling import SIGNIFICANCE
+from ..engine.hf_assisted import plain_generation_config
+from ..engine.sampling import SIGNIFICANCE
 
 
 def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None) -> list[int]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .models.base import DTYPE_NAMES as DTYPES, GEMMA3_270M_NAME
+from ..models.base import DTYPE_NAMES as DTYPES, GEMMA3_270M_NAME
 
 DRAFTER_KINDS = ("model", "truncated", "int8", "prompt_lookup")
 EMBEDDED_GEMMA = GEMMA3_270M_NAME

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .analysis import FIGURES, analyse_prompts, constant_k_rows, pooled_position_acceptance  # noqa: E402
-from .engine.cost_model import predicted_tau  # noqa: E402
+from ..engine.cost_model import predicted_tau  # noqa: E402
 
 
 def figure_names(pairs: Sequence[str]) -> list[str]:

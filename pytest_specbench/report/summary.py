@@ -12,7 +12,7 @@ from tabulate import tabulate
 
 from .analysis import (analyse_prompts, compare_engines, constant_k_rows, geometric_mean, k_order,
                        pooled_position_acceptance, row_order)
-from .schema import csv_columns, summary_columns
+from ..results.schema import csv_columns, summary_columns
 
 
 _MARK = {"lossless": "yes", "tie-divergence": "tie", "diverged": "NO"}
@@ -122,7 +122,7 @@ def environment() -> dict[str, Any]:
     """The machine fingerprint and library versions, for the JSON record and the baseline."""
     import importlib.metadata as metadata
 
-    from .fingerprint import machine_fingerprint
+    from ..results.fingerprint import machine_fingerprint
 
     versions = {}
     for name in ("torch", "transformers", "pytest", "pytest-specbench", "pytest-benchmark", "pytest-xdist"):

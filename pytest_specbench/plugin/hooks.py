@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .config import OPTIONS, ConfigError, check_files, cuda_available, parse_settings, read_settings
+from ..settings.config import OPTIONS, ConfigError, check_files, cuda_available, parse_settings, read_settings
 from .session import RESULT_KEY, SpecbenchSession
 
 _session_key = pytest.StashKey[SpecbenchSession]()
@@ -30,7 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "specbench(pair, k, prompt, engine): a speculative decoding benchmark case")
     # Also set on every case; declared here too so --strict-markers passes without xdist.
     config.addinivalue_line("markers", "xdist_group(name): cases that share an xdist worker")
-    from .devices import check_devices
+    from ..settings.devices import check_devices
 
     try:
         settings = parse_settings(read_settings(config.getoption, config.getini), cuda_available)
@@ -46,7 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if _wants_default_dist(config):
         config.option.dist = "loadgroup"
     if getattr(config.option, "dist", "no") == "loadgroup" and not _is_worker(config):
-        from .xdist_scheduling import PairGroupScheduler
+        from .xdist import PairGroupScheduler
 
         config.pluginmanager.register(PairGroupScheduler(session.cases), "specbench-xdist")
 
@@ -92,8 +92,8 @@ def specbench_config(request: pytest.FixtureRequest):
 @pytest.fixture(scope="session")
 def specbench_store(request: pytest.FixtureRequest):
     """Models loaded once per device for the whole session (one store per xdist worker)."""
-    from .devices import resolve_device, set_cpu_threads
-    from .store import ModelStore
+    from ..settings.devices import resolve_device, set_cpu_threads
+    from ..measure.store import ModelStore
 
     config = _session(request.config).config
     worker_id, worker_count = _worker(request.config)
@@ -119,9 +119,9 @@ class CaseFixture:
 
     def run(self, case) -> dict[str, Any]:
         """Measure the case and record its result row for the summary and files."""
-        from .models.base import ModelUnavailable, NotApplicable, UnrunnableCase
-        from .runner import run_case
-        from .schema import extra_info_fields
+        from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase
+        from ..measure.runner import run_case
+        from ..results.schema import extra_info_fields
 
         row = self._session.replay(case.id)
         if row is not None:  # finished in the run being resumed: its row again, nothing measured
@@ -153,7 +153,7 @@ class CaseFixture:
         return row
 
     def assert_lossless(self, result: dict[str, Any]) -> None:
-        from .lossless import divergence_message
+        from ..measure.verdicts import divergence_message
 
         if result["verdict"] == "diverged":
             pytest.fail(divergence_message(result["case"], result, self._session.config.tie_tolerance), pytrace=False)

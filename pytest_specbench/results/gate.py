@@ -17,7 +17,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .atomic import write_atomic
+from ..atomic import write_atomic
 from .schema import gate_fields
 
 BASELINE_FORMAT = 2

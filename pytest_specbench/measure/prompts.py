@@ -30,7 +30,7 @@ __all__ = [
 
 # Package data, so the shipped suite is found from a source checkout and from
 # an installed wheel alike (pyproject must list data/*.jsonl as package data).
-DEFAULT_PROMPT_FILE: Path = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
+DEFAULT_PROMPT_FILE: Path = Path(__file__).resolve().parents[1] / "data" / "prompts.jsonl"
 
 # The categories of the shipped suite, in the order the file lists them.
 # A user's own prompt file may use other categories.

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from .engine.drafters import Drafter, ModelDrafter, PromptLookupDrafter
-from .lossless import reference_tokens
-from .models.loading import LoadedModel, load_model
+from ..engine.drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from .verdicts import reference_tokens
+from ..models.loading import LoadedModel, load_model
 from .pairs import PairSpec
 
 
@@ -54,8 +54,8 @@ class ModelStore:
         return self._drafters[pair.name]
 
     def _build_drafter(self, pair: PairSpec) -> Drafter:
-        from .engine import derived_models
-        from .models.tokenization import check_draft_vocabulary, check_same_tokenization
+        from ..engine import derived_models
+        from ..models.tokenization import check_draft_vocabulary, check_same_tokenization
 
         target = self.target(pair)
         options = pair.options

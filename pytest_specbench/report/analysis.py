@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .engine.cost_model import alpha_mle, position_counts, predicted_speedup, recommended_k
+from ..engine.cost_model import alpha_mle, position_counts, predicted_speedup, recommended_k
 
 #: the per-pair figures, in report order: ``<figure>_<pair>.png``; plus ``speedup_by_category.png``
 FIGURES = ("speedup_vs_k", "acceptance_heatmap", "tau_vs_k", "position_acceptance", "verify_cost")

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_atomic
+from ..atomic import write_atomic
 
 LOG_FORMAT = 1
 

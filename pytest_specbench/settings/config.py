@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engine.names import HEAD_KERNELS
-from .models.base import DTYPE_NAMES as DTYPES
+from ..engine.names import HEAD_KERNELS
+from ..models.base import DTYPE_NAMES as DTYPES
 DEFAULT_KS = "1,2,4,8,16"
 # k values that name a schedule instead of a constant draft length (see engine/schedules.py).
 SCHEDULE_KS = ("auto", "heuristic")
@@ -421,7 +421,7 @@ def check_files(config: SpecbenchConfig) -> None:
     Each output's folder is created if missing and a probe file is written in it and removed, so a
     path under a regular file or in a read-only folder fails now, not after hours of benchmarking.
     """
-    from .atomic import unwritable_reason
+    from ..atomic import unwritable_reason
 
     named: dict[Path, list[Option]] = {}
     for option in OPTIONS:
