@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.settings.config import OPTIONS
+from pytest_specbench.settings.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from ..settings.config import OPTIONS, ConfigError, check_files, cuda_available, parse_settings, read_settings
+from ..settings.config import ConfigError, check_files, cuda_available, parse_settings, read_settings
+from ..settings.options import OPTIONS
 from .session import RESULT_KEY, SpecbenchSession
 
 _session_key = pytest.StashKey[SpecbenchSession]()

@@ -1,0 +1,308 @@
+"""The option table: every ``--specbench-*`` option declared once (name, parser, defaults, help), and the
+parsers that turn a raw string into a value or a ValueError saying what is accepted.
+
+Each option is also an ini key (``specbench_k`` for ``--specbench-k``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from ..engine.names import HEAD_KERNELS
+from ..models.base import DTYPE_NAMES as DTYPES
+
+DEFAULT_KS = "1,2,4,8,16"
+# k values that name a schedule instead of a constant draft length (see engine/schedules.py).
+SCHEDULE_KS = ("auto", "heuristic")
+ENGINES = ("native", "hf")
+# On CPU, four categories of the shipped suite keep the default sweep near 15 minutes on 2 cores.
+CPU_PROMPTS = "natural,code_python,repetitive,list_items"
+
+
+class ConfigError(ValueError):
+    """A usage error in an option or ini value."""
+
+
+# --- parsers: raw string -> value, raising ValueError that says what is accepted
+
+_DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+
+
+def parse_devices(raw: str) -> tuple[str, ...]:
+    devices = _comma_list("a comma list of devices (cpu, cuda, cuda:N, mps); leave the option out for the "
+                          "default device")(raw)
+    for device in devices:
+        if not _DEVICE.match(device):
+            raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N, mps, or a comma list of them")
+    return devices
+
+
+def _comma_list(accepted: str) -> Callable[[str], tuple[str, ...]]:
+    """A parser of a non-empty comma list; ``accepted`` says what the list may hold."""
+
+    def parse(raw: str) -> tuple[str, ...]:
+        items = tuple(item.strip() for item in raw.split(",") if item.strip())
+        # An empty value (often an unset shell variable) must not silently mean "the default".
+        if not items:
+            raise ValueError(f"no value given; accepted: {accepted}")
+        duplicates = sorted({item for item in items if items.count(item) > 1})
+        if duplicates:
+            raise ValueError(f"listed more than once: {', '.join(duplicates)}")
+        return items
+
+    return parse
+
+
+def _int(minimum: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"{raw!r} is not a whole number; accepted: an integer >= {minimum}") from None
+        if value < minimum:
+            raise ValueError(f"{value} is too small; accepted: an integer >= {minimum}")
+        return value
+
+    return parse
+
+
+def _ks(raw: str) -> tuple[int | str, ...]:
+    accepted = f"a comma list of integers >= 1 and the schedules {' and '.join(SCHEDULE_KS)}, e.g. 1,2,4,8,16,auto"
+    items = _comma_list(accepted)(raw)
+    try:
+        return tuple(item if item in SCHEDULE_KS else _int(1)(item) for item in items)
+    except ValueError as error:
+        raise ValueError(f"{error} (in the comma list {raw!r}; {accepted})") from None
+
+
+def _engines(raw: str) -> tuple[str, ...]:
+    engines = _comma_list(f"a comma list of engines: {', '.join(ENGINES)}")(raw)
+    unknown = [engine for engine in engines if engine not in ENGINES]
+    if unknown:
+        raise ValueError(f"unknown engine {unknown[0]!r}; accepted: {', '.join(ENGINES)} or a comma list of them")
+    return engines
+
+
+def _head_kernel(raw: str) -> str:
+    if raw not in HEAD_KERNELS:
+        raise ValueError(f"unknown head kernel {raw!r}; accepted: {', '.join(HEAD_KERNELS)}")
+    return raw
+
+
+def _dtype(raw: str) -> str:
+    if raw not in DTYPES:
+        raise ValueError(f"unknown dtype {raw!r}; accepted: {', '.join(DTYPES)}")
+    return raw
+
+
+def _non_negative_float(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a number; accepted: a number >= 0") from None
+    if not value >= 0:
+        raise ValueError(f"{raw!r} is negative; accepted: a number >= 0")
+    return value
+
+
+def _positive_float(raw: str) -> float:
+    value = _non_negative_float(raw)
+    if value == 0:
+        raise ValueError(f"{raw!r} is zero; accepted: a number > 0")
+    return value
+
+
+def _probability(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a number; accepted: a number in (0, 1] (1 switches top-p off)") from None
+    if not 0 < value <= 1:
+        raise ValueError(f"{raw!r} is outside (0, 1]; accepted: a number in (0, 1] (1 switches top-p off)")
+    return value
+
+
+def _finite_non_negative_float(raw: str) -> float:
+    value = _non_negative_float(raw)
+    if value == float("inf"):
+        raise ValueError(f"{raw!r} is infinite; accepted: a finite number >= 0")
+    return value
+
+
+def _existing_file(raw: str) -> Path:
+    path = Path(raw).expanduser()
+    if not path.is_file():
+        raise ValueError(f"no such file: {path}")
+    return path
+
+
+def _output_path(raw: str) -> Path | None:
+    if raw.strip() in ("", "none", "off"):
+        return None
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; accepted: a file path, or empty to disable")
+    return path
+
+
+def _path(raw: str) -> Path:
+    return Path(raw).expanduser()
+
+
+def _output_dir(raw: str) -> Path | None:
+    if raw.strip() in ("", "none", "off"):
+        return None
+    path = Path(raw).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} is a file; accepted: a directory (created if missing), or empty to disable")
+    return path
+
+
+def _shard(raw: str) -> tuple[int, int]:
+    match = re.match(r"^(\d+)/(\d+)$", raw)
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise ValueError(f"{raw!r} is not I/N with 1 <= I <= N; accepted: e.g. 1/2 and 2/2")
+    return int(match[1]), int(match[2])
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting, declared once: ``--specbench-<name>`` on the command line, ``specbench_<name>`` in ini.
+
+    ``field`` is the SpecbenchConfig attribute it fills and ``parse`` turns the raw
+    string into its value (raising ValueError that says what is accepted).
+    """
+
+    name: str
+    field: str
+    help: str
+    parse: Callable[[str], Any] | None = None  # None for a flag
+    default: str | None = None
+    cpu_default: str | None = None  # a smaller default when the run is on CPU
+    metavar: str | None = None
+    unset: Any = None  # the value when neither given nor defaulted (False for a flag)
+    # A file this run writes: probed at configure time and never shared with another file option.
+    writes: bool = False
+    # A file this run reads: no output may overwrite it...
+    reads: bool = False
+    # ...except the input option named here: the file this output updates (a baseline saved over the one
+    # the run is gated against, a log that goes on from the log it resumes).
+    may_share: str | None = None
+    # Changes what a case measures: a resumed run must use the same value as the log it resumes.
+    changes_results: bool = False
+
+    @property
+    def flag(self) -> bool:
+        """A boolean switch (store_true on the command line, bool in ini)."""
+        return self.parse is None
+
+    @property
+    def cli(self) -> str:
+        return f"--specbench-{self.name}"
+
+    @property
+    def dest(self) -> str:
+        return "specbench_" + self.name.replace("-", "_")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("gpu", "devices", "device(s): cpu, cuda, cuda:N, or a comma list (one per xdist worker); "
+           "default: cuda:0 when available, else cpu", parse_devices, metavar="DEVICE", unset=(), changes_results=True),
+    Option("pairs", "pairs", "comma list of model pair ids to run (default: every defined pair). A pair named "
+           "here or declared in a pairs file fails when its model is missing; a built-in pair nobody named is "
+           "skipped with the reason",
+           _comma_list("a comma list of pair ids; leave the option out to run every defined pair"),
+           metavar="IDS", unset=()),
+    Option("pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH",
+           reads=True),
+    Option("k", "ks", f"comma list of draft lengths k (default {DEFAULT_KS}); 'auto' and 'heuristic' name "
+           "schedules that choose k at each step", _ks, DEFAULT_KS, metavar="LIST"),
+    Option("engine", "engines", "comma list of decoding engines: native (this package's loop) and hf "
+           "(transformers' assisted generation), run side by side (default native)", _engines, "native",
+           metavar="ENGINES"),
+    Option("head-kernel", "head_kernel", "how the native engine computes the target's output head over a verify "
+           "block: auto (per row count, whichever of linear and weight @ hidden.T measured faster), column "
+           "(always the latter) or linear (the model's own) (default auto)", _head_kernel, "auto",
+           metavar="KERNEL", changes_results=True),
+    Option("compile", "compile_steps", "native engine and baseline: static KV caches and torch.compile for the "
+           "one-token steps (the draft's proposals, the greedy baseline's tokens; CUDA graphs on CUDA); verify "
+           "passes stay eager. For GPUs, where a small model's step is mostly launch overhead; warm-up rounds "
+           "absorb the compilation", changes_results=True),
+    Option("prompts", "prompt_categories", "comma list of prompt categories (default: all; on CPU, of the "
+           f"shipped suite, {CPU_PROMPTS})",
+           _comma_list("a comma list of prompt categories; leave the option out for the default categories"),
+           cpu_default=CPU_PROMPTS, metavar="CATEGORIES", unset=()),
+    Option("prompt-file", "prompt_file", "JSON Lines prompt file to use instead of the shipped suite",
+           _existing_file, metavar="PATH", reads=True, changes_results=True),
+    Option("prompts-per-category", "prompts_per_category", "prompts run per category (default 1)", _int(1), "1",
+           metavar="N"),
+    Option("context-tokens", "context_tokens", "pad or cut every prompt to exactly N tokens", _int(1), metavar="N",
+           changes_results=True),
+    Option("max-new-tokens", "max_new_tokens", "tokens generated per run (default 128; on CPU 32)", _int(1), "128",
+           cpu_default="32", metavar="N", changes_results=True),
+    Option("dtype", "dtype", f"model dtype: {', '.join(DTYPES)} (default float32)", _dtype, "float32",
+           changes_results=True),
+    Option("warmup", "warmup", "untimed warm-up runs of baseline and speculative decoding before the first case "
+           "of each pair (default 1)", _int(0), "1", metavar="N", changes_results=True),
+    Option("min-rounds", "min_rounds", "timed rounds per case at least (a round runs baseline and speculative "
+           "decoding side by side; default 3)", _int(1), "3", metavar="N", changes_results=True),
+    Option("max-rounds", "max_rounds", "timed rounds per case at most (default 30)", _int(1), "30", metavar="N",
+           changes_results=True),
+    Option("ci-target", "ci_target", "stop timing a case once the 95% interval of its speedups is within "
+           "+/- this fraction (default 0.05); a case still wider is marked unstable", _positive_float, "0.05",
+           metavar="FRACTION", changes_results=True),
+    Option("case-budget", "case_budget", "seconds of timed rounds per case before it stops short of the "
+           "interval target (default 30; on CPU 20)", _positive_float, "30", cpu_default="20",
+           metavar="SECONDS", changes_results=True),
+    Option("threads", "threads", "torch CPU threads (default: torch's own choice; under xdist on CPU, "
+           "cores / workers)", _int(1), metavar="N", changes_results=True),
+    Option("baseline-once", "baseline_once", "time the target-only baseline once per (target, prompt) instead of "
+           "interleaving it with every case", changes_results=True),
+    Option("tie-tolerance", "tie_tolerance", "under float16/bfloat16, a divergence where the target's top-2 logit "
+           "margin is below this is a tie-divergence, not a failure (default 0.1)", _non_negative_float, "0.1",
+           metavar="LOGITS", changes_results=True),
+    Option("stop-at-eos", "stop_at_eos", "stop generating at EOS instead of generating a fixed length",
+           changes_results=True),
+    Option("temperature", "temperature", "sample with this temperature instead of decoding greedily (default 0: "
+           "greedy); each case then checks the engine's acceptance rule on its real distributions instead of "
+           "comparing tokens", _finite_non_negative_float, "0", metavar="T", changes_results=True),
+    Option("top-p", "top_p", "nucleus sampling: keep the smallest set of tokens with this much probability "
+           "(default 1: off; with --specbench-temperature)", _probability, "1", metavar="P", changes_results=True),
+    Option("top-k", "top_k", "keep the k most likely tokens (default 0: off; with --specbench-temperature)",
+           _int(0), "0", metavar="K", changes_results=True),
+    Option("seed", "seed", "seed of the sampling generators: the same seed repeats a sampled run on one machine "
+           "(default 0)", _int(0), "0", metavar="N", changes_results=True),
+    Option("sampling-check-draws", "sampling_check_draws", "under sampling, simulated draft tokens of each case's "
+           "distribution check (default 20000)", _int(100), "20000", metavar="N", changes_results=True),
+    Option("csv", "csv_path", "CSV results file (default spec_results.csv; empty to disable)", _output_path,
+           "spec_results.csv", metavar="PATH", writes=True),
+    Option("json", "json_path", "JSON results file (default spec_results.json; empty to disable)", _output_path,
+           "spec_results.json", metavar="PATH", writes=True),
+    Option("log", "log_path", "results log: each finished case appended as one JSON line, flushed to disk at once "
+           "(default: the CSV's path with .jsonl, spec_results.jsonl, or the JSON's when the CSV is off; "
+           "empty to disable)", _output_path, metavar="PATH", writes=True, may_share="resume"),
+    Option("resume", "resume", "finish an interrupted run: take the cases a results log holds and run only the "
+           "others; the files hold the merged result", _existing_file, metavar="PATH", reads=True),
+    Option("cache-dir", "cache_dir", "cache for converted models (default $SPECBENCH_CACHE_DIR, else "
+           "$XDG_CACHE_HOME/pytest-specbench, else ~/.cache/pytest-specbench)", _path, metavar="PATH"),
+    Option("save-baseline", "save_baseline", "write the run's acceptance, tau and verdicts per case to PATH; "
+           "refused when a case has no result or the run was interrupted, unless --specbench-allow-missing",
+           _output_path, metavar="PATH", writes=True, may_share="baseline"),
+    Option("baseline", "baseline", "compare the run with a saved baseline and fail on a regression",
+           _existing_file, metavar="PATH", reads=True),
+    Option("max-acceptance-drop", "max_acceptance_drop", "largest absolute acceptance drop allowed against the "
+           "baseline (default 0.02)", _non_negative_float, "0.02", metavar="DROP"),
+    Option("max-speedup-drop", "max_speedup_drop", "gate speed too: largest relative speedup drop allowed, "
+           "e.g. 0.1 (default: speed is not gated)", _non_negative_float, metavar="FRACTION"),
+    Option("allow-missing", "allow_missing", "baseline cases with no result in this run are not regressions, "
+           "and a run with cases missing may save a (partial) baseline"),
+    Option("plots", "plots_dir", "write the figures (PNG, one per figure) to DIR at the end of the run; needs "
+           "matplotlib (the plots extra)", _output_dir, metavar="DIR", writes=True),
+    Option("report", "report_path", "write a Markdown report of the run to PATH (figures linked from "
+           "--specbench-plots when given)", _output_path, metavar="PATH", writes=True),
+    Option("shard", "shard", "run shard I of N: a stable split of the case matrix by pair (each pair on one "
+           "shard); merge the shards' JSON with python -m pytest_specbench merge", _shard, metavar="I/N"),
+)
