@@ -31,7 +31,7 @@ def run(out: str, ks: list[int], new_tokens: int, categories: list[str] | None) 
     from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter
     from pytest_specbench.models.loading import load_model
     from pytest_specbench.measure.prompts import load_prompts, select_prompts
-    from pytest_specbench.measure.runner import prompt_input_ids
+    from pytest_specbench.measure.inputs import prompt_input_ids
 
     loaded = load_model("embedded:gemma3-270m")
     prompts = load_prompts()

@@ -71,7 +71,7 @@ def gpt2_random(prompt_categories: list[str], prompt_tokens: int = 48):
 def gemma_pairs(prompt_categories: list[str], names: list[str]):
     from pytest_specbench.models.loading import load_model
     from pytest_specbench.measure.prompts import load_prompts, select_prompts
-    from pytest_specbench.measure.runner import prompt_input_ids
+    from pytest_specbench.measure.inputs import prompt_input_ids
 
     loaded = load_model("embedded:gemma3-270m")
     suite = load_prompts()

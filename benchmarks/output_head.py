@@ -52,7 +52,7 @@ def gemma_curves(sweeps: int, positions: int) -> dict[str, list[float]] | None:
     try:
         from pytest_specbench.models.loading import load_model
         from pytest_specbench.measure.prompts import load_prompts, select_prompts
-        from pytest_specbench.measure.runner import prompt_input_ids
+        from pytest_specbench.measure.inputs import prompt_input_ids
 
         loaded = load_model("embedded:gemma3-270m")
     except Exception as error:  # the embedded model is optional here

@@ -17,11 +17,23 @@ from typing import Any
 from tabulate import tabulate
 
 from .report.analysis import geometric_mean
+from .report.formatting import with_interval
+from .results.schema import row_value
+from .settings.options import OPTIONS, Option
 
-#: options whose difference changes what a number means (output paths, gating and shards do not)
-COMPARABLE_OPTIONS = ("specbench_k", "specbench_max_new_tokens", "specbench_dtype", "specbench_context_tokens",
-                      "specbench_prompt_file", "specbench_prompts_per_category", "specbench_stop_at_eos",
-                      "specbench_baseline_once", "specbench_warmup")
+# What merge compares comes from the option table: every option marked ``changes_results`` (it changes what a
+# case measures), by the value it parses to. Shards of one sweep split the matrix by pair, so what may differ
+# between them picks or places their part: --specbench-pairs and --specbench-shard (not result-changing, so
+# never compared), the output paths, the gating options, --specbench-resume, the cache folder, and the device
+# number below.
+#: --specbench-gpu is result-changing, but it names devices of the shard's own machine: one sweep over the GPUs
+#: of a machine gives each shard its own (cuda:0, cuda:1). So only the kinds must agree (cpu, cuda, mps).
+DEVICE_OPTION = "specbench_gpu"
+#: The k list sets how far the cost probe measures v(m) (measure/costs.probed_k), hence every row's recommended
+#: k and what k=auto may choose, though the option table does not mark it ``changes_results`` (yet).
+ALSO_COMPARED = ("specbench_k",)
+COMPARED_OPTIONS: tuple[Option, ...] = tuple(option for option in OPTIONS
+                                             if option.changes_results or option.dest in ALSO_COMPARED)
 
 
 class MergeError(ValueError):
@@ -38,16 +50,43 @@ def load_run(path: Path) -> dict[str, Any]:
     return document
 
 
-def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
-    """One document from several; raises MergeError on incomparable options or a case in two runs."""
-    first_options = documents[0].get("options", {})
+def compared_value(option: Option, raw: Any) -> Any:
+    """What two runs must agree on for ``option``, from the raw value their JSON records (``settings.raw``: as
+    given, or the default): the parsed value, so ``0`` and ``0.0`` agree; for the devices, their kinds."""
+    if option.flag:
+        return bool(raw)  # a flag left out is recorded as absent, one given as true
+    if raw is None:
+        return None
+    try:
+        value = option.parse(str(raw).strip())
+    except ValueError:
+        return raw  # a file that is not on this machine (--specbench-prompt-file): its name must agree
+    return sorted({device.split(":")[0] for device in value}) if option.dest == DEVICE_OPTION else value
+
+
+def _check_comparable(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> None:
+    first = documents[0].get("options", {})
     for document, name in zip(documents[1:], names[1:]):
         options = document.get("options", {})
-        differing = [key for key in COMPARABLE_OPTIONS if options.get(key) != first_options.get(key)]
+        differing = [option.dest for option in COMPARED_OPTIONS if compared_value(option, options.get(option.dest))
+                     != compared_value(option, first.get(option.dest))]
         if differing:
-            details = "; ".join(f"{key}: {names[0]} has {first_options.get(key)!r}, {name} has "
-                                f"{options.get(key)!r}" for key in differing)
+            details = "; ".join(f"{key}: {names[0]} has {first.get(key)!r}, {name} has {options.get(key)!r}"
+                                for key in differing)
             raise MergeError(f"cannot merge {name} with {names[0]}: the numbers are not comparable ({details})")
+
+
+def _shared_options(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The options every run recorded alike; what differs (the shard, a shard's own pairs, devices or paths)
+    would be one run's value in the merged record, so it stays under each run's ``merged_from`` or is left out."""
+    first = documents[0].get("options", {})
+    return {key: value for key, value in first.items() if key != "specbench_shard"
+            and all(document.get("options", {}).get(key) == value for document in documents[1:])}
+
+
+def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    """One document from several; raises MergeError on incomparable options or a case in two runs."""
+    _check_comparable(documents, names)
     seen: dict[str, str] = {}
     results = []
     for document, name in zip(documents, names):
@@ -57,9 +96,8 @@ def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> dic
                                  "merge the shards of one sweep, not overlapping runs")
             seen[row["case"]] = name
             results.append(row)
-    options = {key: value for key, value in first_options.items() if key != "specbench_shard"}
     return {"fingerprint": documents[0].get("fingerprint", {}), "versions": documents[0].get("versions", {}),
-            "options": options,
+            "options": _shared_options(documents),
             "merged_from": [{"run": name, "fingerprint": document.get("fingerprint", {}),
                              "shard": document.get("options", {}).get("specbench_shard"),
                              "pairs": sorted({row["pair"] for row in document["results"]})}
@@ -69,15 +107,12 @@ def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> dic
 
 
 def _with_interval(row: dict[str, Any] | None) -> str:
-    if row is None:
-        return "-"
-    low, high = row.get("decode_speedup_ci_low"), row.get("decode_speedup_ci_high")
-    return f"{row['decode_speedup']:.2f}" + (f" [{low:.2f}, {high:.2f}]" if low is not None else "")
+    return "-" if row is None else with_interval(row)
 
 
 def _change(old: dict[str, Any], new: dict[str, Any]) -> str:
     """Whether the decode speedup moved beyond noise: the two 95% intervals do not overlap."""
-    lows = (old.get("decode_speedup_ci_low"), new.get("decode_speedup_ci_low"))
+    lows = (row_value(old, "decode_speedup_ci_low"), row_value(new, "decode_speedup_ci_low"))
     if None in lows:
         return "no interval"
     if new["decode_speedup_ci_low"] > old["decode_speedup_ci_high"]:
@@ -123,26 +158,17 @@ def compare_lines(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from .atomic import write_atomic
-    from .report.summary import csv_text
-    from .report.markdown import report_markdown
+    from .report.outputs import OutputPaths, write_outputs
 
     documents = [load_run(path) for path in args.runs]
     merged = merge_runs(documents, [str(path) for path in args.runs])
-    results, env = merged["results"], {"fingerprint": merged["fingerprint"], "versions": merged["versions"]}
-    if args.json:
-        write_atomic(args.json, json.dumps(merged, indent=2, allow_nan=False, default=str) + "\n")
-    if args.csv:
-        write_atomic(args.csv, csv_text(results))
-    if args.plots:
-        from .report.outputs import write_figures
-
-        write_figures(args.plots, results)
-    if args.report:
-        command = "python -m pytest_specbench merge " + " ".join(str(path) for path in args.runs)
-        write_atomic(args.report, report_markdown(results, merged["options"], env, args.plots, args.report, command))
-    print(f"merged {len(results)} case(s) from {len(documents)} run(s)")
-    return 0
+    command = "python -m pytest_specbench merge " + " ".join(str(path) for path in args.runs)
+    paths = OutputPaths(csv=args.csv, json=args.json, figures=args.plots, report=args.report)
+    _, errors = write_outputs(paths, merged, command)
+    print(f"merged {len(merged['results'])} case(s) from {len(documents)} run(s)")
+    for error in errors:
+        print(f"pytest_specbench merge: {error}", file=sys.stderr)
+    return 2 if errors else 0
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from pytest_specbench.results import schema
-from pytest_specbench.cli import MergeError, compare_lines, main, merge_runs
+from pytest_specbench.cli import COMPARED_OPTIONS, MergeError, compare_lines, main, merge_runs
+from pytest_specbench.settings.options import OPTIONS
 from pytest_specbench.measure.matrix import shard_pairs
 from pytest_specbench.measure.pairs import PairSpec
 
@@ -40,6 +42,7 @@ def test_shards_deal_the_pairs_by_name_and_cover_each_once():
     assert [pair.name for pair in shard_pairs(pairs, 1, 1)] == ["c", "a", "d", "b", "e"]
 
 
+@pytest.mark.slow
 def test_two_shards_merged_give_the_rows_of_the_unsplit_run(bench, pytester, two_pairs_file, capsys):
     common = ("--specbench-pairs=tiny_a,tiny_b", "--specbench-plots=")
     for shard in ("1/2", "2/2"):
@@ -71,7 +74,55 @@ def test_two_shards_merged_give_the_rows_of_the_unsplit_run(bench, pytester, two
 def _run(cases, **options):
     rows = [{"case": case, "pair": case.split("-")[0], "acceptance_rate": 0.5, "decode_speedup": 1.0,
              "decode_speedup_ci_low": 0.9, "decode_speedup_ci_high": 1.1} for case in cases]
-    return {"options": {"specbench_k": "1,4", "specbench_max_new_tokens": "32", **options}, "results": rows}
+    # A run's JSON records an option left out (a flag not given, no default) by leaving its key out.
+    recorded = {key: value for key, value in options.items() if value is not None}
+    return {"options": {"specbench_k": "1,4", "specbench_max_new_tokens": "32", **recorded}, "results": rows}
+
+
+#: two values of every option merge compares, as a run's JSON records them (given, or defaulted)
+DIFFERING = {
+    "gpu": ("cpu", "cuda:0"), "head-kernel": ("auto", "linear"), "compile": (None, True),
+    "prompt-file": ("prompts_a.jsonl", "prompts_b.jsonl"), "context-tokens": ("64", "128"),
+    "max-new-tokens": ("32", "128"), "dtype": ("float32", "bfloat16"), "warmup": ("1", "0"),
+    "min-rounds": ("3", "5"), "max-rounds": ("30", "10"), "ci-target": ("0.05", "0.1"), "case-budget": ("30", "20"),
+    "threads": ("2", "4"), "baseline-once": (None, True), "tie-tolerance": ("0.1", "0.5"),
+    "stop-at-eos": (None, True), "temperature": ("0", "0.8"), "top-p": ("1", "0.9"), "top-k": ("0", "50"),
+    "seed": ("0", "1"), "sampling-check-draws": ("20000", "1000"), "k": ("1,4", "1,2"),
+}
+
+
+def test_merge_compares_every_result_changing_option_and_the_k_list():
+    compared = {option.name for option in COMPARED_OPTIONS}
+    assert compared == {option.name for option in OPTIONS if option.changes_results} | {"k"}
+    assert compared == set(DIFFERING)  # a new result-changing option needs two values above
+
+
+@pytest.mark.parametrize("option", COMPARED_OPTIONS, ids=lambda option: option.name)
+def test_merge_refuses_runs_that_differ_in_a_result_changing_setting(option):
+    a, b = DIFFERING[option.name]
+    with pytest.raises(MergeError, match=re.escape(f"{option.dest}: a has {a!r}, b has {b!r}")):
+        merge_runs([_run(["p-k1-x"], **{option.dest: a}), _run(["q-k1-x"], **{option.dest: b})], ["a", "b"])
+
+
+def test_merge_joins_shards_that_differ_only_in_what_may_differ():
+    # Every option merge does not compare, and the device number (one sweep over the GPUs of one machine).
+    free = [option for option in OPTIONS if option not in COMPARED_OPTIONS]
+    assert {"specbench_pairs", "specbench_shard", "specbench_json"} <= {option.dest for option in free}
+    first = _run(["p-k1-x"], specbench_gpu="cuda:0", **{option.dest: f"{option.name}-1" for option in free})
+    second = _run(["q-k1-x"], specbench_gpu="cuda:1", **{option.dest: f"{option.name}-2" for option in free})
+    merged = merge_runs([first, second], ["a", "b"])
+    assert [row["case"] for row in merged["results"]] == ["p-k1-x", "q-k1-x"]
+    assert [source["shard"] for source in merged["merged_from"]] == ["shard-1", "shard-2"]
+    # The merged record keeps the options the runs share, not one run's value of those that differ.
+    assert merged["options"] == {"specbench_k": "1,4", "specbench_max_new_tokens": "32"}
+
+
+def test_merge_compares_what_a_value_means_not_how_it_is_written():
+    same = merge_runs([_run(["p-k1-x"], specbench_temperature="0", specbench_gpu="cuda", specbench_stop_at_eos=False),
+                       _run(["q-k1-x"], specbench_temperature="0.0", specbench_gpu="cuda:1")], ["a", "b"])
+    assert len(same["results"]) == 2
+    with pytest.raises(MergeError, match=re.escape("specbench_gpu: a has 'cuda:0', b has 'cpu'")):
+        merge_runs([_run(["p-k1-x"], specbench_gpu="cuda:0"), _run(["q-k1-x"], specbench_gpu="cpu")], ["a", "b"])
 
 
 def test_merge_refuses_runs_whose_options_make_numbers_incomparable():
@@ -100,3 +151,15 @@ def test_compare_marks_a_speedup_beyond_noise():
                              acceptance_rate=0.6)
     text = "\n".join(compare_lines(old, new))
     assert "within noise" in text and "faster" in text and "+0.100" in text
+
+
+def test_merge_writes_every_file_it_can_when_one_fails(tmp_path, capsys):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(_run(["p-k1-x"], specbench_shard="1/2")))
+    b.write_text(json.dumps(_run(["q-k1-x"], specbench_shard="2/2")))
+    blocked = tmp_path / "a_folder"
+    blocked.mkdir()
+    assert main(["merge", str(a), str(b), "--csv", str(blocked), "--json", str(tmp_path / "all.json")]) == 2
+    assert f"could not write {blocked}" in capsys.readouterr().err
+    merged = json.loads((tmp_path / "all.json").read_text())
+    assert [row["case"] for row in merged["results"]] == ["p-k1-x", "q-k1-x"]

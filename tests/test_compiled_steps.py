@@ -73,6 +73,7 @@ def backend(monkeypatch) -> CountingBackend:
     _forget_compiled_steps()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", FULL_ATTENTION)
 def test_compiled_steps_are_lossless(arch, backend):
     target, draft = pair(arch)
@@ -85,6 +86,7 @@ def test_compiled_steps_are_lossless(arch, backend):
     assert backend.graphs > 0 and backend.calls > 0  # the one-token steps did go through torch.compile
 
 
+@pytest.mark.slow
 def test_a_model_drafting_for_itself_keeps_two_caches(backend):
     target, _ = pair("gpt2")
     result = speculative_generate(target, target, PROMPT, 4, NEW_TOKENS, compile_steps=True)
@@ -94,6 +96,7 @@ def test_a_model_drafting_for_itself_keeps_two_caches(backend):
         assert static_cache(target, 64, "target") is not static_cache(target, 64, "draft")
 
 
+@pytest.mark.slow
 def test_later_runs_reuse_the_graphs_and_the_cache(backend):
     target, draft = pair("llama")
     speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, compile_steps=True)
@@ -119,6 +122,7 @@ def test_a_model_with_sliding_window_layers_is_refused(arch, backend):
     assert backend.graphs == 0
 
 
+@pytest.mark.slow
 def test_a_broken_rollback_is_caught(backend, monkeypatch):
     import pytest_specbench.engine.decoding as decoding
 
@@ -128,6 +132,7 @@ def test_a_broken_rollback_is_caught(backend, monkeypatch):
     assert result.token_ids != list(reference("gpt2"))
 
 
+@pytest.mark.slow
 def test_the_cost_probes_run_on_the_compiled_path(backend):
     target, draft = pair("gpt2")
     ids = torch.tensor([PROMPT])
@@ -138,6 +143,7 @@ def test_the_cost_probes_run_on_the_compiled_path(backend):
     assert backend.calls > calls
 
 
+@pytest.mark.slow
 def test_inductor_compiles_the_step_on_this_machine():
     _forget_compiled_steps()
     target, draft = pair("gpt2")
@@ -148,6 +154,7 @@ def test_inductor_compiles_the_step_on_this_machine():
     assert result.token_ids == list(reference("gpt2"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_graphs_are_lossless_on_a_gpu():
     torch._dynamo.reset()
@@ -161,6 +168,7 @@ def test_cuda_graphs_are_lossless_on_a_gpu():
 # --- through the plugin ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_compile_option_runs_lossless_cases(bench, pytester, backend):
     result = bench("--specbench-compile", "--specbench-k=1,4", "--specbench-prompts=natural",
                    "--specbench-json=results.json")

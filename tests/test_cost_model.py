@@ -99,6 +99,7 @@ def equal_pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_pair(tmp_path_factory.mktemp("equal_pair"), name="tiny", noise=0.0)
 
 
+@pytest.mark.slow
 def test_a_draft_equal_to_the_target_gives_alpha_one_and_tau_k_plus_one(bench, pytester, equal_pairs_file):
     result = bench("--specbench-k=1,4", pairs_file=equal_pairs_file)
     result.assert_outcomes(passed=4)
@@ -122,11 +123,11 @@ def test_a_draft_equal_to_the_target_gives_alpha_one_and_tau_k_plus_one(bench, p
 
 
 def test_the_row_fields_on_hand_computed_values():
-    from pytest_specbench.measure.runner import cost_model_fields
+    from pytest_specbench.measure.costs import CostProfile, cost_model_fields
 
     # Steps (2, 2) and (2, 1): alpha = 3 / (3 + 1); v = 10, 12, 15 ms; a draft token 1 ms, so c = 0.1.
-    fields = cost_model_fields(2, [0, 2, 2], [0, 2, 1], {"verify_costs_s": [0.010, 0.012, 0.015],
-                                                          "draft_token_s": 0.001}, decode_speedup=1.7)
+    fields = cost_model_fields(2, [0, 2, 2], [0, 2, 1], CostProfile([0.010, 0.012, 0.015], 0.001, []),
+                               decode_speedup=1.7)
     assert fields["alpha"] == pytest.approx(0.75)
     assert fields["cost_ratio"] == pytest.approx(0.1) and fields["verify_cost_ratio"] == pytest.approx(1.5)
     assert fields["predicted_tau"] == pytest.approx(2.3125)  # 1 + 0.75 + 0.5625
@@ -136,7 +137,7 @@ def test_the_row_fields_on_hand_computed_values():
     assert fields["verify_costs_ms"] == pytest.approx([10.0, 12.0, 15.0]) and fields["draft_token_ms"] == 1.0
     assert fields["position_acceptance"] == [1.0, 0.5] and fields["accepted_length_histogram"] == [0, 1, 1]
     # Prompt lookup that never matched: no alpha, so no prediction, but the costs are still there.
-    empty = cost_model_fields(2, [0, 0], [0, 0], {"verify_costs_s": [0.01, 0.02, 0.03], "draft_token_s": 0.0}, 1.0)
+    empty = cost_model_fields(2, [0, 0], [0, 0], CostProfile([0.01, 0.02, 0.03], 0.0, []), 1.0)
     assert empty["alpha"] is None and "predicted_speedup" not in empty and empty["cost_ratio"] == 0.0
 
 

@@ -116,6 +116,7 @@ class ScriptedDrafter(Drafter):
 # --- the reference itself -------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_reference_is_varied_with_a_clear_argmax(arch):
     # Guards the premise of exact comparison: no near-ties, no degenerate repeats.
@@ -340,6 +341,7 @@ def _wrong_bonus(real):
     return verify
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["gpt2", "gemma3"])
 @pytest.mark.parametrize("bug", ["accept-extra-token", "wrong-bonus-token", "no-cache-rollback"])
 def test_broken_engine_is_caught(arch, bug, monkeypatch):
@@ -397,6 +399,7 @@ def test_draft_of_wrong_type_raises():
 # --- property test --------------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(
     max_examples=15,
     deadline=None,

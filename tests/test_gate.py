@@ -348,6 +348,7 @@ _rows = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.lists(_rows, max_size=8, unique_by=lambda r: r["case"]))
 def test_a_run_never_regresses_against_its_own_baseline(results: list[dict[str, Any]]) -> None:
@@ -360,6 +361,7 @@ def test_a_run_never_regresses_against_its_own_baseline(results: list[dict[str, 
 
 # --- through pytest, on the tiny pair -------------------------------------------------------
 
+@pytest.mark.slow
 def test_unchanged_run_passes_the_gate(six_case_bench, pytester: pytest.Pytester) -> None:
     six_case_bench("--specbench-save-baseline=baseline.json").assert_outcomes(passed=6)
     saved = json.loads((pytester.path / "baseline.json").read_text())
@@ -369,6 +371,7 @@ def test_unchanged_run_passes_the_gate(six_case_bench, pytester: pytest.Pytester
     result.stdout.fnmatch_lines(["*specbench gate*", "*compared 6 case(s)*no regression*"])
 
 
+@pytest.mark.slow
 def test_weakened_draft_fails_the_gate_with_a_regression_list(
     six_case_bench, pytester: pytest.Pytester, weak_pairs_file: Path
 ) -> None:
@@ -379,6 +382,7 @@ def test_weakened_draft_fails_the_gate_with_a_regression_list(
     result.stdout.fnmatch_lines(["*specbench gate*", "*regression*", "*tiny-k*acceptance*"])
 
 
+@pytest.mark.slow
 def test_baseline_with_extra_cases_fails_unless_missing_allowed(six_case_bench, pytester: pytest.Pytester) -> None:
     six_case_bench("--specbench-save-baseline=baseline.json").assert_outcomes(passed=6)
     result = six_case_bench("--specbench-baseline=baseline.json", "-k", "k1")
@@ -395,6 +399,7 @@ def test_malformed_baseline_is_a_usage_error_naming_the_file(six_case_bench, pyt
     result.stderr.fnmatch_lines(["*pytest-specbench:*broken.json*"])
 
 
+@pytest.mark.slow
 def test_baseline_from_another_cpu_is_gated_per_pair(
     six_case_bench, pytester: pytest.Pytester, weak_pairs_file: Path
 ) -> None:
@@ -425,6 +430,7 @@ CTRL_C_AT_THE_THIRD_CASE = """
 """
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_does_not_replace_the_baseline(six_case_bench, pytester: pytest.Pytester) -> None:
     six_case_bench("--specbench-save-baseline=baseline.json").assert_outcomes(passed=6)
     whole = (pytester.path / "baseline.json").read_text()

@@ -15,6 +15,7 @@ from pytest_specbench.models import gguf_cache
 from pytest_specbench.models.loading import load_model
 
 
+@pytest.mark.slow
 def test_gguf_is_converted_once_then_loaded_from_the_cache(tmp_path, monkeypatch):
     original = write_tiny_gguf(tmp_path / "tiny.gguf")
     cache = tmp_path / "cache"
@@ -40,6 +41,7 @@ def test_gguf_is_converted_once_then_loaded_from_the_cache(tmp_path, monkeypatch
     assert second.tokenizer.get_vocab() == first.tokenizer.get_vocab()
 
 
+@pytest.mark.slow
 def test_changed_gguf_file_gets_a_new_entry(tmp_path):
     cache = tmp_path / "cache"
     write_tiny_gguf(tmp_path / "tiny.gguf", seed=0)
@@ -64,6 +66,7 @@ def test_file_hash_is_memoised_by_size_and_mtime(tmp_path):
     assert gguf_cache.file_sha256(path, cache_dir=cache) == hashlib.sha256(b"y" * 1001).hexdigest()
 
 
+@pytest.mark.slow
 def test_unfinished_entry_is_never_used(tmp_path):
     write_tiny_gguf(tmp_path / "tiny.gguf")
     cache = tmp_path / "cache"
@@ -79,6 +82,7 @@ def test_unfinished_entry_is_never_used(tmp_path):
     assert [p.name for p in entry.parent.iterdir()] == [entry.name]
 
 
+@pytest.mark.slow
 def test_corrupted_entry_is_rebuilt(tmp_path):
     original = write_tiny_gguf(tmp_path / "tiny.gguf")
     cache = tmp_path / "cache"
@@ -120,6 +124,7 @@ def _flip_last_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+@pytest.mark.slow
 def test_same_size_corruption_is_caught_and_the_entry_rebuilt(tmp_path):
     original, cache, entry = _converted_entry(tmp_path)
     _flip_last_byte(entry / "model.safetensors")
@@ -128,6 +133,7 @@ def test_same_size_corruption_is_caught_and_the_entry_rebuilt(tmp_path):
     assert same_logits(original, again.model)
 
 
+@pytest.mark.slow
 def test_bit_rot_that_keeps_size_and_mtime_is_caught_by_the_next_days_hashing(tmp_path, monkeypatch):
     original, cache, entry = _converted_entry(tmp_path)
     weights = entry / "model.safetensors"
@@ -157,6 +163,7 @@ def test_hashes_are_checked_once_per_machine_and_day(tmp_path, monkeypatch):
     assert hashed == []
 
 
+@pytest.mark.slow
 def test_entry_files_are_fsynced_before_the_rename(tmp_path, monkeypatch):
     events = []
     real_fsync, real_replace = os.fsync, os.replace

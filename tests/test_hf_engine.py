@@ -111,6 +111,7 @@ def test_hf_engine_refuses_what_is_neither_a_draft_model_nor_prompt_lookup() -> 
 # --- through the plugin ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_engines_run_side_by_side(bench, pytester: pytest.Pytester, tiny_pairs_file) -> None:
     # The tiny pair plus prompt lookup on its target: transformers has no schedule for prompt lookup.
     pairs = pytester.path / "pairs.toml"

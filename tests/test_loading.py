@@ -65,6 +65,7 @@ def test_load_model_rejects_unknown_dtype_before_loading(tmp_path, bad):
 # --- local checkpoints ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_load_local_directory(tmp_path):
     original = save_word_checkpoint(tmp_path / "ckpt")
     loaded = load_model(str(tmp_path / "ckpt"))

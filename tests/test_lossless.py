@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from factory import tiny_model
 
 from pytest_specbench.measure.verdicts import diagnose, first_divergence, quality_score, reference_tokens
 
 
+@pytest.mark.slow
 def test_reference_comes_from_generate_and_ignores_eos_for_fixed_length() -> None:
     model = tiny_model("gpt2")
     ids = torch.tensor([[5, 6, 7]])

@@ -155,6 +155,7 @@ def test_every_head_kernel_is_lossless(arch, head_kernel, k, columns):
         assert columns == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["gpt2", "gemma3"])
 def test_a_wrong_column_form_is_caught(arch, monkeypatch):
     target, draft = pair(arch)
@@ -178,6 +179,7 @@ def test_the_cost_probe_times_the_engines_head(columns):
 # --- through the plugin ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("head_kernel", "expected_rows"), [("column", [2, 3, 4, 5]), ("linear", [])])
 def test_the_rows_record_which_verify_blocks_ran_the_column_head(bench, pytester, head_kernel, expected_rows):
     result = bench(f"--specbench-head-kernel={head_kernel}", "--specbench-engine=native,hf", "--specbench-k=1,4",
@@ -190,6 +192,7 @@ def test_the_rows_record_which_verify_blocks_ran_the_column_head(bench, pytester
     assert all(row["verdict"] == "lossless" for row in rows.values())
 
 
+@pytest.mark.slow
 def test_a_schedule_longer_than_the_probe_has_its_head_measured_before_the_timed_rounds(bench, pytester,
                                                                                        monkeypatch):
     measured_during_runs = []

@@ -13,6 +13,7 @@ from pytest_specbench.report.analysis import FIGURES, analyse_prompts
 from pytest_specbench.report.markdown import pair_findings, report_markdown
 
 
+@pytest.mark.slow
 def test_a_run_writes_every_figure_and_a_report_that_links_them(bench, pytester: pytest.Pytester) -> None:
     pytest.importorskip("matplotlib")
     import matplotlib.image
@@ -34,6 +35,7 @@ def test_a_run_writes_every_figure_and_a_report_that_links_them(bench, pytester:
     result.stdout.fnmatch_lines(["*results written to figures*", "*results written to out*report.md*"])
 
 
+@pytest.mark.slow
 def test_pytest_start_up_does_not_import_matplotlib() -> None:
     code = ("import sys, pytest_specbench.plugin.hooks, pytest_specbench.plugin.session, pytest_specbench.report.markdown; "
             "print('matplotlib' in sys.modules)")
@@ -66,3 +68,16 @@ def test_findings_say_which_prompts_gain_and_lose_and_how_often_the_model_agrees
     assert "A verify pass over 5 positions costs 4.00 times" in text
     report = report_markdown(rows, {"specbench_k": "1,2"}, {"fingerprint": {"cpu_model": "x"}, "versions": {}})
     assert "**1.80 [1.60, 2.00]** with pair `p`" in report and "| specbench_k" in report
+
+
+def test_one_interval_format_for_the_table_the_report_and_compare() -> None:
+    from pytest_specbench.cli import compare_lines
+    from pytest_specbench.report.formatting import with_interval
+
+    row = _row("code", 1, 1.4, 1.2, 1.6)
+    assert with_interval(row) == "1.40 [1.20, 1.60]"
+    assert with_interval({**row, "decode_speedup_ci_low": None, "decode_speedup_ci_high": None}) == "1.40 [no interval]"
+    assert with_interval(row, "speedup", ".1f") == "1.4 [1.2, 1.6]"
+    assert "1.40 [1.20, 1.60]" in report_markdown([row], {}, {})
+    run = {"results": [{**row, "case": "p-k1-code"}]}
+    assert any("1.40 [1.20, 1.60]" in line for line in compare_lines(run, run))

@@ -102,6 +102,7 @@ def test_ids_follow_pair_k_prompt_in_a_fixed_order(bench) -> None:
     assert ids == ["tiny-k1-natural", "tiny-k4-natural", "tiny-k1-code_json", "tiny-k4-code_json"]
 
 
+@pytest.mark.slow
 def test_dash_k_selects_exactly_the_matching_cases(bench) -> None:
     result = bench("-k", "tiny and k4")
     result.assert_outcomes(passed=2, deselected=2)
@@ -115,6 +116,7 @@ def test_marker_selects_by_keyword_arguments(bench) -> None:
     assert selected == [line for line in selected if "tiny-k4-code_json" in line] and len(selected) == 1
 
 
+@pytest.mark.slow
 def test_user_module_can_use_the_same_fixtures(bench, pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_mine="""
         def test_mine(spec_case, specbench, specbench_config):
@@ -130,6 +132,7 @@ def test_user_module_can_use_the_same_fixtures(bench, pytester: pytest.Pytester)
 # --- fixtures: models loaded once --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_each_model_is_loaded_once_per_session(bench, pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_zz_loads="""
         def test_loads(specbench_store):
@@ -144,6 +147,7 @@ def test_each_model_is_loaded_once_per_session(bench, pytester: pytest.Pytester)
 # --- the summary, CSV and JSON ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_summary_table_csv_and_json_agree(bench, pytester: pytest.Pytester) -> None:
     result = bench("--specbench-csv=out/results.csv", "--specbench-json=out/results.json")
     result.assert_outcomes(passed=4)
@@ -180,6 +184,7 @@ def test_no_case_ran_is_said_plainly(bench) -> None:
     result.stdout.fnmatch_lines(["*specbench summary*", "*no specbench case matched the selection*"])
 
 
+@pytest.mark.slow
 def test_files_are_not_written_when_disabled(bench, pytester: pytest.Pytester) -> None:
     result = bench("--specbench-csv=", "--specbench-json=", "-k", "k1 and natural")
     result.assert_outcomes(passed=1, deselected=3)
@@ -189,6 +194,7 @@ def test_files_are_not_written_when_disabled(bench, pytester: pytest.Pytester) -
 # --- a broken engine fails the case, readably ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_broken_engine_fails_with_the_divergence_explained(bench, pytester: pytest.Pytester) -> None:
     pytester.makeconftest("""
         import pytest
@@ -220,6 +226,7 @@ def test_broken_engine_fails_with_the_divergence_explained(bench, pytester: pyte
 # --- pytest-benchmark on and off --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pytest_benchmark_times_the_speculative_run(bench, pytester: pytest.Pytester) -> None:
     result = bench("--benchmark-json=bench.json", "-k", "k4")
     result.assert_outcomes(passed=2, deselected=2)
@@ -232,6 +239,7 @@ def test_pytest_benchmark_times_the_speculative_run(bench, pytester: pytest.Pyte
     result.stdout.fnmatch_lines(["*specbench summary*"])
 
 
+@pytest.mark.slow
 def test_own_timing_works_with_pytest_benchmark_disabled(bench, pytester: pytest.Pytester) -> None:
     result = bench("--benchmark-disable", "--specbench-min-rounds=2", "--specbench-max-rounds=2",
                    "-k", "k1 and natural")
@@ -241,6 +249,7 @@ def test_own_timing_works_with_pytest_benchmark_disabled(bench, pytester: pytest
     assert row["baseline_tps"] > 0 and row["speculative_tps"] > 0
 
 
+@pytest.mark.slow
 def test_baseline_once_times_the_baseline_once_per_prompt(bench, pytester: pytest.Pytester) -> None:
     result = bench("--specbench-baseline-once", "--specbench-min-rounds=2", "--specbench-max-rounds=2",
                    "--specbench-k=1,2,4")
@@ -250,6 +259,7 @@ def test_baseline_once_times_the_baseline_once_per_prompt(bench, pytester: pytes
     assert len({row["baseline_tps"] for row in natural}) == 1
 
 
+@pytest.mark.slow
 def test_context_tokens_pad_every_prompt_to_the_same_length(bench, pytester: pytest.Pytester) -> None:
     result = bench("--specbench-context-tokens=300", "-k", "k1")
     result.assert_outcomes(passed=2, deselected=2)

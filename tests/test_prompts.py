@@ -138,6 +138,7 @@ def test_repetitive_pattern_prompts_are_not_repeated_prose():
         assert sum(map(len, tokens)) / len(tokens) < 5, p.id
 
 
+@pytest.mark.slow
 def test_shipped_labels_work_in_pytest_k(pytester):
     labels = [p.id for p in SHIPPED] + list(CATEGORIES)
     pytester.makepyfile(

@@ -77,6 +77,7 @@ def test_settings_differences_name_each_option() -> None:
 # --- through pytest ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_finished_case_is_logged_beside_the_csv(bench, pytester: pytest.Pytester) -> None:
     bench("--specbench-csv=out/results.csv").assert_outcomes(passed=4)
     logged = read_log(pytester.path / "out" / "results.jsonl")
@@ -85,6 +86,7 @@ def test_every_finished_case_is_logged_beside_the_csv(bench, pytester: pytest.Py
     assert logged.settings["--specbench-max-new-tokens"] == 12
 
 
+@pytest.mark.slow
 def test_the_log_can_be_turned_off_and_is_not_started_by_collect_only(bench, pytester: pytest.Pytester) -> None:
     bench("--specbench-log=", "-k", "k1 and natural").assert_outcomes(passed=1, deselected=3)
     assert not (pytester.path / "spec_results.jsonl").exists()
@@ -101,6 +103,7 @@ def csv_rows(path: Path) -> list[dict]:
         return [{name: row[name] for name in COMPARED} for row in csv.DictReader(handle)]
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_completes_the_run(bench, held_run, pytester: pytest.Pytester) -> None:
     bench("--specbench-csv=whole.csv", "--specbench-json=whole.json", prompts=held_run.PROMPTS
           ).assert_outcomes(passed=6)
@@ -121,6 +124,7 @@ def test_resume_after_sigkill_completes_the_run(bench, held_run, pytester: pytes
     assert held_run.logged_cases() == [row["case"] for row in csv_rows(pytester.path / "whole.csv")]
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_log_measured_with_other_settings(bench, pytester: pytest.Pytester) -> None:
     bench("-k", "k1 and natural").assert_outcomes(passed=1, deselected=3)
     result = bench("--specbench-resume=spec_results.jsonl", "--specbench-max-new-tokens=16")

@@ -16,7 +16,8 @@ from pytest_specbench.engine.stats import DecodeStats, GenerationResult
 from pytest_specbench.measure.matrix import Case
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
-from pytest_specbench.measure.runner import Measurement, build_result, time_rounds
+from pytest_specbench.measure.row import Measurement, build_result
+from pytest_specbench.measure.timing import time_rounds
 
 # --- the adaptive loop --------------------------------------------------------------------------
 
@@ -138,6 +139,7 @@ def _slow_prompt_pass(model: torch.nn.Module, seconds: float, sleeps: list[int])
     return model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("speculative", [False, True])
 def test_prefill_is_timed_apart_and_left_out_of_decode_speed(speculative):
     target, draft = tiny_pair("gpt2")
@@ -169,6 +171,7 @@ def _results(pytester: pytest.Pytester) -> dict:
     return json.loads((Path(pytester.path) / "spec_results.json").read_text())
 
 
+@pytest.mark.slow
 def test_rows_carry_intervals_prefill_split_and_the_fingerprint(bench, pytester: pytest.Pytester) -> None:
     result = bench("--specbench-min-rounds=3", "--specbench-max-rounds=4")
     result.assert_outcomes(passed=4)
@@ -216,6 +219,7 @@ ModelStore.target = target
 """
 
 
+@pytest.mark.slow
 def test_a_noisy_machine_is_marked_unstable(bench, pytester: pytest.Pytester) -> None:
     pytester.makeconftest(NOISY_CONFTEST)
     result = bench("--specbench-min-rounds=2", "--specbench-max-rounds=4", "--specbench-ci-target=0.05")
@@ -234,6 +238,7 @@ def test_an_empty_selection_says_what_the_matrix_has(bench) -> None:
     ])
 
 
+@pytest.mark.slow
 def test_the_specbench_summary_prints_after_pytest_benchmarks_table(bench) -> None:
     result = bench("--specbench-max-rounds=2", benchmark=True)
     text = result.stdout.str()
@@ -255,12 +260,14 @@ def short_draft_pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_pair(tmp_path_factory.mktemp("short_draft"), draft_config={"n_positions": 64})
 
 
+@pytest.mark.slow
 def test_a_prompt_that_exactly_fills_the_window_runs(bench, short_target_pairs_file: Path) -> None:
     # 52 prompt tokens + 12 new tokens = 64 positions, whatever k is: no block runs past the last new token.
     result = bench("--specbench-context-tokens=52", "-k", "k4 and natural", pairs_file=short_target_pairs_file)
     result.assert_outcomes(passed=1, deselected=3)
 
 
+@pytest.mark.slow
 def test_a_prompt_past_the_targets_window_fails_naming_the_limit(fails_plainly, short_target_pairs_file: Path) -> None:
     result = fails_plainly(short_target_pairs_file, "k4 and natural", "--specbench-context-tokens=53")
     result.stdout.fnmatch_lines([
@@ -270,6 +277,7 @@ def test_a_prompt_past_the_targets_window_fails_naming_the_limit(fails_plainly, 
     ])
 
 
+@pytest.mark.slow
 def test_a_prompt_past_the_drafts_window_fails_naming_the_draft(fails_plainly, short_draft_pairs_file: Path) -> None:
     result = fails_plainly(short_draft_pairs_file, "k1 and natural", "--specbench-context-tokens=60")
     result.stdout.fnmatch_lines(["*need 72 positions, more than the draft '*draft' allows (n_positions = 64)*"])

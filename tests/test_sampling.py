@@ -250,6 +250,7 @@ def _distribution(size: int) -> st.SearchStrategy[torch.Tensor]:
 _pairs = st.integers(2, 10).flatmap(lambda size: st.tuples(_distribution(size), _distribution(size)))
 
 
+@pytest.mark.slow
 @HYPOTHESIS
 @given(_pairs)
 def test_property_residual_is_a_distribution_and_the_rule_preserves_p(pair):
@@ -263,6 +264,7 @@ def test_property_residual_is_a_distribution_and_the_rule_preserves_p(pair):
     assert math.isclose(float(alpha), float(expected_acceptance(q, p)), rel_tol=1e-12)
 
 
+@pytest.mark.slow
 @HYPOTHESIS
 @given(_pairs.map(lambda pair: pair[0]), st.integers(0, 2**31), st.integers(1, 3))
 def test_property_equal_distributions_always_accept(p, seed, m):
@@ -274,6 +276,7 @@ def test_property_equal_distributions_always_accept(p, seed, m):
     assert float(p[tokens].min()) > 0  # the bonus is drawn from p
 
 
+@pytest.mark.slow
 @HYPOTHESIS
 @given(_pairs.map(lambda pair: pair[0]), st.integers(0, 9))
 def test_property_point_mass_residual_removes_the_token(p, token):
@@ -395,6 +398,7 @@ def test_case_check_validates_its_arguments():
         check_acceptance_rule(p, None, 10)
 
 
+@pytest.mark.slow
 def test_rule_acceptance_matches_the_expectation():
     # Issue 13, item 4, on the rule alone: the kept fraction of drafts sampled from q is sum min(p, q).
     p, q = case_distributions()
@@ -501,6 +505,7 @@ LOSSLESS_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", LOSSLESS_CASES, ids=str)
 def test_sampled_output_follows_the_target_distribution(case):
     """Chi-square of RUNS seeded runs against the exact joint distribution; false alarms at 0.001 per case."""
@@ -512,6 +517,7 @@ def test_sampled_output_follows_the_target_distribution(case):
         assert 0 < runs.accepted < runs.drafted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "bug, case",
     [
@@ -528,6 +534,7 @@ def test_sampled_output_test_rejects_a_planted_bug(bug, case, monkeypatch):
     assert not check.passed and check.p_value < SIGNIFICANCE, check
 
 
+@pytest.mark.slow
 def test_measured_acceptance_matches_the_expectation():
     """Issue 13, item 4: alpha measured by the engine against sum min(p, q), averaged over the first draft's context.
 
@@ -564,6 +571,7 @@ def counts_of(stats) -> tuple:
             stats.drafted_per_step, stats.accepted_per_step, stats.target_forward_passes, stats.draft_forward_passes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["model", "lookup"])
 def test_seeded_runs_repeat_and_stats_add_up(drafter):
     def run(seed: int):

@@ -11,6 +11,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow  # plugin runs that load the pair and draw thousands of samples
+
 SAMPLED = ("--specbench-temperature=0.8", "--specbench-top-p=0.9", "--specbench-k=2",
            "--specbench-sampling-check-draws=4000", "--specbench-prompts=natural")
 

@@ -102,6 +102,7 @@ def test_cost_model_schedule_rejects_bad_costs() -> None:
         CostModelSchedule([1.0, 2.0], -1.0)
 
 
+@pytest.mark.slow
 @torch.inference_mode()
 def test_confidence_threshold_ends_a_block_after_the_unsure_token() -> None:
     target, draft = pair()
@@ -114,6 +115,7 @@ def test_confidence_threshold_ends_a_block_after_the_unsure_token() -> None:
     assert drafter.propose(ids, 5).numel() == 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", [
     HeuristicSchedule(),
     HeuristicSchedule(start=2, confidence_threshold=None),
@@ -130,6 +132,7 @@ def test_engine_is_lossless_under_every_schedule_and_records_its_choices(schedul
     assert sum(stats.accepted_per_step) + stats.steps == stats.new_tokens == NEW_TOKENS
 
 
+@pytest.mark.slow
 def test_heuristic_schedule_grows_k_on_a_perfect_draft() -> None:
     target = tiny_model("gpt2")
     result = speculative_generate(target, target, PROMPT, HeuristicSchedule(start=2, confidence_threshold=None),

@@ -80,3 +80,14 @@ def test_summary_shows_the_interval_and_the_unstable_mark():
 def test_gate_fields_come_from_the_schema(kind):
     expected = {f.name for f in dataclasses.fields(CaseResult) if f.metadata["gate"] == kind}
     assert set(schema.gate_fields(kind)) == expected and expected
+
+
+def test_a_row_without_a_field_reads_the_schema_default():
+    row = _row()
+    del row["engine"], row["accepted_per_step"]
+    assert schema.row_value(row, "engine") == "native" and schema.row_value(row, "accepted_per_step") == []
+    assert schema.row_value({"engine": "hf"}, "engine") == "hf"
+    with pytest.raises(KeyError, match="has no default"):
+        schema.row_value({}, "decode_speedup")
+    with pytest.raises(KeyError, match="no result field 'speed'"):
+        schema.field_default("speed")

@@ -56,6 +56,7 @@ def test_a_declared_pair_whose_model_is_missing_fails_though_not_named(
     result.stdout.fnmatch_lines(["*t3: model '*modles/target' does not exist*"])
 
 
+@pytest.mark.slow
 def test_an_unrequested_built_in_pair_is_skipped_and_a_named_one_fails(bench, offline_hub) -> None:
     common = ("--specbench-k=1", "--specbench-prompts=natural", "-p", "no:randomly", "--benchmark-disable")
     result = bench(*common, "-k", "gpt2_distil", "-rs", defaults=False)

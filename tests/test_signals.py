@@ -34,6 +34,7 @@ def assert_written_from_what_finished(held_run, signal_name: str) -> None:
     assert document["interrupted"] == signal_name
 
 
+@pytest.mark.slow
 def test_sigterm_writes_what_finished_and_names_the_rest(held_run) -> None:
     process = held_run.start()
     process.send_signal(signal.SIGTERM)
@@ -41,6 +42,7 @@ def test_sigterm_writes_what_finished_and_names_the_rest(held_run) -> None:
     assert_written_from_what_finished(held_run, "SIGTERM")
 
 
+@pytest.mark.slow
 def test_sigint_writes_what_finished_and_names_the_rest(held_run) -> None:
     process = held_run.start()
     process.send_signal(signal.SIGINT)
@@ -48,6 +50,7 @@ def test_sigint_writes_what_finished_and_names_the_rest(held_run) -> None:
     assert_written_from_what_finished(held_run, "SIGINT")
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_xdist_controller_writes_what_finished_and_resume_ends_it(held_run, bench) -> None:
     process = held_run.start("-n", "2")
     process.send_signal(signal.SIGTERM)
@@ -65,6 +68,7 @@ def test_sigterm_to_the_xdist_controller_writes_what_finished_and_resume_ends_it
     assert document["resumed_cases"] == held_run.FINISHED
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_whole_process_group_under_xdist(held_run) -> None:
     # What `timeout -s TERM` and many CI runners do: the workers get the signal too, and die of it.
     process = held_run.start("-n", "2", new_session=True)
@@ -73,6 +77,7 @@ def test_sigterm_to_the_whole_process_group_under_xdist(held_run) -> None:
     assert_written_from_what_finished(held_run, "SIGTERM")
 
 
+@pytest.mark.slow
 def test_sigkill_leaves_every_finished_case_in_the_log(held_run) -> None:
     process = held_run.start()
     process.kill()

@@ -54,6 +54,7 @@ def test_bad_inputs_are_refused():
         speedup_interval([1.0, 2.0], [1.0], paired=True)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.floats(0.01, 100), st.floats(0.01, 100)), min_size=1, max_size=12), st.booleans())
 def test_the_estimate_always_lies_inside_its_interval(pairs, paired):
@@ -97,6 +98,7 @@ def _normal_quantile_interval(baseline, speculative):
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half))
 
 
+@pytest.mark.slow
 def test_paired_interval_covers_the_true_speedup_at_its_nominal_rate():
     coverage = _coverage(lambda b, s: speedup_interval(b, s, paired=True))
     assert 0.93 <= coverage <= 0.97, coverage

@@ -14,6 +14,7 @@ def wide_draft_pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_pair(tmp_path_factory.mktemp("wide_draft"), draft_config={"vocab_size": 300})
 
 
+@pytest.mark.slow
 def test_a_draft_vocabulary_larger_than_the_targets_fails_naming_both(fails_plainly, wide_draft_pairs_file: Path
                                                                      ) -> None:
     result = fails_plainly(wide_draft_pairs_file, "k4 and natural")

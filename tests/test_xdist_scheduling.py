@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # xdist workers: processes of their own, each loading the pair
+
 COMPARED = ("case", "pair", "k", "prompt", "verdict", "lossless", "acceptance_rate", "tau", "new_tokens",
             "accepted_per_step")
 

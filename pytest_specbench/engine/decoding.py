@@ -23,9 +23,10 @@ distributed as the target's own samples, though no longer token-equal to them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
+from transformers import Cache, PreTrainedModel
 
 from .compiled_steps import one_token_step
 from .drafters import Drafter, ModelDrafter, as_drafter
@@ -67,6 +68,26 @@ def _cut_at_eos(tokens: torch.Tensor, eos_token_id: int | None) -> tuple[torch.T
     return tokens[: int(hits[0, 0]) + 1], True
 
 
+def _target_cache(model: PreTrainedModel, length: int, compile_steps: bool) -> Cache:
+    """The target's cache for a run of at most ``length`` positions: static for compiled steps."""
+    return static_cache(model, length) if compile_steps else new_cache(model)
+
+
+def _record_step(stats: DecodeStats, drafted: int, accepted: int, bonus: int, k: int) -> None:
+    """Count one target pass that committed ``accepted`` of ``drafted`` draft tokens and ``bonus`` of its own.
+
+    ``k`` is the draft length the schedule chose (0 for the prefill and greedy steps). Every loop
+    records its steps here, so the per-step lists and the totals always agree.
+    """
+    stats.target_forward_passes += 1
+    stats.drafted_tokens += drafted
+    stats.accepted_tokens += accepted
+    stats.bonus_tokens += bonus
+    stats.drafted_per_step.append(drafted)
+    stats.accepted_per_step.append(accepted)
+    stats.k_per_step.append(k)
+
+
 @torch.inference_mode()
 def greedy_generate(
     model: PreTrainedModel,
@@ -96,7 +117,7 @@ def greedy_generate(
     ids = _as_batch_of_one(input_ids, model.device)
     clock = DeviceClock(model.device)
     stats = DecodeStats()
-    cache = static_cache(model, ids.shape[1] + max_new_tokens) if compile_steps else new_cache(model)
+    cache = _target_cache(model, ids.shape[1] + max_new_tokens, compile_steps)
     forward = one_token_step(model) if compile_steps else model
     new_tokens = []
     feed = ids
@@ -105,10 +126,7 @@ def greedy_generate(
         logits = forward(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1).logits
         feed = next_token(logits[:, -1], sampling, generator)
         new_tokens.append(feed)
-        stats.target_forward_passes += 1
-        stats.drafted_per_step.append(0)
-        stats.accepted_per_step.append(0)
-        stats.k_per_step.append(0)
+        _record_step(stats, 0, 0, 1, 0)  # every greedy token is the target's own
         if step == 0:
             stats.prefill_time_s = clock.now() - start  # the prompt's pass: time to first token
         # Reading the token back syncs the device, so only do it when EOS can stop us.
@@ -117,7 +135,6 @@ def greedy_generate(
     stats.wall_time_s = clock.now() - start
     stats.verify_time_s = stats.wall_time_s - stats.prefill_time_s
     stats.new_tokens = len(new_tokens)
-    stats.bonus_tokens = stats.new_tokens
     sequences = torch.cat([ids, *new_tokens], dim=1)
     return GenerationResult(sequences=sequences, prompt_length=ids.shape[1], stats=stats)
 
@@ -170,6 +187,102 @@ def _propose(
     return proposal.to(ids.device)[:k], None if draft_probs is None else draft_probs.to(ids.device)[:k]
 
 
+@dataclass(frozen=True, slots=True)
+class _Speculation:
+    """What every step of one speculative run reads: built once, before the prefill.
+
+    Slots keep the per-step attribute reads as cheap as the locals the loop used to hold.
+    """
+
+    target: PreTrainedModel
+    cache: Cache
+    drafter: Drafter
+    schedule: DraftSchedule
+    confidence: dict[str, float]  # a schedule's min_confidence, passed to the drafter when set
+    sampling: SamplingParams
+    generator: torch.Generator | None
+    eos_token_id: int | None
+    clock: DeviceClock
+    stats: DecodeStats
+
+    @classmethod
+    def start(
+        cls, target: PreTrainedModel, draft: PreTrainedModel | Drafter, k: int | DraftSchedule,
+        input_ids: torch.Tensor | Sequence[int], max_new_tokens: int, sampling: SamplingParams,
+        generator: torch.Generator | None, eos_token_id: int | None, compile_steps: bool,
+    ) -> tuple[_Speculation, torch.Tensor]:
+        """Check the arguments, reset the schedule and the drafter, and make the caches; returns the run
+        and the prompt as a batch of one. The checks run in this order so a bad call names the same error."""
+        _check_lengths(max_new_tokens)
+        schedule = k if isinstance(k, DraftSchedule) else ConstantSchedule(k)
+        schedule.reset()
+        # Only passed when set, so a drafter written before confidence thresholds existed still works.
+        confidence = {} if schedule.confidence_threshold is None else {"min_confidence": schedule.confidence_threshold}
+        drafter = as_drafter(draft)
+        drafter.reset()
+        ids = _as_batch_of_one(input_ids, target.device)
+        max_length = ids.shape[1] + max_new_tokens
+        cache = _target_cache(target, max_length, compile_steps)
+        if compile_steps and isinstance(drafter, ModelDrafter):
+            drafter.compile_steps(max_length)
+        enable_rollback(cache)
+        run = cls(target, cache, drafter, schedule, confidence, sampling, generator, eos_token_id,
+                  DeviceClock(target.device), DecodeStats())
+        return run, ids
+
+
+def _prefill(run: _Speculation, ids: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The first step: the target reads the prompt and commits its own first token, and the drafter reads
+    the prompt. Returns the prompt plus that token, and whether it is EOS."""
+    logits = run.target(input_ids=ids, cache=run.cache, use_cache=True, logits_to_keep=1).logits
+    first = next_token(logits[:, -1], run.sampling, run.generator)
+    run.drafter.prefill(ids)
+    _record_step(run.stats, 0, 0, 1, 0)
+    return torch.cat([ids, first], dim=1), run.eos_token_id is not None and int(first) == run.eos_token_id
+
+
+def _speculative_step(
+    run: _Speculation, ids: torch.Tensor, max_length: int, t_draft: float
+) -> tuple[torch.Tensor, bool, float]:
+    """One decode step: draft, verify the block in one target pass, commit the accepted prefix plus the
+    target's next token, and roll both caches back to the committed length.
+
+    ``ids`` is the committed sequence, of which the target cache holds all but the newest token;
+    ``t_draft`` is the clock reading the step starts from. Returns the new committed sequence,
+    whether it ended at EOS, and the clock reading that ended the step.
+    """
+    # Leave room for the bonus token so a block never overshoots.
+    chosen_k = run.schedule.next_k()
+    block_k = min(chosen_k, max_length - ids.shape[1] - 1)
+    draft_probs = None  # the draft's q under sampling; None when greedy or for point masses
+    if block_k > 0:
+        proposal, draft_probs = _propose(run.drafter, ids, block_k, run.sampling, run.generator, run.confidence)
+    else:
+        proposal = ids.new_empty(0)
+    t_verify = run.clock.now()
+    # The newest committed token has not been fed to the target yet: it leads the block.
+    block = torch.cat([ids[0, -1:], proposal]).unsqueeze(0)
+    if run.sampling.greedy:
+        num_accepted, target_tokens = _verify(run.target, run.cache, block, proposal)
+    else:
+        num_accepted, target_tokens = _verify_sampled(run.target, run.cache, block, proposal, draft_probs,
+                                                      run.sampling, run.generator)
+    committed = torch.cat([proposal[:num_accepted], target_tokens[num_accepted : num_accepted + 1]])
+    committed, hit_eos = _cut_at_eos(committed, run.eos_token_id)
+    # An EOS inside the accepted prefix drops the tokens after it, bonus included.
+    kept_accepted = min(num_accepted, committed.numel())
+    ids = torch.cat([ids, committed.unsqueeze(0)], dim=1)
+    crop_to(run.cache, min(ids.shape[1] - 1, cache_length(run.cache)))
+    if block_k > 0:  # only a drafter that was asked to propose has anything to commit
+        run.drafter.commit(num_accepted)
+    run.schedule.update(proposal.numel(), num_accepted)
+    t_done = run.clock.now()
+    run.stats.draft_time_s += t_verify - t_draft
+    run.stats.verify_time_s += t_done - t_verify
+    _record_step(run.stats, proposal.numel(), kept_accepted, committed.numel() - kept_accepted, chosen_k)
+    return ids, hit_eos, t_done
+
+
 @torch.inference_mode()
 def speculative_generate(
     target: PreTrainedModel,
@@ -212,86 +325,21 @@ def speculative_generate(
     (:mod:`~pytest_specbench.engine.compiled_steps`).
     """
     sampling = SamplingParams(temperature, top_p, top_k)
-    _check_lengths(max_new_tokens)
-    schedule = k if isinstance(k, DraftSchedule) else ConstantSchedule(k)
-    schedule.reset()
-    # Only passed when set, so a drafter written before confidence thresholds existed still works.
-    confidence = {} if schedule.confidence_threshold is None else {"min_confidence": schedule.confidence_threshold}
-    drafter = as_drafter(draft)
-    drafter.reset()
-    ids = _as_batch_of_one(input_ids, target.device)
+    run, ids = _Speculation.start(target, draft, k, input_ids, max_new_tokens, sampling, generator, eos_token_id,
+                                  compile_steps)
     prompt_length = ids.shape[1]
-    if compile_steps:
-        cache = static_cache(target, prompt_length + max_new_tokens)
-        if isinstance(drafter, ModelDrafter):
-            drafter.compile_steps(prompt_length + max_new_tokens)
-    else:
-        cache = new_cache(target)
-    clock = DeviceClock(target.device)
-    stats = DecodeStats()
-    enable_rollback(cache)
-    cached_length = 0  # committed positions whose keys/values the target cache holds
-
+    max_length = prompt_length + max_new_tokens
+    stats = run.stats
     with column_head(target, head_kernel):
-        hit_eos = False
-        start = clock.now()
-        if max_new_tokens > 0:
-            # Prefill, timed apart: the target reads the prompt and commits its own first token, and
-            # the drafter reads the prompt. Time to first token is then comparable with greedy decoding.
-            logits = target(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits
-            first = next_token(logits[:, -1], sampling, generator)
-            drafter.prefill(ids)
-            ids = torch.cat([ids, first], dim=1)
-            cached_length = prompt_length
-            stats.target_forward_passes += 1
-            stats.bonus_tokens += 1
-            stats.drafted_per_step.append(0)
-            stats.accepted_per_step.append(0)
-            stats.k_per_step.append(0)
-            hit_eos = eos_token_id is not None and int(first) == eos_token_id
-        t_draft = clock.now()
-        stats.prefill_time_s = t_draft - start
-        while not hit_eos and ids.shape[1] - prompt_length < max_new_tokens:
-            remaining = max_new_tokens - (ids.shape[1] - prompt_length)
-            # Leave room for the bonus token so a block never overshoots.
-            chosen_k = schedule.next_k()
-            block_k = min(chosen_k, remaining - 1)
-            draft_probs = None  # the draft's q under sampling; None when greedy or for point masses
-            if block_k > 0:
-                proposal, draft_probs = _propose(drafter, ids, block_k, sampling, generator, confidence)
-            else:
-                proposal = ids.new_empty(0)
-            t_verify = clock.now()
-            block = torch.cat([ids[0, cached_length:], proposal]).unsqueeze(0)
-            if sampling.greedy:
-                num_accepted, target_tokens = _verify(target, cache, block, proposal)
-            else:
-                num_accepted, target_tokens = _verify_sampled(target, cache, block, proposal, draft_probs, sampling,
-                                                              generator)
-            committed = torch.cat([proposal[:num_accepted], target_tokens[num_accepted : num_accepted + 1]])
-            committed, hit_eos = _cut_at_eos(committed, eos_token_id)
-            # An EOS inside the accepted prefix drops the tokens after it, bonus included.
-            kept_accepted = min(num_accepted, committed.numel())
-            ids = torch.cat([ids, committed.unsqueeze(0)], dim=1)
-            # The newest committed token has not been fed to the target yet.
-            cached_length = ids.shape[1] - 1
-            crop_to(cache, min(cached_length, cache_length(cache)))
-            if block_k > 0:  # only a drafter that was asked to propose has anything to commit
-                drafter.commit(num_accepted)
-            schedule.update(proposal.numel(), num_accepted)
-            t_done = clock.now()
-
-            stats.draft_time_s += t_verify - t_draft
-            stats.verify_time_s += t_done - t_verify
-            t_draft = t_done  # the next step starts where this one ended: one device sync fewer
-            stats.target_forward_passes += 1
-            stats.drafted_tokens += proposal.numel()
-            stats.accepted_tokens += kept_accepted
-            stats.bonus_tokens += committed.numel() - kept_accepted
-            stats.drafted_per_step.append(proposal.numel())
-            stats.accepted_per_step.append(kept_accepted)
-            stats.k_per_step.append(chosen_k)
-    stats.wall_time_s = clock.now() - start
-    stats.draft_forward_passes = drafter.forward_passes
+        start = run.clock.now()
+        # The prefill is timed apart, so time to first token compares with greedy decoding's.
+        ids, hit_eos = _prefill(run, ids) if max_new_tokens > 0 else (ids, False)
+        t_step = run.clock.now()
+        stats.prefill_time_s = t_step - start
+        while not hit_eos and ids.shape[1] < max_length:
+            # Each step starts where the last one ended: one device sync fewer.
+            ids, hit_eos, t_step = _speculative_step(run, ids, max_length, t_step)
+    stats.wall_time_s = run.clock.now() - start
+    stats.draft_forward_passes = run.drafter.forward_passes
     stats.new_tokens = ids.shape[1] - prompt_length
     return GenerationResult(sequences=ids, prompt_length=prompt_length, stats=stats)

@@ -15,6 +15,7 @@ from transformers import PreTrainedModel
 
 from .compiled_steps import one_token_step
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
+from .names import DEFAULT_NGRAM_SIZE
 from .sampling import SamplingParams, sample_tokens, sampling_distribution
 
 
@@ -164,7 +165,7 @@ class PromptLookupDrafter(Drafter):
     (code edits, summaries quoting their source, extraction).
     """
 
-    def __init__(self, ngram_size: int = 3, max_proposal: int | None = None) -> None:
+    def __init__(self, ngram_size: int = DEFAULT_NGRAM_SIZE, max_proposal: int | None = None) -> None:
         if isinstance(ngram_size, bool) or not isinstance(ngram_size, int) or ngram_size < 1:
             raise ValueError(f"ngram_size must be an integer >= 1, got {ngram_size!r}")
         if max_proposal is not None and (

@@ -24,13 +24,13 @@ from transformers import GenerationConfig, PreTrainedModel
 
 from .drafters import ModelDrafter, PromptLookupDrafter
 from .forward_log import ForwardLog
+from .names import AUTO, HEURISTIC
 from .sampling import SamplingParams
 from .stats import DecodeStats, GenerationResult
 from .timing import DeviceClock
 
-__all__ = ["AUTO", "HEURISTIC", "plain_generation_config", "hf_assisted_generate", "hf_schedule_settings"]
+__all__ = ["plain_generation_config", "hf_assisted_generate", "hf_schedule_settings"]
 
-AUTO, HEURISTIC = "auto", "heuristic"
 _ASSISTANT_KNOBS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
 
@@ -105,6 +105,44 @@ def _step_counts(calls: Sequence, prompt_length: int, final_length: int) -> tupl
 
 
 @torch.inference_mode()
+def _drafting_settings(config, draft_model, k: int | str, drafter_name: str
+                       ) -> tuple[dict[str, object] | None, dict[str, object]]:
+    """Set prompt lookup's knobs on ``config``, or return the assistant's schedule settings and generate()'s
+    ``assistant_model`` argument."""
+    if isinstance(draft_model, PromptLookupDrafter):
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"transformers' prompt lookup has no draft-length schedule; k must be an integer "
+                             f">= 1, got {k!r}")
+        config.prompt_lookup_num_tokens = k
+        config.max_matching_ngram_size = draft_model.ngram_size
+        return None, {}
+    if isinstance(draft_model, PreTrainedModel):
+        return hf_schedule_settings(k), {"assistant_model": draft_model}
+    raise TypeError(f"the hf engine needs a draft model or prompt lookup, got {drafter_name}")
+
+
+def _stats_from_logs(calls: list, draft_log: ForwardLog, prompt_length: int, length: int, start: float,
+                     end: float) -> DecodeStats:
+    """The run's statistics as the target's forward passes show them (transformers reports no per-step counts)."""
+    drafted, accepted = _step_counts(calls, prompt_length, length)
+    stats = DecodeStats()
+    stats.new_tokens = length - prompt_length
+    stats.target_forward_passes = len(calls)
+    stats.draft_forward_passes = len(draft_log.calls)
+    stats.drafted_per_step, stats.accepted_per_step = drafted, accepted
+    stats.k_per_step = list(drafted)  # what it drafted: transformers' own choice is not observable
+    stats.drafted_tokens, stats.accepted_tokens = sum(drafted), sum(accepted)
+    stats.bonus_tokens = stats.new_tokens - stats.accepted_tokens
+    stats.wall_time_s = end - start
+    if calls:
+        first_end = calls[0].end_s
+        stats.prefill_time_s = first_end - start
+        stats.prefill_tokens = accepted[0] + 1
+        stats.verify_time_s = sum(call.seconds for call in calls[1:])
+        stats.draft_time_s = draft_log.seconds_after(first_end)
+    return stats
+
+
 def hf_assisted_generate(
     target: PreTrainedModel,
     drafter: ModelDrafter | PromptLookupDrafter | PreTrainedModel,
@@ -132,19 +170,7 @@ def hf_assisted_generate(
     prompt_length = ids.shape[1]
     config = plain_generation_config(target, max_new_tokens, eos_token_id, sampling)
     draft_model = drafter.model if isinstance(drafter, ModelDrafter) else drafter
-    settings: dict[str, object] | None = None
-    kwargs: dict[str, object] = {}
-    if isinstance(draft_model, PromptLookupDrafter):
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"transformers' prompt lookup has no draft-length schedule; k must be an integer "
-                             f">= 1, got {k!r}")
-        config.prompt_lookup_num_tokens = k
-        config.max_matching_ngram_size = draft_model.ngram_size
-    elif isinstance(draft_model, PreTrainedModel):
-        settings = hf_schedule_settings(k)
-        kwargs["assistant_model"] = draft_model
-    else:
-        raise TypeError(f"the hf engine needs a draft model or prompt lookup, got {type(drafter).__name__}")
+    settings, kwargs = _drafting_settings(config, draft_model, k, type(drafter).__name__)
 
     clock = DeviceClock(target.device)
     draft_log = ForwardLog()
@@ -165,21 +191,5 @@ def hf_assisted_generate(
         sequences = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **kwargs)
         end = clock.now()
 
-    calls = target_log.calls
-    drafted, accepted = _step_counts(calls, prompt_length, sequences.shape[1])
-    stats = DecodeStats()
-    stats.new_tokens = sequences.shape[1] - prompt_length
-    stats.target_forward_passes = len(calls)
-    stats.draft_forward_passes = len(draft_log.calls)
-    stats.drafted_per_step, stats.accepted_per_step = drafted, accepted
-    stats.k_per_step = list(drafted)  # what it drafted: transformers' own choice is not observable
-    stats.drafted_tokens, stats.accepted_tokens = sum(drafted), sum(accepted)
-    stats.bonus_tokens = stats.new_tokens - stats.accepted_tokens
-    stats.wall_time_s = end - start
-    if calls:
-        first_end = calls[0].end_s
-        stats.prefill_time_s = first_end - start
-        stats.prefill_tokens = accepted[0] + 1
-        stats.verify_time_s = sum(call.seconds for call in calls[1:])
-        stats.draft_time_s = draft_log.seconds_after(first_end)
+    stats = _stats_from_logs(target_log.calls, draft_log, prompt_length, sequences.shape[1], start, end)
     return GenerationResult(sequences=sequences, prompt_length=prompt_length, stats=stats)

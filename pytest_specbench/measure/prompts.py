@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "CATEGORIES",
@@ -175,6 +176,26 @@ def _string_field(path: Path, lineno: int, obj: dict[str, object], key: str) -> 
     return value
 
 
+def _category_and_text(path: Path, lineno: int, obj: dict[str, Any]) -> tuple[str, str]:
+    """A record's category and text, each checked; a fault is a PromptFileError naming the line."""
+    category = _string_field(path, lineno, obj, "category")
+    if category is None:
+        raise PromptFileError(path, lineno, 'missing "category"')
+    problem = _label_problem(category)
+    if problem:
+        raise PromptFileError(path, lineno, f'bad "category": {problem}')
+
+    body = _string_field(path, lineno, obj, "text")
+    if body is None:
+        raise PromptFileError(path, lineno, 'missing "text"')
+    if not body.strip():
+        raise PromptFileError(path, lineno, '"text" is empty')
+    problem = _unencodable(body)
+    if problem:
+        raise PromptFileError(path, lineno, f'"text" {problem}', _UNICODE_RULE)
+    return category, body
+
+
 def load_prompts(path: str | Path | None = None) -> list[Prompt]:
     """Load a JSON Lines prompt file, in file order (None: the shipped suite).
 
@@ -195,21 +216,7 @@ def load_prompts(path: str | Path | None = None) -> list[Prompt]:
             continue
         obj = _parse_line(path, lineno, line)
 
-        category = _string_field(path, lineno, obj, "category")
-        if category is None:
-            raise PromptFileError(path, lineno, 'missing "category"')
-        problem = _label_problem(category)
-        if problem:
-            raise PromptFileError(path, lineno, f'bad "category": {problem}')
-
-        body = _string_field(path, lineno, obj, "text")
-        if body is None:
-            raise PromptFileError(path, lineno, 'missing "text"')
-        if not body.strip():
-            raise PromptFileError(path, lineno, '"text" is empty')
-        problem = _unencodable(body)
-        if problem:
-            raise PromptFileError(path, lineno, f'"text" {problem}', _UNICODE_RULE)
+        category, body = _category_and_text(path, lineno, obj)
 
         # n counts every prompt of this category so far, so a derived id says
         # where the prompt sits in its category even when others have ids.

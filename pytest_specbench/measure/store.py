@@ -1,11 +1,9 @@
-"""ModelStore: each model loaded once per device, drafters and greedy references built once."""
+"""ModelStore: each model loaded once per device; drafters and the target's greedy references built once."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -29,8 +27,7 @@ class ModelStore:
         self.load_counts: Counter[str] = Counter()
         self._models: dict[tuple, LoadedModel] = {}
         self._drafters: dict[str, Drafter] = {}
-        self._memo: dict[tuple, Any] = {}
-        self._checked_pairs: set[str] = set()
+        self._references: dict[tuple, list[int]] = {}
 
     def dtype_for(self, pair: PairSpec) -> str:
         return pair.dtype or self.dtype
@@ -55,6 +52,7 @@ class ModelStore:
 
     def _build_drafter(self, pair: PairSpec) -> Drafter:
         from ..engine import derived_models
+        from ..engine.names import DEFAULT_NGRAM_SIZE, DEFAULT_TRUNCATED_LAYERS
         from ..models.tokenization import check_draft_vocabulary, check_same_tokenization
 
         target = self.target(pair)
@@ -65,24 +63,21 @@ class ModelStore:
             check_draft_vocabulary(target.model.config, draft.model.config, pair.target, pair.draft)
             return ModelDrafter(draft.model)
         if pair.drafter == "truncated":
-            return ModelDrafter(derived_models.truncated_copy(target.model, options.get("num_layers", 2)))
+            layers = options.get("num_layers", DEFAULT_TRUNCATED_LAYERS)
+            return ModelDrafter(derived_models.truncated_copy(target.model, layers))
         if pair.drafter == "int8":
             return ModelDrafter(derived_models.int8_copy(target.model))
         if pair.drafter == "prompt_lookup":
             return PromptLookupDrafter(
-                ngram_size=options.get("ngram_size", 3), max_proposal=options.get("max_proposal")
+                ngram_size=options.get("ngram_size", DEFAULT_NGRAM_SIZE), max_proposal=options.get("max_proposal")
             )
         raise ValueError(f"pair {pair.name!r}: unknown drafter {pair.drafter!r}")
-
-    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
-        """Compute once per key: greedy references and once-timed baselines."""
-        if key not in self._memo:
-            self._memo[key] = compute()
-        return self._memo[key]
 
     def reference(self, pair: PairSpec, prompt_key: str, input_ids: torch.Tensor, max_new_tokens: int,
                   eos_token_id: int | None) -> list[int]:
         """The target's ``generate(do_sample=False)`` tokens, shared by every k of a prompt."""
         target = self.target(pair)
-        key = ("reference", pair.target, pair.revision, self.dtype_for(pair), prompt_key, max_new_tokens, eos_token_id)
-        return self.memo(key, lambda: reference_tokens(target.model, input_ids, max_new_tokens, eos_token_id))
+        key = (pair.target, pair.revision, self.dtype_for(pair), prompt_key, max_new_tokens, eos_token_id)
+        if key not in self._references:
+            self._references[key] = reference_tokens(target.model, input_ids, max_new_tokens, eos_token_id)
+        return self._references[key]

@@ -1,4 +1,5 @@
-"""Compare generated tokens with the target's greedy reference, and explain a divergence."""
+"""A case's verdict: greedy output compared with the target's reference (a divergence explained), or under
+sampling the engine's accept/resample rule checked on the case's own distributions."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 import torch
 
 from ..engine.hf_assisted import plain_generation_config
-from ..engine.sampling import SIGNIFICANCE
+from ..engine.drafters import ModelDrafter
+from ..engine.sampling import (SIGNIFICANCE, SamplingParams, check_acceptance_rule, expected_acceptance,
+                               sampling_distribution)
 
 
 def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None) -> list[int]:
@@ -98,3 +101,37 @@ def divergence_message(case_id: str, info: dict[str, Any], tie_tolerance: float)
         f"  target top-2 logit margin there: {info['top2_margin'] if info['top2_margin'] is None else format(info['top2_margin'], '.4g')} "
         f"(tie tolerance under float16/bfloat16: {tie_tolerance})"
     )
+
+
+@torch.inference_mode()
+def sampling_check(target_model, drafter, input_ids: torch.Tensor, sampling: SamplingParams, draws: int,
+                   seed: int) -> dict[str, Any]:
+    """The engine's accept/resample rule on the case's real distributions at the prompt (p, and q or the point
+    mass prompt lookup proposes there), ``draws`` simulated draft tokens, chi-square against p."""
+    p = sampling_distribution(target_model(input_ids=input_ids, logits_to_keep=1).logits[0, -1], sampling)
+    generator = torch.Generator().manual_seed(seed + 2)
+    expected_alpha = None
+    if isinstance(drafter, ModelDrafter):
+        draft = drafter.model
+        q = sampling_distribution(draft(input_ids=input_ids.to(draft.device), logits_to_keep=1).logits[0, -1],
+                                  sampling).to(p.device)
+        check = check_acceptance_rule(p, q, draws, generator)
+        expected_alpha = float(expected_acceptance(p, q))
+    else:
+        proposal = drafter.propose(input_ids, 1)
+        # Nothing to look up at the prompt: check the rule on the target's own most likely token instead.
+        token = int(proposal[0]) if proposal.numel() else int(p.argmax())
+        check = check_acceptance_rule(p, None, draws, generator, proposed_token=token)
+    return {"statistic": check.statistic, "dof": check.dof, "p_value": check.p_value, "draws": check.n,
+            "significance": check.significance, "passed": check.passed, "expected_alpha": expected_alpha}
+
+
+def sampling_verdict(engine: str, check: dict[str, Any]) -> dict[str, Any]:
+    """The row's verdict under sampling: this package's rule checked on the case's distributions; transformers'
+    own rule (the hf engine) is not re-run, so its cases are not checked."""
+    fields = {"sampling_check_p_value": check["p_value"], "sampling_check_statistic": check["statistic"],
+              "sampling_check_dof": check["dof"], "sampling_check_draws": check["draws"],
+              "expected_alpha": check["expected_alpha"]}
+    if engine == "hf":
+        return {"verdict": "not-checked", **fields}
+    return {"verdict": "lossless" if check["passed"] else "diverged", **fields}

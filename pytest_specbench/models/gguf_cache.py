@@ -39,6 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -331,6 +332,26 @@ def convert_gguf(gguf_path: str | os.PathLike[str], dest: str | os.PathLike[str]
     tokenizer.save_pretrained(str(dest))
 
 
+def _convert_sealed(path: Path, folder: Path, sha256: str) -> dict[str, Any]:
+    """Convert ``path`` into ``folder`` and write its marker (hashes of every file), all flushed to disk."""
+    started = time.perf_counter()
+    convert_gguf(path, folder)
+    marker = {
+        "gguf_file": str(path),
+        "sha256": sha256,
+        "transformers": transformers.__version__,
+        "conversion_s": round(time.perf_counter() - started, 3),
+        "files": _seal(folder),
+    }
+    with open(folder / ENTRY_MARKER, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(marker, indent=2))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(folder / ENTRY_MARKER, 0o666 & ~_umask())
+    _fsync_folder(folder)
+    return marker
+
+
 def ensure_converted(
     gguf_path: str | os.PathLike[str] | Callable[[], Path],
     *,
@@ -367,21 +388,7 @@ def ensure_converted(
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".tmp-{sha256[:16]}-"))
         try:
-            started = time.perf_counter()
-            convert_gguf(path, tmp)
-            marker = {
-                "gguf_file": str(path),
-                "sha256": sha256,
-                "transformers": transformers.__version__,
-                "conversion_s": round(time.perf_counter() - started, 3),
-                "files": _seal(tmp),
-            }
-            with open(tmp / ENTRY_MARKER, "w", encoding="utf-8") as handle:
-                handle.write(json.dumps(marker, indent=2))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp / ENTRY_MARKER, 0o666 & ~_umask())
-            _fsync_folder(tmp)
+            marker = _convert_sealed(path, tmp, sha256)
             try:
                 os.replace(tmp, entry)
             except OSError:

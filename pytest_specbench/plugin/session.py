@@ -15,14 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..settings.config import SpecbenchConfig, result_settings
 from ..measure.matrix import Case, build_matrix, shard_pairs
 from ..measure.pairs import PairSpec, all_pairs, select_pairs
 from ..measure.prompts import Prompt, load_prompts, select_prompts
 from ..results.log import ResultsLog, read_log, settings_differences
+from .availability import PairAvailability
 from .signals import SignalStop
+
+if TYPE_CHECKING:
+    from ..results.gate import GateOutcome
 
 #: the user-property name under which a case's result row travels in its test report
 RESULT_KEY = "specbench_result"
@@ -48,11 +52,14 @@ class SpecbenchSession:
     written: list[Path] = field(default_factory=list)
     write_errors: list[str] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)  # outputs deliberately not written, and why
-    gate_lines: list[str] = field(default_factory=list)
+    gate: GateOutcome | None = None  # the comparison with --specbench-baseline, once the run has ended
     command: str | None = None  # the pytest command line, for the report
     signals: SignalStop = field(default_factory=SignalStop, repr=False)
+    availability: PairAvailability = field(init=False, repr=False)
     _log: ResultsLog | None = field(default=None, repr=False)
-    _availability: dict[tuple[str, str | None], str | None] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.availability = PairAvailability(self.config, self.defined)
 
     @classmethod
     def build(cls, config: SpecbenchConfig, rootdir: Path, controller: bool = True) -> "SpecbenchSession":
@@ -90,48 +97,10 @@ class SpecbenchSession:
     # --- what pytest reports -----------------------------------------------------
 
     def unavailable_reason(self, pair: PairSpec, probe_hub: bool = True) -> str | None:
-        """Why ``pair`` cannot run here (its first missing model, with the command that fetches it), or None.
-
-        ``probe_hub=False`` looks at local files only: a hub model not in the cache is then unavailable.
-        """
-        from ..models.loading import model_available
-
-        for source in pair.sources():
-            revision = pair.revision if source == pair.target else None
-            key = (source, revision, probe_hub)
-            if key not in self._availability:
-                self._availability[key] = model_available(source, revision=revision, probe_hub=probe_hub,
-                                                          cache_dir=self.config.cache_dir)
-            if self._availability[key]:
-                declared = f" (the pair is declared in {pair.declared_in})" if pair.declared_in else ""
-                return f"{pair.name}: {self._availability[key]}{declared}"
-        return None
+        return self.availability.unavailable_reason(pair, probe_hub)
 
     def chosen(self, pair: PairSpec) -> bool:
-        """Whether the user asked for ``pair``: named in --specbench-pairs, or declared in a pairs file or
-        pyproject.toml. A chosen pair whose model is missing fails; only built-in pairs nobody named are skipped."""
-        return pair.name in self.config.pairs or pair.declared_in is not None
-
-    def empty_selection_lines(self) -> list[str]:
-        """Why nothing ran when -k/-m matched no case: what this machine's matrix holds, and how to add more."""
-        ks = ", ".join(str(k) for k in self.config.ks)
-        prompts = ", ".join(dict.fromkeys(case.prompt_label for case in self.cases))
-        in_matrix = {pair.name for pair in self.pairs}
-        ready, other = [], []
-        for name, pair in self.defined.items():
-            reason = self.unavailable_reason(pair, probe_hub=False)
-            if reason is not None:
-                other.append(reason)
-            elif name in in_matrix:
-                ready.append(name)
-            else:
-                other.append(f"{name}: not in --specbench-pairs")
-        lines = [f"no specbench case matched the selection (-k/-m); this run's matrix has k values {ks}, "
-                 f"prompts {prompts}, and the pairs {', '.join(ready) or 'none'} ready to run",
-                 "add k values with --specbench-k=1,2,4,8,16, prompts with --specbench-prompts, "
-                 "pairs with --specbench-pairs; not ready here:"]
-        lines += [f"  {line}" for line in other]
-        return lines
+        return self.availability.chosen(pair)
 
     @property
     def case_ids(self) -> set[str]:
@@ -235,61 +204,41 @@ class SpecbenchSession:
                 f"{self.config.log_path or 'the results log'}) or pass --specbench-allow-missing to save it anyway")
 
     def _write_outputs(self) -> bool:
-        from ..results import gate
-        from ..atomic import write_atomic
-        from ..report.summary import csv_text, environment, json_text
-        from ..report.markdown import report_markdown
-        from ..report.outputs import write_figures
+        """Write the run's files (report/outputs.py's table, the one ``merge`` writes too); True when one
+        failed or the baseline was refused."""
+        from ..report.outputs import OutputPaths, write_outputs
+        from ..report.summary import environment, run_document
 
-        settings, results = self.config, self.results
-        env = environment()
-        outputs: tuple[tuple[Path | None, Callable[[], None]], ...] = (
-            (settings.csv_path, lambda: write_atomic(settings.csv_path, csv_text(results))),
-            (settings.json_path, lambda: write_atomic(settings.json_path, json_text(
-                results, settings.raw, env, self.missing, interrupted=self.interrupted, resumed=self.replayed))),
-            (settings.save_baseline, lambda: gate.save_baseline(settings.save_baseline, results, env)),
-            (settings.plots_dir, lambda: write_figures(settings.plots_dir, results)),
-            (settings.report_path, lambda: write_atomic(settings.report_path, report_markdown(
-                results, settings.raw, env, settings.plots_dir, settings.report_path, self.command))),
-        )
-        failed = False
+        settings = self.config
         refusal = settings.save_baseline and self._baseline_refusal()
         if refusal:
             self.refusals.append(refusal)
-            failed = True
-        for path, write in outputs:
-            if path is None or (path == settings.save_baseline and refusal):
-                continue
-            try:
-                write()
-                self.written.append(path)
-            except (OSError, ValueError, ImportError) as error:  # one failed file must not cost the others
-                self.write_errors.append(f"could not write {path}: {error}")
-                failed = True
-        return failed
+        paths = OutputPaths(csv=settings.csv_path, json=settings.json_path,
+                            baseline=None if refusal else settings.save_baseline,
+                            figures=settings.plots_dir, report=settings.report_path)
+        document = run_document(self.results, settings.raw, environment(), self.missing,
+                                interrupted=self.interrupted, resumed=self.replayed)
+        written, errors = write_outputs(paths, document, self.command)
+        self.written += written
+        self.write_errors += errors
+        return bool(refusal or errors)
 
     def _gate(self) -> bool:
-        from ..results import gate
-        from ..results.fingerprint import fingerprint_differences, machine_fingerprint
+        from ..results.gate import run_gate
 
-        settings, results = self.config, self.results
-        differences = fingerprint_differences(self.baseline.get("fingerprint", {}), machine_fingerprint())
-        regressions = gate.compare(self.baseline, results, max_acceptance_drop=settings.max_acceptance_drop,
-                                   max_speedup_drop=settings.max_speedup_drop, allow_missing=settings.allow_missing,
-                                   same_machine=not differences)
-        self.gate_lines = gate.gate_summary_lines(regressions, gate.new_cases(self.baseline, results),
-                                                  gate.compared_count(self.baseline, results), settings.baseline,
-                                                  differences)
-        return bool(regressions)
+        settings = self.config
+        self.gate = run_gate(self.baseline, self.results, settings.baseline, max_acceptance_drop=settings.max_acceptance_drop,
+                             max_speedup_drop=settings.max_speedup_drop, allow_missing=settings.allow_missing)
+        return self.gate.failed
 
     def summary_sections(self) -> list[tuple[str, list[tuple[str, bool]]]]:
         """``(title, [(line, is_error), ...])`` sections for the terminal; none when nothing was benchmarked."""
-        if not (self.cases_collected or self.cases_run or self.rows or self.gate_lines or self.refusals):
+        if not (self.cases_collected or self.cases_run or self.rows or self.gate or self.refusals):
             return []
         from ..report.summary import summary_lines
 
         if self.cases_collected and not self.cases_run and not self.interrupted:
-            lines = [(line, False) for line in self.empty_selection_lines()]
+            lines = [(line, False) for line in self.availability.empty_selection_lines(self.pairs, self.cases)]
         else:
             lines = [(line, False) for line in summary_lines(self.results, self.config.ci_target)]
         if self.replayed:
@@ -306,6 +255,6 @@ class SpecbenchSession:
         lines += [(f"results written to {path}", False) for path in self.written]
         lines += [(line, True) for line in self.refusals + self.write_errors]
         sections = [("specbench summary", lines)]
-        if self.gate_lines:
-            sections.append(("specbench gate", [(line, False) for line in self.gate_lines]))
+        if self.gate is not None:
+            sections.append(("specbench gate", [(line, False) for line in self.gate.lines]))
         return sections

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.cost_model import alpha_mle, position_counts, predicted_speedup, recommended_k
+from ..results.schema import row_value
 
 #: the per-pair figures, in report order: ``<figure>_<pair>.png``; plus ``speedup_by_category.png``
 FIGURES = ("speedup_vs_k", "acceptance_heatmap", "tau_vs_k", "position_acceptance", "verify_cost")
@@ -23,12 +24,26 @@ def k_order(k: int | str) -> tuple[int, int, str]:
 
 def row_order(row: dict[str, Any]) -> tuple:
     """Rows of one pair in table order: by prompt, k, engine."""
-    return (row["prompt"], k_order(row["k"]), row.get("engine", "native"))
+    return (row["prompt"], k_order(row["k"]), row_value(row, "engine"))
+
+
+def rows_by_pair(results: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each pair's rows, in the order given, the pairs in order of first appearance: the walk of every per-pair
+    table, section and figure."""
+    pairs: dict[str, list[dict[str, Any]]] = {}
+    for row in results:
+        pairs.setdefault(row["pair"], []).append(row)
+    return pairs
+
+
+def several_engines(results: Sequence[dict[str, Any]]) -> bool:
+    """Whether the rows come from more than one engine: only then do the tables have an engine column."""
+    return len({row_value(row, "engine") for row in results}) > 1
 
 
 def constant_k_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows the k sweep and the cost model read: this package's engine at a constant k."""
-    return [row for row in rows if isinstance(row["k"], int) and row.get("engine", "native") == "native"]
+    return [row for row in rows if isinstance(row["k"], int) and row_value(row, "engine") == "native"]
 
 
 @dataclass
@@ -57,7 +72,7 @@ def compare_engines(results: Sequence[dict[str, Any]]) -> list[EngineComparison]
     End to end (prefill included), because the engines split prefill and decoding differently:
     transformers' first target pass reads the prompt and verifies a draft block at once.
     """
-    by_case = {(row["pair"], row["k"], row["prompt"], row.get("engine", "native")): row for row in results}
+    by_case = {(row["pair"], row["k"], row["prompt"], row_value(row, "engine")): row for row in results}
     comparisons = []
     for pair, k in dict.fromkeys((row["pair"], row["k"]) for row in results):
         prompts = [prompt for (p, kk, prompt, engine) in by_case if (p, kk, engine) == (pair, k, "native")
@@ -75,8 +90,8 @@ def pooled_position_acceptance(rows: Sequence[dict[str, Any]]) -> list[tuple[int
     """``(position, steps that drafted that far, share accepted)`` pooled over the rows' decode steps."""
     totals: list[list[int]] = []
     for row in rows:
-        for i, (reached, accepted) in enumerate(position_counts(row.get("drafted_per_step", []),
-                                                                row.get("accepted_per_step", []))):
+        for i, (reached, accepted) in enumerate(position_counts(row_value(row, "drafted_per_step"),
+                                                                row_value(row, "accepted_per_step"))):
             if i == len(totals):
                 totals.append([0, 0])
             totals[i][0] += reached
@@ -98,8 +113,8 @@ class PromptAnalysis:
 
 
 def pooled_alpha(rows: Sequence[dict[str, Any]]) -> float | None:
-    drafted = [d for row in rows for d in row.get("drafted_per_step", [])]
-    accepted = [a for row in rows for a in row.get("accepted_per_step", [])]
+    drafted = [d for row in rows for d in row_value(row, "drafted_per_step")]
+    accepted = [a for row in rows for a in row_value(row, "accepted_per_step")]
     return alpha_mle(drafted, accepted)
 
 
@@ -112,8 +127,8 @@ def analyse_prompts(results: Sequence[dict[str, Any]]) -> list[PromptAnalysis]:
         rows = [row for row in results if row["pair"] == pair and row["prompt"] == prompt]
         best = max(rows, key=lambda row: row["decode_speedup"])
         alpha = pooled_alpha(rows)
-        curve_ms = next((row["verify_costs_ms"] for row in rows if row.get("verify_costs_ms")), None)
-        cost_ratio = next((row["cost_ratio"] for row in rows if row.get("cost_ratio") is not None), None)
+        curve_ms = next((row["verify_costs_ms"] for row in rows if row_value(row, "verify_costs_ms")), None)
+        cost_ratio = next((row["cost_ratio"] for row in rows if row_value(row, "cost_ratio") is not None), None)
         recommended, curve = None, []
         if alpha is not None and curve_ms and cost_ratio is not None and len(curve_ms) > 1:
             recommended = recommended_k(alpha, cost_ratio, curve_ms)

@@ -15,25 +15,17 @@ from typing import Any
 from tabulate import tabulate
 
 from .analysis import (FIGURES, PromptAnalysis, analyse_prompts, compare_engines, constant_k_rows, geometric_mean,
-                       median, pooled_position_acceptance, row_order)
+                       median, pooled_position_acceptance, row_order, rows_by_pair, several_engines)
+from .formatting import number, with_interval
+from ..results.schema import row_value
 
 #: efficiency below this is called low in the findings
 LOW_EFFICIENCY = 0.8
 
 
-def _f(value: Any, fmt: str = ".2f") -> str:
-    return "" if value is None else f"{value:{fmt}}"
-
-
-def _speedup(row: dict[str, Any], name: str = "decode_speedup") -> str:
-    low, high = row.get(f"{name}_ci_low"), row.get(f"{name}_ci_high")
-    interval = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else " [no interval]"
-    return f"{row[name]:.2f}{interval}"
-
-
 def _verdict(row: dict[str, Any]) -> str:
     """Gain, loss or undecided, from the decode speedup's 95% interval."""
-    low, high = row.get("decode_speedup_ci_low"), row.get("decode_speedup_ci_high")
+    low, high = row_value(row, "decode_speedup_ci_low"), row_value(row, "decode_speedup_ci_high")
     if low is not None and low > 1:
         return "gain"
     if high is not None and high < 1:
@@ -54,7 +46,7 @@ def _schedule_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[s
     best = {a.prompt: a.best_row["decode_speedup"] for a in analyses}
     sentences = []
     for k in dict.fromkeys(row["k"] for row in rows if isinstance(row["k"], str)):
-        scheduled = [row for row in rows if row["k"] == k and row.get("engine", "native") == "native"
+        scheduled = [row for row in rows if row["k"] == k and row_value(row, "engine") == "native"
                      and row["prompt"] in best]
         if scheduled:
             mean_k = [sum(row["k_per_step"][1:]) / max(len(row["k_per_step"]) - 1, 1) for row in scheduled]
@@ -71,7 +63,7 @@ def pair_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[str, A
     sentences = []
     by_verdict: dict[str, list[str]] = {"gain": [], "loss": [], "undecided": []}
     for analysis in analyses:
-        by_verdict[_verdict(analysis.best_row)].append(f"{analysis.prompt} ({_speedup(analysis.best_row)} "
+        by_verdict[_verdict(analysis.best_row)].append(f"{analysis.prompt} ({with_interval(analysis.best_row)} "
                                                        f"at k={analysis.best_k})")
     if by_verdict["gain"]:
         sentences.append("Gains (the 95% interval of the decode speedup above 1 at the best k): "
@@ -90,18 +82,18 @@ def pair_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[str, A
                          + (": " + ", ".join(f"{a.prompt} (best {a.best_k}, recommended {a.recommended_k})"
                                              for a in compared if a not in agree) + " differ." if
                             len(agree) < len(compared) else "."))
-    efficiencies = [row["efficiency"] for row in rows if row.get("efficiency") is not None]
+    efficiencies = [row_value(row, "efficiency") for row in rows if row_value(row, "efficiency") is not None]
     if efficiencies:
         sentences.append(f"Median efficiency (measured / predicted decode speedup): {median(efficiencies):.2f} "
                          f"over {len(efficiencies)} cases.")
-        low = [row for row in rows if row.get("efficiency") is not None and row["efficiency"] < LOW_EFFICIENCY]
+        low = [efficiency for efficiency in efficiencies if efficiency < LOW_EFFICIENCY]
         if low:
             sentences.append(f"{len(low)} case(s) reach less than {LOW_EFFICIENCY:.0%} of the prediction: "
                              "the model leaves out bookkeeping, cache rollback and timing noise, which weigh most "
                              "where a step is cheap.")
     sentences += _schedule_findings(analyses, rows)
     first = rows[0]
-    curve = first.get("verify_costs_ms") or []
+    curve = row_value(first, "verify_costs_ms")
     if len(curve) > 1:
         worst_m = max(range(len(curve)), key=lambda i: curve[i]) + 1
         ratio = curve[-1] / curve[0]
@@ -109,8 +101,8 @@ def pair_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[str, A
                          f"(the costliest length is m={worst_m}, {curve[worst_m - 1] / curve[0]:.2f} times); "
                          + ("so long blocks are cheap to verify here and k is limited by acceptance."
                             if ratio < 1.5 else "so verify cost, not acceptance alone, limits how far k pays."))
-    if first.get("cost_ratio") is not None:
-        c = first["cost_ratio"]
+    c = row_value(first, "cost_ratio")
+    if c is not None:
         sentences.append(f"Drafting costs c = {c:.3f} of a target step per token"
                          + (" (no draft model: prompt lookup drafts for free)." if c == 0 else
                             "; every drafted token that is rejected costs that much for nothing."
@@ -118,90 +110,120 @@ def pair_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[str, A
     return sentences
 
 
+_INTRODUCTION = (
+    "Decode speedup is the target-only greedy time per decoded token over the speculative one, the prompt's "
+    "prefill left out (geometric mean over paired rounds, with its 95% interval). The cost model (Leviathan et "
+    "al. 2023, with the measured verify-cost curve v(m) in place of one target step) predicts it from alpha, the "
+    "per-token acceptance estimated from every step, the draft's cost per token c, and v(k+1)/v(1): predicted "
+    "speedup = tau(k) v(1) / (k c v(1) + v(k+1)), tau(k) = (1 - alpha^(k+1)) / (1 - alpha). Efficiency is "
+    "measured / predicted.")
+
+
 def report_markdown(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],
                     figures_dir: Path | None = None, report_path: Path | None = None,
                     command: str | None = None) -> str:
     """The whole report. Figures (from :func:`plots.figure_names`) are linked relative to the report."""
-    lines = ["# Speculative decoding benchmark report", ""]
-    lines += ["Decode speedup is the target-only greedy time per decoded token over the speculative one, the "
-              "prompt's prefill left out (geometric mean over paired rounds, with its 95% interval). The cost "
-              "model (Leviathan et al. 2023, with the measured verify-cost curve v(m) in place of one target "
-              "step) predicts it from alpha, the per-token acceptance estimated from every step, the draft's "
-              "cost per token c, and v(k+1)/v(1): predicted speedup = tau(k) v(1) / (k c v(1) + v(k+1)), "
-              "tau(k) = (1 - alpha^(k+1)) / (1 - alpha). Efficiency is measured / predicted.", ""]
+    lines = ["# Speculative decoding benchmark report", "", _INTRODUCTION, ""]
     if command:
         lines += ["Command:", "", f"```\n{command}\n```", ""]
-    fingerprint = env.get("fingerprint", {})
-    lines += ["## Machine and options", ""]
-    lines += [_table([[key, str(value)] for key, value in fingerprint.items()]
-                     + [[name, str(version)] for name, version in env.get("versions", {}).items()
-                        if name not in fingerprint],
-                     ["machine", "value"]), ""]
-    lines += [_table([[key, str(value)] for key, value in sorted(options.items())], ["option", "value"]), ""]
-    best = max(results, key=lambda row: row["decode_speedup"])
-    lines += ["## Headline", "",
-              f"Best decode speedup: **{_speedup(best)}** with pair `{best['pair']}` (target {best['target']}, "
-              f"draft {best['draft']}) at k={best['k']} on the `{best['prompt']}` prompt; end to end, prefill "
-              f"included, {_speedup(best, 'speedup')}. {len(results)} cases, "
-              f"{sum(1 for row in results if row['verdict'] == 'diverged')} diverged from the target's greedy "
-              "output.", ""]
+    lines += _machine_lines(options, env) + _headline_lines(results)
     analyses = analyse_prompts(results)
-    for pair in dict.fromkeys(row["pair"] for row in results):
-        rows = [row for row in results if row["pair"] == pair]
-        first = rows[0]
-        pair_analyses = [a for a in analyses if a.pair == pair]
-        lines += [f"## Pair `{pair}`", "",
-                  f"Target {first['target']}, draft {first['draft']} ({first['drafter']}); {first['device']}, "
-                  f"{first['dtype']}, {first['new_tokens']} new tokens per run. Parameters: target "
-                  f"{_f(first.get('target_params'), ',')}, draft {_f(first.get('draft_params'), ',')}. Peak memory "
-                  f"{_f(first.get('peak_memory_mb'), '.0f')} MiB ({first.get('peak_memory_kind') or 'n/a'}).", ""]
-        engines = len({row.get("engine", "native") for row in results}) > 1
-        lines += [_table([[row["prompt"], row["k"], *([row.get("engine", "native")] if engines else []),
-                           _speedup(row), _f(row["acceptance_rate"], ".3f"),
-                           _f(row["tau"]), _f(row.get("alpha"), ".3f"), _f(row.get("predicted_tau")),
-                           _f(row.get("verify_cost_ratio")), _f(row.get("predicted_speedup")),
-                           _f(row.get("efficiency")), row["verdict"]]
-                          for row in sorted(rows, key=row_order)],
-                         ["prompt", "k", *(["engine"] if engines else []), "decode speedup [95% CI]", "accept",
-                          "tau", "alpha", "predicted tau", "v(k+1)/v(1)", "predicted speedup", "efficiency",
-                          "verdict"]), ""]
-        comparisons = compare_engines(rows)
-        if comparisons:
-            lines += ["Engines side by side: end-to-end speedup over the same greedy baseline (prefill included, "
-                      "since transformers' first target pass also verifies a draft block), geometric mean over "
-                      "prompts.", "",
-                      _table([[c.k, c.prompts, _f(c.native_speedup), _f(c.hf_speedup), _f(c.ratio)]
-                              for c in comparisons], ["k", "prompts", "native", "hf", "native / hf"]), ""]
-        lines += [_table([[a.prompt, a.best_k, _speedup(a.best_row), _f(a.alpha, ".3f"), _f(a.recommended_k, "d"),
-                           _f(dict(a.predicted_curve).get(a.recommended_k))] for a in pair_analyses],
-                         ["prompt", "measured best k", "its decode speedup", "alpha (all k pooled)",
-                          "recommended k", "predicted speedup there"]), ""]
-        curve = first.get("verify_costs_ms") or []
-        if curve:
-            lines += [f"Cost model inputs: v(1) = {curve[0]:.2f} ms, draft token {_f(first.get('draft_token_ms'))} "
-                      f"ms, c = {_f(first.get('cost_ratio'), '.3f')}; v(m)/v(1) for m = 1..{len(curve)}: "
-                      + ", ".join(f"{v / curve[0]:.2f}" for v in curve) + ".", ""]
-        positions = pooled_position_acceptance(constant_k_rows(rows))
-        if positions:
-            lines += ["Per-position acceptance (of the steps that drafted at least i tokens, the share whose i-th "
-                      "was accepted; all cases pooled): "
-                      + ", ".join(f"{i}: {share:.2f} (n={n})" for i, n, share in positions) + ".", ""]
-        lines += ["Findings:", ""] + [f"- {sentence}" for sentence in pair_findings(pair_analyses, rows)] + [""]
+    engines = several_engines(results)
+    # Figures are linked relative to the report's folder, so the report and its figures move together.
+    start = report_path.parent if report_path is not None else Path(".")
+    for pair, rows in rows_by_pair(results).items():
+        lines += _pair_lines(pair, rows, [a for a in analyses if a.pair == pair], engines)
         if figures_dir is not None and constant_k_rows(rows):
-            start = report_path.parent if report_path is not None else Path(".")
             for figure in FIGURES:
                 path = figures_dir / f"{figure}_{pair}.png"
                 lines += [f"![{figure.replace('_', ' ')} for {pair}]({_relative(path, start)})", ""]
     if figures_dir is not None and constant_k_rows(results):
-        start = report_path.parent if report_path is not None else Path(".")
         lines += ["## Decode speedup by prompt category", "",
                   f"![decode speedup by category at the best k]"
                   f"({_relative(figures_dir / 'speedup_by_category.png', start)})", ""]
-    all_compared = [a for a in analyses if a.recommended_k is not None]
-    if all_compared:
-        agree = sum(1 for a in all_compared if a.recommended_k == a.best_k)
-        efficiencies = [row["efficiency"] for row in results if row.get("efficiency") is not None]
-        lines += ["## Over the whole run", "",
-                  f"Recommended k equals the measured best k for {agree} of {len(all_compared)} (pair, prompt) "
-                  f"combinations; median efficiency {median(efficiencies):.2f}." if efficiencies else "", ""]
+    lines += _whole_run_lines(analyses, results)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _machine_lines(options: dict[str, Any], env: dict[str, Any]) -> list[str]:
+    fingerprint = env.get("fingerprint", {})
+    return ["## Machine and options", "",
+            _table([[key, str(value)] for key, value in fingerprint.items()]
+                   + [[name, str(version)] for name, version in env.get("versions", {}).items()
+                      if name not in fingerprint],
+                   ["machine", "value"]), "",
+            _table([[key, str(value)] for key, value in sorted(options.items())], ["option", "value"]), ""]
+
+
+def _headline_lines(results: Sequence[dict[str, Any]]) -> list[str]:
+    best = max(results, key=lambda row: row["decode_speedup"])
+    return ["## Headline", "",
+            f"Best decode speedup: **{with_interval(best)}** with pair `{best['pair']}` (target {best['target']}, "
+            f"draft {best['draft']}) at k={best['k']} on the `{best['prompt']}` prompt; end to end, prefill "
+            f"included, {with_interval(best, 'speedup')}. {len(results)} cases, "
+            f"{sum(1 for row in results if row['verdict'] == 'diverged')} diverged from the target's greedy "
+            "output.", ""]
+
+
+def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], analyses: Sequence[PromptAnalysis],
+                engines: bool) -> list[str]:
+    """One pair's section, its figures aside: what ran, every case, the engines, the best k, the findings."""
+    first = rows[0]
+    lines = [f"## Pair `{pair}`", "",
+             f"Target {first['target']}, draft {first['draft']} ({first['drafter']}); {first['device']}, "
+             f"{first['dtype']}, {first['new_tokens']} new tokens per run. Parameters: target "
+             f"{number(row_value(first, 'target_params'), ',')}, "
+             f"draft {number(row_value(first, 'draft_params'), ',')}. "
+             f"Peak memory {number(row_value(first, 'peak_memory_mb'), '.0f')} MiB "
+             f"({row_value(first, 'peak_memory_kind') or 'n/a'}).", ""]
+    lines += [_case_table(rows, engines), ""]
+    comparisons = compare_engines(rows)
+    if comparisons:
+        lines += ["Engines side by side: end-to-end speedup over the same greedy baseline (prefill included, "
+                  "since transformers' first target pass also verifies a draft block), geometric mean over "
+                  "prompts.", "",
+                  _table([[c.k, c.prompts, number(c.native_speedup), number(c.hf_speedup), number(c.ratio)]
+                          for c in comparisons], ["k", "prompts", "native", "hf", "native / hf"]), ""]
+    lines += [_table([[a.prompt, a.best_k, with_interval(a.best_row), number(a.alpha, ".3f"),
+                       number(a.recommended_k, "d"), number(dict(a.predicted_curve).get(a.recommended_k))]
+                      for a in analyses],
+                     ["prompt", "measured best k", "its decode speedup", "alpha (all k pooled)",
+                      "recommended k", "predicted speedup there"]), ""]
+    curve = row_value(first, "verify_costs_ms")
+    if curve:
+        lines += [f"Cost model inputs: v(1) = {curve[0]:.2f} ms, draft token "
+                  f"{number(row_value(first, 'draft_token_ms'))} ms, "
+                  f"c = {number(row_value(first, 'cost_ratio'), '.3f')}; "
+                  f"v(m)/v(1) for m = 1..{len(curve)}: " + ", ".join(f"{v / curve[0]:.2f}" for v in curve) + ".", ""]
+    positions = pooled_position_acceptance(constant_k_rows(rows))
+    if positions:
+        lines += ["Per-position acceptance (of the steps that drafted at least i tokens, the share whose i-th "
+                  "was accepted; all cases pooled): "
+                  + ", ".join(f"{i}: {share:.2f} (n={n})" for i, n, share in positions) + ".", ""]
+    return lines + ["Findings:", ""] + [f"- {sentence}" for sentence in pair_findings(analyses, rows)] + [""]
+
+
+#: the case table's numeric columns after the decode speedup: (header, field, format)
+_CASE_COLUMNS = (("accept", "acceptance_rate", ".3f"), ("tau", "tau", ".2f"), ("alpha", "alpha", ".3f"),
+                 ("predicted tau", "predicted_tau", ".2f"), ("v(k+1)/v(1)", "verify_cost_ratio", ".2f"),
+                 ("predicted speedup", "predicted_speedup", ".2f"), ("efficiency", "efficiency", ".2f"))
+
+
+def _case_table(rows: Sequence[dict[str, Any]], engines: bool) -> str:
+    """Every case of a pair, in table order; an engine column only when the run had more than one engine."""
+    return _table([[row["prompt"], row["k"], *([row_value(row, "engine")] if engines else []), with_interval(row),
+                    *(number(row_value(row, name), fmt) for _, name, fmt in _CASE_COLUMNS), row["verdict"]]
+                   for row in sorted(rows, key=row_order)],
+                  ["prompt", "k", *(["engine"] if engines else []), "decode speedup [95% CI]",
+                   *(header for header, _, _ in _CASE_COLUMNS), "verdict"])
+
+
+def _whole_run_lines(analyses: Sequence[PromptAnalysis], results: Sequence[dict[str, Any]]) -> list[str]:
+    all_compared = [a for a in analyses if a.recommended_k is not None]
+    if not all_compared:
+        return []
+    agree = sum(1 for a in all_compared if a.recommended_k == a.best_k)
+    efficiencies = [row_value(row, "efficiency") for row in results if row_value(row, "efficiency") is not None]
+    return ["## Over the whole run", "",
+            f"Recommended k equals the measured best k for {agree} of {len(all_compared)} (pair, prompt) "
+            f"combinations; median efficiency {median(efficiencies):.2f}." if efficiencies else "", ""]

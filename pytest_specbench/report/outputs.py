@@ -1,16 +1,77 @@
-"""Writing a run's results to their files."""
+"""The files of a run, in one table: the end of a pytest run and ``python -m pytest_specbench merge`` write
+them alike, from the run's JSON document (:func:`.summary.run_document`, or the merged document)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..atomic import write_atomic
+from ..results.gate import save_baseline
+from ..results.strict_json import strict_json
+from .markdown import report_markdown
+from .summary import csv_text
+
+
+@dataclass(frozen=True)
+class OutputPaths:
+    """Where each output goes; None: not written."""
+
+    csv: Path | None = None
+    json: Path | None = None
+    baseline: Path | None = None
+    figures: Path | None = None  # a folder
+    report: Path | None = None
+
+
+@dataclass(frozen=True)
+class Output:
+    """One named output: the path it goes to, and the function that writes it there."""
+
+    name: str
+    path: Path | None
+    write: Callable[[Path], None]
 
 
 def write_figures(directory: Path, results: Sequence[dict[str, Any]]) -> None:
     """The run's PNG figures; matplotlib is the ``plots`` extra, imported only here."""
     try:
-        from ..report.plots import write_plots
+        from .plots import write_plots
     except ImportError as error:
         raise ImportError(f"{error}; install the plots extra: pip install 'pytest-specbench[plots]'") from None
     write_plots(results, directory)
+
+
+def outputs(paths: OutputPaths, document: dict[str, Any], command: str | None = None) -> tuple[Output, ...]:
+    """The table: CSV, JSON, baseline, figures and report, each written from ``document`` (its ``results``,
+    ``options``, ``fingerprint`` and ``versions``); ``command`` is the command line the report quotes."""
+    results = document["results"]
+    env = {"fingerprint": document.get("fingerprint", {}), "versions": document.get("versions", {})}
+    return (
+        Output("CSV", paths.csv, lambda path: write_atomic(path, csv_text(results))),
+        Output("JSON", paths.json, lambda path: write_atomic(path, strict_json(document))),
+        Output("baseline", paths.baseline, lambda path: save_baseline(path, results, env)),
+        Output("figures", paths.figures, lambda path: write_figures(path, results)),
+        Output("report", paths.report, lambda path: write_atomic(path, report_markdown(
+            results, document.get("options", {}), env, paths.figures, path, command))),
+    )
+
+
+def write_outputs(paths: OutputPaths, document: dict[str, Any], command: str | None = None
+                  ) -> tuple[list[Path], list[str]]:
+    """Write every output that has a path; returns the paths written and, for each that failed, the error.
+
+    One failed file (a full disk, a NaN refused as strict JSON, matplotlib missing) must not cost the others.
+    """
+    written, errors = [], []
+    for output in outputs(paths, document, command):
+        if output.path is None:
+            continue
+        try:
+            output.write(output.path)
+            written.append(output.path)
+        except (OSError, ValueError, ImportError) as error:
+            errors.append(f"could not write {output.path}: {error}")
+    return written, errors

@@ -16,8 +16,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from .analysis import FIGURES, analyse_prompts, constant_k_rows, pooled_position_acceptance  # noqa: E402
+from .analysis import FIGURES, analyse_prompts, constant_k_rows, pooled_position_acceptance, rows_by_pair  # noqa: E402
 from ..engine.cost_model import predicted_tau  # noqa: E402
+from ..results.schema import row_value  # noqa: E402
 
 
 def figure_names(pairs: Sequence[str]) -> list[str]:
@@ -38,9 +39,10 @@ def _prompts(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _error_bars(rows: Sequence[dict[str, Any]], name: str) -> list[list[float]]:
-    low = [row[name] - row[f"{name}_ci_low"] if row.get(f"{name}_ci_low") is not None else 0.0 for row in rows]
-    high = [row[f"{name}_ci_high"] - row[name] if row.get(f"{name}_ci_high") is not None else 0.0 for row in rows]
-    return [low, high]
+    """Distances from the value to its interval's ends; none drawn for a row without an interval."""
+    bounds = [(row[name], row_value(row, f"{name}_ci_low"), row_value(row, f"{name}_ci_high")) for row in rows]
+    return [[value - low if low is not None else 0.0 for value, low, _ in bounds],
+            [high - value if high is not None else 0.0 for value, _, high in bounds]]
 
 
 def speedup_vs_k(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path:
@@ -132,7 +134,7 @@ def position_acceptance(rows: Sequence[dict[str, Any]], pair: str, directory: Pa
 
 def verify_cost(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    curve = next((row["verify_costs_ms"] for row in rows if row.get("verify_costs_ms")), [])
+    curve = next((row["verify_costs_ms"] for row in rows if row_value(row, "verify_costs_ms")), [])
     if curve:
         ms = list(range(1, len(curve) + 1))
         ax.plot(ms, [v / curve[0] for v in curve], "o-", label=f"measured, v(1) = {curve[0]:.1f} ms")
@@ -160,7 +162,7 @@ def speedup_by_category(results: Sequence[dict[str, Any]], directory: Path) -> P
         ax.bar(xs, [row["decode_speedup"] for row in rows], width, yerr=_error_bars(rows, "decode_speedup"),
                capsize=3, label=pair, color=f"C{i % 10}")
         for x, row in zip(xs, rows):
-            top = row.get("decode_speedup_ci_high") or row["decode_speedup"]
+            top = row_value(row, "decode_speedup_ci_high") or row["decode_speedup"]
             ax.text(x, top, f"k={row['k']}", ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(range(len(prompts)), prompts, rotation=20)
@@ -180,8 +182,7 @@ def write_plots(results: Sequence[dict[str, Any]], directory: Path) -> list[Path
     directory.mkdir(parents=True, exist_ok=True)
     results = constant_k_rows(results)
     written = []
-    for pair in dict.fromkeys(row["pair"] for row in results):
-        rows = [row for row in results if row["pair"] == pair]
+    for pair, rows in rows_by_pair(results).items():
         for figure in (speedup_vs_k, acceptance_heatmap, tau_vs_k, position_acceptance, verify_cost):
             written.append(figure(rows, pair, directory))
     if results:

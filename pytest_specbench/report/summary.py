@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tabulate import tabulate
 
 from .analysis import (analyse_prompts, compare_engines, constant_k_rows, geometric_mean, k_order,
-                       pooled_position_acceptance, row_order)
-from ..results.schema import csv_columns, summary_columns
+                       pooled_position_acceptance, row_order, rows_by_pair, several_engines)
+from .formatting import number, with_interval
+from ..results.schema import csv_columns, row_value, summary_columns
+from ..results.strict_json import strict_json
 
 
 _MARK = {"lossless": "yes", "tie-divergence": "tie", "diverged": "NO"}
@@ -20,86 +21,96 @@ UNSTABLE_MARK = "!"
 
 
 def _cell(row: dict[str, Any], name: str, fmt: str, interval: bool) -> str:
-    value = row.get(name)
+    value = row_value(row, name)
     if name == "verdict":
         return _MARK.get(value, value)
     if not fmt or not isinstance(value, (int, float)) or isinstance(value, bool):
         return "" if value is None else str(value)
     if not interval:
         return f"{value:{fmt}}"
-    low, high = row.get(f"{name}_ci_low"), row.get(f"{name}_ci_high")
-    shown = f"{value:{fmt}}" + (f" [{low:{fmt}}, {high:{fmt}}]" if low is not None else " [no interval]")
-    return shown + (f" {UNSTABLE_MARK}" if row.get("unstable") else "")
+    return with_interval(row, name, fmt) + (f" {UNSTABLE_MARK}" if row_value(row, "unstable") else "")
 
 
 def summary_lines(results: Sequence[dict[str, Any]], ci_target: float = 0.05) -> list[str]:
     """The terminal summary: a table per pair, a per-k summary, the best k per prompt, the unstable cases."""
     if not results:
         return ["no specbench case ran: nothing to summarise"]
+    engines = several_engines(results)
     lines: list[str] = []
-    columns = summary_columns()
-    engines = {row.get("engine", "native") for row in results}
-    if len(engines) == 1:
-        columns = tuple(column for column in columns if column[0] != "engine")
-    for pair in dict.fromkeys(row["pair"] for row in results):
-        rows = [row for row in results if row["pair"] == pair]
-        first = rows[0]
-        lines.append(f"{pair}: target {first['target']}, draft {first['draft']} "
-                     f"({first['device']}, {first['dtype']}, {first['new_tokens']} new tokens; "
-                     f"speedups with their 95% interval, {UNSTABLE_MARK} = unstable)")
-        table = [[_cell(row, name, fmt, interval) for name, _, fmt, interval in columns]
-                 for row in sorted(rows, key=row_order)]
-        # Cells come formatted (a value with its interval is text): tabulate must not parse them again.
-        lines += tabulate(table, headers=[header for _, header, _, _ in columns], disable_numparse=True).splitlines()
-        lines.append("")
-        per_k = []
-        groups = dict.fromkeys((row["k"], row.get("engine", "native"))
-                               for row in sorted(rows, key=lambda row: (k_order(row["k"]), row.get("engine", ""))))
-        for k, engine in groups:
-            at_k = [row for row in rows if row["k"] == k and row.get("engine", "native") == engine]
-            per_k.append(([k, engine] if len(engines) > 1 else [k])
-                         + [len(at_k), geometric_mean([row["decode_speedup"] for row in at_k]),
-                            geometric_mean([row["speedup"] for row in at_k]),
-                            sum(row["acceptance_rate"] for row in at_k) / len(at_k),
-                            sum(row["tau"] for row in at_k) / len(at_k)])
-        lead = ("k", "engine") if len(engines) > 1 else ("k",)
-        lines += tabulate(per_k, headers=(*lead, "cases", "geomean decode speedup", "geomean e2e speedup",
-                                          "mean accept", "mean tau"),
-                          floatfmt=("",) * len(lead) + ("", ".2f", ".2f", ".3f", ".2f")).splitlines()
-        comparisons = compare_engines(rows)
-        if comparisons:
-            lines.append("")
-            lines.append("engines side by side (end-to-end speedup over the same greedy baseline, geometric mean "
-                         "over prompts):")
-            lines += tabulate([(c.k, c.prompts, c.native_speedup, c.hf_speedup, c.ratio) for c in comparisons],
-                              headers=("k", "prompts", "native", "hf", "native / hf"),
-                              floatfmt=("", "", ".2f", ".2f", ".2f")).splitlines()
-        lines.append("")
-        best = []
-        for analysis in sorted(analyse_prompts(rows), key=lambda analysis: analysis.prompt):
-            top = analysis.best_row
-            best.append((analysis.prompt, top["k"], _cell(top, "decode_speedup", ".2f", True),
-                         f"{top['acceptance_rate']:.3f}",
-                         "" if analysis.alpha is None else f"{analysis.alpha:.3f}",
-                         "" if analysis.recommended_k is None else str(analysis.recommended_k)))
-        lines += tabulate(best, headers=("prompt", "best k", "decode speedup", "accept", "pooled alpha",
-                                         "recommended k"), disable_numparse=True).splitlines()
-        positions = pooled_position_acceptance(constant_k_rows(rows))
-        if positions:
-            lines.append("per-position acceptance (of the steps that drafted at least i tokens, the share whose "
-                         "i-th was accepted; all cases pooled):")
-            lines.append("  " + "  ".join(f"{i}: {share:.2f}" for i, _, share in positions))
-        lines.append("")
+    for pair, rows in rows_by_pair(results).items():
+        lines += _pair_lines(pair, rows, engines)
+    return lines + _closing_lines(results, ci_target)
+
+
+def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], engines: bool) -> list[str]:
+    """One pair: its cases, the per-k means, the engines side by side, the best k per prompt."""
+    first = rows[0]
+    lines = [f"{pair}: target {first['target']}, draft {first['draft']} "
+             f"({first['device']}, {first['dtype']}, {first['new_tokens']} new tokens; "
+             f"speedups with their 95% interval, {UNSTABLE_MARK} = unstable)"]
+    columns = tuple(column for column in summary_columns() if engines or column[0] != "engine")
+    table = [[_cell(row, name, fmt, interval) for name, _, fmt, interval in columns]
+             for row in sorted(rows, key=row_order)]
+    # Cells come formatted (a value with its interval is text): tabulate must not parse them again.
+    lines += tabulate(table, headers=[header for _, header, _, _ in columns], disable_numparse=True).splitlines()
+    lines += ["", *_per_k_lines(rows, engines)]
+    comparisons = compare_engines(rows)
+    if comparisons:
+        lines += ["", "engines side by side (end-to-end speedup over the same greedy baseline, geometric mean "
+                      "over prompts):"]
+        lines += tabulate([(c.k, c.prompts, c.native_speedup, c.hf_speedup, c.ratio) for c in comparisons],
+                          headers=("k", "prompts", "native", "hf", "native / hf"),
+                          floatfmt=("", "", ".2f", ".2f", ".2f")).splitlines()
+    lines += ["", *_best_k_lines(rows)]
+    positions = pooled_position_acceptance(constant_k_rows(rows))
+    if positions:
+        lines.append("per-position acceptance (of the steps that drafted at least i tokens, the share whose "
+                     "i-th was accepted; all cases pooled):")
+        lines.append("  " + "  ".join(f"{i}: {share:.2f}" for i, _, share in positions))
+    return lines + [""]
+
+
+def _per_k_lines(rows: Sequence[dict[str, Any]], engines: bool) -> list[str]:
+    """Per k (and engine, when more than one ran): geometric mean speedups, mean acceptance and tau."""
+    per_k = []
+    groups = dict.fromkeys((row["k"], row_value(row, "engine"))
+                           for row in sorted(rows, key=lambda row: (k_order(row["k"]), row_value(row, "engine"))))
+    for k, engine in groups:
+        at_k = [row for row in rows if row["k"] == k and row_value(row, "engine") == engine]
+        per_k.append(([k, engine] if engines else [k])
+                     + [len(at_k), geometric_mean([row["decode_speedup"] for row in at_k]),
+                        geometric_mean([row["speedup"] for row in at_k]),
+                        sum(row["acceptance_rate"] for row in at_k) / len(at_k),
+                        sum(row["tau"] for row in at_k) / len(at_k)])
+    lead = ("k", "engine") if engines else ("k",)
+    return tabulate(per_k, headers=(*lead, "cases", "geomean decode speedup", "geomean e2e speedup",
+                                    "mean accept", "mean tau"),
+                    floatfmt=("",) * len(lead) + ("", ".2f", ".2f", ".3f", ".2f")).splitlines()
+
+
+def _best_k_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    best = []
+    for analysis in sorted(analyse_prompts(rows), key=lambda analysis: analysis.prompt):
+        top = analysis.best_row
+        best.append((analysis.prompt, top["k"], _cell(top, "decode_speedup", ".2f", True),
+                     f"{top['acceptance_rate']:.3f}", number(analysis.alpha, ".3f"),
+                     number(analysis.recommended_k, "d")))
+    return tabulate(best, headers=("prompt", "best k", "decode speedup", "accept", "pooled alpha",
+                                   "recommended k"), disable_numparse=True).splitlines()
+
+
+def _closing_lines(results: Sequence[dict[str, Any]], ci_target: float) -> list[str]:
+    """The verdict counts, and what to do about cases with no interval or too wide a one."""
     failed = [row["case"] for row in results if row["verdict"] == "diverged"]
     ties = [row["case"] for row in results if row["verdict"] == "tie-divergence"]
-    lines.append(f"{len(results)} case(s): {len(results) - len(failed) - len(ties)} lossless, "
-                 f"{len(ties)} tie-divergence, {len(failed)} diverged")
-    single = [row for row in results if row.get("rounds", 0) < 2]
+    lines = [f"{len(results)} case(s): {len(results) - len(failed) - len(ties)} lossless, "
+             f"{len(ties)} tie-divergence, {len(failed)} diverged"]
+    single = [row for row in results if row_value(row, "rounds") < 2]
     if single:
         lines.append(f"{len(single)} case(s) timed in one round: no interval (raise --specbench-max-rounds)")
-    unstable = [row for row in results if row.get("unstable") and row.get("rounds", 0) >= 2]
+    unstable = [row for row in results if row_value(row, "unstable") and row_value(row, "rounds") >= 2]
     if unstable:
-        threads = sorted({row.get("threads") for row in unstable if row.get("threads")})
+        threads = sorted({row_value(row, "threads") for row in unstable if row_value(row, "threads")})
         lines.append(
             f"{len(unstable)} case(s) unstable ({UNSTABLE_MARK}): their 95% interval stayed wider than "
             f"+/-{ci_target:.0%} within the rounds allowed, so their speedups are noise-bound. "
@@ -133,13 +144,19 @@ def environment() -> dict[str, Any]:
     return {"fingerprint": machine_fingerprint(), "versions": versions}
 
 
-def json_text(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],
-              missing: Sequence[str] = (), *, interrupted: str | None = None, resumed: Sequence[str] = ()) -> str:
-    """Strict JSON (no NaN): the environment, the options used, how the run ended, missing cases and the rows.
+def run_document(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],
+                 missing: Sequence[str] = (), *, interrupted: str | None = None,
+                 resumed: Sequence[str] = ()) -> dict[str, Any]:
+    """The JSON record of a run: the environment, the options used, how the run ended, missing cases and the rows.
 
     ``interrupted`` says what stopped the run early (a signal, a failure limit), ``resumed`` lists the
     cases taken from a results log instead of being run again.
     """
-    document = {**env, "options": options, "interrupted": interrupted, "missing_cases": list(missing),
-                "resumed_cases": list(resumed), "results": list(results)}
-    return json.dumps(document, indent=2, allow_nan=False, default=str) + "\n"
+    return {**env, "options": options, "interrupted": interrupted, "missing_cases": list(missing),
+            "resumed_cases": list(resumed), "results": list(results)}
+
+
+def json_text(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],
+              missing: Sequence[str] = (), *, interrupted: str | None = None, resumed: Sequence[str] = ()) -> str:
+    """:func:`run_document` as strict JSON (no NaN)."""
+    return strict_json(run_document(results, options, env, missing, interrupted=interrupted, resumed=resumed))

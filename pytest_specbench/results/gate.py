@@ -19,12 +19,13 @@ from tabulate import tabulate
 
 from ..atomic import write_atomic
 from .schema import gate_fields
+from .strict_json import strict_json
 
 BASELINE_FORMAT = 2
 
 #: Across machines a pair's pooled acceptance may drop by this many binomial standard errors,
 #: sqrt(p(1-p)/drafted), before the gate fails (and never by less than --specbench-max-acceptance-drop).
-#: Chosen from the measured cross-capability spread: see the README's "Gating across machines".
+#: Chosen from the measured cross-capability spread: see docs/ci-gating.md, "Gating across machines".
 CROSS_MACHINE_Z = 3.0
 
 # A baseline keeps the schema's gate="compared" fields, checked run to run, and its gate="info"
@@ -118,10 +119,7 @@ def baseline_document(results: Sequence[dict[str, Any]], environment: dict[str, 
 
 def save_baseline(path: StrPath, results: Sequence[dict[str, Any]], environment: dict[str, Any]) -> None:
     """Write the baseline of ``results`` to ``path`` atomically (a reader never sees half a file)."""
-    document = baseline_document(results, environment)
-    # allow_nan=False: the file must stay strict JSON that any tool can read.
-    text = json.dumps(document, indent=2, allow_nan=False, default=str) + "\n"
-    write_atomic(Path(path), text)
+    write_atomic(Path(path), strict_json(baseline_document(results, environment)))
 
 
 def load_baseline(path: StrPath) -> dict[str, Any]:
@@ -350,3 +348,28 @@ def gate_summary_lines(regressions: Sequence[Regression], new_cases: Sequence[st
         more = f" and {len(new_cases) - 10} more" if len(new_cases) > 10 else ""
         lines.append(f"{len(new_cases)} case(s) not in the baseline, not gated: {shown}{more}")
     return lines
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """The gate's verdict on a run: the regressions found, and the lines the terminal summary shows."""
+
+    regressions: list[Regression]
+    lines: list[str]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.regressions)
+
+
+def run_gate(baseline: Mapping[str, Any], results: Sequence[Mapping[str, Any]], baseline_path: StrPath, *,
+             max_acceptance_drop: float, max_speedup_drop: float | None, allow_missing: bool) -> GateOutcome:
+    """Compare a finished run with its baseline, across machines when the fingerprints differ."""
+    from .fingerprint import fingerprint_differences, machine_fingerprint
+
+    differences = fingerprint_differences(baseline.get("fingerprint", {}), machine_fingerprint())
+    regressions = compare(baseline, results, max_acceptance_drop=max_acceptance_drop,
+                          max_speedup_drop=max_speedup_drop, allow_missing=allow_missing, same_machine=not differences)
+    lines = gate_summary_lines(regressions, new_cases(baseline, results), compared_count(baseline, results),
+                               baseline_path, differences)
+    return GateOutcome(list(regressions), lines)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 IDENTITY, TIMING, ACCEPTANCE, VERDICT, ENVIRONMENT = "case identity", "timing", "acceptance", "verdict", "environment"
@@ -236,6 +237,25 @@ def gate_fields(kind: str, schema: type | None = None) -> tuple[str, ...]:
 def extra_info_fields(schema: type | None = None) -> tuple[str, ...]:
     """Fields copied into pytest-benchmark's ``extra_info``."""
     return tuple(f.name for f in _fields(schema) if f.metadata.get("extra_info"))
+
+
+def field_default(name: str, schema: type | None = None) -> Any:
+    """The schema's default of field ``name``: what a row without the field (one written before the field
+    existed) holds. KeyError for an unknown field, or for one without a default (every row has it)."""
+    for f in _fields(schema):
+        if f.name == name:
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            raise KeyError(f"result field {name!r} has no default: every row must have it")
+    raise KeyError(f"no result field {name!r} in the schema")
+
+
+def row_value(row: Mapping[str, Any], name: str) -> Any:
+    """Field ``name`` of a result row (a ``to_row()`` dict, from this run or a JSON file): its value, or the
+    schema's default where the row lacks it, so no reader writes a field's default again."""
+    return row[name] if name in row else field_default(name)
 
 
 def field_meanings(schema: type | None = None) -> dict[str, str]:

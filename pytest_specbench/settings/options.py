@@ -11,12 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from ..engine.names import HEAD_KERNELS
+# SCHEDULE_KS: the k values that name a schedule instead of a constant draft length (engine/schedules.py).
+from ..engine.names import HEAD_KERNELS, SCHEDULES as SCHEDULE_KS
 from ..models.base import DTYPE_NAMES as DTYPES
 
 DEFAULT_KS = "1,2,4,8,16"
-# k values that name a schedule instead of a constant draft length (see engine/schedules.py).
-SCHEDULE_KS = ("auto", "heuristic")
 ENGINES = ("native", "hf")
 # On CPU, four categories of the shipped suite keep the default sweep near 15 minutes on 2 cores.
 CPU_PROMPTS = "natural,code_python,repetitive,list_items"
@@ -211,9 +210,9 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("gpu", "devices", "device(s): cpu, cuda, cuda:N, or a comma list (one per xdist worker); "
            "default: cuda:0 when available, else cpu", parse_devices, metavar="DEVICE", unset=(), changes_results=True),
-    Option("pairs", "pairs", "comma list of model pair ids to run (default: every defined pair). A pair named "
-           "here or declared in a pairs file fails when its model is missing; a built-in pair nobody named is "
-           "skipped with the reason",
+    Option("pairs", "pairs", "comma list of model pair ids to run (default: every defined pair except the "
+           "opt-in Qwen pairs, which run only when named). A pair named here or declared in a pairs file fails "
+           "when its model is missing; a built-in pair nobody named is skipped with the reason",
            _comma_list("a comma list of pair ids; leave the option out to run every defined pair"),
            metavar="IDS", unset=()),
     Option("pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH",

@@ -1,0 +1,98 @@
+"""The decoding engines a case can run on, behind one registry: what each needs, and one speculative run.
+
+``native`` is this package's loop (engine/decoding.py); ``hf`` is transformers' assisted generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..engine.decoding import speculative_generate
+from ..engine.drafters import PromptLookupDrafter
+from ..engine.hf_assisted import hf_assisted_generate
+from ..engine.names import AUTO, HEURISTIC
+from ..engine.sampling import SamplingParams
+from ..engine.schedules import CostModelSchedule, DraftSchedule, HeuristicSchedule
+from ..engine.stats import GenerationResult
+from ..settings.config import SpecbenchConfig
+from .costs import CostProfile
+from .matrix import Case
+
+SpeculativeRun = Callable[[], GenerationResult]
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What one case's speculative runs decode: the same for every engine."""
+
+    target_model: Any
+    drafter: Any
+    input_ids: torch.Tensor
+    max_new_tokens: int
+    eos_token_id: int | None
+    costs: CostProfile
+    sampling: SamplingParams
+    generator: torch.Generator | None = None
+    head_kernel: str = "auto"
+    compile_steps: bool = False
+
+
+def sampling_params(config: SpecbenchConfig) -> SamplingParams:
+    return SamplingParams(config.temperature, config.top_p, config.top_k)
+
+
+def sampling_kwargs(sampling: SamplingParams) -> dict[str, Any]:
+    return {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k}
+
+
+def case_schedule(k: int | str, costs: CostProfile) -> int | DraftSchedule:
+    """What the native engine drafts with: a constant k, transformers' heuristic, or the cost model's choice."""
+    if k == HEURISTIC:
+        return HeuristicSchedule()
+    if k == AUTO:
+        return CostModelSchedule(costs.verify_costs_s, costs.cost_ratio)
+    return k
+
+
+def _native(case: Case, run: RunInputs) -> SpeculativeRun:
+    schedule = case_schedule(case.k, run.costs)
+    return lambda: speculative_generate(run.target_model, run.drafter, run.input_ids, schedule, run.max_new_tokens,
+                                        eos_token_id=run.eos_token_id, generator=run.generator,
+                                        head_kernel=run.head_kernel, compile_steps=run.compile_steps,
+                                        **sampling_kwargs(run.sampling))
+
+
+def _hf(case: Case, run: RunInputs) -> SpeculativeRun:
+    def run_hf() -> GenerationResult:
+        # transformers samples from torch's global generator: seed it from this case's generator.
+        seed = None if run.sampling.greedy else int(torch.randint(2**31 - 1, (1,), generator=run.generator))
+        return hf_assisted_generate(run.target_model, run.drafter, run.input_ids, case.k, run.max_new_tokens,
+                                    eos_token_id=run.eos_token_id, sampling=run.sampling, seed=seed)
+    return run_hf
+
+
+def _hf_refusal(case: Case, drafter: Any) -> str | None:
+    if isinstance(drafter, PromptLookupDrafter) and not isinstance(case.k, int):
+        return (f"transformers' prompt lookup has no draft-length schedule, so the hf engine runs "
+                f"pair {case.pair.name} at integer k only, not k={case.k}")
+    return None
+
+
+@dataclass(frozen=True)
+class Engine:
+    runner: Callable[[Case, RunInputs], SpeculativeRun]
+    # Why a case cannot run on this engine (it is skipped with the reason), or None.
+    refusal: Callable[[Case, Any], str | None] = lambda case, drafter: None
+
+
+#: every engine by name; settings/options.py's ENGINES lists the same names for the option parser
+ENGINES: dict[str, Engine] = {"native": Engine(_native), "hf": Engine(_hf, _hf_refusal)}
+
+
+def speculative_runner(case: Case, run: RunInputs) -> SpeculativeRun:
+    """One speculative run of the case, by its engine; under sampling each run draws on ``run.generator``."""
+    return ENGINES[case.engine].runner(case, run)

@@ -1,0 +1,51 @@
+"""A case's input: its prompt tokenised (padded or cut to a fixed length when asked), checked against the
+context windows of the models that will read it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..models.base import UnrunnableCase, context_window
+from .matrix import Case
+from .prompts import Prompt, filler_text, fit_context
+
+
+def prompt_input_ids(tokenizer, prompt: Prompt, all_prompts: list[Prompt], context_tokens: int | None,
+                     device: str) -> torch.Tensor:
+    """Tokenise a prompt, padded or cut to ``context_tokens`` (special tokens included) when asked."""
+    plain = tokenizer(prompt.text, add_special_tokens=False).input_ids
+    full = tokenizer(prompt.text).input_ids
+    # Leading special tokens (a BOS) stay in front of any padding.
+    lead = full[: len(full) - len(plain)] if full[len(full) - len(plain):] == plain else []
+    if context_tokens is not None:
+        filler = tokenizer(filler_text(all_prompts, exclude_id=prompt.id), add_special_tokens=False).input_ids
+        plain = fit_context(plain, max(context_tokens - len(lead), 1), filler)
+        full = lead + plain
+    return torch.tensor([full], dtype=torch.long, device=device)
+
+
+def check_context_windows(case: Case, prompt_tokens: int, new_tokens: int, models: dict[str, Any]) -> None:
+    """Raise :class:`UnrunnableCase` when the prompt and the new tokens need more positions than a model has.
+
+    ``models`` maps a role and source ("target 'gpt2'") to the model. The engine never feeds a
+    position past the last new token (each draft block is cut to what is left), so
+    prompt + new tokens is what must fit, whatever k is.
+    """
+    needed = prompt_tokens + new_tokens
+    for role, model in models.items():
+        window = context_window(model.config)
+        if window is None or needed <= window[0]:
+            continue
+        limit, attribute = window
+        longest_prompt = limit - new_tokens
+        shorten = (f"cut the prompts with --specbench-context-tokens={longest_prompt} (or fewer)"
+                   if longest_prompt >= 1 else "")
+        fewer = f"lower --specbench-max-new-tokens to {limit - prompt_tokens} or less" \
+            if limit > prompt_tokens else "lower --specbench-max-new-tokens"
+        raise UnrunnableCase(
+            f"case {case.id}: the prompt ({prompt_tokens} tokens) and {new_tokens} new tokens need {needed} "
+            f"positions, more than the {role} allows ({attribute} = {limit}); "
+            f"{' or '.join(part for part in (shorten, fewer) if part)}"
+        )

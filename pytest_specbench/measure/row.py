@@ -1,0 +1,120 @@
+"""A measured case as its result row: speedups with intervals, medians, step counts, costs and the verdict."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..engine.sampling import SamplingParams
+from ..engine.stats import DecodeStats, GenerationResult
+from ..results.schema import CaseResult
+from ..results.statistics import coefficient_of_variation
+from .costs import CostProfile, case_column_head_rows, cost_model_fields
+from .engines import sampling_kwargs
+from .matrix import Case
+from .timing import speedups
+from .verdicts import quality_score
+
+
+@dataclass
+class Measurement:
+    """What timing one case produced, before it becomes a result row."""
+
+    input_ids: torch.Tensor
+    reference: list[int]
+    baselines: list[GenerationResult]
+    speculative: list[GenerationResult]
+    paired: bool  # baseline and speculative rounds ran side by side
+    verdict: dict[str, Any]
+    target_load_s: float
+    target_load_source: str
+    # The pair's measured costs, parameter counts and peak memory; absent in hand-built measurements.
+    costs: CostProfile | None = None
+    sizes: dict[str, int] | None = None
+    sampling: SamplingParams | None = None
+    peak_memory: tuple[float, str] | None = None
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _identity_fields(case: Case, measurement: Measurement) -> dict[str, Any]:
+    pair = case.pair
+    return dict(case=case.id, config=f"{pair.name}_k{case.k}" + ("" if case.engine == "native" else f"_{case.engine}"),
+                pair=pair.name, target=pair.target, draft=pair.draft_label, drafter=pair.drafter, engine=case.engine,
+                k=case.k, prompt=case.prompt_label, prompt_id=case.prompt.id, category=case.prompt.category,
+                **sampling_kwargs(measurement.sampling or SamplingParams()),
+                prompt_tokens=int(measurement.input_ids.shape[1]))
+
+
+def _speed_fields(measurement: Measurement, ci_target: float) -> dict[str, Any]:
+    """Speedups with their intervals, throughput and latency medians, and the rounds' spread."""
+    baselines, speculative = measurement.baselines, measurement.speculative
+    end_to_end, decode = speedups(baselines, speculative, measurement.paired)
+    baseline_tps = _spread([run.stats.tokens_per_second for run in baselines])
+    speculative_tps = _spread([run.stats.tokens_per_second for run in speculative])
+    new_tokens = max(speculative[-1].stats.new_tokens, 1)
+
+    def median(runs: list[GenerationResult], field: str) -> float:
+        return statistics.median(getattr(run.stats, field) for run in runs)
+
+    return dict(
+        latency_ms=1000 * median(speculative, "wall_time_s") / new_tokens,
+        throughput_tps=speculative_tps["median"], baseline_tps=baseline_tps["median"],
+        baseline_tps_min=baseline_tps["min"], baseline_tps_max=baseline_tps["max"],
+        speculative_tps=speculative_tps["median"], speculative_tps_min=speculative_tps["min"],
+        speculative_tps_max=speculative_tps["max"],
+        speedup=end_to_end.estimate, speedup_ci_low=end_to_end.low, speedup_ci_high=end_to_end.high,
+        ttft_ms=1000 * median(speculative, "prefill_time_s"), baseline_ttft_ms=1000 * median(baselines, "prefill_time_s"),
+        decode_tps=median(speculative, "decode_tokens_per_second"),
+        baseline_decode_tps=median(baselines, "decode_tokens_per_second"),
+        decode_speedup=decode.estimate, decode_speedup_ci_low=decode.low, decode_speedup_ci_high=decode.high,
+        baseline_cv=coefficient_of_variation([run.stats.wall_time_s for run in baselines]),
+        speculative_cv=coefficient_of_variation([run.stats.wall_time_s for run in speculative]),
+        rounds=len(speculative), baseline_runs=len(baselines),
+        unstable=max(end_to_end.relative_half_width, decode.relative_half_width) > ci_target,
+    )
+
+
+def _step_fields(last: DecodeStats, median_run: DecodeStats) -> dict[str, Any]:
+    """Where the median run's time went, and the last run's per-step counts (the same in every greedy run)."""
+    return dict(new_tokens=last.new_tokens, prefill_tokens=median_run.prefill_tokens,
+                draft_time_s=median_run.draft_time_s, verify_time_s=median_run.verify_time_s,
+                other_time_s=median_run.other_time_s, acceptance_rate=last.acceptance_rate, tau=last.tokens_per_step,
+                drafted_tokens=last.drafted_tokens, accepted_tokens=last.accepted_tokens,
+                target_forward_passes=last.target_forward_passes, draft_forward_passes=last.draft_forward_passes,
+                accepted_per_step=list(last.accepted_per_step), drafted_per_step=list(last.drafted_per_step),
+                k_per_step=list(last.k_per_step))
+
+
+def _verdict_fields(measurement: Measurement) -> dict[str, Any]:
+    reference, verdict = measurement.reference, measurement.verdict
+    return dict(quality_score=quality_score(measurement.speculative[-1].token_ids, reference) if reference else None,
+                lossless=None if verdict["verdict"] == "not-checked" else verdict["verdict"] == "lossless",
+                baseline_matches_reference=(measurement.baselines[-1].token_ids == reference if reference else None),
+                **verdict)
+
+
+def build_result(case: Case, measurement: Measurement, device: str, dtype: str, ci_target: float) -> CaseResult:
+    """The result row of a measured case: speedups with intervals, medians, counts and the verdict."""
+    speculative = measurement.speculative
+    last = speculative[-1].stats
+    median_run = sorted(speculative, key=lambda run: run.stats.wall_time_s)[len(speculative) // 2].stats
+    speed = _speed_fields(measurement, ci_target)
+    memory = measurement.peak_memory
+    return CaseResult(
+        **_identity_fields(case, measurement), **speed, **_step_fields(last, median_run),
+        **_verdict_fields(measurement),
+        device=device, dtype=dtype, threads=torch.get_num_threads(),
+        target_load_s=measurement.target_load_s,  # includes a GGUF conversion on a first run
+        target_load_source=measurement.target_load_source,
+        **cost_model_fields(case.k, list(last.drafted_per_step), list(last.accepted_per_step), measurement.costs,
+                            speed["decode_speedup"]),
+        column_head_rows=case_column_head_rows(case.engine, case.k, measurement.costs),
+        **(measurement.sizes or {}),
+        **(dict(zip(("peak_memory_mb", "peak_memory_kind"), memory)) if memory else {}),
+    )

@@ -1,0 +1,59 @@
+"""What one worker measures once and shares between the cases that need it.
+
+Every cache here has its own name and key, so what a case reuses (and what it must not) can be read off:
+the tokenised prompt per target, the pair's cost profile, the warm-up per pair and engine, the models'
+sizes, the once-timed baseline of ``--specbench-baseline-once``, and the sampling check per case input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+import torch
+
+from ..engine.stats import GenerationResult
+from .costs import CostProfile
+
+T = TypeVar("T")
+
+
+def _once(table: dict[Hashable, T], key: Hashable, compute: Callable[[], T]) -> T:
+    if key not in table:
+        table[key] = compute()
+    return table[key]
+
+
+class SharedMeasurements:
+    def __init__(self) -> None:
+        self._input_ids: dict[Hashable, torch.Tensor] = {}
+        self._costs: dict[Hashable, CostProfile] = {}
+        self._warmed: set[Hashable] = set()
+        self._sizes: dict[Hashable, dict[str, int]] = {}
+        self._baselines: dict[Hashable, list[GenerationResult]] = {}
+        self._sampling_checks: dict[Hashable, dict[str, Any]] = {}
+
+    def input_ids(self, key: tuple, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """By (target, revision, prompt id): every pair with that target reads the same tokens."""
+        return _once(self._input_ids, key, compute)
+
+    def costs(self, key: tuple, compute: Callable[[], CostProfile]) -> CostProfile:
+        """By (pair, longest k probed, head rows, head kernel, compiled length)."""
+        return _once(self._costs, key, compute)
+
+    def warm_up(self, key: tuple, run: Callable[[], Any]) -> None:
+        """Once per (pair, engine): first-call costs (allocations, kernel choice) are paid here, untimed."""
+        if key not in self._warmed:
+            run()
+            self._warmed.add(key)
+
+    def sizes(self, pair_name: str, compute: Callable[[], dict[str, int]]) -> dict[str, int]:
+        return _once(self._sizes, pair_name, compute)
+
+    def baseline(self, key: tuple, compute: Callable[[], list[GenerationResult]]) -> list[GenerationResult]:
+        """By (target, revision, dtype, prompt id, new tokens, EOS): timed once, shared by every k and pair."""
+        return _once(self._baselines, key, compute)
+
+    def sampling_check(self, key: tuple, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """By (pair, prompt id, sampling settings, draws, seed)."""
+        return _once(self._sampling_checks, key, compute)

@@ -1,0 +1,80 @@
+"""When the plugin wakes: only once a ``--specbench-*`` option (or ini key) is given or a specbench case is
+collected. Until then it has built, probed, written and switched nothing, so a project that merely has the
+plugin installed sees no difference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import pytest
+
+from ..settings.config import ConfigError, check_files, cuda_available, parse_settings, read_settings
+from .session import SpecbenchSession
+
+
+def is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def case_id(nodeid: str) -> str:
+    """The parameter id of a node id: ``test_speculative_decoding[tiny-k4-natural]`` -> ``tiny-k4-natural``."""
+    return nodeid.partition("[")[2].partition("]")[0]
+
+
+class Activation:
+    """Builds the one :class:`SpecbenchSession` of this pytest run when it is first needed, and says whether it was.
+
+    ``on_start`` runs once, right after the session is built (the plugin registers its session hooks there).
+    """
+
+    def __init__(self, config: pytest.Config, on_start: Callable[[SpecbenchSession], None]) -> None:
+        self._config = config
+        self._on_start = on_start
+        self._settings = read_settings(config.getoption, config.getini)
+        self.session: SpecbenchSession | None = None
+
+    @property
+    def asked(self) -> bool:
+        """A specbench option was given on the command line or in the ini file."""
+        return bool(self._settings)
+
+    def start(self) -> SpecbenchSession:
+        """The session, built and checked on first call; a bad setting is a usage error naming it."""
+        if self.session is None:
+            self.session = self._build(check_outputs=not is_worker(self._config))
+            self._on_start(self.session)
+        return self.session
+
+    def _build(self, check_outputs: bool) -> SpecbenchSession:
+        from ..settings.devices import check_devices
+
+        config = self._config
+        try:
+            settings = parse_settings(self._settings, cuda_available)
+            check_devices(settings.devices)
+            session = SpecbenchSession.build(settings, config.rootpath, controller=not is_worker(config))
+            session.command = " ".join(["pytest", *map(str, config.invocation_params.args)])
+            if check_outputs:
+                check_files(settings)
+        except (ConfigError, ValueError) as error:
+            raise pytest.UsageError(f"pytest-specbench: {error}") from None
+        return session
+
+    def start_if_cases(self, nodeids: Iterable[str]) -> SpecbenchSession | None:
+        """On the xdist controller, which collects nothing itself: start when the workers collected a case.
+
+        The matrix is built without side effects to recognise the cases; only a match starts the session.
+        """
+        if self.session is None:
+            try:
+                matrix = self._build(check_outputs=False).case_ids
+            except pytest.UsageError:
+                return None  # the workers report the bad setting as they collect
+            if not matrix.intersection(map(case_id, nodeids)):
+                return None
+        return self.start()
+
+
+#: where the run's Activation lives on pytest's config
+ACTIVATION = pytest.StashKey[Activation]()

@@ -1,0 +1,117 @@
+"""The fixtures a benchmark test uses: ``spec_case`` (parametrised by the plugin) with ``specbench``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .activation import ACTIVATION
+from .session import RESULT_KEY, SpecbenchSession
+
+
+def session_of(config: pytest.Config) -> SpecbenchSession:
+    """The run's specbench session, started now if no option or case has started it yet."""
+    return config.stash[ACTIVATION].start()
+
+
+def worker(config: pytest.Config) -> tuple[str | None, int]:
+    """This process's xdist worker id ("gw0", ...; None outside xdist) and the number of workers."""
+    workerinput = getattr(config, "workerinput", {})
+    return workerinput.get("workerid"), workerinput.get("workercount", 1)
+
+
+@pytest.fixture(scope="session")
+def specbench_config(request: pytest.FixtureRequest):
+    """The session's validated SpecbenchConfig."""
+    return session_of(request.config).config
+
+
+@pytest.fixture(scope="session")
+def specbench_store(request: pytest.FixtureRequest):
+    """Models loaded once per device for the whole session (one store per xdist worker)."""
+    from ..measure.store import ModelStore
+    from ..settings.devices import resolve_device, set_cpu_threads
+
+    config = session_of(request.config).config
+    worker_id, worker_count = worker(request.config)
+    device = resolve_device(config.devices, int(worker_id.removeprefix("gw")) if worker_id else 0)
+    set_cpu_threads(config.threads, device, worker_count)
+    return ModelStore(device, config.dtype, config.cache_dir)
+
+
+@pytest.fixture(scope="session")
+def specbench_shared():
+    """What this worker measures once and shares between cases (inputs, costs, warm-ups, shared baselines)."""
+    from ..measure.shared import SharedMeasurements
+
+    return SharedMeasurements()
+
+
+class CaseFixture:
+    """What a benchmark test uses: ``result = specbench.run(spec_case)``, then ``specbench.assert_lossless(result)``."""
+
+    def __init__(self, request: pytest.FixtureRequest, store, shared) -> None:
+        self._request = request
+        self._store = store
+        self._shared = shared
+        self._session = session_of(request.config)
+
+    def _benchmark(self):
+        """pytest-benchmark's fixture when it is on; requesting it while off only earns a warning."""
+        session = getattr(self._request.config, "_benchmarksession", None)
+        if session is None or session.disabled or session.skip:
+            return None
+        return self._request.getfixturevalue("benchmark")
+
+    def _timer(self, benchmark):
+        if benchmark is None:
+            return None
+
+        def timer(run, before_each, rounds):
+            benchmark.pedantic(run, setup=before_each, rounds=rounds, warmup_rounds=0, iterations=1)
+        return timer
+
+    def run(self, case) -> dict[str, Any]:
+        """Measure the case and record its result row for the summary and files."""
+        from ..measure.runner import run_case
+        from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase
+        from ..results.schema import extra_info_fields
+
+        row = self._session.replay(case.id)
+        if row is not None:  # finished in the run being resumed: its row again, nothing measured
+            self._request.node.user_properties.append((RESULT_KEY, row))
+            return row
+        benchmark = self._benchmark()
+        try:
+            result = run_case(case, self._store, self._shared, self._session.config, self._session.prompts,
+                              self._timer(benchmark))
+        except ModelUnavailable as error:
+            if not self._session.chosen(case.pair):
+                pytest.skip(str(error))
+            raise pytest.fail.Exception(f"{case.pair.name}: {error}", pytrace=False) from None
+        except NotApplicable as error:
+            pytest.skip(str(error))
+        except UnrunnableCase as error:
+            # The message says what to change; a chained traceback into torch would only hide it.
+            raise pytest.fail.Exception(str(error), pytrace=False) from None
+        # Which worker ran it and what its store had loaded so far: shows models load once per worker.
+        result.worker = worker(self._request.config)[0] or "main"
+        result.model_loads = dict(self._store.load_counts)
+        row = result.to_row()
+        if benchmark is not None:
+            benchmark.extra_info.update({name: row[name] for name in extra_info_fields()})
+        self._request.node.user_properties.append((RESULT_KEY, row))
+        return row
+
+    def assert_lossless(self, result: dict[str, Any]) -> None:
+        from ..measure.verdicts import divergence_message
+
+        if result["verdict"] == "diverged":
+            pytest.fail(divergence_message(result["case"], result, self._session.config.tie_tolerance), pytrace=False)
+
+
+@pytest.fixture
+def specbench(request: pytest.FixtureRequest, specbench_store, specbench_shared) -> CaseFixture:
+    """Runs a ``spec_case`` and records its result."""
+    return CaseFixture(request, specbench_store, specbench_shared)
