@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from tabulate import tabulate
 from .report.analysis import geometric_mean
 from .report.formatting import with_interval
 from .results.schema import row_value
-from .settings.options import OPTIONS, Option
+from .settings.options import OPTIONS, Option, parse_output_path
 
 # What merge compares comes from the option table: every option marked ``changes_results`` (it changes what a
 # case measures), by the value it parses to. Shards of one sweep split the matrix by pair, so what may differ
@@ -64,16 +65,47 @@ def compared_value(option: Option, raw: Any) -> Any:
     return sorted({device.split(":")[0] for device in value}) if option.dest == DEVICE_OPTION else value
 
 
-def _check_comparable(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> None:
-    first = documents[0].get("options", {})
+def setting_differences(first: dict[str, Any], other: dict[str, Any], first_name: str, other_name: str,
+                        options: Sequence[Option] = COMPARED_OPTIONS) -> list[str]:
+    """``"specbench_k: a has '1,4', b has '1,2'"`` for each of ``options`` two runs' recorded options (their JSON's
+    ``options``) give different meanings."""
+    first, other = first.get("options", {}), other.get("options", {})
+    return [f"{option.dest}: {first_name} has {first.get(option.dest)!r}, {other_name} has {other.get(option.dest)!r}"
+            for option in options
+            if compared_value(option, other.get(option.dest)) != compared_value(option, first.get(option.dest))]
+
+
+def _machines(document: dict[str, Any], name: str) -> list[tuple[str, dict[str, Any]]]:
+    """The fingerprints a run's numbers come from: each merged run's, or the run's own."""
+    merged = [(f"{name} ({source.get('run')})", source.get("fingerprint") or {})
+              for source in document.get("merged_from") or [] if isinstance(source, dict)]
+    return merged or [(name, document.get("fingerprint") or {})]
+
+
+def machine_differences(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> list[str]:
+    """``"b ran on another machine than a: cpu_capability 'AVX2' -> 'AVX512'"`` for each fingerprint that differs
+    from the first run's (a merged run's sources included), in the entries that decide numerics."""
+    from .results.fingerprint import fingerprint_differences
+
+    machines = [machine for document, name in zip(documents, names) for machine in _machines(document, name)]
+    (first_name, first), lines = machines[0], []
+    for name, fingerprint in machines[1:]:
+        differences = fingerprint_differences(first, fingerprint)
+        if differences:
+            lines.append(f"{name} ran on another machine than {first_name}: {'; '.join(differences)}")
+    return lines
+
+
+def _check_comparable(documents: Sequence[dict[str, Any]], names: Sequence[str], force: bool = False) -> list[str]:
+    """The settings that differ from the first run's, each run's; MergeError unless ``force``."""
+    found = []
     for document, name in zip(documents[1:], names[1:]):
-        options = document.get("options", {})
-        differing = [option.dest for option in COMPARED_OPTIONS if compared_value(option, options.get(option.dest))
-                     != compared_value(option, first.get(option.dest))]
-        if differing:
-            details = "; ".join(f"{key}: {names[0]} has {first.get(key)!r}, {name} has {options.get(key)!r}"
-                                for key in differing)
-            raise MergeError(f"cannot merge {name} with {names[0]}: the numbers are not comparable ({details})")
+        differing = setting_differences(documents[0], document, names[0], name)
+        if differing and not force:
+            raise MergeError(f"cannot merge {name} with {names[0]}: the numbers are not comparable "
+                             f"({'; '.join(differing)}); pass --force to merge them anyway")
+        found += differing
+    return found
 
 
 def _shared_options(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -84,9 +116,10 @@ def _shared_options(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
             and all(document.get("options", {}).get(key) == value for document in documents[1:])}
 
 
-def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
-    """One document from several; raises MergeError on incomparable options or a case in two runs."""
-    _check_comparable(documents, names)
+def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, force: bool = False) -> dict[str, Any]:
+    """One document from several; raises MergeError on incomparable options (unless ``force``: the merged record
+    then keeps only the options the runs share) or a case in two runs."""
+    _check_comparable(documents, names, force)
     seen: dict[str, str] = {}
     results = []
     for document, name in zip(documents, names):
@@ -157,11 +190,90 @@ def compare_lines(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _sampling(document: dict[str, Any]) -> float:
+    """The run's temperature (0: greedy), from its options, else its rows."""
+    option = next(option for option in OPTIONS if option.dest == "specbench_temperature")
+    value = compared_value(option, document.get("options", {}).get(option.dest))
+    if value is None:
+        value = next((row.get("temperature") for row in document.get("results", []) if row.get("temperature")), 0.0)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")  # unreadable: differs from any other, so it is named
+
+
+def comparison_header(old: dict[str, Any], new: dict[str, Any], old_name: str, new_name: str,
+                      force: bool = False) -> list[str]:
+    """The lines ``compare`` prints first: every setting and machine entry in which the runs differ. Raises
+    MergeError for what cannot be compared (greedy against sampled decoding; speed timed on other machines)
+    unless ``force``."""
+    settings = setting_differences(old, new, old_name, new_name)
+    machines = machine_differences([old, new], [old_name, new_name])
+    modes = ["greedily" if t == 0 else f"by sampling (temperature {t:g})" for t in (_sampling(old), _sampling(new))]
+    refusals = []
+    if (modes[0] == "greedily") != (modes[1] == "greedily"):
+        refusals.append(f"{old_name} decoded {modes[0]} and {new_name} {modes[1]}, so acceptance and speed measure "
+                        "different things")
+    if machines:
+        refusals.append(f"their speedups were timed on different machines ({'; '.join(machines)})")
+    if refusals and not force:
+        also = f"; the settings differ too ({'; '.join(settings)})" if settings else ""
+        raise MergeError(f"cannot compare {new_name} with {old_name}: {'; and '.join(refusals)}{also}; "
+                         "pass --force to compare them anyway")
+    lines = [f"settings differ: {difference}" for difference in settings]
+    lines += [f"machines differ: {difference}" for difference in machines]
+    lines += [f"compared anyway (--force): {refusal}" for refusal in refusals]
+    return (lines or ["same settings and machine: every result-changing option and the fingerprint agree"]) + [""]
+
+
+_OUTPUTS = (("--json", "json"), ("--csv", "csv"), ("--report", "report"), ("--plots", "plots"))
+
+
+def check_merge_outputs(runs: Sequence[Path], outputs: dict[str, Path | None], require: bool = True) -> None:
+    """MergeError, before anything is written, for two outputs on one path, an output on one of the runs it
+    merges (symbolic links followed), or (``require``) a merge that would write nothing."""
+    given = [(flag, path) for flag, path in outputs.items() if path is not None]
+    if not given and require:
+        raise MergeError("nothing written: give at least one of --json, --csv, --report and --plots (the runs "
+                         "merge; merge writes only the outputs it is asked for)")
+    inputs = {os.path.realpath(run): run for run in runs}
+    seen: dict[str, str] = {}
+    for flag, path in given:
+        where = os.path.realpath(path)
+        if where in inputs:
+            raise MergeError(f"{flag} {path} is {inputs[where]}, one of the runs merged, and would overwrite it; "
+                             "give the merged output a path of its own")
+        if where in seen:
+            raise MergeError(f"{seen[where]} and {flag} name the same file, {path}, and one would overwrite the other; "
+                             "give each output a path of its own")
+        seen[where] = flag
+
+
+def _output_file(raw: str) -> Path:
+    """argparse type of a file output: a folder (a trailing slash, an existing one) or a path no system takes
+    is a usage error, as the same option is in pytest."""
+    try:
+        path = parse_output_path(raw)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).replace(", or empty to disable", "")) from None
+    if path is None:
+        raise argparse.ArgumentTypeError(f"{raw!r} names no file; accepted: a file path")
+    return path
+
+
 def _merge(args: argparse.Namespace) -> int:
     from .report.outputs import OutputPaths, write_outputs
 
+    outputs = {flag: getattr(args, name) for flag, name in _OUTPUTS}
+    check_merge_outputs(args.runs, outputs, require=False)
     documents = [load_run(path) for path in args.runs]
-    merged = merge_runs(documents, [str(path) for path in args.runs])
+    names = [str(path) for path in args.runs]
+    merged = merge_runs(documents, names, force=args.force)
+    check_merge_outputs(args.runs, outputs)  # after the runs are checked: a merge with no output still checks them
+    for line in _check_comparable(documents, names, force=True):
+        print(f"settings differ (merged anyway: --force): {line}")
+    for line in machine_differences(documents, names):
+        print(f"machines differ: {line}")
     command = "python -m pytest_specbench merge " + " ".join(str(path) for path in args.runs)
     paths = OutputPaths(csv=args.csv, json=args.json, figures=args.plots, report=args.report)
     _, errors = write_outputs(paths, merged, command)
@@ -171,8 +283,39 @@ def _merge(args: argparse.Namespace) -> int:
     return 2 if errors else 0
 
 
+def compared_runs(names: Sequence[str], last: bool, history_dir: Path) -> tuple[Path, Path]:
+    """The JSON files ``compare`` reads: ``--last`` (the two latest runs of the history), or two names, each a
+    JSON file, a run folder, or a run number of the history (``3``, ``0003``). Raises MergeError."""
+    from .results import history
+
+    try:
+        if last:
+            if names:
+                raise MergeError("give --last or two runs, not both")
+            old, new = history.last_runs(history_dir)
+            return old, new
+        if len(names) != 2:
+            raise MergeError(f"give two runs to compare (JSON files, run folders or run numbers of the history "
+                             f"{history_dir}), or --last; got {len(names)}")
+        paths = []
+        for name in names:
+            path = Path(name)
+            if path.is_dir():
+                path = path / history.JSON
+            elif name.isdigit() and not path.exists():
+                path = history.find_run(history_dir, name)
+            paths.append(path)
+        return paths[0], paths[1]
+    except history.HistoryError as error:
+        raise MergeError(str(error)) from None
+
+
 def _compare(args: argparse.Namespace) -> int:
-    print("\n".join(compare_lines(load_run(args.old), load_run(args.new))))
+    old_path, new_path = compared_runs(args.runs, args.last, args.history)
+    old, new = load_run(old_path), load_run(new_path)
+    print(f"old: {old_path}\nnew: {new_path}")
+    header = comparison_header(old, new, str(old_path), str(new_path), force=getattr(args, "force", False))
+    print("\n".join(header + compare_lines(old, new)))
     return 0
 
 
@@ -181,14 +324,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     merge = commands.add_parser("merge", help="merge the JSON of several runs into one set of results")
     merge.add_argument("runs", nargs="+", type=Path, metavar="RUN.json")
-    merge.add_argument("--json", type=Path, help="merged JSON")
-    merge.add_argument("--csv", type=Path, help="merged CSV")
-    merge.add_argument("--report", type=Path, help="Markdown report")
+    merge.add_argument("--json", type=_output_file, help="merged JSON")
+    merge.add_argument("--csv", type=_output_file, help="merged CSV")
+    merge.add_argument("--report", type=_output_file, help="Markdown report")
     merge.add_argument("--plots", type=Path, metavar="DIR", help="figures (needs matplotlib)")
+    merge.add_argument("--force", action="store_true", help="merge runs whose result-changing options differ "
+                       "(the differences are printed first)")
     merge.set_defaults(run=_merge)
     compare = commands.add_parser("compare", help="per-case and per-pair differences between two runs")
-    compare.add_argument("old", type=Path, metavar="OLD.json")
-    compare.add_argument("new", type=Path, metavar="NEW.json")
+    compare.add_argument("runs", nargs="*", metavar="RUN", help="two runs, old then new: each a JSON file, a run "
+                         "folder, or a run number of the history (0003)")
+    compare.add_argument("--last", action="store_true", help="the two latest runs of the history")
+    compare.add_argument("--history", type=Path, default=Path(".specbench/runs"), metavar="DIR",
+                         help="the run history (default .specbench/runs, as --specbench-history)")
+    compare.add_argument("--force", action="store_true", help="compare greedy with sampled runs, or runs of "
+                         "different machines (the differences are printed first either way)")
     compare.set_defaults(run=_compare)
     args = parser.parse_args(argv)
     try:

@@ -157,9 +157,95 @@ def test_merge_writes_every_file_it_can_when_one_fails(tmp_path, capsys):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(_run(["p-k1-x"], specbench_shard="1/2")))
     b.write_text(json.dumps(_run(["q-k1-x"], specbench_shard="2/2")))
-    blocked = tmp_path / "a_folder"
-    blocked.mkdir()
+    (tmp_path / "a_file").write_text("not a folder")
+    blocked = tmp_path / "a_file" / "all.csv"  # its folder cannot be made: the CSV alone fails
     assert main(["merge", str(a), str(b), "--csv", str(blocked), "--json", str(tmp_path / "all.json")]) == 2
     assert f"could not write {blocked}" in capsys.readouterr().err
     merged = json.loads((tmp_path / "all.json").read_text())
     assert [row["case"] for row in merged["results"]] == ["p-k1-x", "q-k1-x"]
+
+
+# --- merge and compare state what differs, and refuse what cannot be compared ------------------------------------
+
+
+def _machine(capability: str) -> dict:
+    return {"cpu_model": "CPU", "cpu_capability": capability, "quantized_engine": "x86", "torch_threads": 2,
+            "gpus": [], "torch": "2.x", "transformers": "5.x"}
+
+
+def _write(tmp_path, name, document):
+    path = tmp_path / name
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+def _header(out: str) -> list[str]:
+    """compare's output from its difference header on (the lines naming the two runs left out)."""
+    return [line for line in out.splitlines() if not line.startswith(("old: ", "new: "))]
+
+
+def test_compare_states_every_difference_of_settings_at_the_top(tmp_path, capsys):
+    old = _write(tmp_path, "old.json", {**_run(["p-k1-x"], specbench_max_new_tokens="12"),
+                                        "fingerprint": _machine("AVX2")})
+    new = _write(tmp_path, "new.json", {**_run(["p-k1-x"], specbench_max_new_tokens="8", specbench_seed="3"),
+                                        "fingerprint": _machine("AVX2")})
+    assert main(["compare", old, new]) == 0
+    lines = _header(capsys.readouterr().out)
+    assert lines[0] == f"settings differ: specbench_max_new_tokens: {old} has '12', {new} has '8'"
+    assert lines[1] == f"settings differ: specbench_seed: {old} has None, {new} has '3'"
+    assert lines[2] == "" and lines[3].startswith("case")
+
+
+def test_compare_says_when_nothing_differs(tmp_path, capsys):
+    old = _write(tmp_path, "old.json", {**_run(["p-k1-x"]), "fingerprint": _machine("AVX2")})
+    assert main(["compare", old, old]) == 0
+    assert _header(capsys.readouterr().out)[0] == ("same settings and machine: every result-changing option and "
+                                                   "the fingerprint agree")
+
+
+def test_compare_refuses_greedy_against_sampled_unless_forced(tmp_path, capsys):
+    old = _write(tmp_path, "old.json", _run(["p-k1-x"], specbench_temperature="0"))
+    new = _write(tmp_path, "new.json", _run(["p-k1-x"], specbench_temperature="1.0"))
+    assert main(["compare", old, new]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot compare {new} with {old}: {old} decoded greedily and {new} by sampling (temperature 1)" in err
+    assert "pass --force to compare them anyway" in err
+    assert main(["compare", old, new, "--force"]) == 0
+    out = capsys.readouterr().out
+    assert "settings differ: specbench_temperature" in out and "compared anyway (--force)" in out
+
+
+def test_compare_refuses_speed_across_machines_unless_forced(tmp_path, capsys):
+    old = _write(tmp_path, "old.json", {**_run(["p-k1-x"]), "fingerprint": _machine("AVX512")})
+    new = _write(tmp_path, "new.json", {**_run(["p-k1-x"]), "fingerprint": _machine("AVX2")})
+    assert main(["compare", old, new]) == 2
+    err = capsys.readouterr().err
+    assert "their speedups were timed on different machines" in err
+    assert "cpu_capability 'AVX512' -> 'AVX2'" in err
+    assert main(["compare", old, new, "--force"]) == 0
+    assert f"machines differ: {new} ran on another machine than {old}: cpu_capability 'AVX512' -> 'AVX2'" in \
+        capsys.readouterr().out
+
+
+def test_compare_looks_at_every_machine_of_a_merged_run(tmp_path, capsys):
+    merged = {**_run(["p-k1-x"]), "fingerprint": _machine("AVX2"),
+              "merged_from": [{"run": "s1.json", "fingerprint": _machine("AVX2")},
+                              {"run": "s2.json", "fingerprint": _machine("AVX512")}]}
+    old = _write(tmp_path, "old.json", {**_run(["p-k1-x"]), "fingerprint": _machine("AVX2")})
+    new = _write(tmp_path, "merged.json", merged)
+    assert main(["compare", old, new]) == 2
+    assert "(s2.json) ran on another machine" in capsys.readouterr().err
+
+
+def test_merge_states_machine_differences_and_merges_other_settings_only_when_forced(tmp_path, capsys):
+    a = _write(tmp_path, "a.json", {**_run(["p-k1-x"], specbench_shard="1/2"), "fingerprint": _machine("AVX2")})
+    b = _write(tmp_path, "b.json", {**_run(["q-k1-x"], specbench_shard="2/2", specbench_max_new_tokens="8"),
+                                    "fingerprint": _machine("AVX512")})
+    out = tmp_path / "all.json"
+    assert main(["merge", a, b, "--json", str(out)]) == 2
+    assert "not comparable (specbench_max_new_tokens" in capsys.readouterr().err and not out.exists()
+    assert main(["merge", a, b, "--json", str(out), "--force"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"settings differ (merged anyway: --force): specbench_max_new_tokens: {a} has '32', {b} has '8'"
+    assert lines[1] == f"machines differ: {b} ran on another machine than {a}: cpu_capability 'AVX2' -> 'AVX512'"
+    assert "specbench_max_new_tokens" not in json.loads(out.read_text())["options"]  # only what the runs share

@@ -58,17 +58,19 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     save_baseline(path, RESULTS, ENVIRONMENT)
     loaded = load_baseline(path)
     assert loaded == baseline_document(RESULTS, ENVIRONMENT, created=loaded["created"])
-    assert loaded["format"] == BASELINE_FORMAT == 2
+    assert loaded["format"] == BASELINE_FORMAT == 3
     assert loaded["fingerprint"] == FINGERPRINT and loaded["versions"] == ENVIRONMENT["versions"]
     assert list(loaded["cases"]) == sorted(r["case"] for r in RESULTS)
     entry = loaded["cases"]["gpt2_large-k8-code_python"]
     assert entry == {"pair": "gpt2_large", "k": 8, "prompt": "code_python", "acceptance_rate": 0.812,
                      "tau": 3.1, "lossless": True, "verdict": "lossless", "accepted_tokens": 812,
                      "drafted_tokens": 1000, "speculative_tps": pytest.approx(162.0), "baseline_tps": 90.0,
-                     "speedup": 1.8, "decode_speedup": 1.8}
-    assert "device" not in entry  # only the gated and informational fields are kept
+                     "speedup": 1.8, "decode_speedup": 1.8,
+                     "settings": {"engine": None, "new_tokens": None, "prompt_tokens": None, "temperature": None,
+                                  "top_p": None, "top_k": None, "dtype": "float32", "device": "cpu"}}
+    assert "device" not in entry  # only the gated and informational fields, and the case's settings, are kept
     text = path.read_text(encoding="utf-8")
-    assert text.startswith('{\n  "format": 2,') and text.endswith("}\n")
+    assert text.startswith('{\n  "format": 3,') and text.endswith("}\n")
 
 
 def test_save_is_atomic_and_leaves_no_temporary_file(tmp_path: Path) -> None:
@@ -113,9 +115,9 @@ def without_case_field(name: str) -> dict[str, Any]:
 @pytest.mark.parametrize(("content", "message"), [
     ("{not json", "not valid JSON"),
     ("[1, 2]", "top level is list, expected an object"),
-    ({**good_document(), "format": 1}, "format 1, expected format 2"),
-    ({**good_document(), "format": True}, "format True, expected format 2"),
-    ({k: v for k, v in good_document().items() if k != "format"}, "no format, expected format 2"),
+    ({**good_document(), "format": 1}, "format 1, expected format 3"),
+    ({**good_document(), "format": True}, "format True, expected format 3"),
+    ({k: v for k, v in good_document().items() if k != "format"}, "no format, expected format 3"),
     ({**good_document(), "cases": [1]}, "cases of type list, expected \"cases\" to be an object"),
     ({k: v for k, v in good_document().items() if k != "cases"}, "no cases"),
     ({**good_document(), "cases": {}}, "has no cases, so it would gate nothing; expected a baseline saved from a run "
@@ -229,7 +231,8 @@ def test_missing_case() -> None:
     (regression,) = compare(good_document(), RESULTS[:2])
     assert (regression.case, regression.kind, regression.old, regression.new) == (
         "tiny-k1-natural", "missing", None, None)
-    assert regression.describe() == "tiny-k1-natural: missing (in the baseline, not in this run)"
+    assert regression.describe() == ("tiny-k1-natural: missing (in the baseline, not in this run: the case has no "
+                                     "result (it failed, was skipped or deselected, or the run stopped before it))")
     assert compare(good_document(), RESULTS[:2], allow_missing=True) == []
 
 
@@ -446,7 +449,9 @@ def test_an_interrupted_run_does_not_replace_the_baseline(six_case_bench, pytest
                                          "tiny-k4-code_json"]
     assert document["interrupted"] == "KeyboardInterrupt"
 
-    result = six_case_bench("--specbench-save-baseline=baseline.json", "--specbench-allow-missing", interrupted=True)
+    # The interrupted run's log is not replaced by a new run (a usage error): this one goes on from it.
+    result = six_case_bench("--specbench-save-baseline=baseline.json", "--specbench-allow-missing",
+                            "--specbench-resume=spec_results.jsonl", interrupted=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert sorted(json.loads((pytester.path / "baseline.json").read_text())["cases"]) == [
         "tiny-k1-natural", "tiny-k4-natural"]

@@ -11,10 +11,12 @@ import pytest
 from pytest_specbench.results.log import ResultsLog, ResultsLogError, read_log, settings_differences
 
 SETTINGS = {"--specbench-max-new-tokens": 12, "--specbench-dtype": "float32"}
+#: a real result row (the default CPU run's first), so that rows pass the schema check of read_log
+TEMPLATE = json.loads((Path(__file__).resolve().parents[1] / "docs" / "default_run.json").read_text())["results"][0]
 
 
 def row(case: str, **fields) -> dict:
-    return {"case": case, "acceptance_rate": 0.5, **fields}
+    return {**TEMPLATE, "case": case, "acceptance_rate": 0.5, **fields}
 
 
 # --- the file ---------------------------------------------------------------------------------------
@@ -131,3 +133,101 @@ def test_resume_refuses_a_log_measured_with_other_settings(bench, pytester: pyte
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--specbench-resume=spec_results.jsonl: the log was measured with other settings "
                                  "(--specbench-max-new-tokens=12 in the log, 16 now)*"])
+
+
+# --- rows checked against the schema, the run's first and last lines -------------------------------------------
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"case": "a-k1-x"}', ":2: not a result row: 41 required field(s) missing (config, pair, target, draft, "
+                           "drafter, k and 35 more) (case 'a-k1-x')"),
+    (json.dumps(row("a-k1-x", k=[1])), ":2: not a result row: k is [1], not int | str (case 'a-k1-x')"),
+    (json.dumps(row("a-k1-x", unstable=1)), ":2: not a result row: unstable is 1, not bool (case 'a-k1-x')"),
+    (json.dumps(row("a-k1-x", rounds=3.5)), ":2: not a result row: rounds is 3.5, not int (case 'a-k1-x')"),
+])
+def test_a_line_that_is_json_but_not_a_row_is_refused(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"specbench_log": 1, "settings": {}}\n' + line + "\n")
+    with pytest.raises(ResultsLogError) as caught:
+        read_log(path)
+    assert str(caught.value).startswith(f"{path}{message}")
+
+
+def test_a_row_may_lack_fields_with_a_default_and_hold_nan(tmp_path: Path) -> None:
+    from pytest_specbench.results.log import row_problem
+
+    old_row = {name: value for name, value in row("a-k1-x").items() if name not in ("engine", "column_head_rows")}
+    assert row_problem(old_row) is None
+    assert row_problem(row("a-k1-x", speedup=float("nan"), latency_ms=3, decode_speedup_ci_low=None)) is None
+
+
+def test_the_first_line_records_the_machine_cases_and_command_and_the_last_how_the_run_ended(tmp_path: Path) -> None:
+    from pytest_specbench.results.log import unfinished_reason
+
+    path = tmp_path / "run.jsonl"
+    log = ResultsLog(path, SETTINGS, fingerprint={"cpu_capability": "AVX2"}, cases=["a-k1-x", "a-k2-x"],
+                     command="pytest bench_cases")
+    log.start()
+    log.append(row("a-k1-x"))
+    logged = read_log(path)
+    assert logged.fingerprint == {"cpu_capability": "AVX2"} and logged.header["cases"] == ["a-k1-x", "a-k2-x"]
+    assert logged.header["command"] == "pytest bench_cases" and logged.end is None
+    assert unfinished_reason(logged) == "it holds 1 of 2 case(s) and no end (the run was killed, or is running)"
+    log.end(["a-k2-x"], "SIGTERM")
+    assert unfinished_reason(read_log(path)) == "the run was interrupted (SIGTERM) with 1 of 2 case(s) finished"
+    log.append(row("a-k2-x"))  # a later run went on in this log
+    log.end([], None)
+    log.close()
+    logged = read_log(path)
+    assert logged.end["rows"] == 2 and logged.end["missing_cases"] == [] and unfinished_reason(logged) is None
+    assert logged.origins() == [{"log": str(path), "started": logged.header["started"],
+                                 "fingerprint": {"cpu_capability": "AVX2"}, "cases": ["a-k1-x", "a-k2-x"]}]
+
+
+def test_a_log_without_a_finished_case_is_nothing_to_lose(tmp_path: Path) -> None:
+    from pytest_specbench.results.log import unfinished_reason
+
+    log = ResultsLog(tmp_path / "run.jsonl", SETTINGS, cases=["a-k1-x"])
+    log.start()
+    log.close()
+    assert unfinished_reason(read_log(tmp_path / "run.jsonl")) is None
+
+
+def test_carried_rows_keep_the_run_that_measured_them(tmp_path: Path) -> None:
+    first = ResultsLog(tmp_path / "first.jsonl", SETTINGS, fingerprint={"cpu_capability": "AVX512"})
+    first.start()
+    first.append(row("a-k1-x"))
+    first.close()
+    earlier = read_log(tmp_path / "first.jsonl")
+    second = ResultsLog(tmp_path / "second.jsonl", SETTINGS, fingerprint={"cpu_capability": "AVX2"},
+                        carried_from=earlier.origins())
+    second.start(earlier.rows.values())
+    second.append(row("a-k2-x"))
+    second.close()
+    origins = read_log(tmp_path / "second.jsonl").origins()
+    assert [(group["fingerprint"]["cpu_capability"], group["cases"]) for group in origins] == [
+        ("AVX512", ["a-k1-x"]), ("AVX2", ["a-k2-x"])]
+    assert origins[0]["log"] == str(tmp_path / "first.jsonl")
+
+
+def test_a_full_disk_fails_the_write_that_hit_it_and_not_the_close(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import os
+
+    log = ResultsLog(tmp_path / "run.jsonl", SETTINGS)
+    log.start()
+
+    write = os.write
+
+    def full(fd: int, data: bytes) -> int:
+        if os.path.realpath(f"/proc/self/fd/{fd}") == str((tmp_path / "run.jsonl").resolve()):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(fd, data)
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="No space left"):
+        log.append(row("a-k1-x"))
+    log.close()  # nothing buffered is left to fail again
+    monkeypatch.undo()
+    assert read_log(tmp_path / "run.jsonl").rows == {}

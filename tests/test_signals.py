@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import time
 import types
 
 import pytest
@@ -112,7 +113,9 @@ def test_while_finishing_a_signal_is_noted_and_the_handlers_come_back() -> None:
     assert signal.getsignal(signal.SIGTERM) != before
     with stop.finishing():
         os.kill(os.getpid(), signal.SIGTERM)  # no exception: the files are being written
+    os.kill(os.getpid(), signal.SIGTERM)  # nor after them: the summary is still to be printed
     assert stop.received == "SIGTERM"
+    stop.restore()  # pytest's unconfigure
     assert signal.getsignal(signal.SIGTERM) == before
 
 
@@ -143,3 +146,34 @@ def test_an_interrupted_frame_without_a_line_number_does_not_crash_the_report() 
         excinfo.getrepr(funcargs=True)  # what pytest's terminal reporter does with an interruption
     SessionHooks(session=None).pytest_keyboard_interrupt(excinfo)
     assert "Terminated: received SIGTERM" in str(excinfo.getrepr(funcargs=True))
+
+
+def test_only_the_first_signal_interrupts() -> None:
+    stop = SignalStop()
+    stop.install()
+    try:
+        with pytest.raises(Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # the run is already ending: noted, not raised
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.received == "SIGTERM"
+    finally:
+        stop.restore()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signum", "gaps"), [(signal.SIGTERM, (0.05,)), (signal.SIGTERM, (0.5,)),
+                                              (signal.SIGINT, (0.2, 0.2, 0.2))],
+                         ids=["sigterm-twice-50ms-apart", "sigterm-twice-500ms-apart", "sigint-four-times"])
+def test_a_signal_repeated_while_the_run_ends_changes_nothing(held_run, signum: int, gaps: tuple[float, ...]) -> None:
+    process = held_run.start()
+    process.send_signal(signum)
+    for gap in gaps:
+        time.sleep(gap)
+        process.send_signal(signum)
+    assert process.wait(held_run.PATIENCE_S) == pytest.ExitCode.INTERRUPTED, held_run.output()
+    assert_written_from_what_finished(held_run, signal.Signals(signum).name)
+    output = held_run.output()
+    assert "Traceback" not in output and "INTERNALERROR" not in output
+    assert output.count("specbench summary") == 1
+    assert output.count("the same command with --specbench-resume=spec_results.jsonl") == 1

@@ -185,13 +185,14 @@ def int8_copy(model: PreTrainedModel) -> nn.Module:
       already runs in that dtype, the other of the two.
 
     The copy is still a ``PreTrainedModel`` of the same class, so it works as
-    a draft with :class:`~pytest_specbench.drafters.ModelDrafter`.
+    a draft with :class:`~pytest_specbench.engine.drafters.ModelDrafter`. Emulated bfloat16 (torch counts it as
+    supported on pre-Ampere GPUs) is not taken: there the copy is float16.
     """
     device = model.device
     if device.type == "cpu":
         return _dynamic_int8(model)
     half = torch.float16
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+    if device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False):
         half = torch.bfloat16
     if model.dtype == half:
         # A copy in the target's own dtype would be the target itself; take the other half type.

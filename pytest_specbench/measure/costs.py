@@ -31,10 +31,28 @@ class CostProfile:
         return self.draft_token_s / self.verify_costs_s[0]
 
 
-def probed_k(ks: Sequence[int | str]) -> int:
-    """The largest k whose verify cost v(k+1) the cost probe measures: the largest k run, at least 16 with a schedule."""
+def probed_k(ks: Sequence[int | str], new_tokens: int | None = None, room: int | None = None) -> int:
+    """The largest k whose verify cost v(k+1) the cost probe measures: the largest k run, at least 16 with a schedule,
+    and never a block longer than a run can use (see :func:`probe_positions`)."""
     constant = [k for k in ks if isinstance(k, int)]
-    return max(constant + ([SCHEDULE_MAX_K] if len(constant) < len(ks) else []))
+    longest = max(constant + ([SCHEDULE_MAX_K] if len(constant) < len(ks) else []))
+    return probe_positions(longest, new_tokens, room) - 1
+
+
+def probe_positions(longest_k: int, new_tokens: int | None = None, room: int | None = None) -> int:
+    """How many positions the probe's longest verify block holds: min(k + 1, new tokens, room), and at least 2 where
+    the room allows (the cost model needs v(1) and v(2)).
+
+    A run of n new tokens never verifies more than n positions at once (each block is cut to what is left), and
+    ``room``, the target's context window less the prompt, is as far as the cache can grow: measuring past either
+    would time blocks no case runs, and past the window index past the position table.
+    """
+    positions = longest_k + 1
+    if new_tokens is not None:
+        positions = min(positions, max(new_tokens, 2))
+    if room is not None:
+        positions = min(positions, room)
+    return max(positions, 1)
 
 
 def measure_costs(target_model, drafter, input_ids: torch.Tensor, max_positions: int,

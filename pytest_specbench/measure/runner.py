@@ -17,7 +17,7 @@ from ..engine.drafters import ModelDrafter
 from ..engine.names import HEURISTIC
 from ..engine.sampling import SamplingParams
 from ..engine.stats import GenerationResult
-from ..models.base import NotApplicable
+from ..models.base import NotApplicable, context_window
 from ..models.loading import LoadedModel
 from ..results.schema import CaseResult
 from ..settings.config import SpecbenchConfig
@@ -66,7 +66,9 @@ def prepare_case(case: Case, store: ModelStore, shared: SharedMeasurements, conf
     check_context_windows(case, int(input_ids.shape[1]), n, models)
     sampling = sampling_params(config)
     reference = store.reference(pair, case.prompt.id, input_ids, n, eos) if sampling.greedy else []
-    longest = probed_k(config.ks)
+    # Never past what a run can use: k + 1, the new tokens, and the target's window after the prompt.
+    window = context_window(target.model.config)
+    longest = probed_k(config.ks, n, None if window is None else window[0] - int(input_ids.shape[1]))
     # A schedule may draft past the probe's longest k (heuristic: from 20 up), at most n - 1 tokens.
     head_rows = max(longest + 1, n if HEURISTIC in config.ks else 0)
     compile_length = int(input_ids.shape[1]) + n if config.compile_steps else None

@@ -5,6 +5,7 @@ plugin installed sees no difference.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Iterable
 
 import pytest
@@ -39,14 +40,30 @@ class Activation:
         """A specbench option was given on the command line or in the ini file."""
         return bool(self._settings)
 
-    def start(self) -> SpecbenchSession:
-        """The session, built and checked on first call; a bad setting is a usage error naming it."""
+    def start(self, claim_later: bool = False) -> SpecbenchSession:
+        """The session, built and checked on first call; a bad setting is a usage error naming it.
+
+        ``claim_later``: started while collecting (no option given, a case collected), where pytest would turn a
+        usage error into a collection error; the run's files are then claimed once collection is done
+        (:meth:`claim`), still before any case runs.
+        """
         if self.session is None:
-            self.session = self._build(check_outputs=not is_worker(self._config))
+            self.session = self._build(check_outputs=not is_worker(self._config), claim=not claim_later)
             self._on_start(self.session)
         return self.session
 
-    def _build(self, check_outputs: bool) -> SpecbenchSession:
+    def claim(self) -> None:
+        """Claim the run's files if :meth:`start` left it for later: a usage error when another run holds them
+        or they hold an unfinished run's log."""
+        session = self.session
+        if session is not None and session.claim_pending:
+            session.claim_pending = False
+            try:
+                session.claim_outputs()
+            except ValueError as error:
+                raise pytest.UsageError(f"pytest-specbench: {error}") from None
+
+    def _build(self, check_outputs: bool, claim: bool = True) -> SpecbenchSession:
         from ..settings.devices import check_devices
 
         config = self._config
@@ -54,9 +71,15 @@ class Activation:
             settings = parse_settings(self._settings, cuda_available)
             check_devices(settings.devices)
             session = SpecbenchSession.build(settings, config.rootpath, controller=not is_worker(config))
-            session.command = " ".join(["pytest", *map(str, config.invocation_params.args)])
+            session.command = shlex.join(["pytest", *map(str, config.invocation_params.args)])
             if check_outputs:
                 check_files(settings)
+                if config.option.collectonly:
+                    pass  # --collect-only writes nothing: it locks nothing either
+                elif claim:
+                    session.claim_outputs()  # the run's locks; an unfinished run's log is never replaced
+                else:
+                    session.claim_pending = True
         except (ConfigError, ValueError) as error:
             raise pytest.UsageError(f"pytest-specbench: {error}") from None
         return session

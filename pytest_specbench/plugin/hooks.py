@@ -37,13 +37,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _start(config: pytest.Config, session: SpecbenchSession) -> None:
-    config.pluginmanager.register(SessionHooks(session), "specbench-results")
+    config.pluginmanager.register(SessionHooks(session, lambda: config.stash[ACTIVATION].claim()),
+                                  "specbench-results")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     activation = config.stash.get(ACTIVATION, None)
     if activation is not None and activation.session is not None:
-        activation.session.signals.restore()
+        activation.session.release()  # the signal handlers back, the run's locks let go
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -52,7 +53,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     params = [pytest.param(case, id=case.id, marks=[
         pytest.mark.specbench(pair=case.pair.name, k=case.k, prompt=case.prompt_label, engine=case.engine),
         pytest.mark.xdist_group(case.pair.name),
-    ]) for case in metafunc.config.stash[ACTIVATION].start().cases]
+    ]) for case in metafunc.config.stash[ACTIVATION].start(claim_later=True).cases]
     metafunc.parametrize("spec_case", params)
 
 
@@ -89,12 +90,14 @@ class SessionHooks:
     from the workers, so the controller sees every finished case either way.
     """
 
-    def __init__(self, session: SpecbenchSession) -> None:
+    def __init__(self, session: SpecbenchSession, claim=lambda: None) -> None:
         self.session = session
+        self.claim = claim  # Activation.claim: the run's files, when started while collecting
         self.unavailable: dict[str, str] = {}  # chosen pairs whose model is missing: their cases fail with this
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.claim()  # here a usage error stops pytest with status 4; inside collection it would be an error of it
         self.session.count_collected("spec_case" in getattr(item, "fixturenames", ()) for item in items)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -124,7 +127,7 @@ class SessionHooks:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.session.add_report(case_id(report.nodeid), report.when, report.outcome, "specbench" in report.keywords,
-                                report.user_properties)
+                                report.user_properties, _skip_reason(report))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:
@@ -154,6 +157,17 @@ def _case_of(item: pytest.Item):
     """The benchmark case an item runs, or None for other tests."""
     callspec = getattr(item, "callspec", None)
     return callspec.params.get("spec_case") if callspec is not None else None
+
+
+def _skip_reason(report: pytest.TestReport) -> str | None:
+    """The reason of a skipped report (``longrepr`` is ``(path, line, "Skipped: reason")``, a list once xdist
+    carried it), or None."""
+    if report.outcome != "skipped":
+        return None
+    longrepr = report.longrepr
+    if isinstance(longrepr, (tuple, list)) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr) if longrepr else None
 
 
 def _interruption(session: pytest.Session) -> str | None:

@@ -7,11 +7,18 @@ to finish (files, gate, exit status) and to summarise; it knows no hook.
 On the controller (the only process without xdist) it also keeps the results
 log, appending each finished case as it arrives, and holds SIGTERM and SIGINT
 back while it does (:mod:`.signals`), so a signal ends the run with every
-finished case in the log, the CSV and the JSON.
+finished case in the log, the CSV and the JSON. The controller locks the run's
+files for its lifetime (:mod:`..results.lock`), refuses to replace the log of a
+run that did not finish, and saves each run that measured a case in the run
+history (:mod:`..results.history`).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +28,9 @@ from ..settings.config import SpecbenchConfig, result_settings
 from ..measure.matrix import Case, build_matrix, shard_pairs
 from ..measure.pairs import PairSpec, all_pairs, select_pairs
 from ..measure.prompts import Prompt, load_prompts, select_prompts
-from ..results.log import ResultsLog, read_log, settings_differences
+from ..results.log import ResultsLog, ResultsLogError, ResumedLog, read_log, settings_differences, unfinished_reason
+from ..results.lock import LockedByAnotherRun, RunLock, describe_holder
+from ..settings.options import OPTIONS
 from .availability import PairAvailability
 from .signals import SignalStop
 
@@ -48,6 +57,12 @@ class SpecbenchSession:
     selected: set[str] = field(default_factory=set)  # cases to run, after -k/-m deselect
     failed_cases: set[str] = field(default_factory=set)
     skipped_cases: set[str] = field(default_factory=set)
+    skip_reasons: dict[str, str] = field(default_factory=dict)  # by case id: why it was skipped
+    began: set[str] = field(default_factory=set)  # cases whose setup ran (not skipped there)
+    resumed_log: ResumedLog | None = None  # the log --specbench-resume read
+    rootdir: Path | None = None  # pytest's rootdir: its git commit names the run in the history
+    history_entry: Path | None = None  # this run's folder in the run history, once saved
+    claim_pending: bool = False  # the run's files are still to be claimed (locked, checked): see claim_outputs
     interrupted: str | None = None  # what ended the run early: a signal, a failure limit
     written: list[Path] = field(default_factory=list)
     write_errors: list[str] = field(default_factory=list)
@@ -57,6 +72,7 @@ class SpecbenchSession:
     signals: SignalStop = field(default_factory=SignalStop, repr=False)
     availability: PairAvailability = field(init=False, repr=False)
     _log: ResultsLog | None = field(default=None, repr=False)
+    _lock: RunLock | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.availability = PairAvailability(self.config, self.defined)
@@ -76,12 +92,13 @@ class SpecbenchSession:
         prompts = select_prompts(all_prompts, categories, config.prompts_per_category)
         baseline = None
         if config.baseline is not None:
-            from ..results.gate import load_baseline
+            from ..results.gate import check_baseline_settings, load_baseline
 
             baseline = load_baseline(config.baseline)
-        resumed = {}
+            check_baseline_settings(baseline, config, config.baseline)  # other settings: refused before any model loads
+        resumed, log = {}, None
         if config.resume is not None:
-            log = read_log(config.resume)
+            log = read_log(config.resume)  # each row checked against the schema: a bad line is a usage error
             differences = settings_differences(log.settings, result_settings(config))
             if differences:
                 raise ValueError(f"--specbench-resume={config.resume}: the log was measured with other settings "
@@ -89,10 +106,73 @@ class SpecbenchSession:
             resumed = log.rows
         session = cls(config=config, pairs=pairs, defined=defined, prompts=all_prompts,
                       cases=build_matrix(pairs, config.ks, prompts, config.engines), baseline=baseline, resumed=resumed,
-                      controller=controller)
-        if controller and config.log_path is not None:
-            session._log = ResultsLog(config.log_path, result_settings(config))
+                      controller=controller, resumed_log=log, rootdir=rootdir)
         return session
+
+    # --- the run's files: locked, and an unfinished run's log never replaced -----------------------
+
+    def claim_outputs(self) -> None:
+        """On the controller, before any case runs: lock every file this run writes, and refuse to replace the
+        log of a run that did not finish. ValueError (a usage error) names the other run or the log."""
+        config = self.config
+        writers = [(option, getattr(config, option.field)) for option in OPTIONS
+                   if option.writes and getattr(config, option.field) is not None]
+        if config.history_dir is not None:
+            from ..results.history import unusable_reason
+
+            problem = unusable_reason(config.history_dir)
+            if problem:
+                raise ValueError(f"--specbench-history={config.history_dir}: {problem}; accepted: a folder this user "
+                                 "can create and write, or --specbench-history= (empty) to turn the history off")
+        self._lock = RunLock(self.command)
+        try:
+            for option, path in writers:
+                try:
+                    self._lock.acquire([path])
+                except LockedByAnotherRun as error:
+                    raise ValueError(f"{option.cli}={path} is in use by {describe_holder(error.holder)}: two runs "
+                                     f"on one file would overwrite each other's results; wait for that run to end, "
+                                     f"or give this run other output paths (lock file {error.lock_file})") from None
+                except OSError as error:
+                    raise ValueError(f"{option.cli}={path}: its lock file cannot be created "
+                                     f"({error.strerror or error})") from None
+            self._refuse_to_replace_an_unfinished_log()
+        except BaseException:
+            self.release()
+            raise
+        if config.log_path is not None:
+            self._log = ResultsLog(config.log_path, result_settings(config), command=self.command)
+
+    def _refuse_to_replace_an_unfinished_log(self) -> None:
+        path = self.config.log_path
+        if path is None or not path.is_file():
+            return
+        resume = self.config.resume
+        if resume is not None and os.path.realpath(resume) == os.path.realpath(path):
+            return  # this run goes on from that log: the new one holds its rows
+        try:
+            logged = read_log(path)
+        except ResultsLogError:
+            return  # not a results log this package could resume: nothing in it to lose
+        reason = unfinished_reason(logged)
+        if reason is None:
+            return
+        command = logged.header.get("command")
+        how = f"`{command} --specbench-resume={path}`" if command else \
+            f"that run's command with --specbench-resume={path}"
+        raise ValueError(f"{path} is the results log of a run that did not finish ({reason}), and this run would "
+                         f"replace it; this run was not started. Finish that run: {how}. Or start afresh with "
+                         f"another --specbench-log=PATH, or after moving {path} away")
+
+    def release(self) -> None:
+        """The end of the pytest run (also after a failure or a signal): put the signal handlers back and let the
+        files' locks go. After a signal the handlers stay: the process is ending, and a further SIGTERM while
+        Python shuts down would otherwise kill it (status 143) after the summary was printed."""
+        if self.signals.received is None:
+            self.signals.restore()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     # --- what pytest reports -----------------------------------------------------
 
@@ -120,36 +200,52 @@ class SpecbenchSession:
             self.signals.install()
 
     def add_report(self, case_id: str, when: str, outcome: str, is_case: bool,
-                   properties: Sequence[tuple[str, Any]]) -> None:
+                   properties: Sequence[tuple[str, Any]], skip_reason: str | None = None) -> None:
         """One test report: count the case, remember a failure or skip, keep (and log) the result row it carries."""
         with self.signals.held():
-            if when == "setup" and is_case:
+            if when == "setup" and is_case and outcome != "skipped":
                 self.cases_run += 1
-                if self._log is not None and not self._log.started:
-                    # The first case begins: a new log, holding the resumed rows, so it alone can resume this run.
-                    self._log_safely(lambda: self._log.start(self.resumed.values()))
+                self.began.add(case_id)
             if case_id in self.case_ids:
                 if outcome == "failed":
                     self.failed_cases.add(case_id)  # a crashed worker's case arrives only as a failure
                 elif outcome == "skipped":
                     self.skipped_cases.add(case_id)
+                    self.skip_reasons[case_id] = skip_reason or "no reason given"
             if when != "call":
                 return
             for name, value in properties:
                 if name == RESULT_KEY:
                     self.rows[value["case"]] = value
-                    if self._log is not None and self._log.started and value["case"] not in self.resumed:
-                        self._log_safely(lambda: self._log.append(value))
+                    if value["case"] not in self.resumed:
+                        self._start_log()
+                        if self._log is not None:
+                            self._log_safely(lambda: self._log.append(value))
 
-    def _log_safely(self, write: Callable[[], None]) -> None:
+    def _start_log(self) -> None:
+        """The first result of the run: a new log, holding the resumed rows, so it alone can resume this run.
+        Until then an earlier log stays as it was (a run that measures nothing never replaces it)."""
+        if self._log is None or self._log.started:
+            return
+        from ..results.fingerprint import machine_fingerprint
+
+        log = self._log
+        log.fingerprint = machine_fingerprint()
+        log.cases = [case.id for case in self.cases if case.id in self.selected]
+        log.carried_from = self.resumed_log.origins() if self.resumed_log is not None else []
+        self._log_safely(lambda: log.start(self.resumed.values()))
+
+    def _log_safely(self, write: Callable[[], None]) -> bool:
         """A log that cannot be written (a full disk) must not cost the run: say so, stop logging, go on."""
         try:
             write()
+            return True
         except OSError as error:
             self.write_errors.append(f"could not write the results log {self._log.path}: {error}; "
                                      "it stops here, the CSV and JSON still hold every finished case")
             self._log.close()
             self._log = None
+            return False
 
     def replay(self, case_id: str) -> dict[str, Any] | None:
         """The row --specbench-resume took from its log for ``case_id``: the case reports it instead of running."""
@@ -174,6 +270,25 @@ class SpecbenchSession:
         """Cases of this run whose result came from the resumed log."""
         return [row["case"] for row in self.results if row["case"] in self.resumed]
 
+    def resumed_from(self) -> list[dict[str, Any]]:
+        """Which earlier runs measured the replayed rows: ``{"log", "started", "fingerprint", "cases"}`` per run
+        (the rows a log took from earlier logs keep their own run's). Every other row is this run's, measured
+        under the document's own ``fingerprint``."""
+        if self.resumed_log is None:
+            return []
+        replayed = set(self.replayed)
+        groups = []
+        for group in self.resumed_log.origins():
+            cases = [case for case in group["cases"] if case in replayed]
+            if cases:
+                groups.append({**group, "cases": cases})
+        return groups
+
+    @property
+    def measured_nothing(self) -> bool:
+        """No case began (all skipped, or none selected) and no row came: the run leaves every file as it was."""
+        return not self.rows and not (self.began - self.skipped_cases)
+
     # --- the end of the run ------------------------------------------------------
 
     def finish(self, interrupted: str | None = None) -> bool:
@@ -182,16 +297,25 @@ class SpecbenchSession:
         here says so itself. Signals are noted, not raised, until the files are written."""
         with self.signals.finishing():
             self.interrupted = self.signals.received or interrupted
-            if self._log is not None and self._log.started:
-                self._log.close()
-                self.written.append(self._log.path)
             failed = False
             # Once a case began, the files describe this run, even with no result: never an earlier run's files.
-            if self.results or self.cases_run:
+            # A run that measured nothing (every case skipped, none selected) writes nothing and replaces nothing.
+            if not self.measured_nothing:
+                self._end_log()
                 failed |= self._write_outputs()
             if self.baseline is not None:
                 failed |= self._gate()
-            return failed
+            return failed or bool(self.write_errors)
+
+    def _end_log(self) -> None:
+        if self._log is None:
+            return
+        self._start_log()  # cases began but none has a result: the log says so too
+        log = self._log
+        if log is not None and self._log_safely(lambda: log.end(self.missing, self.interrupted)):
+            self.written.append(log.path)
+        if self._log is not None:
+            self._log.close()
 
     def _baseline_refusal(self) -> str | None:
         """Why this run must not save its baseline (a partial run would replace a whole one), or None."""
@@ -218,29 +342,89 @@ class SpecbenchSession:
                             figures=settings.plots_dir, report=settings.report_path)
         document = run_document(self.results, settings.raw, environment(), self.missing,
                                 interrupted=self.interrupted, resumed=self.replayed)
+        # Which machine measured which rows: the replayed ones keep the fingerprint of the run that measured them.
+        document["resumed_from"] = self.resumed_from()
+        if self.results and settings.history_dir is not None:
+            self._new_history_entry()
+        document["history_entry"] = str(self.history_entry) if self.history_entry is not None else None
+        document["errors"] = list(self.write_errors)  # what went wrong so far (a log on a full disk)
+        started = time.time()
         written, errors = write_outputs(paths, document, self.command)
         self.written += written
         self.write_errors += errors
+        if self.history_entry is not None:
+            self._save_in_history({**document, "errors": list(self.write_errors)}, started)
         return bool(refusal or errors)
+
+    def _new_history_entry(self) -> None:
+        from ..results.history import new_entry, short_commit
+
+        try:
+            self.history_entry = new_entry(self.config.history_dir, short_commit(self.rootdir or Path.cwd()))
+        except OSError as error:
+            self.write_errors.append(f"could not save the run in the history {self.config.history_dir}: {error}")
+
+    def _save_in_history(self, document: dict[str, Any], started: float) -> None:
+        """The run's files, again, in its history folder: CSV, JSON, the log, and the report and figures when
+        the run wrote them."""
+        from ..report.outputs import OutputPaths, outputs
+        from ..results import history
+
+        entry, settings = self.history_entry, self.config
+        figures = entry / history.FIGURES if settings.plots_dir is not None else None
+        paths = OutputPaths(csv=entry / history.CSV, json=entry / history.JSON, figures=figures,
+                            report=entry / history.REPORT if settings.report_path is not None else None)
+        errors = []
+        for output in outputs(paths, document, self.command):
+            if output.path is None or output.name == "figures":
+                continue
+            try:
+                output.write(output.path)
+            except (OSError, ValueError, ImportError) as error:
+                errors.append(f"could not save {output.path} in the history: {error}")
+        copies = []
+        if settings.log_path is not None and settings.log_path in self.written:
+            copies.append((settings.log_path, entry / history.LOG))
+        if figures is not None and settings.plots_dir in self.written:
+            copies += [(png, figures / png.name) for png in sorted(settings.plots_dir.glob("*.png"))
+                       if png.stat().st_mtime >= int(started)]  # this run's figures, not an earlier run's
+        for source, target in copies:
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+            except OSError as error:
+                errors.append(f"could not save {target} in the history: {error}")
+        self.write_errors += errors
 
     def _gate(self) -> bool:
         from ..results.gate import run_gate
 
         settings = self.config
         self.gate = run_gate(self.baseline, self.results, settings.baseline, max_acceptance_drop=settings.max_acceptance_drop,
-                             max_speedup_drop=settings.max_speedup_drop, allow_missing=settings.allow_missing)
+                             max_speedup_drop=settings.max_speedup_drop, allow_missing=settings.allow_missing,
+                             config=settings)
         return self.gate.failed
 
     def summary_sections(self) -> list[tuple[str, list[tuple[str, bool]]]]:
         """``(title, [(line, is_error), ...])`` sections for the terminal; none when nothing was benchmarked."""
-        if not (self.cases_collected or self.cases_run or self.rows or self.gate or self.refusals):
+        if not (self.cases_collected or self.cases_run or self.rows or self.gate or self.refusals
+                or self.skipped_cases):
             return []
         from ..report.summary import summary_lines
 
-        if self.cases_collected and not self.cases_run and not self.interrupted:
+        skipped_pairs = self._skipped_pair_lines()
+        all_skipped = bool(self.selected) and self.selected <= self.skipped_cases
+        if self.measured_nothing and all_skipped and not self.interrupted:
+            lines = [(f"no specbench case ran: all {len(self.selected)} selected case(s) were skipped", False)]
+            lines += [(line, False) for line in skipped_pairs]
+            lines.append(("no file was written: the results files and log of an earlier run are left as they were",
+                          False))
+            skipped_pairs = []
+        elif self.cases_collected and not self.cases_run and not self.interrupted:
             lines = [(line, False) for line in self.availability.empty_selection_lines(self.pairs, self.cases)]
         else:
             lines = [(line, False) for line in summary_lines(self.results, self.config.ci_target)]
+        lines += [(line, False) for line in skipped_pairs]
         if self.replayed:
             lines.append((f"{len(self.replayed)} case(s) taken from {self.config.resume}, not run again", False))
         if self.interrupted:
@@ -253,8 +437,39 @@ class SpecbenchSession:
                 lines.append((f"to run only those: the same command with --specbench-resume={self.config.log_path}",
                               False))
         lines += [(f"results written to {path}", False) for path in self.written]
+        if self.history_entry is not None:
+            from ..results.history import number_of
+
+            before = " (compare it with the run before: python -m pytest_specbench compare --last)" \
+                if number_of(self.history_entry) > 1 else ""
+            lines.append((f"run saved in the history: {self.history_entry}{before}", False))
         lines += [(line, True) for line in self.refusals + self.write_errors]
         sections = [("specbench summary", lines)]
         if self.gate is not None:
             sections.append(("specbench gate", [(line, False) for line in self.gate.lines]))
         return sections
+
+    def _skipped_pair_lines(self) -> list[str]:
+        """``pair: N case(s) skipped: reason`` for each pair whose selected cases were all skipped; the reason
+        names what fixes it (the ``hf download`` of a missing model, the option)."""
+        by_pair: dict[str, list[str]] = {}
+        for case in self.cases:
+            if case.id in self.selected or case.id in self.skipped_cases:
+                by_pair.setdefault(case.pair.name, []).append(case.id)
+        lines = []
+        for pair, cases in by_pair.items():
+            if not set(cases) <= self.skipped_cases:
+                continue
+            reasons = Counter(_without_prefix(self.skip_reasons.get(case, ""), pair) for case in cases)
+            if len(reasons) == 1:
+                lines.append(f"{pair}: {len(cases)} case(s) skipped: {next(iter(reasons))}")
+            else:
+                lines.append(f"{pair}: {len(cases)} case(s) skipped: " +
+                             "; ".join(f"{reason} ({count} case(s))" for reason, count in reasons.most_common()))
+        return lines
+
+
+def _without_prefix(reason: str, pair: str) -> str:
+    """A skip reason without pytest's ``Skipped: `` and the pair's own name, which the summary line starts with."""
+    reason = reason.removeprefix("Skipped: ").strip()
+    return reason.removeprefix(f"{pair}: ") or "no reason given"

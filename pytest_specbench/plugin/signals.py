@@ -6,12 +6,18 @@ so pytest stops the run, runs ``pytest_sessionfinish`` (the CSV, the JSON and th
 written from what finished) and exits with status 2. SIGINT keeps raising KeyboardInterrupt.
 
 While a result is being recorded the interruption waits, so a row is never half recorded.
-Installed on the controller only; xdist workers keep the defaults.
+Only the first signal interrupts: a second or third one (a CI runner that signals twice, Ctrl-C
+pressed again) while the run is already ending is noted, not raised, so it cannot break pytest's
+report of the interruption or kill the process before the summary; from the end of the run's
+files until pytest unconfigures, every signal is noted. SIGKILL still ends the process at once,
+and the results log keeps every finished case. Installed on the controller only; xdist workers
+keep the defaults.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 from collections.abc import Iterator
 from typing import Any
@@ -51,13 +57,23 @@ class SignalStop:
 
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
-        self.received = self.received or name
+        if self.received is not None:  # the run is already ending: a second interruption would only break that
+            self._note(f"{name} again: the run is already ending with the cases that finished")
+            return
+        self.received = name
         if self._finishing:
             return  # the files are being written from what finished: let that complete
         if self._holding:
             self._pending = name
             return
         self._interrupt(name)
+
+    @staticmethod
+    def _note(text: str) -> None:
+        try:
+            os.write(2, f"\npytest-specbench: {text}\n".encode())
+        except OSError:
+            pass
 
     @staticmethod
     def _interrupt(name: str) -> None:
@@ -79,9 +95,7 @@ class SignalStop:
 
     @contextlib.contextmanager
     def finishing(self) -> Iterator[None]:
-        """Write the files: signals are noted, not raised, then the original handlers come back."""
+        """Write the files: from here on signals are noted, not raised, through the summary, until
+        :meth:`restore` (at pytest's unconfigure) puts the original handlers back."""
         self._finishing = True
-        try:
-            yield
-        finally:
-            self.restore()
+        yield

@@ -52,7 +52,9 @@ def outputs(paths: OutputPaths, document: dict[str, Any], command: str | None = 
     return (
         Output("CSV", paths.csv, lambda path: write_atomic(path, csv_text(results))),
         Output("JSON", paths.json, lambda path: write_atomic(path, strict_json(document))),
-        Output("baseline", paths.baseline, lambda path: save_baseline(path, results, env)),
+        # The baseline records the run's result-changing settings, from its options, for the gate to check.
+        Output("baseline", paths.baseline, lambda path: save_baseline(
+            path, results, {**env, "options": document.get("options", {})})),
         Output("figures", paths.figures, lambda path: write_figures(path, results)),
         Output("report", paths.report, lambda path: write_atomic(path, report_markdown(
             results, document.get("options", {}), env, paths.figures, path, command))),

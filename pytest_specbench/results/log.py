@@ -4,24 +4,37 @@ The CSV and JSON are written once, at the end of the session; the log is what su
 SIGKILL, a power cut or a crashed controller, and what ``--specbench-resume`` reads to run
 only the cases that did not finish. Its first line describes the run::
 
-    {"specbench_log": 1, "started": "2025-01-01T12:00:00+00:00", "settings": {"--specbench-dtype": ...}}
+    {"specbench_log": 1, "started": "2025-01-01T12:00:00+00:00", "settings": {"--specbench-dtype": ...},
+     "fingerprint": {...}, "cases": ["tiny-k1-natural", ...], "carried": [...], "command": "pytest ..."}
 
-and every other line is one result row (the schema's fields). Only the controller writes it.
+``fingerprint`` is the machine that measured this run's rows, ``cases`` the cases the run selected,
+``command`` its command line (to resume it with), and ``carried`` the rows it took from earlier logs (``--specbench-resume``), grouped by the run that
+measured them: ``{"log": ..., "started": ..., "fingerprint": ..., "cases": [...]}``. Every other line
+is one result row (the schema's fields), and a run that reached its end adds a last line::
+
+    {"specbench_log_end": 1, "ended": "...", "rows": 6, "missing_cases": [], "interrupted": null}
+
+A log without that line, or whose last line names missing cases or an interruption, is a run that did
+not finish: :func:`unfinished_reason` says so, and a new run does not replace it unless it resumes it.
+Only the controller writes it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ..atomic import write_atomic
+from .schema import CaseResult
 
 LOG_FORMAT = 1
+END_KEY = "specbench_log_end"
 
 
 class ResultsLogError(ValueError):
@@ -33,40 +46,69 @@ def _line(record: dict[str, Any]) -> str:
     return json.dumps(record, default=str) + "\n"
 
 
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
 class ResultsLog:
-    """Appends result rows to ``path``, each flushed and fsynced before :meth:`append` returns.
+    """Appends result rows to ``path``, each written and fsynced before :meth:`append` returns.
 
     The file is started lazily, by :meth:`start`, when the first case of the run begins: a
-    pytest run that collects no benchmark leaves an earlier log alone.
+    pytest run that runs no benchmark case leaves an earlier log alone. Writes go straight to the
+    file descriptor (no buffer), so a full disk fails the write that hit it and nothing is left to
+    fail again at :meth:`close`.
     """
 
-    def __init__(self, path: Path, settings: dict[str, Any]) -> None:
+    def __init__(self, path: Path, settings: dict[str, Any], fingerprint: dict[str, Any] | None = None,
+                 cases: Sequence[str] = (), carried_from: Sequence[dict[str, Any]] = (), command: str | None = None
+                 ) -> None:
         self.path = path
         self.settings = settings
-        self._handle = None
+        self.command = command  # the pytest command line: a run that did not finish is resumed with it
+        self.fingerprint = dict(fingerprint or {})
+        self.cases = list(cases)
+        self.carried_from = [dict(group) for group in carried_from]  # see the module docstring: "carried"
+        self.rows = 0
+        self._fd: int | None = None
 
     def start(self, carried: Iterable[dict[str, Any]] = ()) -> None:
         """Begin a new log (replacing any file at ``path``): the run's line, then the ``carried`` rows."""
-        header = {"specbench_log": LOG_FORMAT, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  "settings": self.settings}
+        carried = list(carried)
+        header = {"specbench_log": LOG_FORMAT, "started": _now(), "settings": self.settings,
+                  "fingerprint": self.fingerprint, "cases": self.cases, "carried": self.carried_from,
+                  "command": self.command}
         # Atomic, so the log being resumed (often this very file) is never half rewritten.
         write_atomic(self.path, "".join(_line(record) for record in (header, *carried)))
-        self._handle = open(self.path, "a", encoding="utf-8")
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self.rows = len(carried)
 
     @property
     def started(self) -> bool:
-        return self._handle is not None
+        return self._fd is not None
+
+    def _write(self, text: str) -> None:
+        data = text.encode("utf-8")
+        while data:
+            data = data[os.write(self._fd, data):]
+        os.fsync(self._fd)
 
     def append(self, row: dict[str, Any]) -> None:
         """Write one row and force it to disk."""
-        self._handle.write(_line(row))
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        self._write(_line(row))
+        self.rows += 1
+
+    def end(self, missing: Sequence[str], interrupted: str | None) -> None:
+        """The run reached its end: the last line says whether it finished every case."""
+        self._write(_line({END_KEY: LOG_FORMAT, "ended": _now(), "rows": self.rows, "missing_cases": list(missing),
+                           "interrupted": interrupted}))
 
     def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # nothing is buffered: every row was written and fsynced, or its error reported
 
 
 @dataclass
@@ -76,16 +118,99 @@ class ResumedLog:
     path: Path
     settings: dict[str, Any]
     rows: dict[str, dict[str, Any]]
+    header: dict[str, Any] = field(default_factory=dict)  # the run's line
+    end: dict[str, Any] | None = None  # the last line of a run that reached its end
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The machine that measured the rows this log's run measured itself (empty for a log of an older version)."""
+        fingerprint = self.header.get("fingerprint")
+        return fingerprint if isinstance(fingerprint, dict) else {}
+
+    def origins(self) -> list[dict[str, Any]]:
+        """Who measured each row: ``{"log", "started", "fingerprint", "cases"}`` groups, the rows this log's run
+        took from earlier logs first (as its header records them), then the rows it measured itself."""
+        groups, seen = [], set()
+        for group in self.header.get("carried") or ():
+            if isinstance(group, dict):
+                cases = [case for case in group.get("cases", ()) if case in self.rows and case not in seen]
+                seen.update(cases)
+                if cases:
+                    groups.append({**group, "cases": cases})
+        own = [case for case in self.rows if case not in seen]
+        if own:
+            groups.append({"log": str(self.path), "started": self.header.get("started"),
+                           "fingerprint": self.fingerprint, "cases": own})
+        return groups
+
+
+def unfinished_reason(log: ResumedLog) -> str | None:
+    """Why ``log`` is the log of a run that did not finish (killed, interrupted, cases without a result) and holds
+    rows a new log would lose, or None."""
+    if not log.rows:
+        return None  # no finished case in it: replacing it loses nothing
+    planned = [case for case in log.header.get("cases") or () if isinstance(case, str)]
+    missing = [case for case in planned if case not in log.rows]
+    if log.end is None:
+        counted = f"{len(log.rows)} of {len(planned)} case(s)" if planned else f"{len(log.rows)} case(s)"
+        return f"it holds {counted} and no end (the run was killed, or is running)"
+    if log.end.get("interrupted"):
+        return f"the run was interrupted ({log.end['interrupted']}) with {len(log.rows)} of {len(planned) or '?'} " \
+               "case(s) finished"
+    missing = log.end.get("missing_cases") or missing
+    if missing:
+        return f"{len(missing)} case(s) have no result ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''})"
+    return None
 
 
 _ACCEPTED = "a results log written by pytest-specbench (--specbench-log): a run line, then one result per line"
+_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
+                                       "list": (list,), "dict": (dict,)}
+
+
+def _accepts(annotation: str, value: Any) -> bool:
+    names = [name.strip() for name in str(annotation).split("|")]
+    if value is None:
+        return "None" in names
+    known = [name for name in names if name in _TYPES]
+    if len(known) < len([name for name in names if name != "None"]):
+        return True  # a type this check does not know: not refused for it
+    if isinstance(value, bool):
+        return "bool" in known
+    return any(isinstance(value, _TYPES[name]) for name in known)
+
+
+def row_problem(record: dict[str, Any], schema: type = CaseResult) -> str | None:
+    """What makes ``record`` not a result row of ``schema`` (a field missing, a value of the wrong type), or None.
+
+    Fields with a default may be absent (a row written before the field existed); present, each must have
+    its declared type (an integer is a float; NaN is a float; a bool is only a bool).
+    """
+    missing, wrong = [], []
+    for schema_field in dataclasses.fields(schema):
+        has_default = (schema_field.default is not dataclasses.MISSING
+                       or schema_field.default_factory is not dataclasses.MISSING)
+        if schema_field.name not in record:
+            if not has_default:
+                missing.append(schema_field.name)
+            continue
+        value = record[schema_field.name]
+        if not _accepts(schema_field.type, value):
+            wrong.append(f"{schema_field.name} is {json.dumps(value, default=str)[:40]}, not {schema_field.type}")
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        return f"not a result row: {len(missing)} required field(s) missing ({shown})"
+    if wrong:
+        return f"not a result row: {'; '.join(wrong[:3])}"
+    return None
 
 
 def read_log(path: Path) -> ResumedLog:
     """Read a results log; ResultsLogError names the line of the first problem.
 
-    A last line without its newline is a write cut short (the process was killed mid-line): it
-    is left out, not an error. A case logged twice keeps its last row.
+    Each result line is checked against the schema (:func:`row_problem`): a line that is JSON but not a
+    row is refused, never resumed. A last line without its newline is a write cut short (the process was
+    killed mid-line): it is left out, not an error. A case logged twice keeps its last row.
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -93,6 +218,8 @@ def read_log(path: Path) -> ResumedLog:
         raise ResultsLogError(f"{path}: cannot be read ({error}); {_ACCEPTED}") from None
     lines = text.split("\n")
     settings: dict[str, Any] | None = None
+    header: dict[str, Any] = {}
+    end: dict[str, Any] | None = None
     rows: dict[str, dict[str, Any]] = {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -112,16 +239,22 @@ def read_log(path: Path) -> ResumedLog:
             if settings is not None and record["settings"] != settings:
                 raise ResultsLogError(f"{path}:{number}: a second run with other settings; {_ACCEPTED}, "
                                       "all with the same settings")
-            settings = record["settings"]
+            settings, header, end = record["settings"], record, None
         elif settings is None:
             raise ResultsLogError(f"{path}:{number}: a result before the run line; {_ACCEPTED}")
+        elif END_KEY in record:
+            end = record
         elif isinstance(record.get("case"), str) and record["case"]:
+            problem = row_problem(record)
+            if problem:
+                raise ResultsLogError(f"{path}:{number}: {problem} (case {record['case']!r}); {_ACCEPTED}")
             rows[record["case"]] = record
+            end = None  # a row after an end line: a run went on in this log
         else:
             raise ResultsLogError(f"{path}:{number}: a result without a case id; {_ACCEPTED}")
     if settings is None:
         raise ResultsLogError(f"{path}: no run line; {_ACCEPTED}")
-    return ResumedLog(path=path, settings=settings, rows=rows)
+    return ResumedLog(path=path, settings=settings, rows=rows, header=header, end=end)
 
 
 def settings_differences(logged: dict[str, Any], current: dict[str, Any]) -> list[str]:

@@ -8,12 +8,12 @@ accepted, before any model loads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .options import OPTIONS, ConfigError, Option, parse_devices
+from .options import MAX_POSITIONS, OPTIONS, ConfigError, Option, parse_devices
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ class SpecbenchConfig:
     csv_path: Path | None
     json_path: Path | None
     log_path: Path | None
+    history_dir: Path | None  # the run history's folder
     resume: Path | None
     cache_dir: Path | None
     save_baseline: Path | None
@@ -60,6 +61,7 @@ class SpecbenchConfig:
     max_acceptance_drop: float
     max_speedup_drop: float | None
     allow_missing: bool
+    gate_differing: str  # "refuse" or "compare-matching" (options.GATE_DIFFERING)
     plots_dir: Path | None
     report_path: Path | None
     shard: tuple[int, int] | None  # (I, N)
@@ -104,20 +106,43 @@ def parse_settings(values: dict[str, tuple[Any, str]], cuda_available: Callable[
     if fields["min_rounds"] > fields["max_rounds"]:
         raise ConfigError(f"--specbench-min-rounds={fields['min_rounds']} is above --specbench-max-rounds="
                           f"{fields['max_rounds']}; accepted: min rounds <= max rounds")
+    if (fields["context_tokens"] or 0) + fields["max_new_tokens"] > MAX_POSITIONS:
+        raise ConfigError(f"--specbench-context-tokens={fields['context_tokens']} and --specbench-max-new-tokens="
+                          f"{fields['max_new_tokens']} need more positions than any context window holds "
+                          f"({MAX_POSITIONS}); accepted: prompt tokens + new tokens <= {MAX_POSITIONS}")
     if "log" not in values:  # its default follows the CSV (or the JSON) wherever that goes
         beside = fields["csv_path"] or fields["json_path"]
         fields["log_path"] = beside.with_suffix(".jsonl") if beside is not None else None
     return SpecbenchConfig(**fields, raw=raw_record, given=given)
 
 
+def _json_value(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else str(value) if isinstance(value, Path) else value
+
+
 def result_settings(config: SpecbenchConfig) -> dict[str, Any]:
     """The values of the options that change what a case measures, as JSON types, by option name."""
+    return {option.cli: _json_value(getattr(config, option.field)) for option in OPTIONS if option.changes_results}
+
+
+def result_settings_from_raw(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`result_settings` of a run from the raw values its JSON records (``options``: each option given or
+    defaulted, by dest; one left out, absent). A value that no longer parses here (a prompt file of another
+    machine) is kept as recorded."""
     settings = {}
     for option in OPTIONS:
-        if option.changes_results:
-            value = getattr(config, option.field)
-            settings[option.cli] = list(value) if isinstance(value, tuple) else \
-                str(value) if isinstance(value, Path) else value
+        if not option.changes_results:
+            continue
+        value = raw.get(option.dest)
+        if option.flag:
+            settings[option.cli] = bool(value)
+        elif value is None:
+            settings[option.cli] = _json_value(option.unset)
+        else:
+            try:
+                settings[option.cli] = _json_value(option.parse(str(value).strip()))
+            except ValueError:
+                settings[option.cli] = value
     return settings
 
 

@@ -6,6 +6,8 @@ Each option is also an ini key (``specbench_k`` for ``--specbench-k``).
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,26 +57,52 @@ def _comma_list(accepted: str) -> Callable[[str], tuple[str, ...]]:
     return parse
 
 
-def _int(minimum: int) -> Callable[[str], int]:
+#: The most positions any run can use: no model's context window is longer (the longest published, Llama 4
+#: Scout's, is 10M), and float32, in which rotary position embeddings are computed, holds whole numbers exactly
+#: only up to 2**24. A prompt plus its new tokens, hence also k + 1 (one verify block), must fit in it.
+MAX_POSITIONS = 2**24
+#: torch's generators take a seed up to 2**64 - 1, and the speculative run seeds its own with seed + 1.
+MAX_SEED = 2**64 - 2
+
+
+def _int(minimum: int, maximum: int | None = None, why: str = "") -> Callable[[str], int]:
+    """An integer parser; ``maximum`` (with ``why``, the reason for it) refuses what no run can use, before a huge
+    value grows memory or overflows a C integer."""
+    accepted = f"an integer >= {minimum}" if maximum is None else f"an integer >= {minimum} and <= {maximum}"
+    if why:
+        accepted += f" ({why})"
+
     def parse(raw: str) -> int:
         try:
             value = int(raw)
         except ValueError:
-            raise ValueError(f"{raw!r} is not a whole number; accepted: an integer >= {minimum}") from None
+            raise ValueError(f"{raw!r} is not a whole number; accepted: {accepted}") from None
         if value < minimum:
-            raise ValueError(f"{value} is too small; accepted: an integer >= {minimum}")
+            raise ValueError(f"{value} is too small; accepted: {accepted}")
+        if maximum is not None and value > maximum:
+            raise ValueError(f"{value} is too large; accepted: {accepted}")
         return value
 
     return parse
 
 
+_K_BOUND = f"a verify block of k + 1 positions must fit in a context window, and none holds more than {MAX_POSITIONS}"
+
+
 def _ks(raw: str) -> tuple[int | str, ...]:
-    accepted = f"a comma list of integers >= 1 and the schedules {' and '.join(SCHEDULE_KS)}, e.g. 1,2,4,8,16,auto"
+    accepted = (f"a comma list of integers >= 1 and <= {MAX_POSITIONS - 1} and the schedules "
+                f"{' and '.join(SCHEDULE_KS)}, e.g. 1,2,4,8,16,auto")
     items = _comma_list(accepted)(raw)
     try:
-        return tuple(item if item in SCHEDULE_KS else _int(1)(item) for item in items)
+        return tuple(item if item in SCHEDULE_KS else _int(1, MAX_POSITIONS - 1, _K_BOUND)(item) for item in items)
     except ValueError as error:
         raise ValueError(f"{error} (in the comma list {raw!r}; {accepted})") from None
+
+
+def _threads(raw: str) -> int:
+    cores = os.cpu_count()
+    return _int(1, cores, f"this machine has {cores} logical CPUs; more threads only contend for them")(raw) \
+        if cores else _int(1)(raw)
 
 
 def _engines(raw: str) -> tuple[str, ...]:
@@ -97,43 +125,109 @@ def _dtype(raw: str) -> str:
     return raw
 
 
-def _non_negative_float(raw: str) -> float:
+def _number(raw: str, accepted: str) -> float:
+    """A finite float; NaN and infinities are refused as such (every setting is recorded in strict JSON, which
+    has neither, and no comparison with NaN means anything)."""
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{raw!r} is not a number; accepted: a number >= 0") from None
-    if not value >= 0:
-        raise ValueError(f"{raw!r} is negative; accepted: a number >= 0")
+        raise ValueError(f"{raw!r} is not a number; accepted: {accepted}") from None
+    if math.isnan(value):
+        raise ValueError(f"{raw!r} is not a number; accepted: {accepted}")
+    if math.isinf(value):
+        raise ValueError(f"{raw!r} is infinite; accepted: {accepted.replace('a number', 'a finite number', 1)}")
+    return value
+
+
+def _non_negative_float(raw: str, accepted: str = "a number >= 0") -> float:
+    value = _number(raw, accepted)
+    if value < 0:
+        raise ValueError(f"{raw!r} is negative; accepted: {accepted}")
     return value
 
 
 def _positive_float(raw: str) -> float:
-    value = _non_negative_float(raw)
+    value = _non_negative_float(raw, "a number > 0")
     if value == 0:
-        raise ValueError(f"{raw!r} is zero; accepted: a number > 0")
+        raise ValueError(f"{raw!r} is zero; accepted: a finite number > 0")
+    return value
+
+
+def _fraction(raw: str) -> float:
+    """A fraction in [0, 1]: a drop of acceptance (itself in [0, 1]) or a relative drop of speed."""
+    accepted = "a number in [0, 1]"
+    value = _non_negative_float(raw, accepted)
+    if value > 1:
+        raise ValueError(f"{raw!r} is above 1; accepted: {accepted}")
+    return value
+
+
+def _ci_target(raw: str) -> float:
+    # A half-width of 100% or more says nothing about a speedup: every interval would count as tight.
+    accepted = "a fraction in (0, 1), e.g. 0.05 for +/-5%"
+    value = _number(raw, accepted)
+    if not 0 < value < 1:
+        raise ValueError(f"{raw!r} is outside (0, 1); accepted: {accepted}")
     return value
 
 
 def _probability(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{raw!r} is not a number; accepted: a number in (0, 1] (1 switches top-p off)") from None
+    accepted = "a number in (0, 1] (1 switches top-p off)"
+    value = _number(raw, accepted)
     if not 0 < value <= 1:
-        raise ValueError(f"{raw!r} is outside (0, 1]; accepted: a number in (0, 1] (1 switches top-p off)")
+        raise ValueError(f"{raw!r} is outside (0, 1]; accepted: {accepted}")
     return value
 
 
 def _finite_non_negative_float(raw: str) -> float:
-    value = _non_negative_float(raw)
-    if value == float("inf"):
-        raise ValueError(f"{raw!r} is infinite; accepted: a finite number >= 0")
-    return value
+    return _non_negative_float(raw)
+
+
+def _path_problem(path: Path) -> str | None:
+    """Why the system could take no file at ``path`` whatever the folder holds: longer than PATH_MAX, or a
+    component longer than its file system's NAME_MAX (asked of the nearest folder that exists)."""
+    encoded = os.fsencode(path)
+    try:
+        path_max = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError):
+        path_max = 4096
+    if len(encoded) >= path_max:
+        return (f"the path is {len(encoded)} bytes long, and this system takes at most {path_max - 1} "
+                "(PATH_MAX); accepted: a shorter path")
+    existing = next((parent for parent in path.absolute().parents if _is_dir(parent)), Path("/"))
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    for part in path.parts:
+        if len(os.fsencode(part)) > name_max:
+            return (f"the name {part[:40]!r}... is {len(os.fsencode(part))} bytes long, and the file system takes "
+                    f"at most {name_max} (NAME_MAX); accepted: a shorter name")
+    return None
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _checked(raw: str) -> Path:
+    path = Path(raw).expanduser()
+    problem = _path_problem(path)
+    if problem:
+        raise ValueError(problem)
+    return path
 
 
 def _existing_file(raw: str) -> Path:
-    path = Path(raw).expanduser()
-    if not path.is_file():
+    path = _checked(raw)
+    try:
+        found = path.is_file()
+    except OSError as error:
+        raise ValueError(f"{path} cannot be read ({error.strerror or error})") from None
+    if not found:
         raise ValueError(f"no such file: {path}")
     return path
 
@@ -141,23 +235,41 @@ def _existing_file(raw: str) -> Path:
 def _output_path(raw: str) -> Path | None:
     if raw.strip() in ("", "none", "off"):
         return None
-    path = Path(raw).expanduser()
-    if path.is_dir():
-        raise ValueError(f"{path} is a directory; accepted: a file path, or empty to disable")
-    return path
+    # Path() drops a trailing slash: "dir/" would become a file named dir.
+    if raw.endswith(("/", os.sep)) or _is_dir(_checked(raw)):
+        raise ValueError(f"{raw} is a folder, and a file path is needed; accepted: a file path (e.g. "
+                         f"{raw.rstrip('/' + os.sep) or '.'}/results.csv), or empty to disable")
+    return _checked(raw)
+
+
+#: the parser of a file output, for the command line's outputs too (python -m pytest_specbench merge)
+parse_output_path = _output_path
 
 
 def _path(raw: str) -> Path:
-    return Path(raw).expanduser()
+    return _checked(raw)
 
 
 def _output_dir(raw: str) -> Path | None:
     if raw.strip() in ("", "none", "off"):
         return None
-    path = Path(raw).expanduser()
-    if path.exists() and not path.is_dir():
+    path = _checked(raw)
+    try:
+        blocked = path.exists() and not path.is_dir()
+    except OSError as error:
+        raise ValueError(f"{path} cannot be used ({error.strerror or error})") from None
+    if blocked:
         raise ValueError(f"{path} is a file; accepted: a directory (created if missing), or empty to disable")
     return path
+
+
+GATE_DIFFERING = ("refuse", "compare-matching")
+
+
+def _gate_differing(raw: str) -> str:
+    if raw not in GATE_DIFFERING:
+        raise ValueError(f"unknown policy {raw!r}; accepted: {', '.join(GATE_DIFFERING)}")
+    return raw
 
 
 def _shard(raw: str) -> tuple[int, int]:
@@ -238,9 +350,13 @@ OPTIONS: tuple[Option, ...] = (
            _existing_file, metavar="PATH", reads=True, changes_results=True),
     Option("prompts-per-category", "prompts_per_category", "prompts run per category (default 1)", _int(1), "1",
            metavar="N"),
-    Option("context-tokens", "context_tokens", "pad or cut every prompt to exactly N tokens", _int(1), metavar="N",
+    Option("context-tokens", "context_tokens", "pad or cut every prompt to exactly N tokens",
+           _int(1, MAX_POSITIONS - 1, f"a prompt and its new tokens must fit in a context window, and none holds "
+                f"more than {MAX_POSITIONS} positions"), metavar="N",
            changes_results=True),
-    Option("max-new-tokens", "max_new_tokens", "tokens generated per run (default 128; on CPU 32)", _int(1), "128",
+    Option("max-new-tokens", "max_new_tokens", "tokens generated per run (default 128; on CPU 32)",
+           _int(1, MAX_POSITIONS - 1, f"a prompt and its new tokens must fit in a context window, and none holds "
+                f"more than {MAX_POSITIONS} positions"), "128",
            cpu_default="32", metavar="N", changes_results=True),
     Option("dtype", "dtype", f"model dtype: {', '.join(DTYPES)} (default float32)", _dtype, "float32",
            changes_results=True),
@@ -251,13 +367,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-rounds", "max_rounds", "timed rounds per case at most (default 30)", _int(1), "30", metavar="N",
            changes_results=True),
     Option("ci-target", "ci_target", "stop timing a case once the 95% interval of its speedups is within "
-           "+/- this fraction (default 0.05); a case still wider is marked unstable", _positive_float, "0.05",
+           "+/- this fraction, in (0, 1) (default 0.05); a case still wider is marked unstable", _ci_target, "0.05",
            metavar="FRACTION", changes_results=True),
     Option("case-budget", "case_budget", "seconds of timed rounds per case before it stops short of the "
            "interval target (default 30; on CPU 20)", _positive_float, "30", cpu_default="20",
            metavar="SECONDS", changes_results=True),
     Option("threads", "threads", "torch CPU threads (default: torch's own choice; under xdist on CPU, "
-           "cores / workers)", _int(1), metavar="N", changes_results=True),
+           "cores / workers; at most this machine's logical CPUs)", _threads, metavar="N", changes_results=True),
     Option("baseline-once", "baseline_once", "time the target-only baseline once per (target, prompt) instead of "
            "interleaving it with every case", changes_results=True),
     Option("tie-tolerance", "tie_tolerance", "under float16/bfloat16, a divergence where the target's top-2 logit "
@@ -273,7 +389,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("top-k", "top_k", "keep the k most likely tokens (default 0: off; with --specbench-temperature)",
            _int(0), "0", metavar="K", changes_results=True),
     Option("seed", "seed", "seed of the sampling generators: the same seed repeats a sampled run on one machine "
-           "(default 0)", _int(0), "0", metavar="N", changes_results=True),
+           "(default 0)", _int(0, MAX_SEED, "torch's generators take 64-bit seeds, and the speculative run uses seed + 1"),
+           "0", metavar="N", changes_results=True),
     Option("sampling-check-draws", "sampling_check_draws", "under sampling, simulated draft tokens of each case's "
            "distribution check (default 20000)", _int(100), "20000", metavar="N", changes_results=True),
     Option("csv", "csv_path", "CSV results file (default spec_results.csv; empty to disable)", _output_path,
@@ -283,6 +400,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("log", "log_path", "results log: each finished case appended as one JSON line, flushed to disk at once "
            "(default: the CSV's path with .jsonl, spec_results.jsonl, or the JSON's when the CSV is off; "
            "empty to disable)", _output_path, metavar="PATH", writes=True, may_share="resume"),
+    Option("history", "history_dir", "run history: every run that measured a case also keeps its CSV, JSON, log, "
+           "report and figures in DIR/NNNN-<UTC time>-<short git commit>/, for python -m pytest_specbench compare "
+           "--last or NNNN (default .specbench/runs; empty to disable)", _output_dir, ".specbench/runs",
+           metavar="DIR"),
     Option("resume", "resume", "finish an interrupted run: take the cases a results log holds and run only the "
            "others; the files hold the merged result", _existing_file, metavar="PATH", reads=True),
     Option("cache-dir", "cache_dir", "cache for converted models (default $SPECBENCH_CACHE_DIR, else "
@@ -293,11 +414,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("baseline", "baseline", "compare the run with a saved baseline and fail on a regression",
            _existing_file, metavar="PATH", reads=True),
     Option("max-acceptance-drop", "max_acceptance_drop", "largest absolute acceptance drop allowed against the "
-           "baseline (default 0.02)", _non_negative_float, "0.02", metavar="DROP"),
+           "baseline, in [0, 1] (default 0.02)", _fraction, "0.02", metavar="DROP"),
     Option("max-speedup-drop", "max_speedup_drop", "gate speed too: largest relative speedup drop allowed, "
-           "e.g. 0.1 (default: speed is not gated)", _non_negative_float, metavar="FRACTION"),
+           "e.g. 0.1, in [0, 1] (default: speed is not gated)", _fraction, metavar="FRACTION"),
     Option("allow-missing", "allow_missing", "baseline cases with no result in this run are not regressions, "
-           "and a run with cases missing may save a (partial) baseline"),
+           "and a run with cases missing may save a (partial) baseline; a gate that compared no case still fails"),
+    Option("gate-differing", "gate_differing", "what the gate does when this run's result-changing settings differ "
+           "from those the baseline recorded: refuse (default: a usage error listing each difference, before any "
+           "model loads) or compare-matching (gate only the cases whose own settings agree: new tokens, prompt "
+           "tokens, sampling, dtype, engine, device kind; the differences are listed and a gate that compared no "
+           "case fails)", _gate_differing, "refuse", metavar="POLICY"),
     Option("plots", "plots_dir", "write the figures (PNG, one per figure) to DIR at the end of the run; needs "
            "matplotlib (the plots extra)", _output_dir, metavar="DIR", writes=True),
     Option("report", "report_path", "write a Markdown report of the run to PATH (figures linked from "

@@ -1,0 +1,77 @@
+"""benchmarks/gpu_check.py, the GPU readiness command (docs/gpu.md), in its CPU form: it must keep running
+between the rare GPU runs. Each test runs the script as a user would, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+
+pytestmark = pytest.mark.slow  # each test runs the script in a subprocess; the CPU form takes a minute or two
+
+#: every check, in the order the summaries list them; renaming one is a change to docs/gpu.md too
+CHECKS = [
+    "environment", "timing_sync_clock", "timing_sync_calls", "timing_sync_decode", "lossless_float32",
+    "lossless_bfloat16", "lossless_float16", "lossless_gemma", "suite_cuda_tests", "bench_matrix",
+    "engines_native_vs_hf", "bench_compiled", "compile_refuses_sliding_window", "peak_memory_cuda", "qwen_pairs",
+]  # fmt: skip
+#: what the CPU form measures for real
+PASS_ON_CPU = {"environment", "timing_sync_clock", "timing_sync_decode", "lossless_float32", "lossless_bfloat16",
+               "lossless_float16", "bench_matrix", "engines_native_vs_hf", "compile_refuses_sliding_window"}
+#: CUDA only, or left out of the reduced form: reported as skipped, never as passed
+SKIPPED_ON_CPU = {"timing_sync_calls", "suite_cuda_tests", "bench_compiled", "peak_memory_cuda", "lossless_gemma",
+                  "qwen_pairs"}
+
+
+def _gpu_check(out: Path, *args: str) -> subprocess.CompletedProcess:
+    # The script bounds itself (--budget, 300 s on CPU); this timeout only guards against a hang.
+    return subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--device", "cpu", *args],
+                          capture_output=True, text=True, timeout=900)
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text(encoding="utf-8"))
+
+
+def test_the_cpu_form_passes_and_writes_both_summaries(tmp_path):
+    out = tmp_path / "out"
+    result = _gpu_check(out)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    summary = _summary(out)
+    statuses = {check["name"]: check["status"] for check in summary["checks"]}
+    assert list(statuses) == CHECKS
+    assert set(CHECKS) == PASS_ON_CPU | SKIPPED_ON_CPU
+    assert {name for name, status in statuses.items() if status == "pass"} == PASS_ON_CPU, statuses
+    assert {name for name, status in statuses.items() if status == "skip"} == SKIPPED_ON_CPU, statuses
+    assert summary["passed"] is True and summary["failed_checks"] == [] and summary["form"] == "cpu"
+    markdown = (out / "summary.md").read_text(encoding="utf-8")
+    assert "all checks passed" in markdown
+    assert all(f"`{name}`" in markdown for name in CHECKS)
+    assert "gpu_check: all checks passed" in result.stdout
+    # The benchmark runs went through pytest bench_cases, and their rows are in the summary's legs.
+    assert summary["legs"]["matrix"]["rows"] > 0 and (out / "legs" / "matrix" / "spec_results.json").is_file()
+
+
+def test_a_planted_failure_exits_non_zero_naming_the_check(tmp_path):
+    out = tmp_path / "out"
+    result = _gpu_check(out, "--only", "timing_sync_clock", "--plant-failure", "timing_sync_clock")
+    assert result.returncode == 1, result.stdout[-6000:] + result.stderr[-3000:]
+    assert "gpu_check: FAILED: timing_sync_clock" in result.stdout
+    summary = _summary(out)
+    assert summary["failed_checks"] == ["timing_sync_clock"] and summary["passed"] is False
+    statuses = {check["name"]: check["status"] for check in summary["checks"]}
+    assert list(statuses) == CHECKS
+    assert statuses["environment"] == "pass"
+    assert all(statuses[name] == "skip" for name in CHECKS if name not in ("environment", "timing_sync_clock"))
+    assert "FAILED: `timing_sync_clock`" in (out / "summary.md").read_text(encoding="utf-8")
+
+
+def test_an_unknown_check_name_is_refused(tmp_path):
+    result = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu",
+                             "--only", "no_such_check"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "unknown check name" in result.stderr
