@@ -28,7 +28,7 @@ the clock check becomes a CPU clock sanity check, the CUDA-only checks are repor
 ``tests/test_gpu_check.py`` runs it so the script cannot rot between GPU runs.
 
 The parent process imports no torch: it runs every part in a child process with a time budget
-(``--budget`` in all, default 450 s on CUDA), kills a child that overruns (its process group,
+(``--budget`` in all, default 420 s on CUDA), kills a child that overruns (its process group,
 SIGTERM then SIGKILL) and reports its checks as failed by timeout. The in-process checks run in
 one child (this file with ``--child inproc``), which writes each result as it finishes.
 """
@@ -117,7 +117,7 @@ class Form:
 
 
 CUDA_FORM = Form(
-    name="cuda", budget_s=450,
+    name="cuda", budget_s=420,  # with kill grace and summaries, within about 8 minutes
     caps={"inproc": 240, "matrix": 150, "hf": 90, "suite": 180, "compile": 200, "qwen": 150},
     tiny_tokens=64, tiny_ks=(1, 4, 16), gemma_tokens=128, gemma_ks=(4,),
     bench_pairs=("gemma3_int8", "gemma3_pld"), bench_ks=(1, 4, 16), bench_prompts=("natural", "code_python"),
@@ -409,12 +409,8 @@ def run_legs(run: Run) -> None:
     if environment_fatal(run):
         return
     bench_rows_wanted = run.wanted("peak_memory_cuda")
-    if run.wanted("bench_matrix") or bench_rows_wanted or (form.hf_in_matrix and run.wanted("engines_native_vs_hf")):
-        engines = "native,hf" if form.hf_in_matrix else "native"
-        run.start("matrix", pytest_bench(run, "matrix", form.bench_pairs, form.bench_ks, form.bench_prompts,
-                                         form.bench_tokens, engines))
-    if not form.hf_in_matrix and run.wanted("engines_native_vs_hf"):
-        run.start("hf", pytest_bench(run, "hf", form.hf_pairs, (4,), form.hf_prompts, form.bench_tokens, "native,hf"))
+    # The suite's CUDA tests and the compiled path first: they are the most GPU-specific, and the matrix
+    # must not spend the budget they need.
     if run.wanted("suite_cuda_tests"):
         files = cuda_test_files()
         if files:
@@ -428,6 +424,12 @@ def run_legs(run: Run) -> None:
         run.start("compile", pytest_bench(run, "compile", form.compile_pairs + (form.sliding_pair,), form.compile_ks,
                                           form.compile_prompts, form.bench_tokens,
                                           extra=("--specbench-compile", "--specbench-context-tokens=64")))
+    if run.wanted("bench_matrix") or bench_rows_wanted or (form.hf_in_matrix and run.wanted("engines_native_vs_hf")):
+        engines = "native,hf" if form.hf_in_matrix else "native"
+        run.start("matrix", pytest_bench(run, "matrix", form.bench_pairs, form.bench_ks, form.bench_prompts,
+                                         form.bench_tokens, engines))
+    if not form.hf_in_matrix and run.wanted("engines_native_vs_hf"):
+        run.start("hf", pytest_bench(run, "hf", form.hf_pairs, (4,), form.hf_prompts, form.bench_tokens, "native,hf"))
     if run.wanted("qwen_pairs") and qwen_decision(run)[0]:
         run.start("qwen", pytest_bench(run, "qwen", QWEN_PAIRS, QWEN_KS, QWEN_PROMPTS, form.bench_tokens))
 
@@ -1434,7 +1436,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="folder for summary.json, summary.md and each part's output")
     parser.add_argument("--device", default="cuda:0", help="cuda:N (default cuda:0) or cpu (the reduced CPU form)")
     parser.add_argument("--budget", type=float, default=None,
-                        help="seconds for all parts together (default 450 on CUDA, 300 on CPU)")
+                        help="seconds for all parts together (default 420 on CUDA, 300 on CPU)")
     parser.add_argument("--qwen", choices=("auto", "on", "off"), default="auto",
                         help="the Qwen pairs: auto runs them on CUDA when the qwen extra is installed and converted")
     parser.add_argument("--with-gemma", action="store_true", help="CPU form: run the Gemma lossless check too")
