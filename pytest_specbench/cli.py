@@ -19,6 +19,7 @@ from tabulate import tabulate
 
 from .report.analysis import geometric_mean
 from .report.formatting import with_interval
+from .report.summary import run_document
 from .results.schema import row_value
 from .settings.options import OPTIONS, Option, parse_output_path
 
@@ -129,14 +130,14 @@ def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, for
                                  "merge the shards of one sweep, not overlapping runs")
             seen[row["case"]] = name
             results.append(row)
-    return {"fingerprint": documents[0].get("fingerprint", {}), "versions": documents[0].get("versions", {}),
-            "options": _shared_options(documents),
-            "merged_from": [{"run": name, "fingerprint": document.get("fingerprint", {}),
-                             "shard": document.get("options", {}).get("specbench_shard"),
-                             "pairs": sorted({row["pair"] for row in document["results"]})}
-                            for document, name in zip(documents, names)],
-            "missing_cases": [case for document in documents for case in document.get("missing_cases", [])],
-            "results": results}
+    env = {"fingerprint": documents[0].get("fingerprint", {}), "versions": documents[0].get("versions", {})}
+    missing = [case for document in documents for case in document.get("missing_cases", [])]
+    merged = run_document(results, _shared_options(documents), env, missing)
+    merged["merged_from"] = [{"run": name, "fingerprint": document.get("fingerprint", {}),
+                              "shard": document.get("options", {}).get("specbench_shard"),
+                              "pairs": sorted({row["pair"] for row in document["results"]})}
+                             for document, name in zip(documents, names)]
+    return merged
 
 
 def _with_interval(row: dict[str, Any] | None) -> str:

@@ -12,11 +12,13 @@ from pytest_specbench.settings.config import ConfigError, check_files, parse_set
 
 def test_cpu_gets_the_small_defaults_and_gpu_the_seed_matrix() -> None:
     cpu = parse_settings({}, cuda_available=lambda: False)
-    # The seeds' k sweep on every machine; fewer prompts, fewer tokens and a shorter budget on CPU.
-    assert (cpu.ks, cpu.max_new_tokens, cpu.min_rounds, cpu.case_budget) == ((1, 2, 4, 8, 16), 32, 3, 20.0)
+    # The seeds' k sweep on every machine; fewer prompts and fewer tokens on CPU; one budget for the run.
+    assert (cpu.ks, cpu.max_new_tokens, cpu.min_rounds, cpu.case_budget) == ((1, 2, 4, 8, 16), 32, 3, None)
+    assert (cpu.run_budget, cpu.race) == (900.0, True)
     assert cpu.prompt_categories == ("natural", "code_python", "repetitive", "list_items")
     gpu = parse_settings({}, cuda_available=lambda: True)
-    assert (gpu.ks, gpu.max_new_tokens, gpu.min_rounds, gpu.case_budget) == ((1, 2, 4, 8, 16), 128, 3, 30.0)
+    assert (gpu.ks, gpu.max_new_tokens, gpu.min_rounds, gpu.case_budget, gpu.run_budget) == (
+        (1, 2, 4, 8, 16), 128, 3, None, 900.0)
     assert gpu.prompt_categories == ()  # all
     # an explicit cuda device means the GPU defaults, whatever this machine has
     assert parse_settings({"gpu": ("cuda:1", "--specbench-gpu")}).max_new_tokens == 128

@@ -1,5 +1,6 @@
-"""The cost model: each formula on hand-computed values, the alpha estimate on simulated steps, and a run
-whose draft is the target (alpha 1, tau k + 1 but for the shortened last block)."""
+"""The cost model: each formula on hand-computed values (the run's recursion over the tokens left, the
+drafter's proposal lengths capped at k, the draft's catch-up pass, a per-step overhead), the alpha estimate on
+simulated steps, and a run whose draft is the target (alpha 1, tau k + 1 but for the shortened last block)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.engine.cost_model import (accepted_length_histogram, alpha_mle, expected_tau_of_steps,
-                                         position_acceptance, position_counts, predicted_speedup, predicted_tau,
-                                         recommended_k)
+from pytest_specbench.engine.cost_model import (accepted_length_histogram, alpha_mle, decode_tokens_of_steps,
+                                                expected_tau_of_steps, observed_proposals, position_acceptance,
+                                                position_counts, predict_proposals, predict_steps, predicted_speedup,
+                                                predicted_tau, proposals_at, recommended_k, recommended_k_for)
 
 
 def test_alpha_counts_accepts_over_accepts_and_rejections_and_skips_empty_steps():
@@ -106,7 +108,8 @@ def test_a_draft_equal_to_the_target_gives_alpha_one_and_tau_k_plus_one(bench, p
     rows = json.loads((Path(pytester.path) / "spec_results.json").read_text())["results"]
     for row in rows:
         k = row["k"]
-        assert row["alpha"] == 1.0 and row["predicted_tau"] == k + 1
+        # The prediction is the run's own: with alpha 1 its tau is the measured one, shortened last block included.
+        assert row["alpha"] == 1.0 and row["predicted_tau"] == pytest.approx(row["tau"])
         assert all(share == 1.0 for share in row["position_acceptance"])
         assert row["accepted_length_histogram"][-1] == sum(row["accepted_length_histogram"])
         # 12 new tokens: the prefill commits one, then blocks of k + 1 until fewer than k + 1 remain.
@@ -125,28 +128,157 @@ def test_a_draft_equal_to_the_target_gives_alpha_one_and_tau_k_plus_one(bench, p
 def test_the_row_fields_on_hand_computed_values():
     from pytest_specbench.measure.costs import CostProfile, cost_model_fields
 
-    # Steps (2, 2) and (2, 1): alpha = 3 / (3 + 1); v = 10, 12, 15 ms; a draft token 1 ms, so c = 0.1.
-    fields = cost_model_fields(2, [0, 2, 2], [0, 2, 1], CostProfile([0.010, 0.012, 0.015], 0.001, []),
-                               decode_speedup=1.7)
-    assert fields["alpha"] == pytest.approx(0.75)
+    # A run at k=2 of 7 decode tokens: (2, 1) and (2, 2), then a block cut to 1 by the run's end (1, 1).
+    # alpha = 4 / (4 + 1); v = 10, 12, 15 ms; a draft token 1 ms, so c = 0.1.
+    drafted, accepted = [0, 2, 2, 1], [0, 1, 2, 1]
+    fields = cost_model_fields(2, drafted, accepted, CostProfile([0.010, 0.012, 0.015], 0.001, []), decode_speedup=1.7)
+    assert fields["alpha"] == pytest.approx(0.8)
     assert fields["cost_ratio"] == pytest.approx(0.1) and fields["verify_cost_ratio"] == pytest.approx(1.5)
-    assert fields["predicted_tau"] == pytest.approx(2.3125)  # 1 + 0.75 + 0.5625
-    assert fields["predicted_speedup"] == pytest.approx(2.3125 * 0.010 / (2 * 0.1 * 0.010 + 0.015))  # 1.360
+    # The steps as they ran: tau(2) = 2.44 twice and tau(1) = 1.8, for v(3) + 2c = 1.7 twice and v(2) + c = 1.3
+    # (no catch-up pass measured: no dearer than one position).
+    assert fields["predicted_tau"] == pytest.approx((2.44 + 2.44 + 1.8) / 3)
+    assert fields["predicted_speedup"] == pytest.approx((2.44 + 2.44 + 1.8) / (1.7 + 1.7 + 1.3))  # 1.421
+    # Not the textbook's 2.44 / 1.7 = 1.435: the shortened last block takes its share.
+    assert fields["predicted_speedup"] < predicted_speedup(0.8, 2, 0.1, [1.0, 1.2, 1.5])
     assert fields["efficiency"] == pytest.approx(1.7 / fields["predicted_speedup"])
-    assert fields["recommended_k"] == 2  # k=1: 1.75 * 10 / (1 + 12) = 1.346 < 1.360
+    assert fields["recommended_k"] == 2  # a draft model, k every step: k=1: 1.8 / 1.3 = 1.385 < 2.44 / 1.7 = 1.435
     assert fields["verify_costs_ms"] == pytest.approx([10.0, 12.0, 15.0]) and fields["draft_token_ms"] == 1.0
-    assert fields["position_acceptance"] == [1.0, 0.5] and fields["accepted_length_histogram"] == [0, 1, 1]
+    assert fields["position_acceptance"] == [1.0, 0.5] and fields["accepted_length_histogram"] == [0, 2, 1]
     # Prompt lookup that never matched: no alpha, so no prediction, but the costs are still there.
     empty = cost_model_fields(2, [0, 0], [0, 0], CostProfile([0.01, 0.02, 0.03], 0.0, []), 1.0)
     assert empty["alpha"] is None and "predicted_speedup" not in empty and empty["cost_ratio"] == 0.0
 
 
-def test_parameter_counts_include_int8_linears():
+def test_the_row_fields_take_the_catch_up_pass_and_the_runs_overhead():
+    from pytest_specbench.measure.costs import CostProfile, cost_model_fields
+    from pytest_specbench.results.schema import CaseResult
+
+    # Every block accepted (alpha 1), k=2, 5 tokens: (2, 2) then a block cut to 1, which follows a full block.
+    drafted, accepted = [0, 2, 1], [0, 2, 1]
+    # The draft's passes were timed against a target step of 10 ms: c = 1 / 10, c2 = 2.5 / 10.
+    costs = CostProfile([0.010, 0.012, 0.015], 0.001, [], draft_catch_up_s=0.0025, draft_reference_s=0.010)
+    assert costs.cost_ratio == pytest.approx(0.1) and costs.catch_up_ratio == pytest.approx(0.25)
+    # 1 ms of the run outside drafting and verifying, over its 2 steps: o = 0.5 ms = 0.05 v(1).
+    fields = cost_model_fields(2, drafted, accepted, costs, decode_speedup=1.5, other_time_s=0.001)
+    # Step 1: v(3) + 2c = 1.7; step 2: v(2) + c + (c2 - c) = 1.45 (alpha^2 = 1); plus 2 o: 3.25 v(1) for 3 + 2 tokens.
+    assert fields["predicted_speedup"] == pytest.approx(5 / 3.25)
+    assert fields["predicted_tau"] == pytest.approx(2.5)  # the measured tau, shortened last block included
+    # Without the catch-up measured and without the overhead: 3.0 for 5 tokens.
+    plain = cost_model_fields(2, drafted, accepted, CostProfile([0.010, 0.012, 0.015], 0.001, []), 1.5)
+    assert plain["predicted_speedup"] == pytest.approx(5 / 3.0)
+    # A row carries the catch-up pass and the overhead where the schema declares them.
+    declared = set(CaseResult.__dataclass_fields__)
+    for name, value in (("draft_catch_up_ms", 2.5), ("step_overhead_ms", 0.5)):
+        assert (name in fields) == (name in declared)
+        assert fields.get(name, value) == pytest.approx(value)
+
+
+# --- what the drafter proposed, the catch-up pass, the overhead --------------------------------------
+
+
+def test_the_steps_as_they_ran_on_hand_computed_values():
+    curve = [1.0, 1.2, 1.5]
+    # Every step drafts k: the textbook speedup, tau(2) = 1.75 per v(3) + 2c = 1.7.
+    run = predict_steps(0.5, [0, 2, 2], 0.1, curve)
+    assert run.tokens == pytest.approx(3.5) and run.time == pytest.approx(3.4) and run.steps == 2
+    assert run.speedup == pytest.approx(predicted_speedup(0.5, 2, 0.1, curve)) and run.tau == pytest.approx(1.75)
+    # A shortened last block (alpha 1): 3 + 2 tokens for 1.7 + 1.3.
+    run = predict_steps(1.0, [0, 2, 1], 0.1, curve)
+    assert run.speedup == pytest.approx(5 / 3.0) and run.tau == pytest.approx(2.5)
+    # Prompt lookup with plain steps (nothing found: one token for v(1)): 1 + tau(3) + 1 for 1 + v(4) + 1.
+    run = predict_steps(0.5, [0, 0, 3, 0], 0.0, [1.0, 1.1, 1.2, 1.3])
+    assert run.tokens == pytest.approx(3.875) and run.time == pytest.approx(3.3)
+    # Units: the curve may be in seconds; the time is in v(1).
+    assert predict_steps(0.5, [0, 2, 2], 0.1, [0.010, 0.012, 0.015]).time == pytest.approx(3.4)
+    with pytest.raises(ValueError):
+        predict_steps(0.5, [0, 3], 0.0, curve)  # v(4) not measured
+
+
+def test_the_catch_up_pass_costs_after_a_block_accepted_whole():
+    # alpha 0.5, k=1, c = 0.2, c2 = 0.5, v(2) = 2: step 1 has nothing to catch up, 2.2; steps 2 and 3 follow a
+    # block of 1 accepted whole half the time: 2.2 + 0.5 * 0.3 = 2.35 each.
+    assert predict_steps(0.5, [0, 1, 1, 1], 0.2, [1.0, 2.0], catch_up_ratio=0.5).time == pytest.approx(6.9)
+    assert predict_steps(0.5, [0, 1, 1, 1], 0.2, [1.0, 2.0]).time == pytest.approx(6.6)  # not measured
+    # After a plain step (prompt lookup found nothing) the draft has nothing to catch up.
+    assert predict_steps(1.0, [0, 0, 1], 0.2, [1.0, 2.0], catch_up_ratio=0.5).time == pytest.approx(1 + 2.2)
+    # A long run: the textbook tau(k) / (v(k+1) + k c) plus alpha^k (c2 - c): 1.75 / (1.5 + 0.2 + 0.25 * 0.2) = 1.
+    assert predict_proposals(0.5, [2], 0.1, [1.0, 1.2, 1.5], catch_up_ratio=0.3).speedup == pytest.approx(1.0)
+
+
+def test_the_per_step_overhead_is_paid_once_per_step():
+    assert predict_steps(1.0, [0, 2, 1], 0.1, [1.0, 1.2, 1.5], step_overhead=0.05).time == pytest.approx(3.1)
+    # A plain step pays it too.
+    assert predict_steps(0.9, [0, 0, 0], 0.0, [1.0, 1.2], step_overhead=0.05).time == pytest.approx(2.1)
+    # And the long run's steps: 1.7 + 0.05 per tau(2) = 1.75.
+    assert predict_proposals(0.5, [2], 0.1, [1.0, 1.2, 1.5], step_overhead=0.05).speedup == pytest.approx(1.0)
+
+
+def test_a_long_run_of_proposals_mixes_plain_steps_and_blocks():
+    # Proposals 0 and 4, alpha 1, c = 0.1, c2 = 0.3, flat curve: tokens (1 + 5) / 2 per step; a block follows a
+    # full block half the time: cost (1 + (1 + 0.4 + 0.5 * 0.2)) / 2 = 1.25 per step.
+    run = predict_proposals(1.0, [0, 4], 0.1, [1.0] * 5, catch_up_ratio=0.3)
+    assert run.tau == pytest.approx(3.0) and run.speedup == pytest.approx(3.0 / 1.25)
+    # Every proposal k, nothing else: the textbook formula.
+    for alpha, k, c, curve in [(0.8, 3, 0.1, [1.0, 1.1, 1.3, 1.4]), (0.5, 1, 0.3, [1.0, 1.2])]:
+        assert predict_proposals(alpha, [k], c, curve).speedup == pytest.approx(predicted_speedup(alpha, k, c, curve))
+    # And the recommendation with it: the old hand-computed cases.
+    assert recommended_k_for(0.8, 0.0, [1.0, 3.0, 1.2, 1.3]) == 3
+    assert recommended_k_for(0.8, 0.5, [1.0] * 4) == 2
+    with pytest.raises(ValueError):
+        recommended_k_for(0.8, 0.0, [1.0])
+
+
+def test_observed_proposals_keep_what_the_drafter_proposed_and_drop_the_runs_cut():
+    # Prompt lookup at k=4, 11 decode tokens: (4, 4) reached k; (0, 0) found nothing; (3, 1) stopped short of
+    # the 4 allowed (its match ended); (2, 2) with 3 tokens left was cut to 2 by the run's end: left out.
+    drafted, accepted = [0, 4, 0, 3, 2], [0, 4, 0, 1, 2]
+    assert decode_tokens_of_steps(accepted) == 11
+    observed = observed_proposals(4, drafted, accepted)
+    assert observed == [(4, True), (0, False), (3, False)]
+    assert proposals_at(2, observed) == [2, 0, 2]  # each capped at k
+    assert proposals_at(8, observed) == [8, 0, 3]  # what reached k is taken to reach any k; the rest stays
+    # A draft model drafts k every step but the cut last one.
+    assert observed_proposals(16, [0, 16, 13], [0, 16, 13]) == [(16, True)]
+    # A run cut in every step still says something: its cut blocks.
+    assert observed_proposals(8, [0, 3], [0, 3]) == [(3, True)]
+
+
+def test_prompt_lookup_capped_at_its_match_predicts_the_measured_tau_and_recommends_the_longest_useful_k():
+    # The repetitive prompt at k=16: a period of 6, so lookup proposed 6 each step and all were accepted; the
+    # last block (2) was cut by the run's end. 31 decode tokens in 5 steps: measured tau 6.2 at k=8 and k=16.
+    drafted, accepted = [0, 6, 6, 6, 6, 2], [0, 6, 6, 6, 6, 2]
+    flat = [1.0] * 17
+    run = predict_steps(1.0, drafted, 0.0, flat)
+    assert run.tau == pytest.approx(6.2) and run.speedup == pytest.approx(6.2)  # a flat curve: tokens per pass
+    assert predicted_speedup(1.0, 16, 0.0, flat) == pytest.approx(17.0)  # the textbook's, 2.7 times too high
+    # At other k: the proposals (6, the cut one left out) capped at k. With v(m) = 1 + 0.1 (m - 1): k=5: 6 / 1.5 =
+    # 4.0; k=6: 7 / 1.6 = 4.375; every k past 6 drafts the same 6 for the same cost, so 6 is recommended.
+    observed = observed_proposals(16, drafted, accepted)
+    assert observed == [(6, False)] * 4
+    curve = [1.0 + 0.1 * m for m in range(17)]
+    speedups = {k: predict_proposals(1.0, proposals_at(k, observed), 0.0, curve).speedup for k in (5, 6, 8, 16)}
+    assert speedups[5] == pytest.approx(4.0) and speedups[6] == pytest.approx(4.375)
+    assert speedups[8] == speedups[16] == speedups[6]
+    assert recommended_k_for(1.0, 0.0, curve, observed) == 6
+    # A draft model with the same acceptance goes on gaining with k: (k + 1) / (1 + 0.1 k) grows.
+    assert recommended_k_for(1.0, 0.0, curve) == 16
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_draft_passes_are_timed_in_turn_with_a_target_step():
+    import torch
     from factory import tiny_model
 
-    from pytest_specbench.engine.cost_probe import parameter_count
-    from pytest_specbench.engine.derived_models import int8_copy
+    from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter
+    from pytest_specbench.measure.costs import draft_pass_costs, measure_costs
 
-    target = tiny_model("llama")
-    assert parameter_count(None) == 0
-    assert parameter_count(int8_copy(target)) == parameter_count(target) > 0
+    target, draft = tiny_model("llama"), tiny_model("llama", seed=1)
+    for ids in (torch.tensor([[5, 17, 33, 9, 60]]), torch.tensor([[5]])):  # a one-token prompt still gives two
+        one, two, reference = draft_pass_costs(target, ModelDrafter(draft), ids, repeats=1)
+        assert one > 0 and two > 0 and reference > 0
+    assert draft_pass_costs(target, PromptLookupDrafter(), ids) == (0.0, None, None)
+    profile = measure_costs(target, ModelDrafter(draft), torch.tensor([[5, 17, 33, 9, 60]]), 1, head_kernel="linear")
+    assert len(profile.verify_costs_s) == 1 and profile.draft_catch_up_s > 0 and profile.draft_reference_s > 0
+    assert profile.cost_ratio == pytest.approx(profile.draft_token_s / profile.draft_reference_s)
+    lookup = measure_costs(target, PromptLookupDrafter(), torch.tensor([[5, 17, 33, 9, 60]]), 1, head_kernel="linear")
+    assert lookup.cost_ratio == 0.0 and lookup.catch_up_ratio is None

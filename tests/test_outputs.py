@@ -36,3 +36,11 @@ def test_one_failed_file_does_not_cost_the_others(tmp_path):
     assert baseline_error == (f"could not write {tmp_path / 'b.json'}: result of case p-k1-x has tau None, "
                               "expected a number")
     assert not (tmp_path / "a.json").exists() and (tmp_path / "a.csv").is_file()
+
+
+def test_the_json_document_carries_the_answer(tmp_path):
+    written, errors = write_outputs(OutputPaths(json=tmp_path / "a.json"), _document())
+    answer = json.loads((tmp_path / "a.json").read_text())["answer"]
+    (prompt,) = answer["prompts"]
+    assert (prompt["pair"], prompt["prompt"], prompt["best_k"], prompt["decode_speedup"]) == ("p", "x", 1, 1.2)
+    assert answer["pairs"][0]["k"] == 1 and answer["pairs"][0]["best_or_tied"] == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -81,3 +82,32 @@ def test_one_interval_format_for_the_table_the_report_and_compare() -> None:
     assert "1.40 [1.20, 1.60]" in report_markdown([row], {}, {})
     run = {"results": [{**row, "case": "p-k1-code"}]}
     assert any("1.40 [1.20, 1.60]" in line for line in compare_lines(run, run))
+
+
+def test_a_category_of_several_prompts_is_their_geometric_mean_with_a_t_interval_over_them(tmp_path) -> None:
+    from scipy import stats
+
+    from pytest_specbench.report.analysis import best_category_speedups, category_speedups
+
+    code = {"py": (1.2, 1.8), "rust": (1.5, 1.6), "go": (1.0, 2.0)}  # prompt: speedup at k=1, k=2
+    rows = [_row(prompt, k, s[k - 1], s[k - 1] * 0.9, s[k - 1] * 1.1, category="code")
+            for prompt, s in code.items() for k in (1, 2)]
+    rows += [_row("chat", 1, 0.8, 0.7, 0.9, category="chat"), _row("chat", 4, 3.0, 2.0, 4.0, category="chat"),
+             _row("poem", 4, 5.0, 4.0, 6.0, category="chat")]  # k=4 did not run on every chat prompt
+    by_key = {(item.category, item.k): item for item in category_speedups(rows)}
+    logs = [math.log(s[1]) for s in code.values()]
+    low, high = stats.ttest_1samp(logs, 0.0).confidence_interval(0.95)
+    at_2 = by_key["code", 2]
+    assert at_2.prompts == 3 and at_2.speedup == pytest.approx(math.exp(sum(logs) / 3))
+    assert (at_2.low, at_2.high) == (pytest.approx(math.exp(low)), pytest.approx(math.exp(high)))
+    single = by_key["chat", 1]  # one prompt at k=1: its own interval
+    assert by_key["chat", 4].prompts == 2 and (single.prompts, single.low, single.high) == (1, 0.7, 0.9)
+    best = {item.category: item for item in best_category_speedups(rows)}
+    assert best["code"].k == 2 and best["chat"].k == 4
+    report = report_markdown(rows, {}, {})
+    assert "## Decode speedup by prompt category" in report
+    assert re.search(rf"\| p +\| code +\| 3 +\| 2 +\| {at_2.speedup:.2f} \[{at_2.low:.2f}, {at_2.high:.2f}\] ", report)
+    pytest.importorskip("matplotlib")
+    from pytest_specbench.report.plots import speedup_by_category
+
+    assert speedup_by_category(rows, tmp_path).is_file()

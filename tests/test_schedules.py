@@ -152,3 +152,64 @@ def test_cost_model_schedule_lengthens_blocks_for_a_draft_that_keeps_being_right
     # Near alpha 1 long blocks pay; a prior worth 2 observations held alpha at 0.95 and k at 3 here
     # (the cheap v(4) = 1.13 v(1) wins at that alpha).
     assert chosen[-1] >= 7
+
+
+def test_cost_model_schedule_remembers_across_generations_what_carry_keeps() -> None:
+    curve = [1.0, 1.2, 1.3, 1.4]
+    schedule = CostModelSchedule(curve, cost_ratio=0.1, prior_alpha=0.6, prior_weight=1.0, decay=1.0, carry=0.5)
+    for _ in range(4):
+        schedule.update(drafted=3, accepted=3)
+    assert schedule.alpha == pytest.approx((12 + 0.6) / 13)
+    schedule.reset()  # a new generation starts from half the counts, not from the prior alone
+    assert schedule.alpha == pytest.approx((6 + 0.6) / 7)
+    forgetful = CostModelSchedule(curve, cost_ratio=0.1, prior_alpha=0.6, prior_weight=1.0, carry=0.0)
+    forgetful.update(drafted=3, accepted=3)
+    forgetful.reset()
+    assert forgetful.alpha == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="carry"):
+        CostModelSchedule(curve, cost_ratio=0.1, carry=1.5)
+
+
+def test_cost_model_schedule_probes_twice_as_long_after_a_full_block_of_a_draft_model() -> None:
+    curve = [1.0, 1.10, 1.35, 1.13, 1.25, 1.60, 1.59, 1.59, 1.80, 1.95, 2.02, 2.14, 2.18, 2.21, 2.66, 2.15, 2.39]
+    assert not CostModelSchedule(curve, cost_ratio=0.389).grow  # off by default until a timed run confirms it
+    schedule = CostModelSchedule(curve, cost_ratio=0.389, grow=None)
+    assert schedule.grow  # None: on for a draft model, whose confidence stop bounds what a long probe wastes
+    k = schedule.next_k()
+    schedule.update(drafted=k, accepted=k)  # every token it was asked for, accepted
+    assert schedule.next_k() >= min(16, 2 * k)
+    schedule.update(drafted=2, accepted=2)  # a confidence stop: fewer than asked, no doubling on that
+    assert not schedule._run
+    schedule.update(drafted=3, accepted=1)
+    assert schedule.next_k() < 16
+    assert not CostModelSchedule(curve, cost_ratio=0.0, grow=None).grow  # prompt lookup: no probe
+
+
+@pytest.mark.slow
+def test_engine_is_lossless_when_the_schedule_carries_over_and_probes_long_blocks() -> None:
+    target, draft = pair()
+    expected = hf_generate(target, PROMPT, NEW_TOKENS)
+    curve = [1.0, 1.10, 1.35, 1.13, 1.25, 1.60, 1.59, 1.59, 1.80, 1.95, 2.02, 2.14, 2.18, 2.21, 2.66, 2.15, 2.39]
+    schedule = CostModelSchedule(curve, cost_ratio=0.389, grow=True, carry=1.0)
+    for _ in range(2):  # the second generation starts from what the first learnt
+        assert speculative_generate(target, draft, PROMPT, schedule, NEW_TOKENS).token_ids == expected
+    # A perfect draft: every block accepted whole, so the blocks double up to the curve's end.
+    result = speculative_generate(target, target, PROMPT,
+                                  CostModelSchedule(curve, 0.389, confidence_threshold=None, grow=True), NEW_TOKENS)
+    assert result.token_ids == expected and max(result.stats.k_per_step) == 16
+
+
+def test_cost_model_schedule_counts_the_unsure_token_that_ended_a_block_at_half_weight() -> None:
+    curve = [1.0] * 6  # verifying is free: at alpha 0.8 the longest block, 5, pays most
+    schedule = CostModelSchedule(curve, cost_ratio=0.1, prior_alpha=0.8, prior_weight=1.0, decay=1.0, grow=False,
+                                 unsure_weight=0.5)
+    assert schedule.next_k() == 5
+    schedule.update(drafted=3, accepted=2)  # the confidence stop ended it at 3: the third token was the unsure one
+    # the two sure tokens accepted in full, the unsure one's rejection at half weight
+    assert schedule.alpha == pytest.approx((2 + 0.8) / (2 + 0.5 + 1.0))
+    schedule.update(drafted=schedule.next_k(), accepted=0)  # a full-length block rejected at once: counted in full
+    assert schedule.alpha == pytest.approx((2 + 0.8) / (2 + 1.5 + 1.0))
+    lookup = CostModelSchedule(curve, cost_ratio=0.0, prior_alpha=0.6, prior_weight=1.0, decay=1.0)
+    lookup.next_k()
+    lookup.update(drafted=2, accepted=1)  # prompt lookup ran out of match: no confidence involved, counted in full
+    assert lookup.alpha == pytest.approx((1 + 0.6) / (1 + 1 + 1.0))

@@ -1,4 +1,5 @@
-"""pytest-xdist runs of the benchmark module, through pytester on the tiny pair: same results, one worker per pair."""
+"""pytest-xdist runs of the benchmark module, through pytester on the tiny pair: same results, one worker per
+block."""
 
 from __future__ import annotations
 
@@ -33,14 +34,21 @@ def test_xdist_gives_the_same_cases_and_verdicts(six_case_bench, pytester: pytes
     assert cases["serial"] == cases["n2"]
 
 
-def test_xdist_groups_a_pair_on_one_worker_that_loads_each_model_once(
+def test_xdist_keeps_a_block_on_one_worker_that_loads_each_model_once(
     six_case_bench, pytester: pytest.Pytester
 ) -> None:
     result = six_case_bench("-n", "2", "--specbench-json=out.json")
     result.assert_outcomes(passed=6)
     rows = _rows(pytester.path / "out.json")
     assert {row["worker"] for row in rows} <= {"gw0", "gw1"}
-    assert len({row["worker"] for row in rows}) == 1  # loadgroup: one pair, one worker
+    workers_of_block: dict[str, set[str]] = {}
+    for row in rows:
+        workers_of_block.setdefault(row["block"], set()).add(row["worker"])
+    assert len(workers_of_block) == 3 and all(len(workers) == 1 for workers in workers_of_block.values())
+    # Timed together: the block's cases ran in the same rounds, with one baseline each.
+    for block in workers_of_block:
+        members = [row for row in rows if row["block"] == block]
+        assert len({row["block_round_count"] for row in members}) == 1
     for row in rows:
         assert set(row["model_loads"].values()) == {1}, row["model_loads"]
 

@@ -1,23 +1,42 @@
-"""The cost model behind a speedup: acceptance alpha, tokens per step tau(k) and the predicted speedup.
+"""The cost model behind a speedup: acceptance alpha, tokens per step and the predicted speedup.
 
 Plain formulas on built-in types (no torch, no pytest), after Leviathan, Kalman and Matias,
-"Fast Inference from Transformers via Speculative Decoding" (ICML 2023), with one change: the
-cost of a verify pass is the measured curve v(m) over its length m, not one target step.
+"Fast Inference from Transformers via Speculative Decoding" (ICML 2023), with these changes: the
+cost of a verify pass is the measured curve v(m) over its length m, not one target step; a step
+drafts what the drafter actually proposed, not always k; and the draft's catch-up pass is priced.
 
 - alpha: each drafted token is accepted with probability alpha, independently, until the first
   rejection. A step that drafted d tokens and accepted a < d saw a accepts and one rejection; a
   step with a == d saw d accepts and was cut (censored) at d. The likelihood is
   alpha^(sum a) * (1 - alpha)^(rejections), so the maximum-likelihood alpha is
   sum(a) / (sum(a) + rejections). Steps that drafted nothing say nothing about alpha.
-- tau(k) = (1 - alpha^(k+1)) / (1 - alpha): expected tokens per verify pass (k + 1 when alpha is 1).
-- predicted decode speedup = tau(k) * v(1) / (k * c * v(1) + v(k + 1)), with c the draft's
-  per-token cost over v(1): a greedy step costs v(1) per token; a speculative step costs k draft
-  tokens plus one verify pass over k + 1 positions and commits tau(k) tokens.
+- tau(d) = (1 - alpha^(d+1)) / (1 - alpha): expected tokens per verify pass of a block of d
+  drafted tokens (d + 1 when alpha is 1; 1 for a plain target step, d = 0).
+- A step that drafts d tokens costs, in units of v(1),
+
+      o + v(d + 1) / v(1) + d * c + P(the step before was accepted whole) * (c2 - c)
+
+  with c a drafted token's one-position draft pass, c2 the draft's two-position pass and o a
+  per-step overhead, all measured over v(1). After a block accepted whole the draft has not read
+  its own last token, so its first pass of the next step reads that token and the target's bonus
+  token together (the catch-up): with probability alpha^d after a block of d.
+- The row's prediction (:func:`predict_steps`): the steps as they ran, each at its own drafted
+  length (a shortened last block, a step where prompt lookup found nothing, a proposal that
+  stopped where the earlier match ended): predicted speedup = sum tau(d) / sum cost(d), a greedy
+  token costing v(1); predicted tau = sum tau(d) / steps, comparable with the measured tau.
+- The prediction at any k (:func:`predict_proposals`, for the recommendation): a long run whose
+  steps draft the drafter's proposal lengths capped at k (:func:`proposals_at`; always k for a
+  draft model, where it is the textbook tau(k) v(1) / (k c v(1) + v(k + 1)) plus the catch-up and
+  o). The recommended k maximises it, for every drafter alike: past where prompt lookup's
+  proposals stop, a larger k drafts nothing more, and the smallest such k wins.
+- The textbook :func:`predicted_speedup` and :func:`recommended_k` stay, for the schedules that
+  choose k step by step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 def _decode_steps(drafted_per_step: Sequence[int], accepted_per_step: Sequence[int]) -> list[tuple[int, int]]:
@@ -95,3 +114,146 @@ def accepted_length_histogram(drafted_per_step: Sequence[int], accepted_per_step
     for _, a in steps:
         counts[a] += 1
     return counts
+
+
+# --- the run as it ran: proposal lengths, the shortened last block, the catch-up pass ---------------
+
+
+def decode_tokens_of_steps(accepted_per_step: Sequence[int]) -> int:
+    """Tokens the decode steps committed: each step's accepted tokens plus its own (index 0, the prefill, left out).
+
+    Exact for a run of fixed length; a run stopped by EOS counts its last step's dropped tokens too.
+    """
+    return sum(a + 1 for a in accepted_per_step[1:])
+
+
+def observed_proposals(k: int, drafted_per_step: Sequence[int], accepted_per_step: Sequence[int]
+                       ) -> list[tuple[int, bool]]:
+    """What the drafter proposed at each decode step of a run at constant k: (length, reached k).
+
+    A step that drafted fewer than min(k, tokens left - 1) tokens shows the drafter's whole
+    proposal (prompt lookup, whose match ended there). A step that drafted k shows only that the
+    drafter would have proposed at least k (``True``). A step cut short by the run's end (fewer
+    than k drafted, exactly as many as the tokens left allowed) shows neither and is left out,
+    unless every step was: the end of a run is not the drafter's doing.
+    """
+    left = decode_tokens_of_steps(accepted_per_step)
+    observed, cut = [], []
+    for d, a in zip(drafted_per_step[1:], accepted_per_step[1:]):
+        block = min(k, left - 1)
+        if d < block:
+            observed.append((d, False))
+        elif block >= k:
+            observed.append((d, True))
+        else:
+            cut.append((d, True))
+        left -= a + 1
+    return observed or cut
+
+
+def proposals_at(k: int, observed: Sequence[tuple[int, bool]]) -> list[int]:
+    """The proposal lengths at another k from one run's (see :func:`observed_proposals`): each capped at k.
+
+    A proposal that reached the run's k is taken to reach any k (exact below the run's k; beyond
+    it, an assumption: a draft model always proposes k; prompt lookup is best read from its
+    largest-k run, where its proposals stop short of k).
+    """
+    return [k if reached else min(d, k) for d, reached in observed]
+
+
+def _catch_up_share(alpha: float, drafted: int) -> float:
+    """The chance that a step which drafted ``drafted`` tokens was accepted whole, so the draft catches up next."""
+    return alpha ** drafted if drafted > 0 else 0.0
+
+
+def _step_cost(drafted: int, catch_up: float, cost_ratio: float, catch_up_extra: float, v: Sequence[float],
+               step_overhead: float) -> float:
+    """One verify step in units of v(1): o + v(d + 1) / v(1) + d c, and (c2 - c) times the chance of a catch-up."""
+    if drafted == 0:  # a plain target step: nothing drafted, no draft pass
+        return step_overhead + 1.0
+    return step_overhead + v[drafted] / v[0] + drafted * cost_ratio + catch_up * catch_up_extra
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted tokens and time (in units of v(1)) over some verify steps, and what they imply."""
+
+    tokens: float  # expected tokens committed
+    time: float  # expected time / v(1)
+    steps: int
+
+    @property
+    def speedup(self) -> float:
+        """Predicted decode speedup: a greedy token costs v(1)."""
+        return self.tokens / self.time if self.time > 0 else 0.0
+
+    @property
+    def tau(self) -> float:
+        """Predicted tokens per verify step."""
+        return self.tokens / self.steps if self.steps else 0.0
+
+
+def _check_curve(longest: int, verify_costs: Sequence[float]) -> None:
+    if longest >= len(verify_costs):
+        raise ValueError(f"a block of {longest} drafted tokens needs v({longest + 1}); "
+                         f"the curve has {len(verify_costs)} points")
+
+
+def predict_steps(alpha: float, drafted_per_step: Sequence[int], cost_ratio: float, verify_costs: Sequence[float],
+                  catch_up_ratio: float | None = None, step_overhead: float = 0.0) -> Prediction:
+    """The run as it ran: each decode step (index 0, the prefill, left out) at its own drafted length d.
+
+    Tokens: the sum of tau(d) over the steps. Time, in units of v(1): the sum of
+    o + v(d + 1) / v(1) + d c + alpha^(d of the step before) (c2 - c) (the catch-up, after a block accepted
+    whole; none after a step that drafted nothing). A shortened last block, a step where prompt lookup found
+    nothing (a plain target step: v(1)) and a proposal shorter than k all count as they ran.
+    ``verify_costs[m - 1]`` is v(m), any unit; c, c2 (None: no dearer than one position) and o are over v(1).
+    """
+    steps = list(drafted_per_step[1:])
+    _check_curve(max(steps, default=0), verify_costs)
+    extra = (cost_ratio if catch_up_ratio is None else catch_up_ratio) - cost_ratio
+    tokens = time = 0.0
+    previous = 0
+    for d in steps:
+        tokens += predicted_tau(alpha, d)
+        time += _step_cost(d, _catch_up_share(alpha, previous), cost_ratio, extra, verify_costs, step_overhead)
+        previous = d
+    return Prediction(tokens, time, len(steps))
+
+
+def predict_proposals(alpha: float, proposals: Sequence[int], cost_ratio: float, verify_costs: Sequence[float],
+                      catch_up_ratio: float | None = None, step_overhead: float = 0.0) -> Prediction:
+    """A long run whose steps draft the lengths ``proposals``, each equally likely, one step each.
+
+    Per step: mean tau(q) tokens, for a mean o + v(q + 1) / v(1) + q c, plus (c2 - c) times the chance that a
+    step drafts and follows a block accepted whole (P(q > 0) times the mean of alpha^q). With every proposal k
+    (a draft model) it is the textbook speedup plus the catch-up and the overhead.
+    """
+    _check_curve(max(proposals, default=0), verify_costs)
+    if not proposals:
+        return Prediction(0.0, 0.0, 0)
+    extra = (cost_ratio if catch_up_ratio is None else catch_up_ratio) - cost_ratio
+    follows_full = sum(_catch_up_share(alpha, q) for q in proposals) / len(proposals)
+    tokens = sum(predicted_tau(alpha, q) for q in proposals)
+    time = sum(_step_cost(q, follows_full, cost_ratio, extra, verify_costs, step_overhead) for q in proposals)
+    return Prediction(tokens, time, len(proposals))
+
+
+def recommended_k_for(alpha: float, cost_ratio: float, verify_costs: Sequence[float],
+                      observed: Sequence[tuple[int, bool]] | None = None, catch_up_ratio: float | None = None,
+                      step_overhead: float = 0.0) -> int:
+    """The k in 1 .. len(verify_costs) - 1 with the highest :func:`predict_proposals` speedup (the smallest on a tie).
+
+    ``observed``: the drafter's proposals from a run (:func:`observed_proposals`), capped at each k by
+    :func:`proposals_at`; None: a draft model, k every step. Past the longest proposal that stopped short, a
+    larger k drafts nothing more, so the smallest k that reaches it wins: the recommendation means the same for
+    prompt lookup as for a draft model.
+    """
+    ks = range(1, len(verify_costs))
+    if not ks:
+        raise ValueError("the verify-cost curve needs v(1) and v(2) at least")
+    speedups = {k: predict_proposals(alpha, [k] if observed is None else proposals_at(k, observed), cost_ratio,
+                                     verify_costs, catch_up_ratio, step_overhead).speedup for k in ks}
+    # A relative tolerance, so a k whose extra length is never used ties with the shorter k despite rounding.
+    best = max(speedups.values())
+    return min(k for k, speedup in speedups.items() if speedup >= best * (1 - 1e-12))

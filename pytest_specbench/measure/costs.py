@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..engine.cost_model import (accepted_length_histogram, alpha_mle, position_acceptance, predicted_speedup,
-                                 predicted_tau, recommended_k)
-from ..engine.cost_probe import draft_token_cost, verify_costs
+from ..engine.compiled_steps import one_token_step
+from ..engine.cost_model import (accepted_length_histogram, alpha_mle, observed_proposals, position_acceptance,
+                                 predict_steps, recommended_k_for)
+from ..engine.cost_probe import verify_costs
+from ..engine.drafters import Drafter, ModelDrafter
+from ..engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from ..engine.output_head import column_head_rows, settle_head_forms
+from ..engine.timing import DeviceClock
 
 #: the longest k the cost probe covers when a schedule chooses k (auto, heuristic)
 SCHEDULE_MAX_K = 16
@@ -22,13 +27,28 @@ class CostProfile:
     """What one pass costs on this machine, as the native engine runs it."""
 
     verify_costs_s: list[float]  # v(1) .. v(m): one target pass over m positions
-    draft_token_s: float  # one drafted token
+    draft_token_s: float  # one drafted token: the draft's one-position pass
     column_head_rows: list[int]  # verify block sizes whose head runs as weight @ hidden.T
+    # The draft's two-position pass: the catch-up after a fully accepted block (its own last token and the
+    # target's bonus token); None where not measured (taken as no dearer than one position).
+    draft_catch_up_s: float | None = None
+    # The target's one-position pass timed in turn with the draft's passes, the unit of their ratios;
+    # None: v(1) of the curve.
+    draft_reference_s: float | None = None
+
+    @property
+    def _draft_unit(self) -> float:
+        return self.draft_reference_s or self.verify_costs_s[0]
 
     @property
     def cost_ratio(self) -> float:
         """c: a drafted token's cost in one-token target steps."""
-        return self.draft_token_s / self.verify_costs_s[0]
+        return self.draft_token_s / self._draft_unit
+
+    @property
+    def catch_up_ratio(self) -> float | None:
+        """c2: the draft's two-position (catch-up) pass in one-token target steps; None where not measured."""
+        return None if self.draft_catch_up_s is None else self.draft_catch_up_s / self._draft_unit
 
 
 def probed_k(ks: Sequence[int | str], new_tokens: int | None = None, room: int | None = None) -> int:
@@ -55,19 +75,119 @@ def probe_positions(longest_k: int, new_tokens: int | None = None, room: int | N
     return max(positions, 1)
 
 
+def _prefilled_cache(model, input_ids: torch.Tensor, static_length: int | None, role: str):
+    cache = new_cache(model) if static_length is None else static_cache(model, static_length, role)
+    model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+    enable_rollback(cache)
+    return cache
+
+
+@torch.inference_mode()
+def draft_pass_costs(target_model, drafter: Drafter, input_ids: torch.Tensor, repeats: int = 7,
+                     compile_length: int | None = None) -> tuple[float, float | None, float | None]:
+    """Seconds of the draft's one-position pass, its two-position pass and the target's one-position pass (medians),
+    the three timed in turn within each repeat, so that their ratios compare passes of the same moment.
+
+    The two-position pass is the draft's catch-up: after the target accepts a whole block, the draft has not
+    read its own last token, and its first pass of the next step reads that token and the target's bonus token
+    together. Each pass runs on a warm cache of the prompt, cropped back after it, as the engine runs it (with
+    ``compile_length``: static caches of that size, the draft's one-token step compiled, longer feeds eager).
+    A drafter without a model costs nothing: ``(0.0, None, None)``.
+    """
+    if not isinstance(drafter, ModelDrafter):
+        return 0.0, None, None  # prompt lookup and other model-free drafters: microseconds of tensor search
+    draft = drafter.model
+    clock = DeviceClock(draft.device)
+    target_ids = input_ids.to(target_model.device)
+    draft_ids = input_ids.to(draft.device)
+    static = None if compile_length is None else max(compile_length, input_ids.shape[1] + 2)
+    target_cache = _prefilled_cache(target_model, target_ids, static, "target")
+    draft_cache = _prefilled_cache(draft, draft_ids, static, "draft")
+    target_length, draft_length = cache_length(target_cache), cache_length(draft_cache)
+    step = draft if compile_length is None else one_token_step(draft)
+    pair = draft_ids[0].repeat(2)[-2:].unsqueeze(0)  # two real tokens, even from a one-token prompt
+    passes = {
+        "target": lambda: target_model(input_ids=target_ids[:, -1:], cache=target_cache, use_cache=True,
+                                       logits_to_keep=1),
+        "one": lambda: step(input_ids=draft_ids[:, -1:], cache=draft_cache, use_cache=True, logits_to_keep=1),
+        "two": lambda: step(input_ids=pair, cache=draft_cache, use_cache=True, logits_to_keep=1),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in passes}
+    for repeat in range(repeats + 1):  # the first round warms up (and compiles) and is not kept
+        for name, run in passes.items():
+            start = clock.now()
+            run()
+            elapsed = clock.now() - start
+            crop_to(target_cache, target_length)
+            crop_to(draft_cache, draft_length)
+            if repeat:
+                samples[name].append(elapsed)
+    return (statistics.median(samples["one"]), statistics.median(samples["two"]),
+            statistics.median(samples["target"]))
+
+
 def measure_costs(target_model, drafter, input_ids: torch.Tensor, max_positions: int,
                   head_kernel: str = "auto", compile_length: int | None = None,
                   head_rows: int | None = None) -> CostProfile:
-    """The cost model's inputs for one pair: v(1) .. v(max_positions), the draft's per-token cost, and the verify
-    block sizes (2 .. ``head_rows``) whose head runs as weight @ hidden.T, every one measured here, before any
-    timed run."""
+    """The cost model's inputs for one pair: v(1) .. v(max_positions), the draft's one- and two-position passes
+    (with the target's one-position pass timed in turn with them), and the verify block sizes (2 .. ``head_rows``)
+    whose head runs as weight @ hidden.T, every one measured here, before any timed run."""
     curve = verify_costs(target_model, input_ids, max_positions, head_kernel=head_kernel,
                          compile_length=compile_length)
     head_rows = max(head_rows or 0, max_positions)
     settle_head_forms(target_model, head_rows, head_kernel)
-    return CostProfile(verify_costs_s=curve,
-                       draft_token_s=draft_token_cost(drafter, input_ids, compile_length=compile_length),
-                       column_head_rows=column_head_rows(target_model, head_kernel, head_rows))
+    one, two, reference = draft_pass_costs(target_model, drafter, input_ids, compile_length=compile_length)
+    return CostProfile(verify_costs_s=curve, draft_token_s=one,
+                       column_head_rows=column_head_rows(target_model, head_kernel, head_rows),
+                       draft_catch_up_s=two, draft_reference_s=reference)
+
+
+@torch.inference_mode()
+def measure_batched_costs(target_model, drafter, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                          max_positions: int, repeats: int = 5) -> CostProfile:
+    """The cost model's inputs at batch B = ``input_ids.shape[0]``, as the batched engine runs its passes
+    (:class:`~pytest_specbench.engine.batched.RowCache`, the model's own output head): v(m), one target pass over
+    B x m positions on a warm cache of the left-padded prompts, m = 1 .. ``max_positions``; the draft's one- and
+    two-position passes over the B rows, each timed in turn with a target one-position pass over the B rows (the
+    unit of their ratios). Each pass is rolled back after it; the first sweep warms up and is not kept."""
+    from ..engine.batched import RowCache
+
+    clock = DeviceClock(target_model.device)
+    padded = None if bool(attention_mask.all()) else attention_mask.bool()
+    target = RowCache(target_model)
+    target.forward(input_ids, padded)
+    draft = None
+    if isinstance(drafter, ModelDrafter):
+        draft = RowCache(drafter.model)
+        draft.forward(input_ids.to(drafter.model.device), None if padded is None else padded.to(drafter.model.device))
+    last = input_ids[:, -1:]
+
+    def timed(cache, width: int) -> float:
+        block = last.to(cache.model.device).repeat(1, width)  # the cost does not depend on the tokens' values
+        start = clock.now()
+        cache.forward(block, None, logits_to_keep=width)
+        elapsed = clock.now() - start
+        cache.rollback(cache.lengths - width)
+        return elapsed
+
+    curve: dict[int, list[float]] = {m: [] for m in range(1, max_positions + 1)}
+    passes: dict[str, list[float]] = {"one": [], "two": [], "target": []}
+    for repeat in range(repeats + 1):
+        for m in curve:
+            elapsed = timed(target, m)
+            if repeat:
+                curve[m].append(elapsed)
+        if draft is not None:
+            for name, cache, width in (("target", target, 1), ("one", draft, 1), ("two", draft, 2)):
+                elapsed = timed(cache, width)
+                if repeat:
+                    passes[name].append(elapsed)
+    verify = [statistics.median(curve[m]) for m in curve]
+    if draft is None:
+        return CostProfile(verify_costs_s=verify, draft_token_s=0.0, column_head_rows=[])
+    return CostProfile(verify_costs_s=verify, draft_token_s=statistics.median(passes["one"]), column_head_rows=[],
+                       draft_catch_up_s=statistics.median(passes["two"]),
+                       draft_reference_s=statistics.median(passes["target"]))
 
 
 def case_column_head_rows(engine: str, k: int | str, costs: CostProfile | None) -> list[int]:
@@ -79,9 +199,18 @@ def case_column_head_rows(engine: str, k: int | str, costs: CostProfile | None) 
     return [m for m in rows if m <= k + 1] if isinstance(k, int) else rows
 
 
+#: row fields this module fills that the schema may not declare yet: left out until it does
 def cost_model_fields(k: int | str, drafted_per_step: list[int], accepted_per_step: list[int],
-                      costs: CostProfile | None, decode_speedup: float) -> dict[str, Any]:
-    """The row's cost-model fields from a run's per-step counts and the pair's measured costs."""
+                      costs: CostProfile | None, decode_speedup: float, *,
+                      other_time_s: float | None = None) -> dict[str, Any]:
+    """The row's cost-model fields from a run's per-step counts and the pair's measured costs.
+
+    The prediction (:func:`~pytest_specbench.engine.cost_model.predict_steps`) prices the run's steps as they ran:
+    each at the length its drafter proposed (the last block shortened by the run's end, prompt lookup's proposals
+    where its match ended), with the draft's catch-up pass after a block accepted whole and ``other_time_s`` (the
+    median run's decode time outside drafting and verifying) spread over its steps as a per-step overhead. The
+    recommended k maximises the same cost per step over the drafter's proposal lengths capped at each k.
+    """
     alpha = alpha_mle(drafted_per_step, accepted_per_step)
     fields: dict[str, Any] = {
         "alpha": alpha,
@@ -90,14 +219,22 @@ def cost_model_fields(k: int | str, drafted_per_step: list[int], accepted_per_st
     }
     if costs is None:
         return fields
-    curve, c = costs.verify_costs_s, costs.cost_ratio
-    fields.update(cost_ratio=c, draft_token_ms=1000 * costs.draft_token_s, verify_costs_ms=[1000 * v for v in curve])
+    curve, c, c2 = costs.verify_costs_s, costs.cost_ratio, costs.catch_up_ratio
+    steps = max(len(drafted_per_step) - 1, 0)
+    overhead_s = (other_time_s or 0.0) / steps if steps else 0.0
+    fields.update(cost_ratio=c, draft_token_ms=1000 * costs.draft_token_s, verify_costs_ms=[1000 * v for v in curve],
+                  draft_catch_up_ms=None if costs.draft_catch_up_s is None else 1000 * costs.draft_catch_up_s,
+                  step_overhead_ms=1000 * overhead_s if other_time_s is not None else None)
     if not isinstance(k, int) or k >= len(curve):  # a schedule's k changes step to step: one k's predictions fail
         return fields
     fields["verify_cost_ratio"] = curve[k] / curve[0]
-    if alpha is not None:
-        predicted = predicted_speedup(alpha, k, c, curve)
-        fields.update(predicted_tau=predicted_tau(alpha, k), predicted_speedup=predicted,
+    if alpha is not None and steps:
+        overhead = overhead_s / curve[0]
+        run = predict_steps(alpha, drafted_per_step, c, curve, c2, overhead)
+        predicted = run.speedup
+        fields.update(predicted_tau=run.tau, predicted_speedup=predicted,
                       efficiency=decode_speedup / predicted if predicted > 0 else None,
-                      recommended_k=recommended_k(alpha, c, curve))
+                      recommended_k=recommended_k_for(alpha, c, curve,
+                                                      observed_proposals(k, drafted_per_step, accepted_per_step),
+                                                      c2, overhead))
     return fields

@@ -75,7 +75,13 @@ def _hf(case: Case, run: RunInputs) -> SpeculativeRun:
     return run_hf
 
 
+#: why the hf engine skips a case of batch > 1
+HF_BATCH_REFUSAL = ("transformers' assisted generation does not support batches (huggingface/transformers#32165)")
+
+
 def _hf_refusal(case: Case, drafter: Any) -> str | None:
+    if case.batch > 1:
+        return HF_BATCH_REFUSAL
     if isinstance(drafter, PromptLookupDrafter) and not isinstance(case.k, int):
         return (f"transformers' prompt lookup has no draft-length schedule, so the hf engine runs "
                 f"pair {case.pair.name} at integer k only, not k={case.k}")

@@ -19,6 +19,17 @@ from .timing import speedups
 from .verdicts import quality_score
 
 
+@dataclass(frozen=True)
+class BlockRecord:
+    """Where a case was timed: its block, the block rounds it ran in, and why it stopped being timed."""
+
+    block: str
+    rounds: list[int]
+    eliminated_by: int | str | None
+    stop: str  # blocks.TIGHT, ELIMINATED, ...
+    block_rounds: int  # rounds the whole block ran
+
+
 @dataclass
 class Measurement:
     """What timing one case produced, before it becomes a result row."""
@@ -36,6 +47,8 @@ class Measurement:
     sizes: dict[str, int] | None = None
     sampling: SamplingParams | None = None
     peak_memory: tuple[float, str] | None = None
+    block: BlockRecord | None = None
+    batch_prompt_ids: list[str] | None = None  # batch > 1: each row's prompt id
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -44,9 +57,12 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 def _identity_fields(case: Case, measurement: Measurement) -> dict[str, Any]:
     pair = case.pair
-    return dict(case=case.id, config=f"{pair.name}_k{case.k}" + ("" if case.engine == "native" else f"_{case.engine}"),
+    config = (f"{pair.name}_k{case.k}" + ("" if case.engine == "native" else f"_{case.engine}")
+              + (f"_b{case.batch}" if case.batch > 1 else ""))
+    return dict(case=case.id, config=config,
                 pair=pair.name, target=pair.target, draft=pair.draft_label, drafter=pair.drafter, engine=case.engine,
-                k=case.k, prompt=case.prompt_label, prompt_id=case.prompt.id, category=case.prompt.category,
+                k=case.k, batch=case.batch, prompt=case.prompt_label, prompt_id=case.prompt.id,
+                category=case.prompt.category,
                 **sampling_kwargs(measurement.sampling or SamplingParams()),
                 prompt_tokens=int(measurement.input_ids.shape[1]))
 
@@ -76,8 +92,20 @@ def _speed_fields(measurement: Measurement, ci_target: float) -> dict[str, Any]:
         baseline_cv=coefficient_of_variation([run.stats.wall_time_s for run in baselines]),
         speculative_cv=coefficient_of_variation([run.stats.wall_time_s for run in speculative]),
         rounds=len(speculative), baseline_runs=len(baselines),
-        unstable=max(end_to_end.relative_half_width, decode.relative_half_width) > ci_target,
+        round_decode_token_s=[run.stats.time_per_decode_token_s for run in speculative],
+        round_wall_s=[run.stats.wall_time_s for run in speculative],
+        baseline_round_decode_token_s=[run.stats.time_per_decode_token_s for run in baselines],
+        # An eliminated case was stopped on purpose, with an interval that sufficed to rank it.
+        unstable=(max(end_to_end.relative_half_width, decode.relative_half_width) > ci_target
+                  and (measurement.block is None or measurement.block.eliminated_by is None)),
     )
+
+
+def _block_fields(block: BlockRecord | None) -> dict[str, Any]:
+    if block is None:
+        return {}
+    return dict(block=block.block, block_rounds=list(block.rounds), eliminated_by=block.eliminated_by,
+                timing_stop=block.stop, block_round_count=block.block_rounds)
 
 
 def _step_fields(last: DecodeStats, median_run: DecodeStats) -> dict[str, Any]:
@@ -91,12 +119,32 @@ def _step_fields(last: DecodeStats, median_run: DecodeStats) -> dict[str, Any]:
                 k_per_step=list(last.k_per_step))
 
 
+def _flat(tokens: list) -> list:
+    """A batch's tokens (a list per row) as one list; a single run's as they are."""
+    return [token for row in tokens for token in row] if tokens and isinstance(tokens[0], list) else tokens
+
+
 def _verdict_fields(measurement: Measurement) -> dict[str, Any]:
     reference, verdict = measurement.reference, measurement.verdict
-    return dict(quality_score=quality_score(measurement.speculative[-1].token_ids, reference) if reference else None,
+    tokens = _flat(measurement.speculative[-1].token_ids)
+    return dict(quality_score=quality_score(tokens, _flat(reference)) if reference else None,
                 lossless=None if verdict["verdict"] == "not-checked" else verdict["verdict"] == "lossless",
                 baseline_matches_reference=(measurement.baselines[-1].token_ids == reference if reference else None),
                 **verdict)
+
+
+def _batch_fields(case: Case, measurement: Measurement, speed: dict[str, Any]) -> dict[str, Any]:
+    """A batched case's own fields: its rows' prompts, the whole batch's speeds, the rows' acceptance spread."""
+    from .batches import row_acceptance
+
+    last = measurement.speculative[-1]
+    acceptance = row_acceptance(last)
+    known = [value for value in acceptance if value is not None]
+    return dict(batch_prompt_ids=list(measurement.batch_prompt_ids or []),
+                batch_prompt_tokens=[row.prompt_length for row in last],
+                batch_decode_tps=speed["decode_tps"], batch_baseline_decode_tps=speed["baseline_decode_tps"],
+                row_acceptance=acceptance, row_acceptance_min=min(known) if known else None,
+                row_acceptance_max=max(known) if known else None)
 
 
 def build_result(case: Case, measurement: Measurement, device: str, dtype: str, ci_target: float) -> CaseResult:
@@ -106,14 +154,27 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
     median_run = sorted(speculative, key=lambda run: run.stats.wall_time_s)[len(speculative) // 2].stats
     speed = _speed_fields(measurement, ci_target)
     memory = measurement.peak_memory
+    steps = _step_fields(last, median_run)
+    drafted, accepted, other_time_s = list(last.drafted_per_step), list(last.accepted_per_step), median_run.other_time_s
+    batch: dict[str, Any] = {}
+    if case.batch > 1:
+        from . import batches
+
+        batch, steps["tau"] = _batch_fields(case, measurement, speed), batches.row_tau(speculative[-1])
+        steps["new_tokens"] = speculative[-1][0].stats.new_tokens  # per row, as at batch 1 (the case's own prompt)
+        # The cost model reads every row's decode steps in turn, each priced as a step of the whole batch (the
+        # batch's v(m) and draft costs), so the overhead of a batch step is charged to each of its rows' steps.
+        drafted, accepted = batches.row_step_lists(speculative[-1])
+        if last.decode_steps:
+            other_time_s *= (len(drafted) - 1) / last.decode_steps
     return CaseResult(
-        **_identity_fields(case, measurement), **speed, **_step_fields(last, median_run),
-        **_verdict_fields(measurement),
+        **_identity_fields(case, measurement), **speed, **steps,
+        **_verdict_fields(measurement), **_block_fields(measurement.block), **batch,
         device=device, dtype=dtype, threads=torch.get_num_threads(),
         target_load_s=measurement.target_load_s,  # includes a GGUF conversion on a first run
         target_load_source=measurement.target_load_source,
-        **cost_model_fields(case.k, list(last.drafted_per_step), list(last.accepted_per_step), measurement.costs,
-                            speed["decode_speedup"]),
+        **cost_model_fields(case.k, drafted, accepted, measurement.costs,
+                            speed["decode_speedup"], other_time_s=other_time_s),
         column_head_rows=case_column_head_rows(case.engine, case.k, measurement.costs),
         **(measurement.sizes or {}),
         **(dict(zip(("peak_memory_mb", "peak_memory_kind"), memory)) if memory else {}),

@@ -1,11 +1,15 @@
-"""Run one benchmark case: prepare its input and costs, time baseline and speculative decoding, judge the output.
+"""Run the cases of one block: prepare each one's input and costs, time them in shared rounds, judge the output.
 
-Knows nothing of pytest. ``measure_case`` times and judges; :func:`.row.build_result` turns that into a
-:class:`~..results.schema.CaseResult`, whose ``to_row()`` is what travels between xdist workers.
+Knows nothing of pytest. ``measure_block`` times and judges (:mod:`.blocks` holds the rounds); :func:`.row.build_result`
+turns a measurement into a :class:`~..results.schema.CaseResult`, whose ``to_row()`` is what travels between xdist
+workers. ``run_case`` is one case as a block of its own. A case of batch size B > 1 is prepared, run and judged by
+:mod:`.batches` (a batch of its category's prompts, the batched engine, a verdict per row); its block holds only
+cases of that batch size, so they share its batched baseline.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +21,7 @@ from ..engine.drafters import ModelDrafter
 from ..engine.names import HEURISTIC
 from ..engine.sampling import SamplingParams
 from ..engine.stats import GenerationResult
-from ..models.base import NotApplicable, context_window
+from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase, context_window
 from ..models.loading import LoadedModel
 from ..results.schema import CaseResult
 from ..settings.config import SpecbenchConfig
@@ -27,10 +31,11 @@ from .inputs import check_context_windows, prompt_input_ids
 from .matrix import Case
 from .memory import peak_memory_mb, reset_peak_memory
 from .prompts import Prompt
-from .row import Measurement, build_result
+from . import batches
+from .blocks import BLOCK_BUDGET, MAX_ROUNDS, TimedCase, time_block
+from .row import BlockRecord, Measurement, build_result
 from .shared import SharedMeasurements
 from .store import ModelStore
-from .timing import RoundTimer, precision, time_rounds
 from .verdicts import diagnose, sampling_check, sampling_verdict
 
 
@@ -78,50 +83,23 @@ def prepare_case(case: Case, store: ModelStore, shared: SharedMeasurements, conf
     return CaseSetup(target, drafter, input_ids, n, eos, sampling, reference, costs)
 
 
-def _time_case(case: Case, setup: CaseSetup, store: ModelStore, shared: SharedMeasurements,
-               config: SpecbenchConfig, timer: RoundTimer | None) -> tuple[list[GenerationResult],
-                                                                          list[GenerationResult], bool]:
-    """Warm up once per pair and engine, then time rounds; returns the baseline runs, the speculative runs, and
-    whether they ran paired (side by side) rather than against a once-timed baseline."""
-    pair, model, input_ids, n = case.pair, setup.target.model, setup.input_ids, setup.max_new_tokens
-    baselines: list[GenerationResult] = []
-    speculative: list[GenerationResult] = []
+def _speculative_run(case: Case, setup: CaseSetup, config: SpecbenchConfig) -> Callable[[], GenerationResult]:
     # Seeded per case, so a sampled case repeats on one machine whatever ran before it.
-    baseline_generator = torch.Generator().manual_seed(config.seed)
+    return speculative_runner(case, RunInputs(setup.target.model, setup.drafter, setup.input_ids, setup.max_new_tokens,
+                                              setup.eos_token_id, setup.costs, setup.sampling,
+                                              torch.Generator().manual_seed(config.seed + 1), config.head_kernel,
+                                              config.compile_steps))
 
-    def run_baseline() -> None:
-        baselines.append(greedy_generate(model, input_ids, n, eos_token_id=setup.eos_token_id,
-                                         generator=baseline_generator, compile_steps=config.compile_steps,
-                                         **sampling_kwargs(setup.sampling)))
 
-    run = speculative_runner(case, RunInputs(model, setup.drafter, input_ids, n, setup.eos_token_id, setup.costs,
-                                             setup.sampling, torch.Generator().manual_seed(config.seed + 1),
-                                             config.head_kernel, config.compile_steps))
+def _run_of(case: Case, setup, config: SpecbenchConfig) -> Callable[[], GenerationResult]:
+    return batches.speculative_run(case, setup) if case.batch > 1 else _speculative_run(case, setup, config)
 
-    def run_speculative() -> None:
-        speculative.append(run())
 
-    def warm_up() -> None:
-        for _ in range(config.warmup):
-            run_baseline()
-            run_speculative()
-
-    shared.warm_up((pair.name, case.engine), warm_up)
-    baselines.clear()
-    reset_peak_memory(store.device)
-    speculative.clear()
-    paired = not config.baseline_once
-    if config.baseline_once:
-        def time_baseline() -> list[GenerationResult]:
-            for _ in range(config.min_rounds):
-                run_baseline()
-            return list(baselines)
-
-        key = (pair.target, pair.revision, store.dtype_for(pair), case.prompt.id, n, setup.eos_token_id)
-        baselines[:] = shared.baseline(key, time_baseline)
-    time_rounds(run_speculative, run_baseline if paired else None, lambda: precision(baselines, speculative, paired),
-                config, timer)
-    return baselines, speculative, paired
+def _baseline_run(setup: CaseSetup, config: SpecbenchConfig) -> Callable[[], GenerationResult]:
+    generator = torch.Generator().manual_seed(config.seed)
+    return lambda: greedy_generate(setup.target.model, setup.input_ids, setup.max_new_tokens,
+                                   eos_token_id=setup.eos_token_id, generator=generator,
+                                   compile_steps=config.compile_steps, **sampling_kwargs(setup.sampling))
 
 
 def _verdict(case: Case, setup: CaseSetup, tokens: list[int], store: ModelStore, shared: SharedMeasurements,
@@ -138,24 +116,86 @@ def _verdict(case: Case, setup: CaseSetup, tokens: list[int], store: ModelStore,
     return sampling_verdict(case.engine, check)
 
 
+@dataclass
+class BlockPlan:
+    """What a block may spend and whom it tells: its share of the run's budget and the after-round callback."""
+
+    budget_s: float | None = None
+    budget_reason: str = BLOCK_BUDGET
+    after_round: Callable[[int, float], None] | None = None
+
+
+def measure_block(cases: Sequence[Case], store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,
+                  all_prompts: list[Prompt], plan: BlockPlan | None = None
+                  ) -> dict[str, Measurement | BaseException]:
+    """Time the cases of one block in shared rounds and judge each one's output; by case id, its measurement or
+    the error that stopped it before timing (a missing model, an engine that refuses the case)."""
+    plan = plan or BlockPlan()
+    if len({case.batch for case in cases}) > 1:
+        raise ValueError("the cases of one block share a batch size (Case.block), and with it the baseline")
+    outcome: dict[str, Measurement | BaseException] = {}
+    setups: dict[str, CaseSetup | batches.BatchSetup] = {}
+    for case in cases:
+        try:
+            if case.batch > 1:
+                refusal = ENGINES[case.engine].refusal(case, None)
+                if refusal:
+                    raise NotApplicable(refusal)
+                setups[case.id] = batches.prepare_batch(case, store, shared, config, all_prompts)
+            else:
+                setups[case.id] = prepare_case(case, store, shared, config, all_prompts)
+        except (NotApplicable, ModelUnavailable, UnrunnableCase) as error:
+            outcome[case.id] = error
+    if not setups:
+        return outcome
+    ready = [case for case in cases if case.id in setups]
+    timed = [TimedCase(case, _run_of(case, setups[case.id], config)) for case in ready]
+    # A block holds one batch size (Case.block), so its cases share the baseline.
+    first = ready[0]
+    run_baseline = (batches.baseline_run(setups[first.id]) if first.batch > 1
+                    else _baseline_run(setups[first.id], config))
+    for member in timed:  # first-call costs (allocations, kernel choice) are paid here, untimed
+        shared.warm_up((member.case.pair.name, member.case.engine, member.case.batch),
+                       lambda member=member: [(run_baseline(), member.run()) for _ in range(config.warmup)])
+    reset_peak_memory(store.device)
+    block = time_block(timed, run_baseline, config, plan.budget_s, plan.budget_reason, plan.after_round)
+    memory = peak_memory_mb(store.device)
+    paired = not config.baseline_once
+    for member in timed:
+        case, setup = member.case, setups[member.case.id]
+        sizes = shared.sizes(case.pair.name, lambda: {
+            "target_params": parameter_count(setup.target.model),
+            "draft_params": parameter_count(getattr(setup.drafter, "model", None))})
+        if case.batch > 1:
+            verdict = batches.batch_verdict(setup, member.runs[-1].token_ids, store.dtype_for(case.pair) != "float32",
+                                            config.tie_tolerance)
+            input_ids, reference = setup.own_ids, setup.references
+        else:
+            verdict = _verdict(case, setup, member.runs[-1].token_ids, store, shared, config)
+            input_ids, reference = setup.input_ids, setup.reference
+        outcome[case.id] = Measurement(
+            input_ids=input_ids, reference=reference, baselines=block.case_baselines(member, paired),
+            speculative=member.runs, paired=paired,
+            verdict=verdict,
+            target_load_s=setup.target.load_time_s, target_load_source=setup.target.source, costs=setup.costs,
+            sizes=sizes, peak_memory=memory, sampling=setup.sampling,
+            block=BlockRecord(case.block, list(member.rounds), member.eliminated_by, member.stop or MAX_ROUNDS,
+                              block.rounds),
+            batch_prompt_ids=list(setup.prompt_ids) if case.batch > 1 else None)
+    return outcome
+
+
 def measure_case(case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,
-                 all_prompts: list[Prompt], timer: RoundTimer | None = None) -> Measurement:
-    """Time baseline and speculative decoding of one case and judge its output against the reference."""
-    setup = prepare_case(case, store, shared, config, all_prompts)
-    baselines, speculative, paired = _time_case(case, setup, store, shared, config, timer)
-    sizes = shared.sizes(case.pair.name, lambda: {"target_params": parameter_count(setup.target.model),
-                                                  "draft_params": parameter_count(getattr(setup.drafter, "model",
-                                                                                          None))})
-    return Measurement(input_ids=setup.input_ids, reference=setup.reference, baselines=baselines,
-                       speculative=speculative, paired=paired,
-                       verdict=_verdict(case, setup, speculative[-1].token_ids, store, shared, config),
-                       target_load_s=setup.target.load_time_s, target_load_source=setup.target.source,
-                       costs=setup.costs, sizes=sizes, peak_memory=peak_memory_mb(store.device),
-                       sampling=setup.sampling)
+                 all_prompts: list[Prompt]) -> Measurement:
+    """Time one case as a block of its own, and judge its output against the reference."""
+    measured = measure_block([case], store, shared, config, all_prompts)[case.id]
+    if isinstance(measured, BaseException):
+        raise measured
+    return measured
 
 
 def run_case(case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,
-             all_prompts: list[Prompt], timer: RoundTimer | None = None) -> CaseResult:
+             all_prompts: list[Prompt]) -> CaseResult:
     """Measure one case and build its result (verdict included; asserting is the caller's job)."""
-    measurement = measure_case(case, store, shared, config, all_prompts, timer)
+    measurement = measure_case(case, store, shared, config, all_prompts)
     return build_result(case, measurement, store.device, store.dtype_for(case.pair), config.ci_target)

@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..engine.stats import GenerationResult
 from .costs import CostProfile
 
 T = TypeVar("T")
@@ -30,7 +29,6 @@ class SharedMeasurements:
         self._costs: dict[Hashable, CostProfile] = {}
         self._warmed: set[Hashable] = set()
         self._sizes: dict[Hashable, dict[str, int]] = {}
-        self._baselines: dict[Hashable, list[GenerationResult]] = {}
         self._sampling_checks: dict[Hashable, dict[str, Any]] = {}
 
     def input_ids(self, key: tuple, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
@@ -49,10 +47,6 @@ class SharedMeasurements:
 
     def sizes(self, pair_name: str, compute: Callable[[], dict[str, int]]) -> dict[str, int]:
         return _once(self._sizes, pair_name, compute)
-
-    def baseline(self, key: tuple, compute: Callable[[], list[GenerationResult]]) -> list[GenerationResult]:
-        """By (target, revision, dtype, prompt id, new tokens, EOS): timed once, shared by every k and pair."""
-        return _once(self._baselines, key, compute)
 
     def sampling_check(self, key: tuple, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """By (pair, prompt id, sampling settings, draws, seed)."""

@@ -48,13 +48,44 @@ def specbench_shared():
     return SharedMeasurements()
 
 
+@pytest.fixture(scope="session")
+def specbench_blocks(request: pytest.FixtureRequest):
+    """The blocks this worker has timed, and the run's budget over them."""
+    from .blocks import BlockRuns
+    from .xdist import wants_block_scheduling
+
+    config = request.config
+    # A worker times whole blocks only under the block scheduler; another one may hand a block's cases to others.
+    whole = worker(config)[0] is None or wants_block_scheduling(config)
+    return BlockRuns(session_of(config), worker(config), _estimate_printer(config), whole_blocks=whole)
+
+
+def _estimate_printer(config: pytest.Config):
+    """Writes the run's estimate to the terminal (on the controller; xdist workers have none)."""
+    if worker(config)[0] is not None:
+        return None
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        return None
+
+    def write(line: str) -> None:
+        if capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(line)
+        else:
+            reporter.write_line(line)
+    return write
+
+
 class CaseFixture:
     """What a benchmark test uses: ``result = specbench.run(spec_case)``, then ``specbench.assert_lossless(result)``."""
 
-    def __init__(self, request: pytest.FixtureRequest, store, shared) -> None:
+    def __init__(self, request: pytest.FixtureRequest, store, shared, blocks) -> None:
         self._request = request
         self._store = store
         self._shared = shared
+        self._blocks = blocks
         self._session = session_of(request.config)
 
     def _benchmark(self):
@@ -64,17 +95,9 @@ class CaseFixture:
             return None
         return self._request.getfixturevalue("benchmark")
 
-    def _timer(self, benchmark):
-        if benchmark is None:
-            return None
-
-        def timer(run, before_each, rounds):
-            benchmark.pedantic(run, setup=before_each, rounds=rounds, warmup_rounds=0, iterations=1)
-        return timer
-
     def run(self, case) -> dict[str, Any]:
-        """Measure the case and record its result row for the summary and files."""
-        from ..measure.runner import run_case
+        """Measure the case (its whole block, the first time one of its cases runs) and record its result row."""
+        from ..measure.row import build_result
         from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase
         from ..results.schema import extra_info_fields
 
@@ -84,8 +107,7 @@ class CaseFixture:
             return row
         benchmark = self._benchmark()
         try:
-            result = run_case(case, self._store, self._shared, self._session.config, self._session.prompts,
-                              self._timer(benchmark))
+            measurement = self._blocks.measurement(case, self._store, self._shared)
         except ModelUnavailable as error:
             if not self._session.chosen(case.pair):
                 pytest.skip(str(error))
@@ -95,11 +117,14 @@ class CaseFixture:
         except UnrunnableCase as error:
             # The message says what to change; a chained traceback into torch would only hide it.
             raise pytest.fail.Exception(str(error), pytrace=False) from None
+        result = build_result(case, measurement, self._store.device, self._store.dtype_for(case.pair),
+                              self._session.config.ci_target)
         # Which worker ran it and what its store had loaded so far: shows models load once per worker.
         result.worker = worker(self._request.config)[0] or "main"
         result.model_loads = dict(self._store.load_counts)
         row = result.to_row()
         if benchmark is not None:
+            _record_in_pytest_benchmark(benchmark, [run.stats.wall_time_s for run in measurement.speculative])
             benchmark.extra_info.update({name: row[name] for name in extra_info_fields()})
         self._request.node.user_properties.append((RESULT_KEY, row))
         return row
@@ -111,7 +136,19 @@ class CaseFixture:
             pytest.fail(divergence_message(result["case"], result, self._session.config.tie_tolerance), pytrace=False)
 
 
+def _record_in_pytest_benchmark(benchmark, wall_times_s: list[float]) -> None:
+    """Hand pytest-benchmark the case's timed speculative runs (from its block's rounds) as its rounds.
+
+    The runs were timed when the block ran, inside the first of its cases, so they cannot go through
+    ``benchmark.pedantic`` of each case's own test; its statistics object takes them one by one instead.
+    """
+    stats = benchmark._make_stats(1)
+    for seconds in wall_times_s:
+        stats.update(seconds)
+    benchmark._mode = "pytest-specbench blocked rounds"  # marks the fixture used: no "not used" warning
+
+
 @pytest.fixture
-def specbench(request: pytest.FixtureRequest, specbench_store, specbench_shared) -> CaseFixture:
+def specbench(request: pytest.FixtureRequest, specbench_store, specbench_shared, specbench_blocks) -> CaseFixture:
     """Runs a ``spec_case`` and records its result."""
-    return CaseFixture(request, specbench_store, specbench_shared)
+    return CaseFixture(request, specbench_store, specbench_shared, specbench_blocks)

@@ -12,7 +12,7 @@ import pytest
 from ..settings.options import OPTIONS
 from .activation import ACTIVATION, Activation, case_id, is_worker
 # The fixtures: pytest finds a plugin's fixtures among its module's names.
-from .fixtures import specbench, specbench_config, specbench_shared, specbench_store  # noqa: F401
+from .fixtures import specbench, specbench_blocks, specbench_config, specbench_shared, specbench_store  # noqa: F401
 from .session import SpecbenchSession
 
 
@@ -52,7 +52,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     params = [pytest.param(case, id=case.id, marks=[
         pytest.mark.specbench(pair=case.pair.name, k=case.k, prompt=case.prompt_label, engine=case.engine),
-        pytest.mark.xdist_group(case.pair.name),
+        pytest.mark.xdist_group(case.block),
     ]) for case in metafunc.config.stash[ACTIVATION].start(claim_later=True).cases]
     metafunc.parametrize("spec_case", params)
 
@@ -69,18 +69,18 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Keep a pair's cases on one worker when the user chose no --dist (or loadgroup); else xdist decides."""
-    from .xdist import PairScheduling, wants_pair_scheduling
+    """Keep a block's cases on one worker when the user chose no --dist (or loadgroup); else xdist decides."""
+    from .xdist import BlockScheduling, wants_block_scheduling
 
-    if not wants_pair_scheduling(config):
+    if not wants_block_scheduling(config):
         return None
-    return PairScheduling(config, log, lambda: _pairs_of_cases(config))
+    return BlockScheduling(config, log, lambda: _blocks_of_cases(config))
 
 
-def _pairs_of_cases(config: pytest.Config) -> dict[str, str] | None:
-    """Case id -> pair name once the session has started; None while the plugin is inert."""
+def _blocks_of_cases(config: pytest.Config) -> dict[str, str] | None:
+    """Case id -> block once the session has started; None while the plugin is inert."""
     session = config.stash[ACTIVATION].session
-    return None if session is None else {case.id: case.pair.name for case in session.cases}
+    return None if session is None else {case.id: case.block for case in session.cases}
 
 
 class SessionHooks:

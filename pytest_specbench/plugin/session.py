@@ -70,6 +70,7 @@ class SpecbenchSession:
     gate: GateOutcome | None = None  # the comparison with --specbench-baseline, once the run has ended
     command: str | None = None  # the pytest command line, for the report
     signals: SignalStop = field(default_factory=SignalStop, repr=False)
+    began_at: float = field(default_factory=time.perf_counter, repr=False)  # the run's budget counts from here
     availability: PairAvailability = field(init=False, repr=False)
     _log: ResultsLog | None = field(default=None, repr=False)
     _lock: RunLock | None = field(default=None, repr=False)
@@ -105,8 +106,8 @@ class SpecbenchSession:
                                  f"({'; '.join(differences)}); resume with the options of the run it logged")
             resumed = log.rows
         session = cls(config=config, pairs=pairs, defined=defined, prompts=all_prompts,
-                      cases=build_matrix(pairs, config.ks, prompts, config.engines), baseline=baseline, resumed=resumed,
-                      controller=controller, resumed_log=log, rootdir=rootdir)
+                      cases=build_matrix(pairs, config.ks, prompts, config.engines, config.batches),
+                      baseline=baseline, resumed=resumed, controller=controller, resumed_log=log, rootdir=rootdir)
         return session
 
     # --- the run's files: locked, and an unfinished run's log never replaced -----------------------
@@ -425,6 +426,7 @@ class SpecbenchSession:
         else:
             lines = [(line, False) for line in summary_lines(self.results, self.config.ci_target)]
         lines += [(line, False) for line in skipped_pairs]
+        lines += [(line, False) for line in self._budget_lines()]
         if self.replayed:
             lines.append((f"{len(self.replayed)} case(s) taken from {self.config.resume}, not run again", False))
         if self.interrupted:
@@ -448,6 +450,19 @@ class SpecbenchSession:
         if self.gate is not None:
             sections.append(("specbench gate", [(line, False) for line in self.gate.lines]))
         return sections
+
+    def _budget_lines(self) -> list[str]:
+        """A line when the run's budget was spent before every block ran as long as it needed."""
+        from ..measure.blocks import RUN_BUDGET
+        from ..measure.budget import describe_duration
+
+        short = [row for row in self.results if row.get("timing_stop") == RUN_BUDGET]
+        if not short or self.config.run_budget is None:
+            return []
+        blocks = len({row.get("block") for row in short})
+        return [f"the run's budget (--specbench-budget, {describe_duration(self.config.run_budget)[6:]}) was spent: "
+                f"{len(short)} case(s) in {blocks} block(s) ran only their {self.config.min_rounds} minimum rounds; "
+                "a longer --specbench-budget (or off) times them to the interval target"]
 
     def _skipped_pair_lines(self) -> list[str]:
         """``pair: N case(s) skipped: reason`` for each pair whose selected cases were all skipped; the reason

@@ -1,9 +1,9 @@
-"""Keep all cases of one model pair on one xdist worker, so it loads each model once.
+"""Keep all cases of one block (a target and a prompt) on one xdist worker: the block is timed in shared rounds.
 
 xdist's own ``loadgroup`` relies on rewriting node ids on the workers, which did not take effect with
-the pytest and xdist releases this was built on, so cases are grouped by their pair here, on the
+the pytest and xdist releases this was built on, so cases are grouped by their block here, on the
 controller, from the case id. Whether any case runs is known only once the workers have collected, so
-the scheduler is chosen then: the pair scheduling when specbench cases run, else the scheduling xdist
+the scheduler is chosen then: the block scheduling when specbench cases run, else the scheduling xdist
 itself would have used, so other test suites are distributed exactly as without this plugin.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from xdist.scheduler import LoadGroupScheduling, LoadScheduling
 
 
-def wants_pair_scheduling(config: pytest.Config) -> bool:
+def wants_block_scheduling(config: pytest.Config) -> bool:
     """xdist is on, and the user chose loadgroup or no --dist at all (xdist itself would pick "load")."""
     dist = getattr(config.option, "dist", "no")
     if not getattr(config.option, "numprocesses", None) and not getattr(config.option, "tx", None):
@@ -29,15 +29,15 @@ def wants_pair_scheduling(config: pytest.Config) -> bool:
     return dist in ("no", "load") and not any(arg == "-d" or arg.startswith("--dist") for arg in given)
 
 
-class _PairGroups(LoadGroupScheduling):
-    def __init__(self, config: pytest.Config, log, case_pairs: dict[str, str]) -> None:
+class _BlockGroups(LoadGroupScheduling):
+    def __init__(self, config: pytest.Config, log, case_groups: dict[str, str]) -> None:
         super().__init__(config, log)
-        self._case_pairs = case_pairs
+        self._case_groups = case_groups
 
     def _split_scope(self, nodeid: str) -> str:
         case_id = nodeid.partition("[")[2].partition("]")[0]
-        if case_id in self._case_pairs:
-            return f"specbench-pair:{self._case_pairs[case_id]}"
+        if case_id in self._case_groups:
+            return f"specbench-block:{self._case_groups[case_id]}"
         return super()._split_scope(nodeid)
 
     def remove_node(self, node):
@@ -54,14 +54,14 @@ class _PairGroups(LoadGroupScheduling):
         return crashed
 
 
-class PairScheduling:
-    """An xdist scheduler that becomes the pair grouping or xdist's own at the first collection.
+class BlockScheduling:
+    """An xdist scheduler that becomes the block grouping or xdist's own at the first collection.
 
-    ``case_pairs`` gives case id -> pair once the specbench session has started, None while it has not.
+    ``case_groups`` gives case id -> block once the specbench session has started, None while it has not.
     """
 
-    def __init__(self, config: pytest.Config, log, case_pairs: Callable[[], dict[str, str] | None]) -> None:
-        self._config, self._log, self._case_pairs = config, log, case_pairs
+    def __init__(self, config: pytest.Config, log, case_groups: Callable[[], dict[str, str] | None]) -> None:
+        self._config, self._log, self._case_groups = config, log, case_groups
         own = LoadGroupScheduling if getattr(config.option, "dist", "no") == "loadgroup" else LoadScheduling
         self._chosen = own(config, log)
         self._decided = False
@@ -74,9 +74,9 @@ class PairScheduling:
     def add_node_collection(self, node, collection) -> None:
         if not self._decided:
             self._decided = True
-            pairs = self._case_pairs()
-            if pairs is not None:  # specbench cases run: their own grouping, given every node seen so far
-                self._chosen = _PairGroups(self._config, self._log, pairs)
+            groups = self._case_groups()
+            if groups is not None:  # specbench cases run: their own grouping, given every node seen so far
+                self._chosen = _BlockGroups(self._config, self._log, groups)
                 for seen in self._nodes:
                     self._chosen.add_node(seen)
         self._chosen.add_node_collection(node, collection)

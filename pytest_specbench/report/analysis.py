@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.cost_model import alpha_mle, position_counts, predicted_speedup, recommended_k
+from ..engine.cost_model import alpha_mle, observed_proposals, position_counts, predict_proposals, proposals_at
 from ..results.schema import row_value
 
 #: the per-pair figures, in report order: ``<figure>_<pair>.png``; plus ``speedup_by_category.png``
@@ -118,6 +118,33 @@ def pooled_alpha(rows: Sequence[dict[str, Any]]) -> float | None:
     return alpha_mle(drafted, accepted)
 
 
+def predicted_curve(rows: Sequence[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(k, predicted decode speedup) for every k with a measured v(k+1), from the alpha pooled over ``rows`` (one
+    pair and prompt) and what the drafter proposed in the largest-k run: the same per-step model as each row's
+    prediction, so the recommendation means the same for prompt lookup as for a draft model."""
+    alpha = pooled_alpha(rows)
+    costed = [row for row in rows if isinstance(row["k"], int) and row_value(row, "verify_costs_ms")
+              and row_value(row, "cost_ratio") is not None]
+    if alpha is None or not costed:
+        return []
+    source = max(costed, key=lambda row: row["k"])
+    curve, c = source["verify_costs_ms"], source["cost_ratio"]
+    if len(curve) < 2:
+        return []
+    catch_up, token = row_value(source, "draft_catch_up_ms"), row_value(source, "draft_token_ms")
+    c2 = c * catch_up / token if catch_up is not None and token else None
+    overhead = (row_value(source, "step_overhead_ms") or 0.0) / curve[0]
+    observed = observed_proposals(source["k"], source["drafted_per_step"], source["accepted_per_step"])
+    return [(k, predict_proposals(alpha, proposals_at(k, observed), c, curve, c2, overhead).speedup)
+            for k in range(1, len(curve))]
+
+
+def recommended_among(curve: Sequence[tuple[int, float]], ks: Sequence[int] | None = None) -> int | None:
+    """The k with the highest predicted speedup (the smallest on a tie), among ``ks`` when given."""
+    candidates = [(k, speedup) for k, speedup in curve if ks is None or k in ks]
+    return max(candidates, key=lambda item: (item[1], -item[0]))[0] if candidates else None
+
+
 def analyse_prompts(results: Sequence[dict[str, Any]]) -> list[PromptAnalysis]:
     """Per (pair, prompt), in order of appearance, over the constant-k rows of this package's engine."""
     results = constant_k_rows(results)
@@ -126,15 +153,66 @@ def analyse_prompts(results: Sequence[dict[str, Any]]) -> list[PromptAnalysis]:
     for pair, prompt in keys:
         rows = [row for row in results if row["pair"] == pair and row["prompt"] == prompt]
         best = max(rows, key=lambda row: row["decode_speedup"])
-        alpha = pooled_alpha(rows)
-        curve_ms = next((row["verify_costs_ms"] for row in rows if row_value(row, "verify_costs_ms")), None)
-        cost_ratio = next((row["cost_ratio"] for row in rows if row_value(row, "cost_ratio") is not None), None)
-        recommended, curve = None, []
-        if alpha is not None and curve_ms and cost_ratio is not None and len(curve_ms) > 1:
-            recommended = recommended_k(alpha, cost_ratio, curve_ms)
-            curve = [(k, predicted_speedup(alpha, k, cost_ratio, curve_ms)) for k in range(1, len(curve_ms))]
-        analyses.append(PromptAnalysis(pair, prompt, best["k"], best, alpha, recommended, curve))
+        curve = predicted_curve(rows)
+        analyses.append(PromptAnalysis(pair, prompt, best["k"], best, pooled_alpha(rows), recommended_among(curve),
+                                       curve))
     return analyses
+
+
+@dataclass
+class CategorySpeedup:
+    """One (pair, category, k): the decode speedup over the category's prompts, each weighted equally."""
+
+    pair: str
+    category: str
+    k: int
+    prompts: int
+    speedup: float  # geometric mean of the prompts' decode speedups
+    low: float | None  # 95% interval: t over the prompts' log speedups (one prompt: its own interval)
+    high: float | None
+
+
+def _category(row: dict[str, Any]) -> str:
+    return row["category"] if "category" in row else row["prompt"]
+
+
+def category_speedups(results: Sequence[dict[str, Any]]) -> list[CategorySpeedup]:
+    """Per (pair, category, k) of the constant-k rows of this package's engine, in order of appearance.
+
+    With several prompts, the interval is Student's t over the prompts' log speedups: it holds the spread between
+    prompts as well as each one's timing noise, and is what another prompt of the category may expect.
+    """
+    from ..results.statistics import speedup_interval
+
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for row in constant_k_rows(results):
+        if row["decode_speedup"] > 0:  # NaN is not
+            groups.setdefault((row["pair"], _category(row), row["k"]), []).append(row)
+    speedups = []
+    for (pair, category, k), rows in groups.items():
+        if len(rows) == 1:
+            row = rows[0]
+            speedups.append(CategorySpeedup(pair, category, k, 1, row["decode_speedup"],
+                                            row_value(row, "decode_speedup_ci_low"),
+                                            row_value(row, "decode_speedup_ci_high")))
+            continue
+        # A paired interval of 1 against 1/speedup is the t interval of the mean log speedup.
+        interval = speedup_interval([1.0] * len(rows), [1.0 / row["decode_speedup"] for row in rows], paired=True)
+        speedups.append(CategorySpeedup(pair, category, k, len(rows), interval.estimate, interval.low,
+                                        interval.high))
+    return speedups
+
+
+def best_category_speedups(results: Sequence[dict[str, Any]]) -> list[CategorySpeedup]:
+    """Per (pair, category): the k with the highest geometric mean among those that ran on all its prompts."""
+    speedups = category_speedups(results)
+    best: dict[tuple[str, str], CategorySpeedup] = {}
+    for item in speedups:
+        most = max(s.prompts for s in speedups if (s.pair, s.category) == (item.pair, item.category))
+        key = (item.pair, item.category)
+        if item.prompts == most and (key not in best or item.speedup > best[key].speedup):
+            best[key] = item
+    return list(best.values())
 
 
 def median(values: Sequence[float]) -> float | None:

@@ -14,8 +14,11 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .analysis import (FIGURES, PromptAnalysis, analyse_prompts, compare_engines, constant_k_rows, geometric_mean,
-                       median, pooled_position_acceptance, row_order, rows_by_pair, several_engines)
+from .analysis import (FIGURES, PromptAnalysis, analyse_prompts, best_category_speedups, compare_engines,
+                       constant_k_rows, geometric_mean, median, pooled_position_acceptance, row_order, rows_by_pair,
+                       several_engines)
+from .answer import pair_sentence, prompt_table, run_answer
+from .batch import per_k_rows
 from .formatting import number, with_interval
 from ..results.schema import row_value
 
@@ -49,7 +52,8 @@ def _schedule_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[s
         scheduled = [row for row in rows if row["k"] == k and row_value(row, "engine") == "native"
                      and row["prompt"] in best]
         if scheduled:
-            mean_k = [sum(row["k_per_step"][1:]) / max(len(row["k_per_step"]) - 1, 1) for row in scheduled]
+            steps = [row_value(row, "k_per_step")[1:] for row in scheduled]
+            mean_k = [sum(chosen) / max(len(chosen), 1) for chosen in steps]
             sentences.append(
                 f"k={k}: decode speedup {geometric_mean([row['decode_speedup'] for row in scheduled]):.2f} "
                 f"(geometric mean over {len(scheduled)} prompts) against "
@@ -127,22 +131,59 @@ def report_markdown(results: Sequence[dict[str, Any]], options: dict[str, Any], 
     if command:
         lines += ["Command:", "", f"```\n{command}\n```", ""]
     lines += _machine_lines(options, env) + _headline_lines(results)
-    analyses = analyse_prompts(results)
+    # Several batch sizes: the answers against k are of the smallest; the batch section has the rest.
+    analyses = analyse_prompts(per_k_rows(results))
+    answer = run_answer(per_k_rows(results))
     engines = several_engines(results)
     # Figures are linked relative to the report's folder, so the report and its figures move together.
     start = report_path.parent if report_path is not None else Path(".")
     for pair, rows in rows_by_pair(results).items():
-        lines += _pair_lines(pair, rows, [a for a in analyses if a.pair == pair], engines)
+        lines += _pair_lines(pair, rows, [a for a in analyses if a.pair == pair], engines, answer)
         if figures_dir is not None and constant_k_rows(rows):
             for figure in FIGURES:
                 path = figures_dir / f"{figure}_{pair}.png"
                 lines += [f"![{figure.replace('_', ' ')} for {pair}]({_relative(path, start)})", ""]
+    if constant_k_rows(results):
+        lines += ["## Decode speedup by prompt category", "", *_category_lines(per_k_rows(results))]
     if figures_dir is not None and constant_k_rows(results):
-        lines += ["## Decode speedup by prompt category", "",
-                  f"![decode speedup by category at the best k]"
+        lines += [f"![decode speedup by category at the best k]"
                   f"({_relative(figures_dir / 'speedup_by_category.png', start)})", ""]
+    lines += _batch_section(results, figures_dir, start)
+    lines += _regret_section(answer, figures_dir, start)
     lines += _whole_run_lines(analyses, results)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _batch_section(results: Sequence[dict[str, Any]], figures_dir: Path | None, start: Path) -> list[str]:
+    """Decode speedup by batch size, best k per batch size, break-even (report/batch.py): when several ran."""
+    from .batch import batch_answer, batch_markdown
+
+    figures = {}
+    if figures_dir is not None:
+        for pair in dict.fromkeys(answer["pair"] for answer in batch_answer(results)):
+            figures[pair] = _relative(figures_dir / f"speedup_vs_batch_{pair}.png", start)
+    return batch_markdown(results, figures)
+
+
+def _regret_section(answer: dict[str, Any], figures_dir: Path | None, start: Path) -> list[str]:
+    """k=auto (and k=heuristic) against the best constant k, with intervals (report/regret.py): when both ran."""
+    from .regret import regret_markdown, regret_pairs
+
+    figures = {} if figures_dir is None else {
+        pair: _relative(figures_dir / f"schedule_regret_{pair}.png", start) for pair in regret_pairs(answer)}
+    return regret_markdown(answer, figures)
+
+
+def _category_lines(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Per pair and category, the best k's decode speedup over the category's prompts."""
+    return ["At each category's best k: with several prompts, the geometric mean of their decode speedups (each "
+            "prompt weighted equally) and a 95% t interval over their log speedups, which holds the spread between "
+            "prompts as well as the timing noise; with one prompt, its own speedup and interval.", "",
+            _table([[item.pair, item.category, item.prompts, item.k,
+                     with_interval({"decode_speedup": item.speedup, "decode_speedup_ci_low": item.low,
+                                    "decode_speedup_ci_high": item.high})]
+                    for item in best_category_speedups(results)],
+                   ["pair", "category", "prompts", "best k", "decode speedup [95% CI]"]), ""]
 
 
 def _machine_lines(options: dict[str, Any], env: dict[str, Any]) -> list[str]:
@@ -166,8 +207,9 @@ def _headline_lines(results: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], analyses: Sequence[PromptAnalysis],
-                engines: bool) -> list[str]:
-    """One pair's section, its figures aside: what ran, every case, the engines, the best k, the findings."""
+                engines: bool, answer: dict[str, Any]) -> list[str]:
+    """One pair's section, its figures aside: what ran, every case, the engines, the answer, the cost model's
+    view of the best k, the findings."""
     first = rows[0]
     lines = [f"## Pair `{pair}`", "",
              f"Target {first['target']}, draft {first['draft']} ({first['drafter']}); {first['device']}, "
@@ -184,6 +226,7 @@ def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], analyses: Sequence[Pr
                   "prompts.", "",
                   _table([[c.k, c.prompts, number(c.native_speedup), number(c.hf_speedup), number(c.ratio)]
                           for c in comparisons], ["k", "prompts", "native", "hf", "native / hf"]), ""]
+    lines += _answer_lines(pair, answer, engines)
     lines += [_table([[a.prompt, a.best_k, with_interval(a.best_row), number(a.alpha, ".3f"),
                        number(a.recommended_k, "d"), number(dict(a.predicted_curve).get(a.recommended_k))]
                       for a in analyses],
@@ -201,6 +244,19 @@ def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], analyses: Sequence[Pr
                   "was accepted; all cases pooled): "
                   + ", ".join(f"{i}: {share:.2f} (n={n})" for i, n, share in positions) + ".", ""]
     return lines + ["Findings:", ""] + [f"- {sentence}" for sentence in pair_findings(analyses, rows)] + [""]
+
+
+def _answer_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]:
+    answers = sorted((a for a in answer["prompts"] if a["pair"] == pair), key=lambda a: (a["prompt"], a["engine"]))
+    if not answers:
+        return []
+    cells, headers = prompt_table(answers, engines)
+    return ["The answer. Per prompt, the best constant k (highest decode speedup); the k tied with it and those "
+            "slower, by a one-sided paired t test over the rounds of their block (family-wise 95%, a k the race "
+            "eliminated named with the k that beat it; not ranked: no round data to test with); the cost model's "
+            "recommended k (the most common among the prompt's cases) and its measured speedup over the best's.",
+            "", _table(cells, headers), "",
+            *(line for p in answer["pairs"] if p["pair"] == pair for line in (pair_sentence(p, engines), ""))]
 
 
 #: the case table's numeric columns after the decode speedup: (header, field, format)

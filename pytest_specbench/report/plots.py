@@ -16,14 +16,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from .analysis import FIGURES, analyse_prompts, constant_k_rows, pooled_position_acceptance, rows_by_pair  # noqa: E402
+from .analysis import (FIGURES, analyse_prompts, best_category_speedups, constant_k_rows,  # noqa: E402
+                       pooled_position_acceptance, rows_by_pair)
 from ..engine.cost_model import predicted_tau  # noqa: E402
 from ..results.schema import row_value  # noqa: E402
 
 
-def figure_names(pairs: Sequence[str]) -> list[str]:
-    """File names of every figure for these pairs, in the order the report shows them."""
-    return [f"{figure}_{pair}.png" for pair in pairs for figure in FIGURES] + ["speedup_by_category.png"]
+def figure_names(pairs: Sequence[str], batched_pairs: Sequence[str] = ()) -> list[str]:
+    """File names of every figure for these pairs, in the order the report shows them; ``batched_pairs``, those
+    that ran more than one batch size, also have ``speedup_vs_batch_<pair>.png``."""
+    return ([f"{figure}_{pair}.png" for pair in pairs for figure in FIGURES] + ["speedup_by_category.png"]
+            + [f"{BATCH_FIGURE}_{pair}.png" for pair in batched_pairs])
 
 
 def _save(fig, directory: Path, name: str) -> Path:
@@ -150,27 +153,101 @@ def verify_cost(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> P
 
 
 def speedup_by_category(results: Sequence[dict[str, Any]], directory: Path) -> Path:
-    analyses = analyse_prompts(results)
-    pairs = list(dict.fromkeys(a.pair for a in analyses))
-    prompts = sorted({a.prompt for a in analyses})
+    """Per pair and prompt category, the decode speedup at the category's best k: the geometric mean over its
+    prompts, each weighted equally, with a 95% t interval over them (:func:`analysis.category_speedups`)."""
+    best = best_category_speedups(results)
+    pairs = list(dict.fromkeys(item.pair for item in best))
+    categories = sorted({item.category for item in best})
     width = 0.8 / max(len(pairs), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(prompts) + 2), 4.8))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(categories) + 2), 4.8))
     for i, pair in enumerate(pairs):
-        best = {a.prompt: a.best_row for a in analyses if a.pair == pair}
-        xs = [j + (i - (len(pairs) - 1) / 2) * width for j, prompt in enumerate(prompts) if prompt in best]
-        rows = [best[prompt] for prompt in prompts if prompt in best]
-        ax.bar(xs, [row["decode_speedup"] for row in rows], width, yerr=_error_bars(rows, "decode_speedup"),
-               capsize=3, label=pair, color=f"C{i % 10}")
-        for x, row in zip(xs, rows):
-            top = row_value(row, "decode_speedup_ci_high") or row["decode_speedup"]
-            ax.text(x, top, f"k={row['k']}", ha="center", va="bottom", fontsize=8)
+        by_category = {item.category: item for item in best if item.pair == pair}
+        xs = [j + (i - (len(pairs) - 1) / 2) * width for j, category in enumerate(categories)
+              if category in by_category]
+        items = [by_category[category] for category in categories if category in by_category]
+        errors = [[item.speedup - item.low if item.low is not None else 0.0 for item in items],
+                  [item.high - item.speedup if item.high is not None else 0.0 for item in items]]
+        ax.bar(xs, [item.speedup for item in items], width, yerr=errors, capsize=3, label=pair, color=f"C{i % 10}")
+        for x, item in zip(xs, items):
+            label = f"k={item.k}" + (f"\n{item.prompts} prompts" if item.prompts > 1 else "")
+            ax.text(x, item.high or item.speedup, label, ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xticks(range(len(prompts)), prompts, rotation=20)
+    ax.set_xticks(range(len(categories)), categories, rotation=20)
     ax.set_xlabel("prompt category")
-    ax.set_ylabel("decode speedup at the best k (x, 95% CI)")
+    ax.set_ylabel("decode speedup at the best k (x, 95% CI;\nseveral prompts: geometric mean, t over prompts)")
     ax.set_title("Decode speedup by prompt category at each pair's best k")
     ax.legend(fontsize=8)
     return _save(fig, directory, "speedup_by_category.png")
+
+
+#: the figure of decode speedup against batch size (report/batch.py), one per pair that ran several batch sizes
+BATCH_FIGURE = "speedup_vs_batch"
+
+
+def speedup_vs_batch(results: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path | None:
+    """Decode speedup against batch size, one line per k (and prompt), with 95% intervals; the cost model's
+    prediction dashed beside each. None when the pair ran one batch size only."""
+    from .batch import batch_answer
+
+    answers = [answer for answer in batch_answer(results) if answer["pair"] == pair]
+    if not answers:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    several = len(answers) > 1
+    color = 0
+    for answer in answers:
+        for k in answer["ks"]:
+            points = [point for point in answer["points"] if point["k"] == k]
+            label = f"k={k}" + (f", {answer['prompt']}" if several else "")
+            errors = _error_bars(points, "decode_speedup")
+            ax.errorbar([point["batch"] for point in points], [point["decode_speedup"] for point in points],
+                        yerr=errors, fmt="o-", color=f"C{color % 10}", capsize=3, label=f"{label} measured")
+            predicted = [point for point in points if point["predicted_speedup"] is not None]
+            if predicted:
+                ax.plot([point["batch"] for point in predicted], [point["predicted_speedup"] for point in predicted],
+                        "--", color=f"C{color % 10}", alpha=0.6, label=f"{label} predicted")
+            color += 1
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.minorticks_off()
+    sizes = sorted({size for answer in answers for size in answer["batches"]})
+    ax.set_xticks(sizes, [str(size) for size in sizes])
+    ax.set_xlabel("batch size (prompts decoded at once)")
+    ax.set_ylabel("decode speedup over the batched target (x, 95% CI)")
+    ax.set_title(f"{pair}: decode speedup against batch size")
+    ax.legend(fontsize=7)
+    return _save(fig, directory, f"{BATCH_FIGURE}_{pair}.png")
+
+
+def schedule_regret(answers: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path:
+    """Per prompt of one pair: each schedule's decode speedup as a share of the best constant k's, with its 95%
+    interval paired over rounds (report/regret.py), and native k=auto over hf k=auto where both engines ran."""
+    answers = [a for a in answers if a["pair"] == pair and a["schedules"]]
+    prompts = sorted({a["prompt"] for a in answers})
+    series: dict[str, list[tuple[str, float, float | None, float | None]]] = {}
+    for a in answers:
+        for s in a["schedules"]:
+            series.setdefault(f"{a['engine']} k={s['k']} / best constant k", []).append(
+                (a["prompt"], s["ratio_to_best"], s["ratio_to_best_ci_low"], s["ratio_to_best_ci_high"]))
+        hf = a.get("against_hf")
+        if hf and hf["ratio"] is not None:
+            series.setdefault(f"native k={hf['k']} / hf k={hf['k']} (end to end)", []).append(
+                (a["prompt"], hf["ratio"], hf["ci_low"], hf["ci_high"]))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(prompts) + 2.5), 4.8))
+    for i, (label, points) in enumerate(series.items()):
+        offset = 0.12 * (i - (len(series) - 1) / 2)
+        ax.errorbar([prompts.index(p) + offset for p, _, _, _ in points], [r for _, r, _, _ in points],
+                    yerr=[[r - low if low is not None else 0.0 for _, r, low, _ in points],
+                          [high - r if high is not None else 0.0 for _, r, _, high in points]],
+                    fmt="o" if "best" in label else "s", color=f"C{i % 10}", capsize=3, label=label)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(range(len(prompts)), prompts, rotation=20)
+    ax.set_xlabel("prompt")
+    ax.set_ylabel("ratio of speedups (x, 95% CI paired over rounds)")
+    ax.set_title(f"{pair}: schedules against the best constant k\n(best k chosen after the fact: conservative; "
+                 "above 1 wins)", fontsize=10)
+    ax.legend(fontsize=7)
+    return _save(fig, directory, f"schedule_regret_{pair}.png")
 
 
 def write_plots(results: Sequence[dict[str, Any]], directory: Path) -> list[Path]:
@@ -180,11 +257,24 @@ def write_plots(results: Sequence[dict[str, Any]], directory: Path) -> list[Path
     tables hold the schedules and the hf engine.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    results = constant_k_rows(results)
-    written = []
+    from .answer import prompt_answers
+    from .regret import regret_pairs
+
+    from .batch import per_k_rows
+
+    # Several batch sizes: the figures against k show the smallest; speedup_vs_batch shows them all.
+    # The schedules against the best constant k: before the rows are narrowed to constant k.
+    answers = prompt_answers(per_k_rows(results))
+    written = [schedule_regret(answers, pair, directory) for pair in regret_pairs({"prompts": answers})]
+    batched = constant_k_rows(results)
+    results = per_k_rows(batched)
     for pair, rows in rows_by_pair(results).items():
         for figure in (speedup_vs_k, acceptance_heatmap, tau_vs_k, position_acceptance, verify_cost):
             written.append(figure(rows, pair, directory))
     if results:
         written.append(speedup_by_category(results, directory))
+    for pair, rows in rows_by_pair(batched).items():
+        batch_figure = speedup_vs_batch(rows, pair, directory)
+        if batch_figure is not None:
+            written.append(batch_figure)
     return written

@@ -9,9 +9,11 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .analysis import (analyse_prompts, compare_engines, constant_k_rows, geometric_mean, k_order,
+from .answer import pair_sentence, prompt_table, run_answer
+from .analysis import (compare_engines, constant_k_rows, geometric_mean, k_order,
                        pooled_position_acceptance, row_order, rows_by_pair, several_engines)
-from .formatting import number, with_interval
+from .batch import batch_answer, batch_lines, per_k_rows
+from .formatting import with_interval
 from ..results.schema import csv_columns, row_value, summary_columns
 from ..results.strict_json import strict_json
 
@@ -32,28 +34,33 @@ def _cell(row: dict[str, Any], name: str, fmt: str, interval: bool) -> str:
 
 
 def summary_lines(results: Sequence[dict[str, Any]], ci_target: float = 0.05) -> list[str]:
-    """The terminal summary: a table per pair, a per-k summary, the best k per prompt, the unstable cases."""
+    """The terminal summary: a table per pair, a per-k summary, the answer (best k per prompt, ties, slower k),
+    the unstable cases."""
     if not results:
         return ["no specbench case ran: nothing to summarise"]
     engines = several_engines(results)
+    answer = run_answer(per_k_rows(results))
     lines: list[str] = []
     for pair, rows in rows_by_pair(results).items():
-        lines += _pair_lines(pair, rows, engines)
-    return lines + _closing_lines(results, ci_target)
+        lines += _pair_lines(pair, rows, engines, answer)
+    # The answer for serving (report/batch.py): only when more than one batch size ran.
+    return lines + batch_lines(results) + _closing_lines(results, ci_target)
 
 
-def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], engines: bool) -> list[str]:
-    """One pair: its cases, the per-k means, the engines side by side, the best k per prompt."""
+def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], engines: bool, answer: dict[str, Any]) -> list[str]:
+    """One pair: its cases, the per-k means, the engines side by side, the answer."""
     first = rows[0]
     lines = [f"{pair}: target {first['target']}, draft {first['draft']} "
              f"({first['device']}, {first['dtype']}, {first['new_tokens']} new tokens; "
              f"speedups with their 95% interval, {UNSTABLE_MARK} = unstable)"]
-    columns = tuple(column for column in summary_columns() if engines or column[0] != "engine")
+    batches = len({row_value(row, "batch") for row in rows}) > 1
+    columns = tuple(column for column in summary_columns()
+                    if (engines or column[0] != "engine") and (batches or column[0] != "batch"))
     table = [[_cell(row, name, fmt, interval) for name, _, fmt, interval in columns]
              for row in sorted(rows, key=row_order)]
     # Cells come formatted (a value with its interval is text): tabulate must not parse them again.
     lines += tabulate(table, headers=[header for _, header, _, _ in columns], disable_numparse=True).splitlines()
-    lines += ["", *_per_k_lines(rows, engines)]
+    lines += ["", *_per_k_lines(per_k_rows(rows), engines)]  # several batch sizes: the smallest
     comparisons = compare_engines(rows)
     if comparisons:
         lines += ["", "engines side by side (end-to-end speedup over the same greedy baseline, geometric mean "
@@ -61,7 +68,7 @@ def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], engines: bool) -> lis
         lines += tabulate([(c.k, c.prompts, c.native_speedup, c.hf_speedup, c.ratio) for c in comparisons],
                           headers=("k", "prompts", "native", "hf", "native / hf"),
                           floatfmt=("", "", ".2f", ".2f", ".2f")).splitlines()
-    lines += ["", *_best_k_lines(rows)]
+    lines += ["", *_answer_lines(pair, answer, engines)]
     positions = pooled_position_acceptance(constant_k_rows(rows))
     if positions:
         lines.append("per-position acceptance (of the steps that drafted at least i tokens, the share whose "
@@ -88,15 +95,16 @@ def _per_k_lines(rows: Sequence[dict[str, Any]], engines: bool) -> list[str]:
                     floatfmt=("",) * len(lead) + ("", ".2f", ".2f", ".3f", ".2f")).splitlines()
 
 
-def _best_k_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
-    best = []
-    for analysis in sorted(analyse_prompts(rows), key=lambda analysis: analysis.prompt):
-        top = analysis.best_row
-        best.append((analysis.prompt, top["k"], _cell(top, "decode_speedup", ".2f", True),
-                     f"{top['acceptance_rate']:.3f}", number(analysis.alpha, ".3f"),
-                     number(analysis.recommended_k, "d")))
-    return tabulate(best, headers=("prompt", "best k", "decode speedup", "accept", "pooled alpha",
-                                   "recommended k"), disable_numparse=True).splitlines()
+def _answer_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]:
+    """The pair's answer: per prompt the best constant k, the k tied with it and those slower (by a paired test
+    over the block's rounds), the cost model's recommended k; then the k best on most prompts."""
+    answers = [a for a in answer["prompts"] if a["pair"] == pair]
+    if not answers:
+        return []
+    cells, headers = prompt_table(sorted(answers, key=lambda a: (a["prompt"], a["engine"])), engines)
+    lines = ["the answer (best constant k per prompt; tied / slower: a paired test over the block's rounds, "
+             "family-wise 95%):", *tabulate(cells, headers=headers, disable_numparse=True).splitlines()]
+    return lines + [pair_sentence(p, engines) for p in answer["pairs"] if p["pair"] == pair]
 
 
 def _closing_lines(results: Sequence[dict[str, Any]], ci_target: float) -> list[str]:
@@ -115,7 +123,7 @@ def _closing_lines(results: Sequence[dict[str, Any]], ci_target: float) -> list[
             f"{len(unstable)} case(s) unstable ({UNSTABLE_MARK}): their 95% interval stayed wider than "
             f"+/-{ci_target:.0%} within the rounds allowed, so their speedups are noise-bound. "
             "Try a quieter machine, fewer xdist workers, a fixed --specbench-threads"
-            f"{f' (ran with {threads[0]})' if len(threads) == 1 else ''}, or a larger --specbench-case-budget."
+            f"{f' (ran with {threads[0]})' if len(threads) == 1 else ''}, or a longer --specbench-budget."
         )
     return lines
 
@@ -147,13 +155,15 @@ def environment() -> dict[str, Any]:
 def run_document(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],
                  missing: Sequence[str] = (), *, interrupted: str | None = None,
                  resumed: Sequence[str] = ()) -> dict[str, Any]:
-    """The JSON record of a run: the environment, the options used, how the run ended, missing cases and the rows.
+    """The JSON record of a run: the environment, the options used, how the run ended, missing cases, the answer
+    (:func:`.answer.run_answer`) and the rows.
 
     ``interrupted`` says what stopped the run early (a signal, a failure limit), ``resumed`` lists the
     cases taken from a results log instead of being run again.
     """
     return {**env, "options": options, "interrupted": interrupted, "missing_cases": list(missing),
-            "resumed_cases": list(resumed), "results": list(results)}
+            "resumed_cases": list(resumed), "answer": run_answer(per_k_rows(results)), "batch": batch_answer(results),
+            "results": list(results)}
 
 
 def json_text(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],

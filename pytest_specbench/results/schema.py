@@ -45,8 +45,9 @@ class CaseResult:
 
     # --- case identity
     case: str = _field("case id, {pair}-k{k}-{prompt}; {pair}-{engine}-k{k}-{prompt} when more than one engine "
-                       "ran", IDENTITY)
-    config: str = _field("the first seed's config name, {pair}_k{k}", IDENTITY, seed=1)
+                       "ran; -b{batch} after k{k} when more than one batch size ran", IDENTITY)
+    config: str = _field("the first seed's config name, {pair}_k{k} (_{engine} for hf, _b{batch} at batch > 1)",
+                         IDENTITY, seed=1)
     pair: str = _field("model pair id", IDENTITY, gate="compared", extra_info=True)
     target: str = _field("target model source", IDENTITY)
     draft: str = _field("what drafts, in words", IDENTITY)
@@ -59,12 +60,20 @@ class CaseResult:
     prompt: str = _field("prompt label in the case id (category, or prompt id)", IDENTITY,
                          summary=("prompt", ""), gate="compared", extra_info=True)
     prompt_id: str = _field("prompt id in the prompt file", IDENTITY)
+    batch: int = _field("batch size: prompts decoded at once (the prompt and others of its category, left padded); "
+                        "at batch > 1 every speed, speedup and count is the whole batch's, against the target's "
+                        "batched greedy decoding; the case id gains -b{batch} when more than one batch size ran",
+                        IDENTITY, default=1, summary=("batch", ""), extra_info=True)
+    batch_prompt_ids: list = _field("the prompt id of each row of the batch, the case's own first (batch > 1)",
+                                    IDENTITY, default=[], csv=False)
+    batch_prompt_tokens: list = _field("each row's prompt length in tokens before padding (batch > 1; "
+                                       "prompt_tokens is the first row's)", IDENTITY, default=[], csv=False)
     temperature: float = _field("sampling temperature (0: greedy decoding)", IDENTITY, default=0.0)
     top_p: float = _field("top-p of the sampling (1: off)", IDENTITY, default=1.0)
     top_k: int = _field("top-k of the sampling (0: off)", IDENTITY, default=0)
     category: str = _field("prompt category", IDENTITY)
     prompt_tokens: int = _field("prompt length in tokens", IDENTITY)
-    new_tokens: int = _field("tokens generated per run", IDENTITY)
+    new_tokens: int = _field("tokens generated per run (batch > 1: by the case's own row)", IDENTITY)
 
     # --- timing
     latency_ms: float = _field("milliseconds per generated token of the speculative run (median run)", TIMING,
@@ -104,7 +113,32 @@ class CaseResult:
     rounds: int = _field("timed speculative runs (rounds)", TIMING)
     baseline_runs: int = _field("timed baseline runs", TIMING)
     unstable: bool = _field("an interval wider than the target (--specbench-ci-target) after the rounds the "
-                            "budget allowed", TIMING)
+                            "budget allowed, and not eliminated by the race", TIMING)
+    block: str = _field("the block it was timed in: the cases sharing its target and prompt, timed in shared "
+                        "rounds with one baseline per round ({target}:{prompt id})", TIMING, default="")
+    block_rounds: list = _field("the block rounds (0-based) the case ran in; its speedups pair each with that "
+                                "round's baseline", TIMING, default=[], csv=False)
+    block_round_count: int = _field("rounds the whole block ran", TIMING, default=0)
+    round_decode_token_s: list = _field("the speculative run's seconds per decode token in each of those rounds",
+                                        TIMING, default=[], csv=False)
+    round_wall_s: list = _field("the speculative run's wall seconds (prefill included) in each of those rounds",
+                                TIMING, default=[], csv=False)
+    baseline_round_decode_token_s: list = _field("the baseline's seconds per decode token in the rounds compared "
+                                                 "with (the same rounds, unless --specbench-baseline-once)",
+                                                 TIMING, default=[], csv=False)
+    eliminated_by: int | str | None = _field("the k whose decode speed beat this one in the race (paired over "
+                                             "the rounds both ran; a step-down correction over the comparisons "
+                                             "and the looks keeps the false eliminations of a (pair, engine, "
+                                             "prompt) within 5%), after which it stopped being timed; null if "
+                                             "not eliminated", TIMING, default=None)
+    timing_stop: str = _field("why it stopped being timed: tight (interval within the target), eliminated, case "
+                              "budget, block budget, run budget (the run's budget was spent) or max rounds",
+                              TIMING, default="")
+    batch_decode_tps: float | None = _field("batch > 1: speculative decoding speed of the whole batch, tokens "
+                                            "after each row's first summed over the rows per second (median run; "
+                                            "decode_tps holds the same)", TIMING, default=None)
+    batch_baseline_decode_tps: float | None = _field("batch > 1: the target's batched greedy decoding speed over the "
+                                                     "whole batch, likewise", TIMING, default=None)
     draft_time_s: float = _field("seconds spent drafting in the decode phase (median speculative run)", TIMING)
     verify_time_s: float = _field("seconds in target verify passes in the decode phase (median run)", TIMING)
     other_time_s: float = _field("decode seconds neither drafting nor verifying (median run)", TIMING)
@@ -112,10 +146,15 @@ class CaseResult:
     # --- acceptance
     acceptance_rate: float = _field("accepted draft tokens / drafted tokens", ACCEPTANCE, seed=4,
                                     summary=("accept", ".3f"), gate="compared", extra_info=True)
-    tau: float = _field("mean tokens committed per decode step (verify pass), bonus token included", ACCEPTANCE,
+    tau: float = _field("mean tokens committed per decode step (verify pass), bonus token included (batch > 1: a "
+                        "row's, averaged over the rows)", ACCEPTANCE,
                         summary=("tau", ".2f"), gate="compared", extra_info=True)
     drafted_tokens: int = _field("draft tokens proposed", ACCEPTANCE, gate="compared")
     accepted_tokens: int = _field("draft tokens accepted", ACCEPTANCE, gate="compared")
+    row_acceptance: list = _field("batch > 1: each row's acceptance (accepted / drafted; null where the row "
+                                  "drafted nothing), rows in batch order", ACCEPTANCE, default=[], csv=False)
+    row_acceptance_min: float | None = _field("batch > 1: the lowest row acceptance", ACCEPTANCE, default=None)
+    row_acceptance_max: float | None = _field("batch > 1: the highest row acceptance", ACCEPTANCE, default=None)
     target_forward_passes: int = _field("target forward passes of one speculative run", ACCEPTANCE)
     draft_forward_passes: int = _field("draft model forward passes of one speculative run", ACCEPTANCE)
     accepted_per_step: list = _field("accepted tokens at each step", ACCEPTANCE, default=[], csv=False)
@@ -135,18 +174,29 @@ class CaseResult:
     expected_alpha: float | None = _field("under sampling with a draft model: sum over the vocabulary of "
                                           "min(p, q) at the prompt, the per-token acceptance the rule implies",
                                           COST_MODEL, default=None)
-    cost_ratio: float | None = _field("c: the draft's cost per drafted token / v(1) (0 for prompt lookup)",
-                                      COST_MODEL, default=None)
+    cost_ratio: float | None = _field("c: the draft's cost per drafted token over a target one-position pass timed "
+                                      "in turn with it (0 for prompt lookup)", COST_MODEL, default=None)
     verify_cost_ratio: float | None = _field("v(k+1)/v(1): a verify pass over k+1 positions against a 1-token "
                                              "target step", COST_MODEL, default=None)
-    predicted_tau: float | None = _field("(1 - alpha^(k+1)) / (1 - alpha): predicted tokens per verify pass",
+    predicted_tau: float | None = _field("predicted tokens per verify pass: the mean over the run's decode steps of "
+                                         "(1 - alpha^(d+1)) / (1 - alpha) at each step's drafted length d",
                                          COST_MODEL, default=None)
-    predicted_speedup: float | None = _field("tau(k) v(1) / (k c v(1) + v(k+1)): predicted decode speedup",
-                                             COST_MODEL, default=None, summary=("predicted", ".2f"))
+    predicted_speedup: float | None = _field("predicted decode speedup: sum tau(d) / sum (o + v(d+1)/v(1) + d c + "
+                                             "alpha^(d before) (c2 - c)) over the steps as they ran (d drafted, o the "
+                                             "step overhead, c2 the draft's catch-up pass)", COST_MODEL, default=None,
+                                             summary=("predicted", ".2f"))
     efficiency: float | None = _field("measured decode_speedup / predicted_speedup", COST_MODEL, default=None,
                                       summary=("efficiency", ".2f"))
-    recommended_k: int | None = _field("the k with the highest predicted speedup at this alpha, over every k whose "
-                                       "verify cost was measured", COST_MODEL, default=None)
+    recommended_k: int | None = _field("the k maximising that per-step prediction over the drafter's proposal "
+                                       "lengths capped at k (for every drafter), over every k whose verify cost was "
+                                       "measured", COST_MODEL, default=None)
+    draft_catch_up_ms: float | None = _field("the draft's two-position pass, milliseconds, timed in turn with a "
+                                             "target one-position pass: its catch-up after a block accepted whole "
+                                             "(its last drafted token and the target's bonus token); null for "
+                                             "prompt lookup", COST_MODEL, default=None)
+    step_overhead_ms: float | None = _field("the median run's decode time outside drafting and verifying, per decode "
+                                            "step, milliseconds (the model charges it once per step)", COST_MODEL,
+                                            default=None)
     draft_token_ms: float | None = _field("the draft's cost per drafted token, milliseconds (a draft model's "
                                           "one-token step; 0 for prompt lookup)", COST_MODEL, default=None)
     verify_costs_ms: list = _field("entry m-1: v(m), milliseconds of one target pass over m new positions on a "
@@ -183,6 +233,17 @@ class CaseResult:
     sampling_check_dof: int | None = _field("its degrees of freedom, after pooling cells expected below 5",
                                             VERDICT, default=None, csv=False)
     sampling_check_draws: int | None = _field("simulated draft tokens it tested", VERDICT, default=None)
+    row_verdicts: list = _field("batch > 1: each row's verdict against both its references (the target's batched "
+                                "generate with the same padding, and the prompt's unbatched greedy output); the "
+                                "case's verdict is its worst row's", VERDICT, default=[], csv=False)
+    divergent_row: int | None = _field("batch > 1: the row whose divergence the fields below describe", VERDICT,
+                                       default=None)
+    divergence_against: str | None = _field("batch > 1: the reference that row differs from: batched or unbatched",
+                                            VERDICT, default=None)
+    batched_reference_matches_unbatched: bool | None = _field("batch > 1: the target's batched generate equals its "
+                                                              "unbatched greedy output in every row (false: batching "
+                                                              "moved its own argmax at a near-tie)", VERDICT,
+                                                              default=None)
     first_divergence: int | None = _field("first differing new token, if any", VERDICT, default=None)
     top2_margin: float | None = _field("target's top-2 logit margin at the divergence", VERDICT, default=None)
     expected_token: int | None = _field("target's token at the divergence", VERDICT, default=None, csv=False)

@@ -28,6 +28,7 @@ class SpecbenchConfig:
     pairs_file: Path | None
     ks: tuple[int | str, ...]  # integers and schedule names (SCHEDULE_KS)
     engines: tuple[str, ...]
+    batches: tuple[int, ...]  # batch sizes, each >= 1
     head_kernel: str
     compile_steps: bool
     prompt_categories: tuple[str, ...]  # empty: all
@@ -40,7 +41,9 @@ class SpecbenchConfig:
     min_rounds: int
     max_rounds: int
     ci_target: float
-    case_budget: float
+    case_budget: float | None  # None: no per-case budget
+    run_budget: float | None  # seconds for the whole run; None: off
+    race: bool
     threads: int | None
     baseline_once: bool
     tie_tolerance: float

@@ -99,6 +99,25 @@ def _ks(raw: str) -> tuple[int | str, ...]:
         raise ValueError(f"{error} (in the comma list {raw!r}; {accepted})") from None
 
 
+#: the largest batch size: a batch's rows all sit in one forward pass, and far past the batch sizes any server
+#: runs (hundreds) memory runs out long before this bound; it refuses a typo before a huge batch is built
+MAX_BATCH = 4096
+
+
+def _batches(raw: str) -> tuple[int, ...]:
+    accepted = f"a comma list of batch sizes, integers >= 1 and <= {MAX_BATCH}, e.g. 1,4,16"
+    items = _comma_list(accepted)(raw)
+    try:
+        sizes = tuple(_int(1, MAX_BATCH, "a batch of B prompts is B rows of every forward pass")(item)
+                      for item in items)
+    except ValueError as error:
+        raise ValueError(f"{error} (in the comma list {raw!r}; {accepted})") from None
+    duplicates = sorted({size for size in sizes if sizes.count(size) > 1})
+    if duplicates:  # "4,04" passes the string check
+        raise ValueError(f"listed more than once: {', '.join(map(str, duplicates))}")
+    return sizes
+
+
 def _threads(raw: str) -> int:
     cores = os.cpu_count()
     return _int(1, cores, f"this machine has {cores} logical CPUs; more threads only contend for them")(raw) \
@@ -272,6 +291,36 @@ def _gate_differing(raw: str) -> str:
     return raw
 
 
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h)?$")
+_UNIT_SECONDS = {None: 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def _duration(raw: str) -> float | None:
+    """Seconds, from 900, 900s, 15m or 1h; None for off."""
+    accepted = "a duration such as 15m, 900s, 1h or 900 (seconds), above zero, or off"
+    if raw.lower() in ("off", "none"):
+        return None
+    try:
+        number = float(raw)
+    except ValueError:
+        number = 0.0
+    if not math.isfinite(number):
+        raise ValueError(f"{raw!r} is {'not a number' if math.isnan(number) else 'infinite'}; accepted: {accepted}")
+    match = _DURATION.match(raw.lower())
+    if not match:
+        raise ValueError(f"{raw!r} is not a duration; accepted: {accepted}")
+    seconds = float(match[1]) * _UNIT_SECONDS[match[2]]
+    if not 0 < seconds < 10**7:
+        raise ValueError(f"{raw!r} is outside (0 s, 115 days); accepted: {accepted}")
+    return seconds
+
+
+def _on_off(raw: str) -> bool:
+    if raw.lower() not in ("on", "off"):
+        raise ValueError(f"{raw!r} is neither on nor off; accepted: on, off")
+    return raw.lower() == "on"
+
+
 def _shard(raw: str) -> tuple[int, int]:
     match = re.match(r"^(\d+)/(\d+)$", raw)
     if not match or not 1 <= int(match[1]) <= int(match[2]):
@@ -331,6 +380,11 @@ OPTIONS: tuple[Option, ...] = (
            reads=True),
     Option("k", "ks", f"comma list of draft lengths k (default {DEFAULT_KS}); 'auto' and 'heuristic' name "
            "schedules that choose k at each step", _ks, DEFAULT_KS, metavar="LIST"),
+    Option("batch", "batches", "comma list of batch sizes (default 1): a case of batch B decodes B prompts of its "
+           "category at once (left padded; the prompt's own first, repeated when the category has fewer), with the "
+           "batched engine, against the target's batched greedy decoding; greedy only, constant k only, native "
+           "engine only (other cases of batch > 1 are skipped with the reason)", _batches, "1", metavar="SIZES",
+           unset=(1,), changes_results=True),  # unset: what a record from before the option means
     Option("engine", "engines", "comma list of decoding engines: native (this package's loop) and hf "
            "(transformers' assisted generation), run side by side (default native)", _engines, "native",
            metavar="ENGINES"),
@@ -369,13 +423,20 @@ OPTIONS: tuple[Option, ...] = (
     Option("ci-target", "ci_target", "stop timing a case once the 95% interval of its speedups is within "
            "+/- this fraction, in (0, 1) (default 0.05); a case still wider is marked unstable", _ci_target, "0.05",
            metavar="FRACTION", changes_results=True),
-    Option("case-budget", "case_budget", "seconds of timed rounds per case before it stops short of the "
-           "interval target (default 30; on CPU 20)", _positive_float, "30", cpu_default="20",
-           metavar="SECONDS", changes_results=True),
+    Option("budget", "run_budget", "the whole run's timing budget, divided over its blocks (a block: the cases "
+           "sharing a target and a prompt): 15m, 900s, 1h or plain seconds; off for none (default 15m). Loading "
+           "and warm-up count against it; a block never runs fewer than --specbench-min-rounds, and once it is "
+           "spent the blocks left run only those", _duration, "15m", metavar="DURATION"),
+    Option("race", "race", "on: within a (pair, engine, prompt), a constant k slower than the leader at 95% "
+           "(paired, Holm-corrected) stops being timed and is marked eliminated; off: every case is timed to the "
+           "interval target (default on)", _on_off, "on", metavar="on|off", changes_results=True),
+    Option("case-budget", "case_budget", "seconds of timed rounds per case (its speculative runs and the "
+           "baselines of its rounds) before it stops short of the interval target (default: none, the run's "
+           "--specbench-budget decides)", _positive_float, metavar="SECONDS", changes_results=True),
     Option("threads", "threads", "torch CPU threads (default: torch's own choice; under xdist on CPU, "
            "cores / workers; at most this machine's logical CPUs)", _threads, metavar="N", changes_results=True),
-    Option("baseline-once", "baseline_once", "time the target-only baseline once per (target, prompt) instead of "
-           "interleaving it with every case", changes_results=True),
+    Option("baseline-once", "baseline_once", "time the target-only baseline only in a block's first "
+           "--specbench-min-rounds rounds instead of in every round (speedups then compare unpaired)", changes_results=True),
     Option("tie-tolerance", "tie_tolerance", "under float16/bfloat16, a divergence where the target's top-2 logit "
            "margin is below this is a tie-divergence, not a failure (default 0.1)", _non_negative_float, "0.1",
            metavar="LOGITS", changes_results=True),

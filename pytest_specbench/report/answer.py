@@ -1,0 +1,213 @@
+"""The answer of a run: per (pair, engine, prompt) the best constant k, the k tied with it, the k slower than it,
+and what the cost model's recommended k (the best predicted among the k run) gives up; then, per pair, the k best or tied-best on most prompts.
+
+Rows are plain dicts of the schema's fields; what comes back is plain built-in types (the JSON takes it as it is).
+"Slower" is decided by test, never by intervals that fail to overlap: a k the race eliminated is slower (its row
+says which k beat it), any other is tested against the best with :func:`..results.racing.rank_against_best`
+on the rounds both ran in their block (family-wise 5% per (pair, engine, prompt), the best being picked from the
+same data; see racing's docstring). A row without round data (a file written before rounds were kept) is
+"unknown": the test cannot be run, and "tied" would claim what nobody measured.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from ..results.racing import SLOWER, TIED, UNKNOWN, rank_against_best
+from ..results.schema import row_value
+from .analysis import k_order, predicted_curve, recommended_among
+from .formatting import with_interval
+from .regret import hf_summary, interval_text, ratio_to_best, ratio_to_hf, schedule_summaries
+
+#: the schedule compared across engines: transformers' own default against this package's cost model
+AUTO = "auto"
+
+#: family-wise level of the final ranking of one (pair, engine, prompt)
+ALPHA = 0.05
+
+
+def _rounds(row: dict[str, Any]) -> dict[tuple[str, int], float] | None:
+    """The row's seconds per decode token keyed by (block, round); None without usable round data."""
+    rounds, times = row_value(row, "block_rounds"), row_value(row, "round_decode_token_s")
+    if not rounds or len(rounds) != len(times) or any(not (t is not None and t > 0) for t in times):
+        return None
+    block = row_value(row, "block")
+    return {(block, r): t for r, t in zip(rounds, times)}
+
+
+def _measured(row: dict[str, Any]) -> bool:
+    speedup = row_value(row, "decode_speedup")
+    return isinstance(speedup, (int, float)) and speedup > 0  # NaN and None are not
+
+
+def _constant_k(row: dict[str, Any]) -> bool:
+    return isinstance(row["k"], int) and not isinstance(row["k"], bool)
+
+
+def _interval(row: dict[str, Any]) -> dict[str, Any]:
+    return {"decode_speedup": row["decode_speedup"], "decode_speedup_ci_low": row_value(row, "decode_speedup_ci_low"),
+            "decode_speedup_ci_high": row_value(row, "decode_speedup_ci_high")}
+
+
+def prompt_answer(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The answer for the rows of one (pair, engine, prompt); None when no constant k ran.
+
+    The best is the constant k with the highest decode speedup among those the race did not eliminate (all of
+    them, if it eliminated every one); schedules (k=auto, k=heuristic) are not raced, only set beside it.
+    """
+    rows = [row for row in rows if _measured(row)]
+    constant = {row["k"]: row for row in rows if _constant_k(row)}
+    if not constant:
+        return None
+    standing = [row for row in constant.values() if row_value(row, "eliminated_by") is None] or list(constant.values())
+    best = max(standing, key=lambda row: row["decode_speedup"])
+    status: dict[int, str] = {}
+    eliminated = {k: row_value(row, "eliminated_by") for k, row in constant.items()
+                  if k != best["k"] and row_value(row, "eliminated_by") is not None}
+    status.update(dict.fromkeys(eliminated, SLOWER))
+    timed = {k: _rounds(row) for k, row in constant.items() if k not in eliminated}
+    if timed[best["k"]] is None:
+        status.update({k: UNKNOWN for k in timed if k != best["k"]})
+    else:
+        with_data = {k: rounds for k, rounds in timed.items() if rounds is not None}
+        status.update(rank_against_best(with_data, best["k"], alpha=ALPHA))
+        status.update({k: UNKNOWN for k, rounds in timed.items() if rounds is None})
+    ordered = sorted(status, key=k_order)
+    # Among the k this run measured, so that its regret is a measured figure.
+    recommended = recommended_among(predicted_curve(list(constant.values())), list(constant))
+    at_recommended = constant.get(recommended)
+    return {
+        "pair": best["pair"], "engine": row_value(best, "engine"), "prompt": best["prompt"],
+        "best_k": best["k"], **_interval(best),
+        "tied": [k for k in ordered if status[k] == TIED],
+        "slower": [{"k": k, "eliminated_by": eliminated.get(k)} for k in ordered if status[k] == SLOWER],
+        "unknown": [k for k in ordered if status[k] == UNKNOWN],
+        "ranking": UNKNOWN if any(status[k] == UNKNOWN for k in ordered) else "tested",
+        "recommended_k": recommended,
+        "recommended_decode_speedup": at_recommended["decode_speedup"] if at_recommended else None,
+        # measured speedup at the recommended k / the best's: 1 when the model picks the best, None when not run
+        "regret": at_recommended["decode_speedup"] / best["decode_speedup"] if at_recommended else None,
+        # each schedule's decode speedup / the best's, paired over the rounds both ran (see regret.py: the best
+        # is picked after the fact from the same data, so the ratio is a conservative figure)
+        "schedules": [{"k": row["k"], "decode_speedup": row["decode_speedup"], **ratio_to_best(row, best)}
+                      for row in sorted(rows, key=lambda row: k_order(row["k"])) if not _constant_k(row)],
+    }
+
+
+def prompt_answers(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`prompt_answer` for every (pair, engine, prompt), in order of first appearance."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for row in results:
+        if all(name in row for name in ("pair", "prompt", "k")):  # a hand-made row may lack them: no answer there
+            groups.setdefault((row["pair"], row_value(row, "engine"), row["prompt"]), []).append(row)
+    answers = [answer for answer in map(prompt_answer, groups.values()) if answer is not None]
+    for answer in answers:
+        answer["against_hf"] = _against_hf(answer, groups)
+    return answers
+
+
+def _against_hf(answer: dict[str, Any], groups: dict[tuple[str, str, str], list[dict[str, Any]]]
+                ) -> dict[str, Any] | None:
+    """For the native engine's answer: its k=auto against the hf engine's k=auto (transformers' default schedule)
+    on the same prompt, end to end (:func:`.regret.ratio_to_hf`); None where either did not run."""
+    if answer["engine"] != "native":
+        return None
+    native = [row for row in groups[answer["pair"], "native", answer["prompt"]] if row["k"] == AUTO and _measured(row)]
+    hf = [row for row in groups.get((answer["pair"], "hf", answer["prompt"]), []) if row["k"] == AUTO
+          and _measured(row)]
+    return ratio_to_hf(native[0], hf[0]) if native and hf else None
+
+
+def pair_answers(prompts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (pair, engine), over its prompts: the k best or tied-best on most of them (then best on most, then
+    the smaller), with every k's counts."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for answer in prompts:
+        groups.setdefault((answer["pair"], answer["engine"]), []).append(answer)
+    lines = []
+    for (pair, engine), answers in groups.items():
+        best = Counter(answer["best_k"] for answer in answers)
+        top = Counter(k for answer in answers for k in (answer["best_k"], *answer["tied"]))
+        ks = sorted(top, key=lambda k: (-top[k], -best[k], k_order(k)))
+        lines.append({"pair": pair, "engine": engine, "k": ks[0], "best_or_tied": top[ks[0]], "best": best[ks[0]],
+                      "prompts": len(answers), "undecided_prompts": sum(a["ranking"] == UNKNOWN for a in answers),
+                      "counts": [{"k": k, "best_or_tied": top[k], "best": best[k]} for k in ks],
+                      # over prompts: each schedule's ratio to the best constant k, native k=auto over hf k=auto
+                      "schedules": schedule_summaries(answers), "against_hf": hf_summary(answers)})
+    return lines
+
+
+def run_answer(results: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The answer of a run, as the JSON document keeps it under "answer"."""
+    prompts = prompt_answers(results)
+    return {"prompts": prompts, "pairs": pair_answers(prompts)}
+
+
+# --- tables: cells as text, for tabulate (terminal) and Markdown alike ----------------------------
+
+
+def _ks(values: Sequence[Any]) -> str:
+    return ", ".join(str(k) for k in values) or "-"
+
+
+def _slower(answer: dict[str, Any]) -> str:
+    return ", ".join(f"{s['k']} (eliminated by {s['eliminated_by']})" if s["eliminated_by"] is not None
+                     else str(s["k"]) for s in answer["slower"]) or "-"
+
+
+def prompt_table(answers: Sequence[dict[str, Any]], engines: bool) -> tuple[list[list[str]], list[str]]:
+    """(cells, headers) of the per-prompt answer; an engine column only when several engines ran."""
+    cells = []
+    hf = any(a.get("against_hf") for a in answers)  # a column only when both engines ran k=auto
+    for a in answers:
+        recommended = "" if a["recommended_k"] is None else str(a["recommended_k"])
+        regret = ("not run" if a["regret"] is None else f"{a['regret']:.2f}") if recommended else ""
+        cells.append([a["prompt"], *([a["engine"]] if engines else []), str(a["best_k"]), with_interval(a),
+                      _ks(a["tied"]), _slower(a), _ks(a["unknown"]) if a["unknown"] else "-", recommended, regret,
+                      ", ".join(f"{s['k']} {_schedule_ratio(s)}" for s in a["schedules"]) or "-",
+                      *([_hf_cell(a.get("against_hf"))] if hf else [])])
+    headers = ["prompt", *(["engine"] if engines else []), "best k", "decode speedup", "tied", "slower",
+               "not ranked", "recommended k", "its speedup / best", "schedules / best [95% CI]",
+               *(["auto / hf auto (end to end)"] if hf else [])]
+    return cells, headers
+
+
+def _schedule_ratio(schedule: dict[str, Any]) -> str:
+    return interval_text(schedule["ratio_to_best"], schedule.get("ratio_to_best_ci_low"),
+                         schedule.get("ratio_to_best_ci_high"))
+
+
+def _hf_cell(against: dict[str, Any] | None) -> str:
+    if against is None:
+        return "-"
+    return interval_text(against["ratio"], against["ci_low"], against["ci_high"]) + (
+        "" if against["paired"] else " (unpaired)")
+
+
+def pair_sentence(pair: dict[str, Any], engines: bool) -> str:
+    """The across-prompts answer of one pair (and engine), in words."""
+    engine = f" ({pair['engine']} engine)" if engines else ""
+    undecided = (f"; on {pair['undecided_prompts']} prompt(s) the ties are unknown (no round data)"
+                 if pair["undecided_prompts"] else "")
+    return (f"Across {pair['prompts']} prompt(s){engine}: k={pair['k']} is best or tied with the best on "
+            f"{pair['best_or_tied']} (best on {pair['best']}); per k, best or tied: "
+            + ", ".join(f"{c['k']}: {c['best_or_tied']}" for c in pair["counts"]) + f"{undecided}."
+            + "".join(f" {line}" for line in regret_sentences(pair)))
+
+
+def regret_sentences(pair: dict[str, Any]) -> list[str]:
+    """The pair's schedules over its prompts, in words: each one's share of the best constant k, and native k=auto
+    over transformers' default schedule."""
+    sentences = [f"k={s['k']} reaches {interval_text(s['ratio'], s['ci_low'], s['ci_high'])} of the best constant "
+                 f"k's decode speedup (geometric mean over {s['prompts']} prompt(s), 95% CI; the best is chosen "
+                 "after the fact, so this is conservative)." for s in pair.get("schedules") or []]
+    hf = pair.get("against_hf")
+    if hf:
+        unpaired = hf["prompts"] - hf["paired_prompts"]
+        sentences.append(f"Native k={hf['k']} against transformers' default schedule (hf k={hf['k']}), end to end: "
+                         f"{interval_text(hf['ratio'], hf['ci_low'], hf['ci_high'])} over {hf['prompts']} prompt(s)"
+                         + (f" ({unpaired} without per-round wall times: unpaired, no interval of their own)"
+                            if unpaired else "") + ".")
+    return sentences

@@ -1,0 +1,153 @@
+"""The answer of a run, from rows built by hand: best k, ties, slower k (eliminated or tested), regret."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_specbench.report.answer import pair_answers, pair_sentence, prompt_answers, prompt_table, run_answer
+from pytest_specbench.report.markdown import report_markdown
+from pytest_specbench.report.summary import json_text, summary_lines
+
+DRIFT = [1.0, 1.3, 0.8, 1.1, 0.9, 1.2, 1.05, 0.95]  # shared by the cases of a round; pairing cancels it
+WIGGLE = [1.01, 1.0, 1.02, 0.99, 1.01, 1.0, 0.99, 1.01]
+
+
+def _costs(k, flat_until: int = 5) -> dict:
+    """Cost-model fields: every draft accepted, drafting free, a verify pass as cheap as one step up to
+    ``flat_until`` positions and ten times dearer beyond: the model's best k is then ``flat_until - 1``."""
+    steps = 3 if isinstance(k, int) else 0
+    k = k if isinstance(k, int) else 1
+    return {"verify_costs_ms": [1.0] * flat_until + [10.0] * (17 - flat_until), "cost_ratio": 0.0,
+            "drafted_per_step": [0] + [k] * steps, "accepted_per_step": [0] + [k] * steps}
+
+
+def _row(k, speedup, *, prompt="code", seconds=None, rounds=range(8), engine="native", flat_until=5,
+         **extra) -> dict:
+    """A row; ``seconds``: its time per decode token before the round's drift (None: no round data)."""
+    row = {"case": f"p-k{k}-{prompt}", "pair": "p", "engine": engine, "prompt": prompt, "k": k,
+           "decode_speedup": speedup, "decode_speedup_ci_low": speedup * 0.9, "decode_speedup_ci_high": speedup * 1.1,
+           "speedup": speedup, "acceptance_rate": 0.5, "tau": 1.5, "verdict": "lossless", "target": "t",
+           "draft": "d", "drafter": "model", "device": "cpu", "dtype": "float32", "new_tokens": 32, "rounds": 8,
+           "baseline_decode_tps": 50.0, "decode_tps": 50.0 * speedup, "unstable": False, "recommended_k": 4,
+           **_costs(k, flat_until)}
+    if seconds is not None:
+        shift = k if isinstance(k, int) else 5  # each k its own noise
+        row.update(block=f"t:{prompt}", block_rounds=list(rounds),
+                   round_decode_token_s=[seconds * DRIFT[r] * WIGGLE[(r + shift) % 8] for r in rounds],
+                   baseline_round_decode_token_s=[0.02 * DRIFT[r] for r in rounds])
+    return {**row, **extra}
+
+
+def _code_rows() -> list[dict]:
+    return [
+        _row(1, 1.1, seconds=0.018, rounds=range(3), eliminated_by=4),  # the race stopped it after round 2
+        _row(2, 1.78, seconds=0.01005),  # within noise of the best
+        _row(4, 1.8, seconds=0.01),
+        _row(8, 1.3, seconds=0.015, recommended_k=8),  # clearly slower, never eliminated
+        _row(16, 1.5),  # an old row: no round data
+        _row("auto", 2.0, seconds=0.009),  # a schedule: not raced, not the best, set beside it
+    ]
+
+
+def test_best_ties_slower_and_unknown_for_one_prompt():
+    (answer,) = prompt_answers(_code_rows())
+    assert answer["pair"] == "p" and answer["engine"] == "native" and answer["prompt"] == "code"
+    assert answer["best_k"] == 4 and answer["decode_speedup"] == 1.8
+    assert answer["decode_speedup_ci_low"] == 1.8 * 0.9 and answer["decode_speedup_ci_high"] == 1.8 * 1.1
+    assert answer["tied"] == [2]
+    assert answer["slower"] == [{"k": 1, "eliminated_by": 4}, {"k": 8, "eliminated_by": None}]
+    assert answer["unknown"] == [16] and answer["ranking"] == "unknown"
+    # recommended: 4, the model's best among the k run, and the measured best: no regret
+    assert answer["recommended_k"] == 4 and answer["regret"] == 1.0
+    (auto,) = answer["schedules"]
+    assert auto["k"] == "auto" and auto["decode_speedup"] == 2.0
+    # Paired over the 8 rounds both ran: the wiggle is a rotation of one cycle, so its geometric mean cancels.
+    assert auto["ratio_to_best"] == pytest.approx(2.0 / 1.8) and auto["ratio_to_best_rounds"] == 8
+    assert auto["ratio_to_best_ci_low"] < 2.0 / 1.8 < auto["ratio_to_best_ci_high"] < 1.14
+    assert answer["against_hf"] is None  # no hf engine ran
+    json.dumps(answer, allow_nan=False)  # plain built-in types
+
+
+def test_a_fully_ranked_prompt_and_regret_at_the_recommended_k():
+    rows = [row for row in _code_rows() if row["k"] != 16]
+    rows = [{**row, **_costs(row["k"], flat_until=9)} for row in rows]  # the model now favours 8
+    (answer,) = prompt_answers(rows)
+    assert answer["ranking"] == "tested" and answer["unknown"] == []
+    assert answer["recommended_k"] == 8 and answer["recommended_decode_speedup"] == 1.3
+    assert answer["regret"] == 1.3 / 1.8
+    # The model's best overall would be 10 (11 cheap positions), which did not run: the best of the k run counts.
+    (answer,) = prompt_answers([{**row, **_costs(row["k"], flat_until=11)} for row in rows])
+    assert answer["recommended_k"] == 8
+    no_costs = [{key: value for key, value in row.items() if key != "verify_costs_ms"} for row in rows]
+    (answer,) = prompt_answers(no_costs)
+    assert answer["recommended_k"] is None and answer["regret"] is None
+
+
+def test_rows_without_round_data_are_never_called_tied():
+    rows = [_row(k, speedup) for k, speedup in ((1, 1.2), (2, 1.6), (4, 1.5))]  # files from before rounds
+    (answer,) = prompt_answers(rows)
+    assert answer["best_k"] == 2 and answer["tied"] == [] and answer["slower"] == []
+    assert answer["unknown"] == [1, 4] and answer["ranking"] == "unknown"
+    # The best's round data missing: none of the others can be tested against it.
+    rows = [_row(1, 1.2, seconds=0.02), _row(2, 1.6), _row(4, 1.5, seconds=0.012)]
+    (answer,) = prompt_answers(rows)
+    assert answer["best_k"] == 2 and answer["unknown"] == [1, 4]
+
+
+def test_cases_of_different_blocks_are_not_paired():
+    rows = [_row(1, 1.2, seconds=0.02), _row(2, 1.6, seconds=0.01, block="elsewhere:code")]
+    (answer,) = prompt_answers(rows)
+    assert answer["best_k"] == 2 and answer["unknown"] == [1]
+
+
+def test_only_schedules_give_no_answer_and_an_eliminated_k_is_never_the_best():
+    assert prompt_answers([_row("auto", 2.0, seconds=0.01), _row("heuristic", 1.5)]) == []
+    # k=1 has the higher speedup over the three rounds it ran, but the race found it slower than k=2.
+    rows = [_row(1, 1.9, seconds=0.011, rounds=range(3), eliminated_by=2), _row(2, 1.8, seconds=0.01)]
+    (answer,) = prompt_answers(rows)
+    assert answer["best_k"] == 2 and answer["slower"] == [{"k": 1, "eliminated_by": 2}]
+
+
+def test_across_prompts_the_k_best_or_tied_on_most():
+    chat = [_row(1, 1.0, prompt="chat", seconds=0.02), _row(2, 1.4, prompt="chat", seconds=0.0101),
+            _row(4, 1.45, prompt="chat", seconds=0.01)]
+    prompts = prompt_answers([*_code_rows(), *chat])
+    assert [(a["prompt"], a["best_k"], a["tied"]) for a in prompts] == [("code", 4, [2]), ("chat", 4, [2])]
+    (pair,) = pair_answers(prompts)
+    assert pair["pair"] == "p" and pair["k"] == 4 and pair["best_or_tied"] == 2 and pair["best"] == 2
+    assert pair["prompts"] == 2 and pair["undecided_prompts"] == 1
+    assert pair["counts"] == [{"k": 4, "best_or_tied": 2, "best": 2}, {"k": 2, "best_or_tied": 2, "best": 0}]
+    assert pair_sentence(pair, False) == (
+        "Across 2 prompt(s): k=4 is best or tied with the best on 2 (best on 2); per k, best or tied: 4: 2, 2: 2; "
+        "on 1 prompt(s) the ties are unknown (no round data). k=auto reaches 1.11 [1.09, 1.13] of the best constant "
+        "k's decode speedup (geometric mean over 1 prompt(s), 95% CI; the best is chosen after the fact, so this is "
+        "conservative).")
+
+
+def test_engines_answer_apart_and_the_table_names_them():
+    rows = [*_code_rows(), *({**row, "engine": "hf"} for row in _code_rows() if row["k"] in (1, 2))]
+    answers = prompt_answers(rows)
+    assert [(a["engine"], a["best_k"]) for a in answers] == [("native", 4), ("hf", 2)]
+    hf = answers[1]
+    assert hf["slower"] == [{"k": 1, "eliminated_by": 4}]  # as its row says (4 was not run by hf)
+    cells, headers = prompt_table(answers, engines=True)
+    assert headers[:3] == ["prompt", "engine", "best k"] and cells[1][:3] == ["code", "hf", "2"]
+    cells, headers = prompt_table(answers[:1], engines=False)
+    assert cells[0][:6] == ["code", "4", "1.80 [1.62, 1.98]", "2", "1 (eliminated by 4), 8", "16"]
+    assert cells[0][6:] == ["4", "1.00", "auto 1.11 [1.09, 1.13]"]
+    assert [p["engine"] for p in pair_answers(answers)] == ["native", "hf"]
+
+
+def test_the_answer_is_in_the_terminal_summary_the_report_and_the_json():
+    rows = _code_rows()
+    text = "\n".join(summary_lines(rows))
+    assert "the answer (best constant k per prompt" in text and "1 (eliminated by 4), 8" in text
+    assert "Across 1 prompt(s): k=4 is best or tied with the best on 1" in text
+    report = report_markdown(rows, {}, {})
+    assert "The answer. Per prompt" in report and "| 1 (eliminated by 4), 8 |" in report
+    assert "Across 1 prompt(s): k=4" in report
+    document = json.loads(json_text(rows, {}, {}))
+    assert document["answer"] == json.loads(json.dumps(run_answer(rows)))
+    assert document["answer"]["prompts"][0]["best_k"] == 4 and document["answer"]["pairs"][0]["k"] == 4

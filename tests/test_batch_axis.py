@@ -1,0 +1,285 @@
+"""Batch size as a benchmark axis: the option, ids and blocks, the batch a case decodes, what is refused, the verdict
+per row, the serving answer (report/batch.py) and one plugin run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_specbench.measure.batches import batch_prompts, batch_refusal
+from pytest_specbench.measure.engines import ENGINES, HF_BATCH_REFUSAL
+from pytest_specbench.measure.matrix import Case, build_matrix
+from pytest_specbench.measure.pairs import PairSpec
+from pytest_specbench.measure.prompts import Prompt
+from pytest_specbench.report.batch import BEYOND, NONE, batch_answer, batch_lines, batch_markdown
+from pytest_specbench.settings.config import ConfigError, parse_settings
+from pytest_specbench.settings.options import MAX_BATCH
+
+PAIR = PairSpec("tiny", "t", "d")
+PROMPTS = [Prompt("natural-01", "natural", "a"), Prompt("code-01", "code", "b"),
+           Prompt("natural-02", "natural", "c"), Prompt("natural-03", "natural", "d")]
+
+
+def _settings(**values: str):
+    return parse_settings({name.replace("_", "-"): (value, f"--specbench-{name}") for name, value in values.items()})
+
+
+# --- the option ---------------------------------------------------------------------------------
+
+
+def test_the_batch_option_parses_a_list_of_sizes_and_defaults_to_one():
+    assert _settings().batches == (1,)
+    assert _settings(batch="1, 4,16").batches == (1, 4, 16)
+
+
+@pytest.mark.parametrize("raw, problem", [
+    ("0", "too small"), ("two", "not a whole number"), ("", "no value given"), ("4,4", "listed more than once"),
+    ("4,04", "listed more than once"), (str(MAX_BATCH + 1), "too large"), ("1,-2", "too small"),
+])
+def test_a_bad_batch_list_is_a_usage_error_saying_what_is_accepted(raw, problem):
+    with pytest.raises(ConfigError, match=problem) as error:
+        _settings(batch=raw)
+    assert "--specbench-batch" in str(error.value)
+
+
+# --- ids, blocks and order ---------------------------------------------------------------------
+
+
+def test_ids_gain_the_batch_only_when_more_than_one_batch_size_runs():
+    single = build_matrix([PAIR], (1, 4), PROMPTS[:1], batches=(4,))
+    assert [case.id for case in single] == ["tiny-k1-natural", "tiny-k4-natural"]
+    assert {case.batch for case in single} == {4}
+    several = build_matrix([PAIR], (1, 4), PROMPTS[:2], batches=(1, 3))
+    assert [case.id for case in several] == [
+        "tiny-k1-b1-natural", "tiny-k4-b1-natural", "tiny-k1-b3-natural", "tiny-k4-b3-natural",
+        "tiny-k1-b1-code", "tiny-k4-b1-code", "tiny-k1-b3-code", "tiny-k4-b3-code"]
+    assert len({case.id for case in several}) == len(several)
+
+
+def test_each_batch_size_is_a_block_of_its_own_and_batch_1_keeps_the_old_block():
+    cases = build_matrix([PAIR], (1, 4), PROMPTS[:1], batches=(1, 3))
+    blocks = [case.block for case in cases]
+    assert blocks[0] == blocks[1] == "t:natural-01"
+    assert blocks[2] == blocks[3] == "t:natural-01/b3"
+
+
+# --- the batch ---------------------------------------------------------------------------------
+
+
+def test_a_batch_holds_the_prompts_of_its_category_its_own_first_repeated_as_needed():
+    own = PROMPTS[2]
+    assert [p.id for p in batch_prompts(own, PROMPTS, 1)] == ["natural-02"]
+    assert [p.id for p in batch_prompts(own, PROMPTS, 3)] == ["natural-02", "natural-01", "natural-03"]
+    assert [p.id for p in batch_prompts(own, PROMPTS, 7)] == [
+        "natural-02", "natural-01", "natural-03", "natural-02", "natural-01", "natural-03", "natural-02"]
+    # A category with one prompt: that prompt in every row.
+    assert [p.id for p in batch_prompts(PROMPTS[1], PROMPTS, 3)] == ["code-01"] * 3
+
+
+# --- what a batched case refuses -----------------------------------------------------------------
+
+
+def _case(k=4, batch=3, engine="native") -> Case:
+    return Case(PAIR, k, PROMPTS[0], "natural", engine=engine, batch=batch)
+
+
+def test_the_hf_engine_refuses_batches_with_the_transformers_issue():
+    assert ENGINES["hf"].refusal(_case(engine="hf"), None) == HF_BATCH_REFUSAL
+    assert "huggingface/transformers#32165" in HF_BATCH_REFUSAL
+    assert "does not support batches" in HF_BATCH_REFUSAL
+    assert ENGINES["hf"].refusal(_case(engine="hf", batch=1), None) is None
+    assert ENGINES["native"].refusal(_case(), None) is None
+
+
+def test_the_batched_engine_refuses_sampling_schedules_and_compile_and_batch_1_refuses_nothing():
+    greedy = _settings()
+    assert batch_refusal(_case(), greedy) is None
+    assert "greedily only" in batch_refusal(_case(), _settings(temperature="0.8"))
+    assert "constant k" in batch_refusal(_case(k="auto"), greedy)
+    assert "eager only" in batch_refusal(_case(), _settings(compile=True))
+    assert batch_refusal(_case(batch=1), _settings(temperature="0.8")) is None
+
+
+# --- the serving answer on hand-built rows -------------------------------------------------------
+
+
+def _row(batch: int, k: int, speedup: float, low: float | None, high: float | None = None,
+         predicted: float | None = None, prompt: str = "natural") -> dict:
+    return {"case": f"tiny-k{k}-b{batch}-{prompt}", "pair": "tiny", "prompt": prompt, "engine": "native", "k": k,
+            "batch": batch, "decode_speedup": speedup, "decode_speedup_ci_low": low,
+            "decode_speedup_ci_high": high if high is not None else (None if low is None else 2 * speedup - low),
+            "predicted_speedup": predicted, "verdict": "lossless", "row_acceptance_min": 0.4,
+            "row_acceptance_max": 0.8}
+
+
+GAINING_TO_4 = [
+    _row(1, 1, 1.3, 1.2, predicted=1.4), _row(1, 4, 1.8, 1.6, predicted=1.9),
+    _row(4, 1, 1.15, 1.05, predicted=1.2), _row(4, 4, 1.1, 0.95, predicted=1.05),
+    _row(16, 1, 0.9, 0.85, predicted=0.95), _row(16, 4, 0.7, 0.65, predicted=0.8),
+]
+
+
+def test_the_best_k_per_batch_size_and_the_break_even_batch_size():
+    (answer,) = batch_answer(GAINING_TO_4)
+    assert answer["batches"] == [1, 4, 16] and answer["ks"] == [1, 4]
+    assert [(item["batch"], item["k"]) for item in answer["best"]] == [(1, 4), (4, 1), (16, 1)]
+    assert [item["gains"] for item in answer["best"]] == [True, True, False]
+    assert [item["predicted_best_k"] for item in answer["best"]] == [4, 1, 1]
+    # k=4 at batch 4 is above 1 but its interval is not: k=1 decides that batch 4 still gains.
+    assert answer["break_even"] == {"batch": 4, "text": "4", "beyond_largest": False}
+    assert answer["predicted_break_even"]["batch"] == 4
+
+
+def test_no_gain_anywhere_is_none_and_a_gain_at_the_largest_batch_is_beyond_it():
+    losing = [_row(1, 1, 0.9, 0.8), _row(8, 1, 0.5, 0.4)]
+    (answer,) = batch_answer(losing)
+    assert answer["break_even"]["text"] == NONE and answer["break_even"]["batch"] is None
+    assert answer["predicted_break_even"]["text"] == NONE  # no prediction: nothing predicted to gain
+    gaining = [_row(1, 1, 1.5, 1.4, predicted=1.6), _row(8, 1, 1.2, 1.1, predicted=1.1)]
+    (answer,) = batch_answer(gaining)
+    assert answer["break_even"]["text"] == f"{BEYOND} (8)" and answer["break_even"]["beyond_largest"]
+    # No interval (one round): a gain not shown to hold.
+    (answer,) = batch_answer([_row(1, 1, 1.5, None), _row(8, 1, 1.2, None)])
+    assert answer["break_even"]["text"] == NONE
+
+
+def test_the_answer_needs_more_than_one_batch_size_and_constant_k():
+    assert batch_answer([_row(1, 1, 1.3, 1.2), _row(1, 4, 1.8, 1.6)]) == []
+    assert batch_answer([{**_row(1, 1, 1.3, 1.2), "k": "auto"}, _row(4, 1, 1.1, 1.0)]) == []
+    assert batch_lines([_row(1, 1, 1.3, 1.2)]) == [] and batch_markdown([_row(1, 1, 1.3, 1.2)]) == []
+    # Each prompt is answered apart.
+    assert len(batch_answer(GAINING_TO_4 + [_row(b, k, 1.0, 0.9, prompt="code") for b in (1, 4) for k in (1, 4)])) == 2
+
+
+def test_the_terminal_and_markdown_sections_show_the_table_best_k_and_break_even():
+    text = "\n".join(batch_lines(GAINING_TO_4))
+    assert "tiny, natural:" in text and "k=1" in text and "k=4" in text
+    assert "1.80 [1.60, 2.00] (pred 1.90)" in text
+    assert "break-even batch size: 4 (k=1: 1.15 [1.05, 1.25]); the cost model predicts 4" in text
+    assert "1 (no gain)" in text  # batch 16's best k does not gain
+    markdown = "\n".join(batch_markdown(GAINING_TO_4, {"tiny": "figs/speedup_vs_batch_tiny.png"}))
+    assert markdown.startswith("## Batch size") and "### tiny, natural" in markdown
+    assert "| batch | k=1 | k=4 | best k | predicted best k | row accept min-max |" in markdown
+    assert "![decode speedup against batch size for tiny](figs/speedup_vs_batch_tiny.png)" in markdown
+
+
+def test_the_json_document_carries_the_answer_and_the_figure_is_drawn(tmp_path):
+    pytest.importorskip("matplotlib")
+    from pytest_specbench.report.plots import speedup_vs_batch
+    from pytest_specbench.report.summary import run_document
+
+    document = run_document(GAINING_TO_4, {}, {})
+    assert document["batch"][0]["break_even"]["batch"] == 4
+    assert run_document([_row(1, 1, 1.3, 1.2)], {}, {})["batch"] == []
+    assert speedup_vs_batch([_row(1, 1, 1.3, 1.2)], "tiny", tmp_path) is None
+    rows = [{**row, "prompt_id": "natural-01", "category": "natural", "acceptance_rate": 0.5, "tau": 1.5,
+             "position_acceptance": [], "verify_costs_ms": [], "alpha": None} for row in GAINING_TO_4]
+    path = speedup_vs_batch(rows, "tiny", tmp_path)
+    assert path == tmp_path / "speedup_vs_batch_tiny.png" and path.stat().st_size > 0
+
+
+# --- measured on the tiny pair -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_batch(tmp_path_factory):
+    """The tiny pair loaded, with a model draft and a prompt-lookup pair on its target."""
+    import torch
+
+    from factory import write_tiny_pair
+    from pytest_specbench.measure.pairs import load_pairs_file
+    from pytest_specbench.measure.prompts import load_prompts
+    from pytest_specbench.measure.shared import SharedMeasurements
+    from pytest_specbench.measure.store import ModelStore
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("batch_pair")
+    pairs_file = write_tiny_pair(root)
+    pairs_file.write_text(pairs_file.read_text() + '\n[pairs.lookup]\ntarget = "./target"\ndrafter = "prompt_lookup"\n')
+    pairs = load_pairs_file(pairs_file)
+    yield pairs, load_prompts(None), ModelStore("cpu", "float32"), SharedMeasurements()
+    torch.set_num_threads(threads)
+
+
+def _measure(tiny_batch, pair: str, batch: int, ks=(1, 4), **settings):
+    from pytest_specbench.measure.runner import measure_block
+
+    pairs, prompts, store, shared = tiny_batch
+    config = _settings(max_new_tokens="12", warmup="0", min_rounds="1", max_rounds="1", **settings)
+    chosen = [p for p in prompts if p.category == "natural"][:1]
+    cases = build_matrix([pairs[pair]], ks, chosen, config.engines, (batch,))
+    return cases, measure_block(cases, store, shared, config, prompts), store, shared, config
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", ["tiny", "lookup"])
+def test_a_batched_block_is_lossless_in_every_row_against_both_references(tiny_batch, pair):
+    from pytest_specbench.measure.row import build_result
+
+    cases, outcome, *_ = _measure(tiny_batch, pair, 3)
+    for case in cases:
+        row = build_result(case, outcome[case.id], "cpu", "float32", 0.05)
+        assert row.batch == 3 and row.verdict == "lossless" and row.lossless
+        assert row.row_verdicts == ["lossless"] * 3 and row.batched_reference_matches_unbatched
+        assert row.baseline_matches_reference and row.quality_score == 1.0
+        assert row.batch_prompt_ids[0] == case.prompt.id and len(row.batch_prompt_ids) == 3
+        assert len(row.row_acceptance) == 3 and row.batch_decode_tps == row.decode_tps > 0
+        assert row.block.endswith("/b3") and row.decode_speedup > 0
+        assert row.new_tokens == 12  # per row, as at batch 1
+        assert len(row.verify_costs_ms) >= 2 and row.predicted_speedup is not None
+
+
+@pytest.mark.slow
+def test_a_row_that_differs_is_caught_and_a_near_tie_is_reported_as_a_tie(tiny_batch, monkeypatch):
+    from pytest_specbench.measure import batches
+
+    pairs, prompts, store, shared = tiny_batch
+    case = build_matrix([pairs["tiny"]], (4,), [p for p in prompts if p.category == "natural"][:1],
+                        batches=(3,))[0]
+    setup = batches.prepare_batch(case, store, shared, _settings(max_new_tokens="12"), prompts)
+    tokens = [list(row) for row in setup.references]
+    assert batches.batch_verdict(setup, tokens, False, 0.1)["verdict"] == "lossless"
+    tokens[1][5] = (tokens[1][5] + 1) % 256  # one row's sixth token wrong
+    verdict = batches.batch_verdict(setup, tokens, False, 0.1)
+    assert verdict["row_verdicts"][0] == verdict["row_verdicts"][2] == "lossless"
+    assert verdict["divergent_row"] == 1 and verdict["first_divergence"] == 5
+    assert verdict["divergence_against"] == "batched"
+    assert verdict["verdict"] == ("tie-divergence" if verdict["top2_margin"] < batches.FLOAT32_BATCH_TIE
+                                  else "diverged")
+    monkeypatch.setattr(batches, "FLOAT32_BATCH_TIE", float("inf"))  # every margin within rounding: a tie
+    assert batches.batch_verdict(setup, tokens, False, 0.1)["verdict"] == "tie-divergence"
+
+
+@pytest.mark.slow
+def test_a_batched_case_on_the_hf_engine_or_under_sampling_is_refused_not_run(tiny_batch):
+    from pytest_specbench.models.base import NotApplicable
+
+    cases, outcome, *_ = _measure(tiny_batch, "tiny", 3, ks=(4,), engine="native,hf")
+    hf = next(case for case in cases if case.engine == "hf")
+    assert isinstance(outcome[hf.id], NotApplicable) and str(outcome[hf.id]) == HF_BATCH_REFUSAL
+    cases, outcome, *_ = _measure(tiny_batch, "tiny", 3, ks=(4,), temperature="0.7")
+    assert isinstance(outcome[cases[0].id], NotApplicable)
+
+
+# --- one plugin run ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_plugin_run_over_two_batch_sizes(bench, pytester: pytest.Pytester):
+    result = bench("--specbench-batch=1,3", "--specbench-k=1,4", "--specbench-max-rounds=2",
+                   "--specbench-report=report.md", prompts="natural")
+    result.assert_outcomes(passed=4)
+    document = json.loads(Path(pytester.path, "spec_results.json").read_text())
+    rows = {row["case"]: row for row in document["results"]}
+    assert set(rows) == {"tiny-k1-b1-natural", "tiny-k4-b1-natural", "tiny-k1-b3-natural", "tiny-k4-b3-natural"}
+    assert all(row["verdict"] == "lossless" and row["lossless"] for row in rows.values())
+    assert {case: row["batch"] for case, row in rows.items()} == {
+        "tiny-k1-b1-natural": 1, "tiny-k4-b1-natural": 1, "tiny-k1-b3-natural": 3, "tiny-k4-b3-natural": 3}
+    assert rows["tiny-k4-b3-natural"]["row_verdicts"] == ["lossless"] * 3
+    assert [answer["batches"] for answer in document["batch"]] == [[1, 3]]
+    output = result.stdout.str()
+    assert "break-even batch size:" in output
+    assert "## Batch size" in Path(pytester.path, "report.md").read_text()

@@ -1,0 +1,163 @@
+"""k=auto against the best constant k, and against transformers' default schedule: paired intervals from
+hand-built rows, their planted bugs (an unpaired interval, a pairing across blocks), and where they show."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from pytest_specbench.report.answer import prompt_table, run_answer
+from pytest_specbench.report.markdown import report_markdown
+from pytest_specbench.report.regret import (over_prompts, paired_ratio, ratio_to_best, ratio_to_hf, regret_markdown,
+                                            round_times)
+from pytest_specbench.report.summary import summary_lines
+from pytest_specbench.results.statistics import speedup_interval
+
+DRIFT = [1.0, 1.3, 0.8, 1.1, 0.9, 1.2, 1.05, 0.95]  # a round's drift, shared by its cases
+WIGGLE = [1.01, 1.0, 1.02, 0.99, 1.01, 1.0, 0.99, 1.01]
+
+
+def _row(k, seconds, *, prompt="code", engine="native", rounds=range(8), block=None, shift=None, wall=None,
+         **extra) -> dict:
+    shift = (k if isinstance(k, int) else 5) if shift is None else shift
+    times = [seconds * DRIFT[r] * WIGGLE[(r + shift) % 8] for r in rounds]
+    speedup = 0.02 / seconds
+    steps = 3 if isinstance(k, int) else 0
+    drafted = k if isinstance(k, int) else 1
+    row = {"case": f"p-k{k}-{prompt}-{engine}", "pair": "p", "engine": engine, "prompt": prompt, "k": k,
+           "acceptance_rate": 0.5, "tau": 1.5, "verdict": "lossless", "target": "t", "draft": "d", "drafter": "model",
+           "device": "cpu", "dtype": "float32", "new_tokens": 32, "rounds": len(rounds), "baseline_decode_tps": 50.0,
+           "decode_tps": 1.0 / seconds, "unstable": False, "recommended_k": 4, "category": prompt,
+           "verify_costs_ms": [1.0] * 5 + [10.0] * 12, "cost_ratio": 0.0,
+           "drafted_per_step": [0] + [drafted] * steps, "accepted_per_step": [0] + [drafted] * steps,
+           "decode_speedup": speedup, "decode_speedup_ci_low": speedup * 0.95,
+           "decode_speedup_ci_high": speedup * 1.05, "speedup": speedup * 0.9, "block": block or f"t:{prompt}",
+           "block_rounds": list(rounds), "round_decode_token_s": times,
+           "baseline_round_decode_token_s": [0.02 * DRIFT[r] for r in rounds]}
+    if wall is not None:  # end-to-end seconds per round
+        row["round_wall_s"] = [wall * DRIFT[r] * WIGGLE[(r + shift + 3) % 8] for r in rounds]
+    return {**row, **extra}
+
+
+def test_the_ratio_is_paired_over_the_rounds_both_ran_and_tighter_than_unpaired():
+    best, auto = _row(4, 0.01), _row("auto", 0.0105)
+    result = ratio_to_best(auto, best)
+    assert result["ratio_to_best"] == pytest.approx(0.01 / 0.0105)  # the wiggle's rotation cancels over 8 rounds
+    assert result["ratio_to_best_rounds"] == 8
+    low, high = result["ratio_to_best_ci_low"], result["ratio_to_best_ci_high"]
+    assert low < result["ratio_to_best"] < high and high - low < 0.03
+    # Planted bug: comparing the two cases' times unpaired keeps the rounds' drift (+-30%) in the interval.
+    unpaired = speedup_interval(best["round_decode_token_s"], auto["round_decode_token_s"], paired=False)
+    assert unpaired.high - unpaired.low > 10 * (high - low)
+    # Only the rounds both ran pair up: the best raced on for all 8, the schedule ran 5.
+    partial = ratio_to_best(_row("auto", 0.0105, rounds=range(5)), best)
+    assert partial["ratio_to_best_rounds"] == 5 and partial["ratio_to_best_ci_low"] is not None
+
+
+def test_rows_of_different_blocks_or_without_rounds_are_never_paired():
+    best = _row(4, 0.01)
+    # Planted bug: the same round numbers in another block are other rounds; pairing them would be wrong.
+    elsewhere = _row("auto", 0.0105, block="t:other")
+    assert paired_ratio(round_times(elsewhere), round_times(best)) is None
+    result = ratio_to_best(elsewhere, best)
+    assert result["ratio_to_best_rounds"] == 0
+    assert result["ratio_to_best_ci_low"] is None and result["ratio_to_best_ci_high"] is None
+    assert result["ratio_to_best"] == pytest.approx(elsewhere["decode_speedup"] / best["decode_speedup"])
+    for lacking in ({"block_rounds": []}, {"round_decode_token_s": [0.01] * 7}, {"block": ""},
+                    {"round_decode_token_s": [0.01] * 7 + [float("nan")]}):
+        assert round_times({**best, **lacking}) is None
+    one_round = ratio_to_best(_row("auto", 0.0105, rounds=[3]), best)
+    assert one_round["ratio_to_best_rounds"] == 1 and one_round["ratio_to_best_ci_low"] is None
+
+
+def test_the_interval_covers_the_true_ratio_at_its_stated_rate():
+    rng = random.Random(7)
+    truth, covered, trials = 0.95, 0, 400
+    for _ in range(trials):
+        drift = [math.exp(rng.gauss(0, 0.1)) for _ in range(8)]
+        best = {"block": "b", "block_rounds": list(range(8)),
+                "round_decode_token_s": [0.01 * d * math.exp(rng.gauss(0, 0.02)) for d in drift]}
+        auto = {"block": "b", "block_rounds": list(range(8)),
+                "round_decode_token_s": [0.01 / truth * d * math.exp(rng.gauss(0, 0.02)) for d in drift]}
+        result = paired_ratio(round_times(auto), round_times(best))
+        covered += result["ci_low"] <= truth <= result["ci_high"]
+    assert 0.92 <= covered / trials <= 0.98
+
+
+def test_native_auto_against_hf_auto_end_to_end():
+    native, hf = _row("auto", 0.009, wall=1.0), _row("auto", 0.011, engine="hf", wall=1.2, shift=2)
+    result = ratio_to_hf(native, hf)
+    assert result["paired"] and result["rounds"] == 8
+    assert result["ci_low"] < 1.2 < result["ci_high"] and result["ratio"] == pytest.approx(1.2, rel=0.01)
+    # Without per-round wall times: the ratio of the rows' end-to-end speedups, said to be unpaired.
+    plain = ratio_to_hf(_row("auto", 0.009), _row("auto", 0.011, engine="hf"))
+    assert not plain["paired"] and plain["ci_low"] is None and plain["ratio"] == pytest.approx(0.011 / 0.009)
+    assert ratio_to_hf({**native, "speedup": None}, _row("auto", 0.011, engine="hf"))["ratio"] is None
+
+
+def test_over_prompts_is_a_geometric_mean_with_a_t_interval():
+    one = over_prompts([{"ratio": 0.9, "ci_low": 0.85, "ci_high": 0.95}])
+    assert one == {"prompts": 1, "ratio": 0.9, "ci_low": 0.85, "ci_high": 0.95}
+    three = over_prompts([{"ratio": r} for r in (0.9, 1.0, 1.1)])
+    assert three["prompts"] == 3 and three["ratio"] == pytest.approx((0.9 * 1.0 * 1.1) ** (1 / 3))
+    assert three["ci_low"] < 0.9 < 1.1 < three["ci_high"]
+    assert over_prompts([{"ratio": None}]) is None
+
+
+def _run_rows() -> list[dict]:
+    rows = []
+    for prompt, auto_s in (("code", 0.0105), ("chat", 0.0098)):
+        rows += [_row(1, 0.018, prompt=prompt), _row(4, 0.01, prompt=prompt), _row("auto", auto_s, prompt=prompt,
+                                                                                     wall=1.0)]
+        rows += [_row(4, 0.011, prompt=prompt, engine="hf"), _row("auto", 0.012, prompt=prompt, engine="hf", wall=1.2,
+                                                                    shift=2)]
+    return rows
+
+
+def test_the_answer_json_holds_each_prompt_and_the_pair_summary():
+    answer = run_answer(_run_rows())
+    native = [a for a in answer["prompts"] if a["engine"] == "native"]
+    assert [a["prompt"] for a in native] == ["code", "chat"]
+    for a in native:
+        (auto,) = a["schedules"]
+        assert set(auto) == {"k", "decode_speedup", "ratio_to_best", "ratio_to_best_ci_low", "ratio_to_best_ci_high",
+                             "ratio_to_best_rounds"}
+        assert a["against_hf"]["paired"] and a["against_hf"]["ratio"] == pytest.approx(1.2, rel=0.01)
+    pair = next(p for p in answer["pairs"] if p["engine"] == "native")
+    (summary,) = pair["schedules"]
+    assert summary["k"] == "auto" and summary["prompts"] == 2
+    assert summary["ratio"] == pytest.approx(math.sqrt(0.01 / 0.0105 * 0.01 / 0.0098))
+    assert pair["against_hf"]["prompts"] == 2 and pair["against_hf"]["paired_prompts"] == 2
+    hf_pair = next(p for p in answer["pairs"] if p["engine"] == "hf")
+    assert hf_pair["against_hf"] is None  # compared from the native side only
+    json.dumps(answer, allow_nan=False)
+
+
+def test_the_table_the_terminal_and_the_report_show_the_interval():
+    rows = _run_rows()
+    answer = run_answer(rows)
+    cells, headers = prompt_table(answer["prompts"], engines=True)
+    assert headers[-2:] == ["schedules / best [95% CI]", "auto / hf auto (end to end)"]
+    code = next(c for c in cells if c[:2] == ["code", "native"])
+    assert code[-2].startswith("auto 0.95 [") and code[-1].startswith("1.20 [")
+    text = "\n".join(summary_lines(rows))
+    assert "k=auto reaches 0.99 [0.64, 1.53]" in text and "against transformers' default schedule" in text
+    report = report_markdown(rows, {}, {})
+    assert "## k=auto against the best constant k" in report and "chosen after the fact" in report
+    section = regret_markdown(answer)
+    assert "\n| code     | native   | auto       | 0.95 [" in "\n".join(section)
+    assert regret_markdown(run_answer([r for r in rows if r["k"] != "auto"])) == []
+
+
+def test_the_figure_is_written_by_the_run_s_figure_writer(tmp_path):
+    pytest.importorskip("matplotlib")
+    from pytest_specbench.report.outputs import write_figures
+
+    rows = _run_rows()
+    write_figures(tmp_path, rows)
+    assert (tmp_path / "schedule_regret_p.png").stat().st_size > 1000
+    report = report_markdown(rows, {}, {}, tmp_path, tmp_path / "report.md")
+    assert "](schedule_regret_p.png)" in report
