@@ -210,3 +210,19 @@ def test_the_race_looks_at_planned_rounds_only():
     finally:
         blocks.eliminations = original
     assert calls == [(3, 4, 3), (4, 4, 3), (6, 4, 3), (9, 4, 3)]  # looks 3, 4, 6, 9 of max 9; family of three
+
+
+def test_the_run_budget_counts_only_the_blocks_that_will_be_timed():
+    from pytest_specbench.plugin.blocks import BlockRuns
+
+    pairs = [PairSpec("ready", "gemma", drafter="int8"), PairSpec("missing", "gpt2", "distilgpt2")]
+    cases = build_matrix(pairs, [1, 4], [PROMPT, Prompt("code-01", "code", "def")])
+    session = SimpleNamespace(
+        cases=cases, selected={case.id for case in cases}, replay=lambda case_id: None,
+        chosen=lambda pair: False, began_at=time.perf_counter(),
+        unavailable_reason=lambda pair: "no weights" if pair.name == "missing" else None,
+        config=SimpleNamespace(run_budget=600.0))
+    runs = BlockRuns(session, (None, 1))
+    assert runs.budget.blocks == 2  # the missing pair's two blocks are skipped, not timed
+    assert BlockRuns(session, ("gw0", 2)).budget.blocks == 1  # a worker's share
+    assert runs.members(cases[0]) == [case for case in cases if case.block == cases[0].block]

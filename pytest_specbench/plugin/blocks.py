@@ -26,13 +26,23 @@ class BlockRuns:
         self._outcomes: dict[str, Measurement | BaseException] = {}
         self._write_line = write_line
         self._estimated = False
-        blocks = {case.block for case in self._pending()}
-        workers = max(worker[1], 1)
-        self.budget = RunBudget(session.config.run_budget, math.ceil(len(blocks) / workers), started=session.began_at)
+        self._workers = max(worker[1], 1)
+        self._budget: RunBudget | None = None
+
+    @property
+    def budget(self) -> RunBudget:
+        """The run's budget over the blocks that will be timed, counted once collection is over (at the first
+        case): a pair skipped for a missing model times nothing, so its blocks take no share."""
+        if self._budget is None:
+            blocks = {case.block for case in self._pending()}
+            self._budget = RunBudget(self._session.config.run_budget, math.ceil(len(blocks) / self._workers),
+                                     started=self._session.began_at)
+        return self._budget
 
     def _pending(self) -> list[Case]:
         session = self._session
-        return [case for case in session.cases if case.id in session.selected and session.replay(case.id) is None]
+        return [case for case in session.cases if case.id in session.selected and session.replay(case.id) is None
+                and (session.chosen(case.pair) or session.unavailable_reason(case.pair) is None)]
 
     def members(self, case: Case) -> list[Case]:
         """The cases timed with ``case``: its block's selected cases not measured yet (itself at least)."""
