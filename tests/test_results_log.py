@@ -184,6 +184,18 @@ def test_the_first_line_records_the_machine_cases_and_command_and_the_last_how_t
                                  "fingerprint": {"cpu_capability": "AVX2"}, "cases": ["a-k1-x", "a-k2-x"]}]
 
 
+def test_a_finished_run_whose_other_cases_were_skipped_is_finished(tmp_path: Path) -> None:
+    # The main job: 40 cases run, 80 GPT-2 cases skipped (no weights); its end line lists none missing.
+    from pytest_specbench.results.log import unfinished_reason
+
+    log = ResultsLog(tmp_path / "run.jsonl", SETTINGS, cases=["a-k1-x", "gpt2-k1-x"])
+    log.start()
+    log.append(row("a-k1-x"))
+    log.end([], None)
+    log.close()
+    assert unfinished_reason(read_log(tmp_path / "run.jsonl")) is None
+
+
 def test_a_log_without_a_finished_case_is_nothing_to_lose(tmp_path: Path) -> None:
     from pytest_specbench.results.log import unfinished_reason
 

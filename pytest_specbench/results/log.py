@@ -157,7 +157,8 @@ def unfinished_reason(log: ResumedLog) -> str | None:
     if log.end.get("interrupted"):
         return f"the run was interrupted ({log.end['interrupted']}) with {len(log.rows)} of {len(planned) or '?'} " \
                "case(s) finished"
-    missing = log.end.get("missing_cases") or missing
+    if "missing_cases" in log.end:  # the run's own count: cases it skipped (a missing model) are not missing
+        missing = log.end["missing_cases"]
     if missing:
         return f"{len(missing)} case(s) have no result ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''})"
     return None
