@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ..measure.blocks import RUN_BUDGET
+from ..measure.blocks import BLOCK_BUDGET, RUN_BUDGET
 from ..measure.budget import RunBudget, describe_duration
 from ..measure.matrix import Case
 from ..measure.row import Measurement
@@ -63,7 +63,7 @@ class BlockRuns:
     def _time(self, cases: list[Case], store, shared) -> dict[str, Measurement | BaseException]:
         share = self.budget.share_s()
         spent = self.budget.spent_at_block is not None
-        plan = BlockPlan(budget_s=share, budget_reason=RUN_BUDGET if spent else "block budget",
+        plan = BlockPlan(budget_s=share, budget_reason=RUN_BUDGET if spent else BLOCK_BUDGET,
                          after_round=self._after_round(len(cases)))
         try:
             return measure_block(cases, store, shared, self._session.config, self._session.prompts, plan)
