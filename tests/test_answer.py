@@ -151,3 +151,27 @@ def test_the_answer_is_in_the_terminal_summary_the_report_and_the_json():
     document = json.loads(json_text(rows, {}, {}))
     assert document["answer"] == json.loads(json.dumps(run_answer(rows)))
     assert document["answer"]["prompts"][0]["best_k"] == 4 and document["answer"]["pairs"][0]["k"] == 4
+
+
+def test_the_ranking_reads_each_run_over_its_own_paired_baseline_so_drift_between_cases_cancels():
+    """Two k run at different moments of each round, the machine's speed moving by up to 2x between them; each
+    run's paired baseline moved with it. Over those baselines k=4 is 25% faster in every round: ranked slower.
+    The planted bug, ranking the raw times, cannot tell them apart."""
+    import random
+
+    rng = random.Random(3)  # a seed whose raw times alone leave the two within noise (t = 1.0)
+    drift = {k: [rng.uniform(0.6, 1.4) for _ in range(8)] for k in (2, 4)}
+
+    def row(k, seconds):
+        base = _row(k, 0.02 / seconds, seconds=seconds)
+        base["round_decode_token_s"] = [seconds * d for d in drift[k]]
+        base["baseline_round_decode_token_s"] = [0.02 * d for d in drift[k]]
+        return base
+
+    rows = [row(2, 0.0125), row(4, 0.01)]
+    (answer,) = prompt_answers(rows)
+    assert answer["best_k"] == 4 and answer["slower"] == [{"k": 2, "eliminated_by": None}]
+    for bug in rows:
+        bug.pop("baseline_round_decode_token_s")
+    (planted,) = prompt_answers(rows)
+    assert planted["tied"] == [2]

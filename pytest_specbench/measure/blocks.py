@@ -1,16 +1,21 @@
 """Blocked rounds: the cases that share a target, a prompt and a device are timed together.
 
-A block (:attr:`..matrix.Case.block`) is timed in rounds. Each round runs the target-only baseline once and the
-speculative decode of every case still being timed once, in an order that rotates from round to round, so drift
-hits all alike. A case's speedups are paired with the baselines of the rounds it ran in. Within a (pair, engine,
-prompt) the constant k race (:mod:`..results.racing`): one slower than the leader at 95% stops being timed and
-is marked eliminated. A case also stops once its intervals are within the target (or its own budget, when given,
-is spent). The block stops when no case is left, at max rounds, or when its share of the run's budget is spent,
-never below min rounds.
+A block (:attr:`..matrix.Case.block`) is timed in rounds. Each round runs the speculative decode of every case still
+being timed once, in an order that rotates from round to round, with the target-only baseline before the first
+case, after every ``baseline_every`` cases and after the last. The machine's speed drifts over seconds (on a shared
+2-core machine, runs 4 s apart correlated 0.8 and runs 40 s apart not at all), so each case's run is paired with
+the baseline interpolated in time between the baseline runs on either side of it: the drift they share cancels.
+A case's speedups are paired with those baselines, one per round it ran in. Within a (pair, engine, prompt) the
+constant k race (:mod:`..results.racing`) compares the cases' drift-corrected times (speculative over paired
+baseline): one slower than the leader at 95% stops being timed and is marked eliminated. A case also stops once
+its intervals are within the target (or its own budget, when given, is spent). The block stops when no case is
+left, at max rounds, or when its share of the run's budget is spent, never below min rounds.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -37,24 +42,27 @@ class TimedCase:
     run: Callable[[], GenerationResult]
     rounds: list[int] = field(default_factory=list)  # the block rounds it ran in
     runs: list[GenerationResult] = field(default_factory=list)
+    # Per run, the baseline it is paired with (interpolated in time); empty where rounds ran no baseline.
+    paired_baselines: list[GenerationResult] = field(default_factory=list)
     eliminated_by: int | str | None = None
     stop: str | None = None  # None while it is still timed
 
 
 @dataclass
 class BlockTiming:
-    """The rounds of one block: the baseline of each round that ran one, and every case's runs."""
+    """The rounds of one block: the baseline runs of each round that ran them, and every case's runs."""
 
     cases: list[TimedCase]
-    baselines: dict[int, GenerationResult] = field(default_factory=dict)
+    baselines: dict[int, list[GenerationResult]] = field(default_factory=dict)
     rounds: int = 0
     seconds: float = 0.0
 
     def case_baselines(self, timed: TimedCase, paired: bool) -> list[GenerationResult]:
-        """The baselines a case's speedups compare with: of its own rounds when paired, else all."""
+        """The baselines a case's speedups compare with: its paired ones, one per run, when paired; else every
+        baseline run of the block."""
         if paired:
-            return [self.baselines[index] for index in timed.rounds]
-        return [self.baselines[index] for index in sorted(self.baselines)]
+            return list(timed.paired_baselines)
+        return [run for index in sorted(self.baselines) for run in self.baselines[index]]
 
 
 def _rotated(items: list, shift: int) -> list:
@@ -85,13 +93,14 @@ def time_block(cases: Sequence[TimedCase], run_baseline: Callable[[], Generation
             _stop_all(active, budget_reason)
             break
         index = block.rounds
-        with_baseline = paired or index < config.min_rounds
-        order: list = ([None] if with_baseline else []) + active
         round_start = time.perf_counter()
-        for timed in _rotated(order, index):
-            if timed is None:
-                block.baselines[index] = run_baseline()
-            else:
+        order = _rotated(active, index)
+        if paired:
+            _run_round(block, index, order, config.baseline_every, run_baseline)
+        else:  # --specbench-baseline-once: one baseline per round in the first rounds, compared unpaired
+            if index < config.min_rounds:
+                block.baselines[index] = [run_baseline()]
+            for timed in order:
                 timed.runs.append(timed.run())
                 timed.rounds.append(index)
         block.rounds += 1
@@ -101,6 +110,53 @@ def time_block(cases: Sequence[TimedCase], run_baseline: Callable[[], Generation
             _settle(block, config, paired)
     block.seconds = time.perf_counter() - start
     return block
+
+
+def _run_round(block: BlockTiming, index: int, order: list[TimedCase], every: int,
+               run_baseline: Callable[[], GenerationResult]) -> None:
+    """One paired round: a baseline before the first case, after every ``every`` cases (in groups as even as
+    they can be: 10 cases by 3 are 3, 3, 2, 2) and after the last; each case's run is paired with the baseline
+    interpolated between the two around it."""
+    groups = math.ceil(len(order) / every)
+    sizes = [len(order) // groups + (1 if group < len(order) % groups else 0) for group in range(groups)]
+    clock, base_points, case_points = 0.0, [], []
+    baselines: list[GenerationResult] = []
+
+    def baseline() -> None:
+        nonlocal clock
+        run = run_baseline()
+        base_points.append(clock + run.stats.wall_time_s / 2)
+        clock += run.stats.wall_time_s
+        baselines.append(run)
+
+    baseline()
+    at = 0
+    for count in sizes:
+        for timed in order[at:at + count]:
+            run = timed.run()
+            case_points.append((timed, run, clock + run.stats.wall_time_s / 2, len(baselines) - 1))
+            clock += run.stats.wall_time_s
+        at += count
+        baseline()
+    block.baselines[index] = baselines
+    for timed, run, point, before in case_points:
+        timed.runs.append(run)
+        timed.rounds.append(index)
+        timed.paired_baselines.append(_interpolated(baselines[before], baselines[before + 1],
+                                                    base_points[before], base_points[before + 1], point))
+
+
+_TIME_FIELDS = ("wall_time_s", "prefill_time_s", "draft_time_s", "verify_time_s")
+
+
+def _interpolated(before: GenerationResult, after: GenerationResult, at_before: float, at_after: float,
+                  at: float) -> GenerationResult:
+    """The baseline as it would have run at ``at`` (seconds into the round): its times linear in time between
+    the runs on either side. Linear, so decode time and time per decode token interpolate alike."""
+    weight = (at - at_before) / (at_after - at_before) if at_after > at_before else 0.5
+    times = {name: (1 - weight) * getattr(before.stats, name) + weight * getattr(after.stats, name)
+             for name in _TIME_FIELDS}
+    return dataclasses.replace(before, stats=dataclasses.replace(before.stats, **times))
 
 
 def _stop_all(active: list[TimedCase], reason: str) -> None:
@@ -148,8 +204,7 @@ def race_looks(min_rounds: int, max_rounds: int) -> list[int]:
 
 def _race(members: list[TimedCase], config: SpecbenchConfig, looks: int) -> None:
     contenders = [timed for timed in members if timed.eliminated_by is None]
-    times = {timed.case.k: dict(zip(timed.rounds, (run.stats.time_per_decode_token_s for run in timed.runs)))
-             for timed in contenders}
+    times = {timed.case.k: dict(zip(timed.rounds, _relative_times(timed))) for timed in contenders}
     # The family is every k the race started with; each of the planned looks spends its share of the 5%.
     beaten = eliminations(times, alpha=RACE_ALPHA, min_rounds=max(config.min_rounds, 2), max_looks=looks,
                           family=len(members))
@@ -157,3 +212,11 @@ def _race(members: list[TimedCase], config: SpecbenchConfig, looks: int) -> None
         if timed.case.k in beaten:
             timed.eliminated_by = beaten[timed.case.k]
             timed.stop = ELIMINATED
+
+
+def _relative_times(timed: TimedCase) -> list[float]:
+    """Time per decode token of each run, over its paired baseline's when it has one: the drift cancels."""
+    own = [run.stats.time_per_decode_token_s for run in timed.runs]
+    if len(timed.paired_baselines) != len(own):
+        return own
+    return [value / base.stats.time_per_decode_token_s for value, base in zip(own, timed.paired_baselines)]

@@ -84,5 +84,5 @@ class BlockRuns:
             budget = "no budget" if config.run_budget is None else f"budget {describe_duration(config.run_budget)[6:]}"
             self._write_line(f"pytest-specbench: {describe_duration(total)} for {cases} cases in "
                              f"{self.budget.blocks} blocks ({budget}; a round of the first block, {block_cases} "
-                             f"cases and its baseline, took {seconds:.1f} s)")
+                             f"cases and the baselines between them, took {seconds:.1f} s)")
         return estimate

@@ -19,22 +19,13 @@ from ..results.racing import SLOWER, TIED, UNKNOWN, rank_against_best
 from ..results.schema import row_value
 from .analysis import k_order, predicted_curve, recommended_among
 from .formatting import with_interval
-from .regret import hf_summary, interval_text, ratio_to_best, ratio_to_hf, schedule_summaries
+from .regret import hf_summary, interval_text, ratio_to_best, ratio_to_hf, round_times, schedule_summaries
 
 #: the schedule compared across engines: transformers' own default against this package's cost model
 AUTO = "auto"
 
 #: family-wise level of the final ranking of one (pair, engine, prompt)
 ALPHA = 0.05
-
-
-def _rounds(row: dict[str, Any]) -> dict[tuple[str, int], float] | None:
-    """The row's seconds per decode token keyed by (block, round); None without usable round data."""
-    rounds, times = row_value(row, "block_rounds"), row_value(row, "round_decode_token_s")
-    if not rounds or len(rounds) != len(times) or any(not (t is not None and t > 0) for t in times):
-        return None
-    block = row_value(row, "block")
-    return {(block, r): t for r, t in zip(rounds, times)}
 
 
 def _measured(row: dict[str, Any]) -> bool:
@@ -67,7 +58,7 @@ def prompt_answer(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     eliminated = {k: row_value(row, "eliminated_by") for k, row in constant.items()
                   if k != best["k"] and row_value(row, "eliminated_by") is not None}
     status.update(dict.fromkeys(eliminated, SLOWER))
-    timed = {k: _rounds(row) for k, row in constant.items() if k not in eliminated}
+    timed = {k: round_times(row) for k, row in constant.items() if k not in eliminated}
     if timed[best["k"]] is None:
         status.update({k: UNKNOWN for k in timed if k != best["k"]})
     else:

@@ -33,15 +33,27 @@ from ..results.statistics import speedup_interval
 
 
 def round_times(row: dict[str, Any], field: str = "round_decode_token_s") -> dict[tuple[Any, int], float] | None:
-    """The row's per-round ``field`` keyed by (block, round); None without usable round data."""
+    """The row's per-round ``field`` keyed by (block, round); None without usable round data.
+
+    Seconds per decode token are read over the baseline each run was paired with, where the row has one per
+    round: the machine's drift between two cases' runs then cancels (rows of one round's single baseline rank
+    the same either way, the baseline dividing both)."""
     rounds, block = row_value(row, "block_rounds"), row_value(row, "block")
     # ``round_wall_s`` may not be declared in the schema yet: read it from the row alone.
     times = row_value(row, field) if field in _SCHEMA_FIELDS else row.get(field)
     if not block or not rounds or not times or len(rounds) != len(times):
         return None
-    if any(not (isinstance(t, (int, float)) and t > 0) for t in times):
+    if field == "round_decode_token_s":
+        baselines = row_value(row, "baseline_round_decode_token_s")
+        if baselines and len(baselines) == len(times) and all(_positive(value) for value in baselines):
+            times = [value / base if _positive(value) else value for value, base in zip(times, baselines)]
+    if not all(_positive(t) for t in times):
         return None
     return {(block, r): float(t) for r, t in zip(rounds, times)}
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and value > 0
 
 
 #: the per-round fields the schema declares (read through row_value); ``round_wall_s`` may not be declared yet

@@ -111,20 +111,24 @@ class CaseResult:
     speculative_cv: float | None = _field("coefficient of variation of the speculative wall times", TIMING,
                                           default=None)
     rounds: int = _field("timed speculative runs (rounds)", TIMING)
-    baseline_runs: int = _field("timed baseline runs", TIMING)
+    baseline_runs: int = _field("baselines its speedups compare with: one per round, each interpolated between the "
+                                "baseline runs around its run (all of the block's baseline runs under "
+                                "--specbench-baseline-once)", TIMING)
     unstable: bool = _field("an interval wider than the target (--specbench-ci-target) after the rounds the "
                             "budget allowed, and not eliminated by the race", TIMING)
     block: str = _field("the block it was timed in: the cases sharing its target and prompt, timed in shared "
-                        "rounds with one baseline per round ({target}:{prompt id})", TIMING, default="")
-    block_rounds: list = _field("the block rounds (0-based) the case ran in; its speedups pair each with that "
-                                "round's baseline", TIMING, default=[], csv=False)
+                        "rounds with baselines between its cases ({target}:{prompt id})", TIMING, default="")
+    block_rounds: list = _field("the block rounds (0-based) the case ran in; its speedups pair each with the "
+                                "baseline around its run in that round", TIMING, default=[], csv=False)
     block_round_count: int = _field("rounds the whole block ran", TIMING, default=0)
     round_decode_token_s: list = _field("the speculative run's seconds per decode token in each of those rounds",
                                         TIMING, default=[], csv=False)
     round_wall_s: list = _field("the speculative run's wall seconds (prefill included) in each of those rounds",
                                 TIMING, default=[], csv=False)
-    baseline_round_decode_token_s: list = _field("the baseline's seconds per decode token in the rounds compared "
-                                                 "with (the same rounds, unless --specbench-baseline-once)",
+    baseline_round_decode_token_s: list = _field("the baseline's seconds per decode token each round's run "
+                                                 "compared with: interpolated in time between the baseline runs "
+                                                 "before and after it (every baseline run under "
+                                                 "--specbench-baseline-once)",
                                                  TIMING, default=[], csv=False)
     eliminated_by: int | str | None = _field("the k whose decode speed beat this one in the race (paired over "
                                              "the rounds both ran; a step-down correction over the comparisons "

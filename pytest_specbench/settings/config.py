@@ -45,6 +45,7 @@ class SpecbenchConfig:
     run_budget: float | None  # seconds for the whole run; None: off
     race: bool
     threads: int | None
+    baseline_every: int  # cases between baseline runs within a round
     baseline_once: bool
     tie_tolerance: float
     stop_at_eos: bool

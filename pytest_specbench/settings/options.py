@@ -435,6 +435,10 @@ OPTIONS: tuple[Option, ...] = (
            "--specbench-budget decides)", _positive_float, metavar="SECONDS", changes_results=True),
     Option("threads", "threads", "torch CPU threads (default: torch's own choice; under xdist on CPU, "
            "cores / workers; at most this machine's logical CPUs)", _threads, metavar="N", changes_results=True),
+    Option("baseline-every", "baseline_every", "within a round, run the target-only baseline before the first "
+           "case, after every N cases and after the last; each case's speedup compares with the baseline "
+           "interpolated in time between the two around it, so the machine's drift cancels (default 2)", _int(1),
+           "2", metavar="N", changes_results=True),
     Option("baseline-once", "baseline_once", "time the target-only baseline only in a block's first "
            "--specbench-min-rounds rounds instead of in every round (speedups then compare unpaired)", changes_results=True),
     Option("tie-tolerance", "tie_tolerance", "under float16/bfloat16, a divergence where the target's top-2 logit "
