@@ -153,6 +153,26 @@ def test_the_answer_needs_more_than_one_batch_size_and_constant_k():
     assert len(batch_answer(GAINING_TO_4 + [_row(b, k, 1.0, 0.9, prompt="code") for b in (1, 4) for k in (1, 4)])) == 2
 
 
+def test_each_batch_sizes_best_k_is_stated_as_the_answer_states_it_with_the_k_tied_with_it():
+    """Per batch size the paired test over that batch's own block: at batch 1 k=4 is 40% faster in every round
+    (alone best); at batch 4 the two are within noise of each other (tied)."""
+    wiggle = [1.0, 1.03, 0.98, 1.02, 0.99, 1.01]
+
+    def timed(batch, k, speedup, seconds, shift):
+        row = _row(batch, k, speedup, speedup * 0.95, predicted=speedup)
+        row.update(block=f"t:natural:b{batch}", block_rounds=list(range(6)),
+                   round_decode_token_s=[seconds * wiggle[(r + shift) % 6] for r in range(6)],
+                   baseline_round_decode_token_s=[0.02] * 6)
+        return row
+
+    rows = [timed(1, 1, 1.4, 0.0143, 0), timed(1, 4, 2.0, 0.01, 1),
+            timed(4, 1, 1.2, 0.0167, 0), timed(4, 4, 1.19, 0.0168, 3)]
+    (answer,) = batch_answer(rows)
+    assert [(item["batch"], item["k"], item["tied"]) for item in answer["best"]] == [(1, 4, []), (4, 1, [4])]
+    markdown = "\n".join(batch_markdown(rows))
+    assert "| 4 | - | 4 | 0.40-0.80 |" in markdown and "| 1 | 4 | 1 | 0.40-0.80 |" in markdown
+
+
 def test_the_terminal_and_markdown_sections_show_the_table_best_k_and_break_even():
     text = "\n".join(batch_lines(GAINING_TO_4))
     assert "tiny, natural:" in text and "k=1" in text and "k=4" in text
@@ -161,7 +181,7 @@ def test_the_terminal_and_markdown_sections_show_the_table_best_k_and_break_even
     assert "1 (no gain)" in text  # batch 16's best k does not gain
     markdown = "\n".join(batch_markdown(GAINING_TO_4, {"tiny": "figs/speedup_vs_batch_tiny.png"}))
     assert markdown.startswith("## Batch size") and "### tiny, natural" in markdown
-    assert "| batch | k=1 | k=4 | best k | predicted best k | row accept min-max |" in markdown
+    assert "| batch | k=1 | k=4 | best k | tied | predicted best k | row accept min-max |" in markdown
     assert "![decode speedup against batch size for tiny](figs/speedup_vs_batch_tiny.png)" in markdown
 
 

@@ -69,6 +69,21 @@ def _point(row: dict[str, Any]) -> dict[str, Any]:
             "row_acceptance_max": row_value(row, "row_acceptance_max")}
 
 
+def _best_at(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The best k of one batch size as the answer states it (:func:`.answer.prompt_answer`: the race's survivors,
+    the k tied with it by the paired test over the block's rounds), and the cost model's best."""
+    from .answer import prompt_answer
+
+    stated = prompt_answer(rows)
+    top = next(row for row in rows if row["k"] == stated["best_k"]) if stated else max(
+        rows, key=lambda row: row["decode_speedup"])
+    predicted = [row for row in rows if row_value(row, "predicted_speedup") is not None]
+    top_predicted = max(predicted, key=lambda row: row["predicted_speedup"]) if predicted else None
+    return {**_point(top), "gains": _gains(top), "tied": stated["tied"] if stated else [],
+            "predicted_best_k": top_predicted["k"] if top_predicted else None,
+            "predicted_best_speedup": top_predicted["predicted_speedup"] if top_predicted else None}
+
+
 def batch_answer(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (pair, prompt, engine) with more than one batch size: every (batch, k) point, the best k per batch size
     (measured and predicted), and the measured and predicted break-even batch size."""
@@ -85,15 +100,7 @@ def batch_answer(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             by_batch.setdefault(row_value(row, "batch"), []).append(row)
         if len(by_batch) < 2:
             continue
-        best = []
-        for size in sorted(by_batch):
-            at = sorted(by_batch[size], key=lambda row: row["k"])
-            top = max(at, key=lambda row: row["decode_speedup"])
-            predicted = [row for row in at if row_value(row, "predicted_speedup") is not None]
-            top_predicted = max(predicted, key=lambda row: row["predicted_speedup"]) if predicted else None
-            best.append({**_point(top), "gains": _gains(top),
-                         "predicted_best_k": top_predicted["k"] if top_predicted else None,
-                         "predicted_best_speedup": top_predicted["predicted_speedup"] if top_predicted else None})
+        best = [_best_at(by_batch[size]) for size in sorted(by_batch)]
         answers.append({
             "pair": pair, "prompt": prompt, "engine": engine, "batches": sorted(by_batch),
             "ks": sorted({row["k"] for row in rows}),
@@ -115,7 +122,7 @@ def _cell(point: dict[str, Any] | None) -> str:
 def _table_rows(answer: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
     points = {(point["batch"], point["k"]): point for point in answer["points"]}
     best = {item["batch"]: item for item in answer["best"]}
-    headers = ["batch", *(f"k={k}" for k in answer["ks"]), "best k", "predicted best k", "row accept min-max"]
+    headers = ["batch", *(f"k={k}" for k in answer["ks"]), "best k", "tied", "predicted best k", "row accept min-max"]
     cells = []
     for size in answer["batches"]:
         item = best[size]
@@ -124,6 +131,7 @@ def _table_rows(answer: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
             spread = f"{item['row_acceptance_min']:.2f}-{item['row_acceptance_max']:.2f}"
         cells.append([str(size), *(_cell(points.get((size, k))) for k in answer["ks"]),
                       f"{item['k']}" + ("" if item["gains"] else " (no gain)"),
+                      ", ".join(str(k) for k in item.get("tied", [])) or "-",
                       "" if item["predicted_best_k"] is None else str(item["predicted_best_k"]), spread])
     return cells, headers
 
