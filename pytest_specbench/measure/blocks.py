@@ -3,7 +3,7 @@
 A block (:attr:`..matrix.Case.block`) is timed in rounds. Each round runs the speculative decode of every case still
 being timed once, in an order that rotates from round to round, with the target-only baseline before the first
 case, after every ``baseline_every`` cases and after the last. The machine's speed drifts over seconds (on a shared
-2-core machine, runs 4 s apart correlated 0.8 and runs 40 s apart not at all), so each case's run is paired with
+2-core machine, 4-second runs correlated 0.63 one run apart and 0.04 five apart: benchmarks/machine_drift.py), so each case's run is paired with
 the baseline interpolated in time between the baseline runs on either side of it: the drift they share cancels.
 A case's speedups are paired with those baselines, one per round it ran in. Within a (pair, engine, prompt) the
 constant k race (:mod:`..results.racing`) compares the cases' drift-corrected times (speculative over paired

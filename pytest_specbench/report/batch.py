@@ -131,7 +131,7 @@ def _table_rows(answer: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
             spread = f"{item['row_acceptance_min']:.2f}-{item['row_acceptance_max']:.2f}"
         cells.append([str(size), *(_cell(points.get((size, k))) for k in answer["ks"]),
                       f"{item['k']}" + ("" if item["gains"] else " (no gain)"),
-                      ", ".join(str(k) for k in item.get("tied", [])) or "-",
+                      ", ".join(str(k) for k in item["tied"]) or "-",
                       "" if item["predicted_best_k"] is None else str(item["predicted_best_k"]), spread])
     return cells, headers
 
