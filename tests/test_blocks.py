@@ -15,6 +15,7 @@ from pytest_specbench.engine.stats import DecodeStats, GenerationResult
 from pytest_specbench.measure import blocks
 from pytest_specbench.measure.blocks import TimedCase, time_block
 from pytest_specbench.measure.budget import RunBudget, describe_duration
+from pytest_specbench.measure.timing import precision
 from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
@@ -289,3 +290,17 @@ def test_the_run_budget_counts_only_the_blocks_that_will_be_timed():
     assert runs.budget.blocks == 2  # the missing pair's two blocks are skipped, not timed
     assert BlockRuns(session, ("gw0", 2)).budget.blocks == 1  # a worker's share
     assert runs.members(cases[0]) == [case for case in cases if case.block == cases[0].block]
+
+
+def test_a_blocks_intervals_pool_its_cases_noise_and_a_case_alone_keeps_its_own():
+    # Ten cases with the same noise, three rounds: pooled, 20 degrees of freedom; the intervals are tighter than
+    # each case's own (t at 2 degrees of freedom) in most cases, and a case with twice the rounds is tighter still.
+    times = {k: 0.3 + 0.05 * k for k in range(1, 11)}
+    cases, baseline, _ = _block(times, Noise(seed=11, run_sd=0.05))
+    block = time_block(cases, baseline, _config(min_rounds=3, max_rounds=3, race=False), None)
+    decode = block.spreads(paired=True)[1]
+    assert decode is not None and decode.dof == 20 and 0.03 < decode.sd < 0.12
+    pooled = [precision(block.case_baselines(c, True), c.runs, True, block.spreads(True)) for c in cases]
+    own = [precision(block.case_baselines(c, True), c.runs, True) for c in cases]
+    assert statistics.median(own) > 1.5 * statistics.median(pooled)
+    assert block.spreads(paired=False) == (None, None)

@@ -7,8 +7,8 @@ The checks that judge the race (false-alarm rate, power) are also run on planted
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import statistics
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -164,13 +164,22 @@ def test_the_check_catches_holm_against_the_picked_best_alone(monkeypatch):
 
 
 def test_the_check_catches_an_unpaired_comparison(monkeypatch):
-    # Welch's test on the two samples: the shared round drift stays in the noise, and power is lost.
-    def welch(candidate, leader):
-        return float(stats.ttest_ind_from_stats(
-            statistics.fmean(candidate), statistics.stdev(candidate), len(candidate), statistics.fmean(leader),
-            statistics.stdev(leader), len(leader), equal_var=False, alternative="greater").pvalue)
-
+    # A fit without round effects: the shared round drift stays in the noise, and power is lost.
     assert _keeps_best_and_finds_slower(4000, drift=0.10) == (True, True)
-    monkeypatch.setattr(racing, "_one_sided_p", welch)
+    fit = racing._fit
+    monkeypatch.setattr(racing, "_fit", lambda logs, with_rounds=True: fit(logs, with_rounds=False))
     kept, found = _keeps_best_and_finds_slower(4000, drift=0.10)
     assert not found
+
+
+def test_the_check_catches_a_variance_pooled_without_its_degrees_of_freedom(monkeypatch):
+    # The pooled variance read as if known (a normal quantile): at 3 rounds of 5 tied cases, too many false alarms.
+    fit = racing._fit
+
+    def as_if_known(logs, with_rounds=True):
+        result = fit(logs, with_rounds)
+        return dataclasses.replace(result, dof=10**6) if result.dof > 0 else result
+
+    assert within_alpha(_final_ranking_false_alarms(rounds=3))
+    monkeypatch.setattr(racing, "_fit", as_if_known)
+    assert not within_alpha(_final_ranking_false_alarms(rounds=3))

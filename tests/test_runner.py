@@ -131,6 +131,9 @@ def test_rows_carry_intervals_prefill_split_and_the_fingerprint(bench, pytester:
         assert row["ttft_ms"] > 0 and row["baseline_ttft_ms"] > 0
         assert row["decode_tps"] > 0 and row["baseline_decode_tps"] > 0
         assert isinstance(row["unstable"], bool)
+        # The spread pooled over the block's cases, or the case's own where their spreads differ.
+        assert row["interval_dof"] >= row["rounds"] - 1
+        assert row["round_log_sd"] is None or row["round_log_sd"] > 0
     csv_header = (Path(pytester.path) / "spec_results.csv").read_text().splitlines()[0].split(",")
     for column in ("ttft_ms", "decode_tps", "decode_speedup", "speedup_ci_low", "speedup_ci_high", "rounds",
                    "unstable"):

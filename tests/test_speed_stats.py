@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from pytest_specbench.results.statistics import Interval, coefficient_of_variation, speedup_interval
+from pytest_specbench.results.statistics import (Interval, PooledSpread, coefficient_of_variation, pooled_spread,
+                                                  speedup_interval)
 
 
 def test_paired_interval_matches_a_hand_computed_t_interval():
@@ -106,4 +107,90 @@ def test_paired_interval_covers_the_true_speedup_at_its_nominal_rate():
 
 def test_coverage_check_rejects_a_normal_quantile_interval():
     coverage = _coverage(_normal_quantile_interval)
+    assert not 0.93 <= coverage <= 0.97, coverage
+
+
+# --- pooled over a block: the cases of one block share the machine, and with it the noise ------------------
+
+
+def test_pooled_spread_is_each_cases_spread_around_its_own_mean():
+    spread = pooled_spread([[1.0, 2.0, 3.0], [10.0, 12.0], [5.0]])
+    # Squares 2 and 2 over 2 + 1 degrees of freedom; the one-value case adds none.
+    assert spread is not None and spread.dof == 3 and spread.sd == pytest.approx(math.sqrt(4 / 3))
+    assert pooled_spread([[1.0], [2.0]]) is None
+
+
+def test_a_pooled_interval_is_students_at_the_pooled_degrees_of_freedom():
+    baseline, speculative = [2.0, 2.2, 1.9], [1.0, 1.0, 1.0]
+    spread = PooledSpread(0.05, 20)
+    interval = speedup_interval(baseline, speculative, paired=True, spread=spread)
+    mean = sum(math.log(b) for b in baseline) / 3
+    half = stats.t.ppf(0.975, 20) * 0.05 / math.sqrt(3)
+    assert interval.estimate == pytest.approx(math.exp(mean))
+    assert (interval.low, interval.high) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
+    with pytest.raises(ValueError, match="paired"):
+        speedup_interval(baseline, speculative, paired=False, spread=spread)
+
+
+def test_cases_of_unequal_spread_are_not_pooled():
+    rng = random.Random(5)
+    quiet = [[rng.gauss(0, 0.02) for _ in range(4)] for _ in range(5)]
+    loud = [[rng.gauss(0, 0.3) for _ in range(4)]]
+    assert pooled_spread(quiet) is not None
+    assert pooled_spread(quiet + loud) is None
+    assert pooled_spread([[0.1, 0.1, 0.1], [0.1, 0.2, 0.3]]) is None  # one without spread beside one with
+
+
+# Coverage of the pooled interval, simulated as the default run's blocks are: 10 cases of different true
+# speedups, 3 rounds, per-round log noise of 4.5% of each run's own plus 2% shared by the cases next to one
+# baseline (pairs of cases, as --specbench-baseline-every=2 groups them). Only the first case of each of 2000
+# blocks is scored, so the trials are independent: binomial(2000, 0.95) has sd 0.49%, and [0.93, 0.97] is
+# +/-4 sd (a false alarm below 1e-4). Planted bugs: the half-width over the block's rounds instead of the
+# case's (covers about 50%), and the spread taken around the block's mean instead of each case's (about 100%).
+
+BLOCK_SPEEDUPS = [1.05, 0.84, 0.84, 0.59, 0.38, 1.29, 1.30, 1.57, 1.57, 1.48]
+
+
+def _pooled_coverage(make_interval, blocks: int = 2000, rounds: int = 3, seed: int = 4321) -> float:
+    rng = random.Random(seed)
+    covered = 0
+    for _ in range(blocks):
+        ratios: list[list[float]] = [[] for _ in BLOCK_SPEEDUPS]
+        for _ in range(rounds):
+            shared = [rng.gauss(0, 0.02) for _ in range(len(BLOCK_SPEEDUPS) // 2)]
+            for case, true in enumerate(BLOCK_SPEEDUPS):
+                ratios[case].append(math.log(true) + shared[case // 2] + rng.gauss(0, 0.045))
+        interval = make_interval(ratios)
+        covered += interval.low <= BLOCK_SPEEDUPS[0] <= interval.high
+    return covered / blocks
+
+
+def _pooled(ratios):
+    spread = pooled_spread(ratios)
+    own = ratios[0]
+    return speedup_interval([math.exp(r) for r in own], [1.0] * len(own), paired=True, spread=spread)
+
+
+def _over_the_blocks_rounds(ratios):
+    spread = pooled_spread(ratios, homogeneity_alpha=0.0)
+    mean, total = sum(ratios[0]) / len(ratios[0]), sum(map(len, ratios))
+    half = stats.t.ppf(0.975, spread.dof) * spread.sd / math.sqrt(total)
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+
+
+def _around_the_blocks_mean(ratios):
+    flat = [value for values in ratios for value in values]
+    spread = pooled_spread([flat])
+    return speedup_interval([math.exp(r) for r in ratios[0]], [1.0] * len(ratios[0]), paired=True, spread=spread)
+
+
+@pytest.mark.slow
+def test_the_pooled_interval_covers_the_true_speedup_at_its_nominal_rate():
+    coverage = _pooled_coverage(_pooled)
+    assert 0.93 <= coverage <= 0.97, coverage
+
+
+@pytest.mark.parametrize("planted", [_over_the_blocks_rounds, _around_the_blocks_mean])
+def test_the_pooled_coverage_check_rejects_a_planted_bug(planted):
+    coverage = _pooled_coverage(planted)
     assert not 0.93 <= coverage <= 0.97, coverage

@@ -5,7 +5,8 @@ being timed once, in an order that rotates from round to round, with the target-
 case, after every ``baseline_every`` cases and after the last. The machine's speed drifts over seconds (on a shared
 2-core machine, 4-second runs correlated 0.63 one run apart and 0.04 five apart: benchmarks/machine_drift.py), so each case's run is paired with
 the baseline interpolated in time between the baseline runs on either side of it: the drift they share cancels.
-A case's speedups are paired with those baselines, one per round it ran in. Within a (pair, engine, prompt) the
+A case's speedups are paired with those baselines, one per round it ran in, and their intervals take the noise
+pooled over the block's cases (:func:`.timing.block_spreads`): they share the machine and the rounds. Within a (pair, engine, prompt) the
 constant k race (:mod:`..results.racing`) compares the cases' drift-corrected times (speculative over paired
 baseline): one slower than the leader at 95% stops being timed and is marked eliminated. A case also stops once
 its intervals are within the target (or its own budget, when given, is spent). The block stops when no case is
@@ -25,7 +26,7 @@ from ..engine.stats import GenerationResult
 from ..results.racing import eliminations
 from ..settings.config import SpecbenchConfig
 from .matrix import Case
-from .timing import precision
+from .timing import NO_SPREADS, Spreads, block_spreads, precision
 
 #: the race's family-wise false-elimination rate within one (pair, engine, prompt), over all its looks
 RACE_ALPHA = 0.05
@@ -63,6 +64,12 @@ class BlockTiming:
         if paired:
             return list(timed.paired_baselines)
         return [run for index in sorted(self.baselines) for run in self.baselines[index]]
+
+    def spreads(self, paired: bool) -> Spreads:
+        """The block's noise, pooled over its cases' paired rounds (none when unpaired)."""
+        if not paired:
+            return NO_SPREADS
+        return block_spreads([(self.case_baselines(timed, True), timed.runs) for timed in self.cases])
 
 
 def _rotated(items: list, shift: int) -> list:
@@ -166,11 +173,12 @@ def _stop_all(active: list[TimedCase], reason: str) -> None:
 
 def _settle(block: BlockTiming, config: SpecbenchConfig, paired: bool) -> None:
     """After a round: stop the cases that are tight or over their own budget, then race the rest."""
+    spreads = block.spreads(paired)
     for timed in block.cases:
         if timed.stop is not None:
             continue
         baselines = block.case_baselines(timed, paired)
-        if precision(baselines, timed.runs, paired) <= config.ci_target:
+        if precision(baselines, timed.runs, paired, spreads) <= config.ci_target:
             timed.stop = TIGHT
         elif config.case_budget is not None:
             spent = sum(run.stats.wall_time_s for run in [*timed.runs, *(baselines if paired else [])])

@@ -15,7 +15,7 @@ from ..results.statistics import coefficient_of_variation
 from .costs import CostProfile, case_column_head_rows, cost_model_fields
 from .engines import sampling_kwargs
 from .matrix import Case
-from .timing import speedups
+from .timing import NO_SPREADS, Spreads, speedups
 from .verdicts import quality_score
 
 
@@ -49,6 +49,7 @@ class Measurement:
     peak_memory: tuple[float, str] | None = None
     block: BlockRecord | None = None
     batch_prompt_ids: list[str] | None = None  # batch > 1: each row's prompt id
+    spreads: Spreads = NO_SPREADS  # the block's pooled noise; by default each case's own
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -70,7 +71,8 @@ def _identity_fields(case: Case, measurement: Measurement) -> dict[str, Any]:
 def _speed_fields(measurement: Measurement, ci_target: float) -> dict[str, Any]:
     """Speedups with their intervals, throughput and latency medians, and the rounds' spread."""
     baselines, speculative = measurement.baselines, measurement.speculative
-    end_to_end, decode = speedups(baselines, speculative, measurement.paired)
+    end_to_end, decode = speedups(baselines, speculative, measurement.paired, measurement.spreads)
+    pooled = measurement.spreads[1] if measurement.paired else None
     baseline_tps = _spread([run.stats.tokens_per_second for run in baselines])
     speculative_tps = _spread([run.stats.tokens_per_second for run in speculative])
     new_tokens = max(speculative[-1].stats.new_tokens, 1)
@@ -92,6 +94,8 @@ def _speed_fields(measurement: Measurement, ci_target: float) -> dict[str, Any]:
         baseline_cv=coefficient_of_variation([run.stats.wall_time_s for run in baselines]),
         speculative_cv=coefficient_of_variation([run.stats.wall_time_s for run in speculative]),
         rounds=len(speculative), baseline_runs=len(baselines),
+        interval_dof=pooled.dof if pooled else (len(speculative) - 1 if measurement.paired else None),
+        round_log_sd=pooled.sd if pooled else None,
         round_decode_token_s=[run.stats.time_per_decode_token_s for run in speculative],
         round_wall_s=[run.stats.wall_time_s for run in speculative],
         baseline_round_decode_token_s=[run.stats.time_per_decode_token_s for run in baselines],

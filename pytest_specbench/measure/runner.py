@@ -161,6 +161,7 @@ def measure_block(cases: Sequence[Case], store: ModelStore, shared: SharedMeasur
     block = time_block(timed, run_baseline, config, plan.budget_s, plan.budget_reason, plan.after_round)
     memory = peak_memory_mb(store.device)
     paired = not config.baseline_once
+    spreads = block.spreads(paired)
     for member in timed:
         case, setup = member.case, setups[member.case.id]
         sizes = shared.sizes(case.pair.name, lambda: {
@@ -175,7 +176,7 @@ def measure_block(cases: Sequence[Case], store: ModelStore, shared: SharedMeasur
             input_ids, reference = setup.input_ids, setup.reference
         outcome[case.id] = Measurement(
             input_ids=input_ids, reference=reference, baselines=block.case_baselines(member, paired),
-            speculative=member.runs, paired=paired,
+            speculative=member.runs, paired=paired, spreads=spreads,
             verdict=verdict,
             target_load_s=setup.target.load_time_s, target_load_source=setup.target.source, costs=setup.costs,
             sizes=sizes, peak_memory=memory, sampling=setup.sampling,

@@ -71,7 +71,7 @@ def _point(row: dict[str, Any]) -> dict[str, Any]:
 
 def _best_at(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The best k of one batch size as the answer states it (:func:`.answer.prompt_answer`: the race's survivors,
-    the k tied with it by the paired test over the block's rounds), and the cost model's best."""
+    the k tied with it by the race's test over the block's rounds), and the cost model's best."""
     from .answer import prompt_answer
 
     stated = prompt_answer(rows)

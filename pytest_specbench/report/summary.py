@@ -96,13 +96,13 @@ def _per_k_lines(rows: Sequence[dict[str, Any]], engines: bool) -> list[str]:
 
 
 def _answer_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]:
-    """The pair's answer: per prompt the best constant k, the k tied with it and those slower (by a paired test
+    """The pair's answer: per prompt the best constant k, the k tied with it and those slower (by the race's test
     over the block's rounds), the cost model's recommended k; then the k best on most prompts."""
     answers = [a for a in answer["prompts"] if a["pair"] == pair]
     if not answers:
         return []
     cells, headers = prompt_table(sorted(answers, key=lambda a: (a["prompt"], a["engine"])), engines)
-    lines = ["the answer (best constant k per prompt; tied / slower: a paired test over the block's rounds, "
+    lines = ["the answer (best constant k per prompt; tied / slower: tested within the block's rounds, "
              "family-wise 95%):", *tabulate(cells, headers=headers, disable_numparse=True).splitlines()]
     return lines + [pair_sentence(p, engines) for p in answer["pairs"] if p["pair"] == pair]
 

@@ -86,12 +86,12 @@ class CaseResult:
     decode_speedup: float = _field("decoding speedup, prefill excluded: geometric mean of the per-round "
                                    "ratios of time per decoded token", TIMING, summary=("decode speedup", ".2f"),
                                    interval=True, gate="info", extra_info=True)
-    decode_speedup_ci_low: float | None = _field("95% interval of decode_speedup, low end (null below 2 rounds)",
+    decode_speedup_ci_low: float | None = _field("95% interval of decode_speedup, low end (null when no spread is known: one round alone)",
                                                  TIMING, default=None)
     decode_speedup_ci_high: float | None = _field("95% interval of decode_speedup, high end", TIMING, default=None)
     speedup: float = _field("end-to-end speedup, prefill included: geometric mean of the per-round wall-time "
                             "ratios", TIMING, summary=("e2e speedup", ".2f"), gate="info", extra_info=True)
-    speedup_ci_low: float | None = _field("95% interval of speedup, low end (null below 2 rounds)", TIMING,
+    speedup_ci_low: float | None = _field("95% interval of speedup, low end (null when no spread is known: one round alone)", TIMING,
                                           default=None)
     speedup_ci_high: float | None = _field("95% interval of speedup, high end", TIMING, default=None)
     ttft_ms: float = _field("speculative time to first token: the prefill of target and draft (median)", TIMING)
@@ -114,6 +114,11 @@ class CaseResult:
     baseline_runs: int = _field("baselines its speedups compare with: one per round, each interpolated between the "
                                 "baseline runs around its run (all of the block's baseline runs under "
                                 "--specbench-baseline-once)", TIMING)
+    interval_dof: int | None = _field("degrees of freedom of the decode interval's t quantile: the block's "
+                                      "cases' rounds pooled (null for an unpaired interval)", TIMING, default=None)
+    round_log_sd: float | None = _field("per-round standard deviation of the log decode ratio, pooled over the "
+                                        "block's cases: the noise the interval was built from", TIMING,
+                                        default=None)
     unstable: bool = _field("an interval wider than the target (--specbench-ci-target) after the rounds the "
                             "budget allowed, and not eliminated by the race", TIMING)
     block: str = _field("the block it was timed in: the cases sharing its target and prompt, timed in shared "
