@@ -269,6 +269,9 @@ def schedules_by_name(costs: Sequence[float], cost_ratio: float) -> dict[str, Ca
             # k=auto as it was before the tuning (issue 22), for comparison
             "auto_before": lambda: CostModelSchedule(costs, cost_ratio, prior_alpha=0.6, prior_weight=0.5, grow=False,
                                                      unsure_weight=1.0),
+            "auto_open": lambda: CostModelSchedule(costs, cost_ratio, open_long=True),
+            "auto_open_grow": lambda: CostModelSchedule(costs, cost_ratio, open_long=True, grow=None),
+            "auto_grow": lambda: CostModelSchedule(costs, cost_ratio, grow=None),
             "hf_default": lambda: HfDefault(min(20, longest))}
 
 

@@ -14,7 +14,7 @@ import torch
 from pytest_specbench.engine.stats import DecodeStats, GenerationResult
 from pytest_specbench.measure import blocks
 from pytest_specbench.measure.blocks import TimedCase, time_block
-from pytest_specbench.measure.budget import RunBudget, describe_duration
+from pytest_specbench.measure.budget import RunBudget, block_weight, describe_duration
 from pytest_specbench.measure.timing import precision
 from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairs import PairSpec
@@ -238,6 +238,23 @@ def test_the_estimate_lies_between_min_and_max_rounds_of_every_block():
     tight = RunBudget(60.0, blocks=4, started=time.perf_counter())
     assert tight.estimate_s(10.0, 3, 30) == pytest.approx(120.0, abs=1.0)  # the budget would allow less: min rounds
     assert describe_duration(40) == "about 40 s" and describe_duration(14 * 60 + 10) == "about 14 min"
+
+
+def test_blocks_share_the_budget_and_the_estimate_by_their_weight():
+    # Batch 1, 4 and 16 blocks of 8 cases: shares in proportion 1 : 4 : 16; what a block leaves goes to the rest
+    # (here b1 took no time, so b4 gets 4/20 of all 210 s).
+    weights = {name: block_weight(8, batch) for name, batch in (("b1", 1), ("b4", 4), ("b16", 16))}
+    budget = RunBudget(210.0, blocks=3, started=time.perf_counter(), weights=weights)
+    assert budget.share_s("b1") == pytest.approx(10.0, rel=0.01)
+    budget.block_done("b1")
+    assert budget.share_s("b4") == pytest.approx(42.0, rel=0.01)
+    budget.block_done("b4")
+    assert budget.share_s("b16") == pytest.approx(210.0, rel=0.01)
+    # A round of b1 took 2 s: b4's takes about 8, b16's 32; at 3 rounds at least that is 126 s, over 100.
+    fresh = RunBudget(100.0, blocks=3, started=time.perf_counter(), weights=weights)
+    assert fresh.estimate_s(2.0, 3, 30, "b1") == pytest.approx(3 * (2 + 8 + 32), abs=1.0)
+    # With no weights every block weighs the same, as before.
+    assert RunBudget(100.0, blocks=4, started=time.perf_counter()).share_s("any") == pytest.approx(25.0, rel=0.01)
 
 
 # --- blocks in the matrix ------------------------------------------------------------------------

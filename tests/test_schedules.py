@@ -213,3 +213,16 @@ def test_cost_model_schedule_counts_the_unsure_token_that_ended_a_block_at_half_
     lookup.next_k()
     lookup.update(drafted=2, accepted=1)  # prompt lookup ran out of match: no confidence involved, counted in full
     assert lookup.alpha == pytest.approx((1 + 0.6) / (1 + 1 + 1.0))
+
+
+def test_opening_long_drafts_the_longest_block_first_then_follows_the_cost_model():
+    curve = [1.0, 1.1, 1.2, 1.3, 1.4]  # v(m): k up to 4
+    schedule = CostModelSchedule(curve, 0.0, open_long=True)
+    assert schedule.next_k() == 4
+    schedule.update(4, 0)  # all rejected: from then on it chooses as the plain schedule does with the same counts
+    plain = CostModelSchedule(curve, 0.0)
+    plain.next_k()
+    plain.update(4, 0)
+    assert schedule.next_k() == plain.next_k() < 4
+    schedule.reset()
+    assert schedule.next_k() == 4  # every generation opens long

@@ -102,6 +102,9 @@ class CostModelSchedule(DraftSchedule):
     - **Probing long blocks where the draft keeps being right** (``grow``): after a block that drafted every
       token it was asked for and was accepted whole, the next block is at least ``grow_factor`` times as long.
       None: on for a drafter that costs something (``cost_ratio > 0``); False (the default): off.
+    - **Opening long** (``open_long``): a generation's first block drafts the longest k the curve holds (a
+      draft model's confidence stop ends it where the draft is unsure; lookup proposes what it matched), so a
+      continuation the draft knows whole costs one or two steps, as at the best constant k.
     - **Memory across generations** (``carry``, off): :meth:`reset` keeps ``carry`` times the counts.
 
     No rule looks at the tokens: a schedule only chooses how many to draft, so the output stays the target's.
@@ -110,7 +113,7 @@ class CostModelSchedule(DraftSchedule):
     def __init__(self, verify_costs: Sequence[float], cost_ratio: float, *, prior_alpha: float = 0.6,
                  prior_weight: float = 0.5, decay: float = 0.8, probe_every: int = 4,
                  confidence_threshold: float | None = 0.4, carry: float = 0.0, grow: bool | None = False,
-                 unsure_weight: float = 1.0, grow_factor: float = 2.0) -> None:
+                 unsure_weight: float = 1.0, grow_factor: float = 2.0, open_long: bool = False) -> None:
         if len(verify_costs) < 2 or min(verify_costs) <= 0:
             raise ValueError("verify_costs must hold v(1), v(2), ... (at least two positive times)")
         if cost_ratio < 0:
@@ -126,6 +129,7 @@ class CostModelSchedule(DraftSchedule):
         self.grow = self.cost_ratio > 0 if grow is None else grow
         self.unsure_weight = unsure_weight
         self.grow_factor = grow_factor
+        self.open_long = open_long
         self._accepted = 0.0
         self._rejections = 0.0
         self.reset()
@@ -152,6 +156,8 @@ class CostModelSchedule(DraftSchedule):
         longest = len(self.verify_costs) - 1
         best_k = max(range(1, longest + 1),
                      key=lambda k: (predicted_speedup(alpha, k, self.cost_ratio, self.verify_costs), -k))
+        if self.open_long and not self._observed:
+            return longest
         if self.grow and self._run:
             return max(best_k, min(longest, math.ceil(self.grow_factor * self._run)))
         if predicted_speedup(alpha, best_k, self.cost_ratio, self.verify_costs) > 1.0:

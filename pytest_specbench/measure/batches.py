@@ -137,7 +137,9 @@ def prepare_batch(case: Case, store: ModelStore, shared: SharedMeasurements, con
     # The padded width: the batched engine's positions count a row's own tokens only, but its cache holds the
     # padded width, and so does the batched generate() that is its reference.
     check_context_windows(case, int(ids.shape[1]), n, models)
-    references = batched_reference(target.model, ids, mask, n, eos)
+    references = shared.batched_reference(
+        (pair.target, pair.revision, store.dtype_for(pair), tuple(prompt.id for prompt in prompts), n, eos),
+        lambda: batched_reference(target.model, ids, mask, n, eos))
     unbatched = [store.reference(pair, prompt.id, row, n, eos) for prompt, row in zip(prompts, row_ids)]
     window = context_window(target.model.config)
     longest = probed_k(config.ks, n, None if window is None else window[0] - int(ids.shape[1]))

@@ -1,7 +1,7 @@
 """What one worker measures once and shares between the cases that need it.
 
 Every cache here has its own name and key, so what a case reuses (and what it must not) can be read off:
-the tokenised prompt per target, the pair's cost profile, the warm-up per pair and engine, the models'
+the tokenised prompt per target, the batched reference per target and batch, the pair's cost profile, the warm-up per pair and engine, the models'
 sizes, the once-timed baseline of ``--specbench-baseline-once``, and the sampling check per case input.
 """
 
@@ -30,6 +30,7 @@ class SharedMeasurements:
         self._warmed: set[Hashable] = set()
         self._sizes: dict[Hashable, dict[str, int]] = {}
         self._sampling_checks: dict[Hashable, dict[str, Any]] = {}
+        self._batched_references: dict[Hashable, list[list[int]]] = {}
 
     def input_ids(self, key: tuple, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
         """By (target, revision, prompt id): every pair with that target reads the same tokens."""
@@ -51,3 +52,8 @@ class SharedMeasurements:
     def sampling_check(self, key: tuple, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """By (pair, prompt id, sampling settings, draws, seed)."""
         return _once(self._sampling_checks, key, compute)
+
+    def batched_reference(self, key: tuple, compute: Callable[[], list[list[int]]]) -> list[list[int]]:
+        """By (target, revision, dtype, the batch's prompt ids, new tokens, EOS): every case of a batched block
+        decodes the same batch, so its target's batched ``generate`` runs once."""
+        return _once(self._batched_references, key, compute)

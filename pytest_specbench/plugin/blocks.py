@@ -8,10 +8,11 @@ where another scheduler may spread a block's cases over workers, each case is a 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 
 from ..measure.blocks import BLOCK_BUDGET, RUN_BUDGET
-from ..measure.budget import RunBudget, describe_duration
+from ..measure.budget import RunBudget, block_weight, describe_duration
 from ..measure.matrix import Case
 from ..measure.row import Measurement
 from ..measure.runner import BlockPlan, measure_block
@@ -34,9 +35,11 @@ class BlockRuns:
         """The run's budget over the blocks that will be timed, counted once collection is over (at the first
         case): a pair skipped for a missing model times nothing, so its blocks take no share."""
         if self._budget is None:
-            blocks = {case.block for case in self._pending()}
-            self._budget = RunBudget(self._session.config.run_budget, math.ceil(len(blocks) / self._workers),
-                                     started=self._session.began_at)
+            members = Counter(case.block for case in self._pending())
+            batches = {case.block: case.batch for case in self._pending()}
+            weights = {block: block_weight(count, batches[block]) for block, count in members.items()}
+            self._budget = RunBudget(self._session.config.run_budget, math.ceil(len(members) / self._workers),
+                                     started=self._session.began_at, weights=weights)
         return self._budget
 
     def _pending(self) -> list[Case]:
@@ -61,16 +64,17 @@ class BlockRuns:
         return outcome
 
     def _time(self, cases: list[Case], store, shared) -> dict[str, Measurement | BaseException]:
-        share = self.budget.share_s()
+        block = cases[0].block
+        share = self.budget.share_s(block)
         spent = self.budget.spent_at_block is not None
         plan = BlockPlan(budget_s=share, budget_reason=RUN_BUDGET if spent else BLOCK_BUDGET,
-                         after_round=self._after_round(len(cases)))
+                         after_round=self._after_round(len(cases), block))
         try:
             return measure_block(cases, store, shared, self._session.config, self._session.prompts, plan)
         finally:
-            self.budget.block_done()
+            self.budget.block_done(block)
 
-    def _after_round(self, block_cases: int) -> Callable[[int, float], None] | None:
+    def _after_round(self, block_cases: int, block: str) -> Callable[[int, float], None] | None:
         if self._estimated or self._write_line is None:
             return None
 
@@ -79,10 +83,12 @@ class BlockRuns:
                 return
             self._estimated = True
             config = self._session.config
-            total = self.budget.estimate_s(seconds, config.min_rounds, config.max_rounds)
+            total = self.budget.estimate_s(seconds, config.min_rounds, config.max_rounds, block)
             cases = len(self._pending())
             budget = "no budget" if config.run_budget is None else f"budget {describe_duration(config.run_budget)[6:]}"
+            over = ("; the blocks' minimum rounds (--specbench-min-rounds) need more than the budget"
+                    if config.run_budget is not None and total > 1.1 * config.run_budget else "")
             self._write_line(f"pytest-specbench: {describe_duration(total)} for {cases} cases in "
                              f"{self.budget.blocks} blocks ({budget}; a round of the first block, {block_cases} "
-                             f"cases and the baselines between them, took {seconds:.1f} s)")
+                             f"cases and the baselines between them, took {seconds:.1f} s{over})")
         return estimate
