@@ -145,7 +145,7 @@ class SessionHooks:
 
     @pytest.hookimpl(trylast=True)  # after pytest-benchmark's table: the specbench summary is read last
     def pytest_terminal_summary(self, terminalreporter, config: pytest.Config) -> None:
-        if is_worker(config):
+        if is_worker(config) or config.option.collectonly:  # nothing ran: no results to sum up, none missing
             return
         for title, lines in self.session.summary_sections():
             terminalreporter.section(title)
