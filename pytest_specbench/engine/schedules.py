@@ -154,10 +154,10 @@ class CostModelSchedule(DraftSchedule):
     def _choose(self) -> int:
         alpha = self.alpha
         longest = len(self.verify_costs) - 1
-        best_k = max(range(1, longest + 1),
-                     key=lambda k: (predicted_speedup(alpha, k, self.cost_ratio, self.verify_costs), -k))
         if self.open_long and not self._observed:
             return longest
+        best_k = max(range(1, longest + 1),
+                     key=lambda k: (predicted_speedup(alpha, k, self.cost_ratio, self.verify_costs), -k))
         if self.grow and self._run:
             return max(best_k, min(longest, math.ceil(self.grow_factor * self._run)))
         if predicted_speedup(alpha, best_k, self.cost_ratio, self.verify_costs) > 1.0:

@@ -35,8 +35,9 @@ class BlockRuns:
         """The run's budget over the blocks that will be timed, counted once collection is over (at the first
         case): a pair skipped for a missing model times nothing, so its blocks take no share."""
         if self._budget is None:
-            members = Counter(case.block for case in self._pending())
-            batches = {case.block: case.batch for case in self._pending()}
+            pending = self._pending()
+            members = Counter(case.block for case in pending)
+            batches = {case.block: case.batch for case in pending}
             weights = {block: block_weight(count, batches[block]) for block, count in members.items()}
             self._budget = RunBudget(self._session.config.run_budget, math.ceil(len(members) / self._workers),
                                      started=self._session.began_at, weights=weights)

@@ -104,16 +104,15 @@ def speedup_interval(baseline_s: Sequence[float], speculative_s: Sequence[float]
         raise ValueError("need at least one timed run on each side")
     if min(*baseline_s, *speculative_s) <= 0:
         raise ValueError("times must be positive")
-    log_base = [math.log(value) for value in baseline_s]
-    log_spec = [math.log(value) for value in speculative_s]
     if spread is not None and not paired:
         raise ValueError("a pooled spread is for paired rounds")
     if paired:
         diffs = log_ratios(baseline_s, speculative_s)
-        estimate = math.exp(sum(diffs) / len(diffs))
+        mean = sum(diffs) / len(diffs)
+        estimate = math.exp(mean)
         if spread is not None:
             half = float(stats.t.ppf(0.5 + confidence / 2, spread.dof)) * spread.sd / math.sqrt(len(diffs))
-            return Interval(estimate, math.exp(math.log(estimate) - half), math.exp(math.log(estimate) + half))
+            return Interval(estimate, math.exp(mean - half), math.exp(mean + half))
         if len(diffs) < 2:
             return Interval(estimate, None, None)
         if max(diffs) == min(diffs):  # identical ratios: no spread to speak of
@@ -122,6 +121,8 @@ def speedup_interval(baseline_s: Sequence[float], speculative_s: Sequence[float]
             warnings.simplefilter("ignore", RuntimeWarning)
             low, high = stats.ttest_1samp(diffs, 0.0).confidence_interval(confidence)
     else:
+        log_base = [math.log(value) for value in baseline_s]
+        log_spec = [math.log(value) for value in speculative_s]
         estimate = math.exp(sum(log_base) / len(log_base) - sum(log_spec) / len(log_spec))
         if len(log_base) < 2 or len(log_spec) < 2:
             return Interval(estimate, None, None)
