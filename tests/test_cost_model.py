@@ -103,10 +103,14 @@ def equal_pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_a_draft_equal_to_the_target_gives_alpha_one_and_tau_k_plus_one(bench, pytester, equal_pairs_file):
-    result = bench("--specbench-k=1,4", pairs_file=equal_pairs_file)
-    result.assert_outcomes(passed=4)
+    result = bench("--specbench-k=1,4,auto", "--specbench-warmup=1", pairs_file=equal_pairs_file)
+    result.assert_outcomes(passed=6)
     rows = json.loads((Path(pytester.path) / "spec_results.json").read_text())["results"]
-    for row in rows:
+    # One profile per pair, re-timed in the warm-up, for the schedule and the predictions alike.
+    assert {row["draft_cost_source"] for row in rows} == {"warm-up"}
+    assert len({(row["cost_ratio"], row["draft_token_ms"]) for row in rows}) == 1
+    assert all(row["draft_token_probe_ms"] > 0 for row in rows)
+    for row in (row for row in rows if row["k"] != "auto"):
         k = row["k"]
         # The prediction is the run's own: with alpha 1 its tau is the measured one, shortened last block included.
         assert row["alpha"] == 1.0 and row["predicted_tau"] == pytest.approx(row["tau"])
@@ -116,7 +120,8 @@ def test_a_draft_equal_to_the_target_gives_alpha_one_and_tau_k_plus_one(bench, p
         assert row["tau"] == pytest.approx(expected_tau_of_steps(1.0, row["drafted_per_step"]))
         if k == 1:
             assert row["tau"] == pytest.approx(11 / 6)  # 11 decode tokens: five blocks of 2, then one of 1
-        assert len(row["verify_costs_ms"]) == 5 and all(v > 0 for v in row["verify_costs_ms"])
+        # k=auto has the probe cover blocks up to 16, cut at the 12 new tokens a run can verify at most.
+        assert len(row["verify_costs_ms"]) == 12 and all(v > 0 for v in row["verify_costs_ms"])
         assert row["verify_cost_ratio"] == pytest.approx(row["verify_costs_ms"][k] / row["verify_costs_ms"][0])
         assert row["cost_ratio"] > 0 and row["draft_token_ms"] > 0
         assert 1 <= row["recommended_k"] <= 4
@@ -282,3 +287,54 @@ def test_the_draft_passes_are_timed_in_turn_with_a_target_step():
     assert profile.cost_ratio == pytest.approx(profile.draft_token_s / profile.draft_reference_s)
     lookup = measure_costs(target, PromptLookupDrafter(), torch.tensor([[5, 17, 33, 9, 60]]), 1, head_kernel="linear")
     assert lookup.cost_ratio == 0.0 and lookup.catch_up_ratio is None
+
+
+def test_catch_up_passes_follow_blocks_accepted_whole():
+    from pytest_specbench.measure.costs import catch_up_passes
+
+    # prefill, a block of 2 accepted whole (catch-up next), 3 with 1 accepted, 2 whole then a plain step (no
+    # catch-up: nothing drafted next), 1 whole at the end (no next step)
+    assert catch_up_passes([0, 2, 3, 2, 0, 1], [0, 2, 1, 2, 0, 1]) == 1
+    assert catch_up_passes([0, 4, 4, 4], [0, 4, 4, 4]) == 2
+    assert catch_up_passes([], []) == 0
+
+
+def _run(draft_s: float = 0.0, passes: int = 0, drafted=(), accepted=(), decode_s: float = 0.0,
+         new_tokens: int = 1):
+    import torch
+
+    from pytest_specbench.engine.stats import DecodeStats, GenerationResult
+
+    stats = DecodeStats(new_tokens=new_tokens, draft_forward_passes=passes, draft_time_s=draft_s,
+                        wall_time_s=decode_s + 0.1, prefill_time_s=0.1, drafted_per_step=list(drafted),
+                        accepted_per_step=list(accepted))
+    return GenerationResult(torch.zeros(1, new_tokens, dtype=torch.long), 0, stats)
+
+
+def test_the_warm_up_prices_a_drafted_token_on_the_timed_runs_clock():
+    from pytest_specbench.measure.costs import CostProfile, warm_up_costs
+
+    probe = CostProfile(verify_costs_s=[0.05, 0.06], draft_token_s=0.010, column_head_rows=[],
+                        draft_catch_up_s=0.020, draft_reference_s=0.050)
+    assert probe.cost_ratio == pytest.approx(0.2) and probe.draft_cost_source == "probe"
+    # 30 draft passes in 0.5 s, 10 of them catch-ups at the probe's 2:1, and a baseline of 20 decode tokens in 2 s.
+    blocks = [0] + [1] * 30
+    accepted = [0] + [1, 1, 0] * 10  # 20 blocks accepted whole, each followed by a step that drafts
+    speculative = _run(0.5, 30, blocks, accepted)
+    baseline = _run(decode_s=2.0, new_tokens=21)
+    warm = warm_up_costs(probe, [(baseline, speculative)])
+    one = 0.5 / (30 - 20 + 2 * 20)  # 10 one-position passes and 20 catch-ups at twice their cost: 10 ms
+    assert warm.draft_token_s == pytest.approx(one) and warm.draft_catch_up_s == pytest.approx(2 * one)
+    assert warm.draft_reference_s == pytest.approx(0.1)
+    assert warm.cost_ratio == pytest.approx(one / 0.1) and warm.catch_up_ratio == pytest.approx(2 * one / 0.1)
+    # The planted bug, draft time over every pass alike, prices a token at 0.5 / 30: not what was paid.
+    assert warm.cost_ratio != pytest.approx(0.5 / 30 / 0.1, rel=0.05)
+    assert warm.draft_cost_source == "warm-up" and warm.probe_draft_token_s == 0.010
+    assert warm.verify_costs_s == probe.verify_costs_s  # the curve stays the probe's
+    # Two warm-up pairs pool their times and counts.
+    assert warm_up_costs(probe, [(baseline, speculative)] * 2).cost_ratio == pytest.approx(warm.cost_ratio)
+    # Nothing drafted, nothing decoded, or prompt lookup's zero cost: the probe's profile, unchanged.
+    assert warm_up_costs(probe, [(baseline, _run())]) is probe
+    assert warm_up_costs(probe, [(_run(), speculative)]) is probe
+    lookup = CostProfile(verify_costs_s=[0.05, 0.06], draft_token_s=0.0, column_head_rows=[])
+    assert warm_up_costs(lookup, [(baseline, speculative)]) is lookup

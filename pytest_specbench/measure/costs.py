@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from ..engine.cost_probe import verify_costs
 from ..engine.drafters import Drafter, ModelDrafter
 from ..engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from ..engine.output_head import column_head_rows, settle_head_forms
+from ..engine.stats import GenerationResult
 from ..engine.timing import DeviceClock
 
 #: the longest k the cost probe covers when a schedule chooses k (auto, heuristic)
@@ -35,6 +37,10 @@ class CostProfile:
     # The target's one-position pass timed in turn with the draft's passes, the unit of their ratios;
     # None: v(1) of the curve.
     draft_reference_s: float | None = None
+    # Where the draft's costs come from: "probe" (passes timed in turn before any run) or "warm-up" (the
+    # engine's own untimed warm-up runs, see :func:`warm_up_costs`); the probe's one-position pass is kept.
+    draft_cost_source: str = "probe"
+    probe_draft_token_s: float | None = None
 
     @property
     def _draft_unit(self) -> float:
@@ -190,6 +196,37 @@ def measure_batched_costs(target_model, drafter, input_ids: torch.Tensor, attent
                        draft_reference_s=statistics.median(passes["target"]))
 
 
+def catch_up_passes(drafted_per_step: Sequence[int], accepted_per_step: Sequence[int]) -> int:
+    """How many of a run's draft passes were two-position catch-ups: one after each block accepted whole that
+    the next step drafts after (the draft has read neither its own last token nor the target's bonus token)."""
+    return sum(1 for step in range(len(drafted_per_step) - 1)
+               if drafted_per_step[step] > 0 and accepted_per_step[step] == drafted_per_step[step]
+               and drafted_per_step[step + 1] > 0)
+
+
+def warm_up_costs(costs: CostProfile, warm_ups: Sequence[tuple[GenerationResult, GenerationResult]]
+                  ) -> CostProfile:
+    """The profile with the draft's costs read from the native engine's untimed warm-up runs (baseline,
+    speculative), on the clock and in the loop the timed runs use: a drafted token is the speculative runs' draft
+    time per one-position pass (a catch-up pass counted as the probe's two-to-one ratio of them), in units of the
+    baselines' decode time per token. The probe timed single passes in turn, and on the 2-core development
+    machine it read c anywhere from 0.37 to 0.48 in runs where the timed runs' own draft time gave 0.40 each
+    time; the verify curve v(m) stays the probe's. Unchanged where nothing was drafted or decoded."""
+    draft_s = sum(run.stats.draft_time_s for _, run in warm_ups)
+    passes = sum(run.stats.draft_forward_passes for _, run in warm_ups)
+    catch_ups = sum(catch_up_passes(run.stats.drafted_per_step, run.stats.accepted_per_step) for _, run in warm_ups)
+    decode_s = sum(base.stats.decode_time_s for base, _ in warm_ups)
+    decode_tokens = sum(base.stats.decode_tokens for base, _ in warm_ups)
+    if draft_s <= 0 or passes <= 0 or decode_s <= 0 or decode_tokens <= 0 or costs.draft_token_s <= 0:
+        return costs
+    two_to_one = (costs.draft_catch_up_s or costs.draft_token_s) / costs.draft_token_s
+    catch_ups = min(catch_ups, passes)
+    one = draft_s / (passes - catch_ups + two_to_one * catch_ups)
+    return dataclasses.replace(costs, draft_token_s=one, draft_catch_up_s=two_to_one * one,
+                               draft_reference_s=decode_s / decode_tokens, draft_cost_source="warm-up",
+                               probe_draft_token_s=costs.draft_token_s)
+
+
 def case_column_head_rows(engine: str, k: int | str, costs: CostProfile | None) -> list[int]:
     """The verify block sizes of a case whose head ran as weight @ hidden.T: native engine only, and at a
     constant k only blocks of k + 1 rows or fewer."""
@@ -199,7 +236,6 @@ def case_column_head_rows(engine: str, k: int | str, costs: CostProfile | None) 
     return [m for m in rows if m <= k + 1] if isinstance(k, int) else rows
 
 
-#: row fields this module fills that the schema may not declare yet: left out until it does
 def cost_model_fields(k: int | str, drafted_per_step: list[int], accepted_per_step: list[int],
                       costs: CostProfile | None, decode_speedup: float, *,
                       other_time_s: float | None = None) -> dict[str, Any]:
@@ -222,7 +258,10 @@ def cost_model_fields(k: int | str, drafted_per_step: list[int], accepted_per_st
     curve, c, c2 = costs.verify_costs_s, costs.cost_ratio, costs.catch_up_ratio
     steps = max(len(drafted_per_step) - 1, 0)
     overhead_s = (other_time_s or 0.0) / steps if steps else 0.0
+    probe = costs.probe_draft_token_s
     fields.update(cost_ratio=c, draft_token_ms=1000 * costs.draft_token_s, verify_costs_ms=[1000 * v for v in curve],
+                  draft_cost_source=costs.draft_cost_source if costs.draft_token_s > 0 else None,
+                  draft_token_probe_ms=None if probe is None else 1000 * probe,
                   draft_catch_up_ms=None if costs.draft_catch_up_s is None else 1000 * costs.draft_catch_up_s,
                   step_overhead_ms=1000 * overhead_s if other_time_s is not None else None)
     if not isinstance(k, int) or k >= len(curve):  # a schedule's k changes step to step: one k's predictions fail

@@ -9,6 +9,7 @@ cases of that batch size, so they share its batched baseline.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,7 @@ from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase, conte
 from ..models.loading import LoadedModel
 from ..results.schema import CaseResult
 from ..settings.config import SpecbenchConfig
-from .costs import CostProfile, measure_costs, probed_k
+from .costs import CostProfile, measure_costs, probed_k, warm_up_costs
 from .engines import ENGINES, RunInputs, sampling_kwargs, sampling_params, speculative_runner
 from .inputs import check_context_windows, prompt_input_ids
 from .matrix import Case
@@ -51,6 +52,7 @@ class CaseSetup:
     sampling: SamplingParams
     reference: list[int]  # the target's generate() output; empty under sampling, where no sequence is "the" one
     costs: CostProfile
+    costs_key: tuple = ()  # the profile's key in SharedMeasurements, under which the warm-up replaces it
 
 
 def prepare_case(case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,
@@ -77,10 +79,10 @@ def prepare_case(case: Case, store: ModelStore, shared: SharedMeasurements, conf
     # A schedule may draft past the probe's longest k (heuristic: from 20 up), at most n - 1 tokens.
     head_rows = max(longest + 1, n if HEURISTIC in config.ks else 0)
     compile_length = int(input_ids.shape[1]) + n if config.compile_steps else None
-    costs = shared.costs((pair.name, longest, head_rows, config.head_kernel, compile_length),
-                         lambda: measure_costs(target.model, drafter, input_ids, longest + 1, config.head_kernel,
-                                               compile_length, head_rows))
-    return CaseSetup(target, drafter, input_ids, n, eos, sampling, reference, costs)
+    costs_key = (pair.name, longest, head_rows, config.head_kernel, compile_length)
+    costs = shared.costs(costs_key, lambda: measure_costs(target.model, drafter, input_ids, longest + 1,
+                                                          config.head_kernel, compile_length, head_rows))
+    return CaseSetup(target, drafter, input_ids, n, eos, sampling, reference, costs, costs_key)
 
 
 def _speculative_run(case: Case, setup: CaseSetup, config: SpecbenchConfig) -> Callable[[], GenerationResult]:
@@ -125,6 +127,26 @@ class BlockPlan:
     after_round: Callable[[int, float], None] | None = None
 
 
+def _warm_up(cases: Sequence[Case], setups: dict[str, Any], run_baseline: Callable[[], GenerationResult],
+             shared: SharedMeasurements, config: SpecbenchConfig) -> None:
+    """Pay first-call costs (allocations, kernel choice) untimed, once per (pair, engine, batch); a native
+    warm-up with a draft model also re-times the pair's draft costs (:func:`.costs.warm_up_costs`), and every
+    case set up on that profile (this block's, and later blocks' through ``shared``) reads the new one, so
+    k=auto's schedule and the rows' predictions price a drafted token as the timed runs' loop pays it."""
+    for case in cases:
+        setup = setups[case.id]
+        run = _run_of(case, setup, config)
+        warm_ups = shared.warm_up((case.pair.name, case.engine, case.batch),
+                                  lambda: [(run_baseline(), run()) for _ in range(config.warmup)])
+        if (warm_ups and case.engine == "native" and isinstance(setup, CaseSetup)
+                and isinstance(setup.drafter, ModelDrafter)):
+            shared.replace_costs(setup.costs_key, warm_up_costs(setup.costs, warm_ups))
+    for case in cases:
+        setup = setups[case.id]
+        if isinstance(setup, CaseSetup):
+            setups[case.id] = dataclasses.replace(setup, costs=shared.costs(setup.costs_key, lambda: setup.costs))
+
+
 def measure_block(cases: Sequence[Case], store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,
                   all_prompts: list[Prompt], plan: BlockPlan | None = None
                   ) -> dict[str, Measurement | BaseException]:
@@ -149,14 +171,12 @@ def measure_block(cases: Sequence[Case], store: ModelStore, shared: SharedMeasur
     if not setups:
         return outcome
     ready = [case for case in cases if case.id in setups]
-    timed = [TimedCase(case, _run_of(case, setups[case.id], config)) for case in ready]
     # A block holds one batch size (Case.block), so its cases share the baseline.
     first = ready[0]
     run_baseline = (batches.baseline_run(setups[first.id]) if first.batch > 1
                     else _baseline_run(setups[first.id], config))
-    for member in timed:  # first-call costs (allocations, kernel choice) are paid here, untimed
-        shared.warm_up((member.case.pair.name, member.case.engine, member.case.batch),
-                       lambda member=member: [(run_baseline(), member.run()) for _ in range(config.warmup)])
+    _warm_up(ready, setups, run_baseline, shared, config)
+    timed = [TimedCase(case, _run_of(case, setups[case.id], config)) for case in ready]
     reset_peak_memory(store.device)
     block = time_block(timed, run_baseline, config, plan.budget_s, plan.budget_reason, plan.after_round)
     memory = peak_memory_mb(store.device)

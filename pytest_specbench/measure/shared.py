@@ -37,14 +37,22 @@ class SharedMeasurements:
         return _once(self._input_ids, key, compute)
 
     def costs(self, key: tuple, compute: Callable[[], CostProfile]) -> CostProfile:
-        """By (pair, longest k probed, head rows, head kernel, compiled length)."""
+        """By (pair, longest k probed, head rows, head kernel, compiled length); the warm-up's profile once
+        :meth:`replace_costs` has stored it."""
         return _once(self._costs, key, compute)
 
-    def warm_up(self, key: tuple, run: Callable[[], Any]) -> None:
-        """Once per (pair, engine): first-call costs (allocations, kernel choice) are paid here, untimed."""
-        if key not in self._warmed:
-            run()
-            self._warmed.add(key)
+    def replace_costs(self, key: tuple, costs: CostProfile) -> None:
+        """Every later case with this key reads ``costs`` (the draft's costs as the warm-up timed them)."""
+        self._costs[key] = costs
+
+    def warm_up(self, key: tuple, run: Callable[[], T]) -> T | None:
+        """Once per (pair, engine, batch): first-call costs (allocations, kernel choice) are paid here, untimed.
+        What ``run`` returned the first time; None when the key was warm already."""
+        if key in self._warmed:
+            return None
+        result = run()
+        self._warmed.add(key)
+        return result
 
     def sizes(self, pair_name: str, compute: Callable[[], dict[str, int]]) -> dict[str, int]:
         return _once(self._sizes, pair_name, compute)

@@ -234,8 +234,10 @@ def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], analyses: Sequence[Pr
                       "recommended k", "predicted speedup there"]), ""]
     curve = row_value(first, "verify_costs_ms")
     if curve:
+        probe = row_value(first, "draft_token_probe_ms")
+        source = "" if probe is None else f" (timed in the warm-up; the probe read {probe:.2f} ms)"
         lines += [f"Cost model inputs: v(1) = {curve[0]:.2f} ms, draft token "
-                  f"{number(row_value(first, 'draft_token_ms'))} ms, "
+                  f"{number(row_value(first, 'draft_token_ms'))} ms{source}, "
                   f"c = {number(row_value(first, 'cost_ratio'), '.3f')}; "
                   f"v(m)/v(1) for m = 1..{len(curve)}: " + ", ".join(f"{v / curve[0]:.2f}" for v in curve) + ".", ""]
     positions = pooled_position_acceptance(constant_k_rows(rows))

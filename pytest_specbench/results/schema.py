@@ -183,8 +183,17 @@ class CaseResult:
     expected_alpha: float | None = _field("under sampling with a draft model: sum over the vocabulary of "
                                           "min(p, q) at the prompt, the per-token acceptance the rule implies",
                                           COST_MODEL, default=None)
-    cost_ratio: float | None = _field("c: the draft's cost per drafted token over a target one-position pass timed "
-                                      "in turn with it (0 for prompt lookup)", COST_MODEL, default=None)
+    cost_ratio: float | None = _field("c: the draft's cost per drafted token over a target one-token step "
+                                      "(draft_cost_source says how both were timed; 0 for prompt lookup)",
+                                      COST_MODEL, default=None)
+    draft_cost_source: str | None = _field("where draft_token_ms, draft_catch_up_ms and c come from: warm-up (the "
+                                           "native engine's untimed warm-up runs of the pair: draft time per pass "
+                                           "over the baseline's decode time per token) or probe (single passes "
+                                           "timed in turn before any run: --specbench-warmup=0, no native case of "
+                                           "the pair, batch > 1); null for prompt lookup", COST_MODEL,
+                                           default=None)
+    draft_token_probe_ms: float | None = _field("the probe's draft one-position pass, milliseconds, where the "
+                                                "warm-up's replaced it", COST_MODEL, default=None)
     verify_cost_ratio: float | None = _field("v(k+1)/v(1): a verify pass over k+1 positions against a 1-token "
                                              "target step", COST_MODEL, default=None)
     predicted_tau: float | None = _field("predicted tokens per verify pass: the mean over the run's decode steps of "
@@ -199,15 +208,15 @@ class CaseResult:
     recommended_k: int | None = _field("the k maximising that per-step prediction over the drafter's proposal "
                                        "lengths capped at k (for every drafter), over every k whose verify cost was "
                                        "measured", COST_MODEL, default=None)
-    draft_catch_up_ms: float | None = _field("the draft's two-position pass, milliseconds, timed in turn with a "
-                                             "target one-position pass: its catch-up after a block accepted whole "
-                                             "(its last drafted token and the target's bonus token); null for "
+    draft_catch_up_ms: float | None = _field("the draft's two-position pass, milliseconds: its catch-up after a "
+                                             "block accepted whole (its last drafted token and the target's bonus "
+                                             "token), at the probe's ratio to the one-position pass; null for "
                                              "prompt lookup", COST_MODEL, default=None)
     step_overhead_ms: float | None = _field("the median run's decode time outside drafting and verifying, per decode "
                                             "step, milliseconds (the model charges it once per step)", COST_MODEL,
                                             default=None)
     draft_token_ms: float | None = _field("the draft's cost per drafted token, milliseconds (a draft model's "
-                                          "one-token step; 0 for prompt lookup)", COST_MODEL, default=None)
+                                          "one-position pass; 0 for prompt lookup)", COST_MODEL, default=None)
     verify_costs_ms: list = _field("entry m-1: v(m), milliseconds of one target pass over m new positions on a "
                                    "warm cache of the prompt (median of repeats; measured once per pair and worker)",
                                    COST_MODEL, default=[], csv=False)
