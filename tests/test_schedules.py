@@ -88,7 +88,7 @@ def test_cost_model_schedule_decay_brings_drafting_back() -> None:
 def test_cost_model_schedule_probes_first_even_when_the_prior_says_nothing_pays() -> None:
     # A CPU-like curve where one drafted token costs 1.9 steps: at the prior alpha 0.6 nothing pays.
     curve = [1.0, 1.9, 2.5, 2.1, 2.0, 2.1, 2.6, 2.1, 2.2]
-    schedule = CostModelSchedule(curve, cost_ratio=0.28)
+    schedule = CostModelSchedule(curve, cost_ratio=0.28, prior_alpha=0.6)
     first = schedule.next_k()
     assert first >= 1
     schedule.update(drafted=first, accepted=first)  # the draft is better than the prior thought
