@@ -235,7 +235,7 @@ def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], analyses: Sequence[Pr
     curve = row_value(first, "verify_costs_ms")
     if curve:
         probe = row_value(first, "draft_token_probe_ms")
-        source = "" if probe is None else f" (timed in the warm-up; the probe read {probe:.2f} ms)"
+        source = "" if probe is None else f" (timed in runs after the warm-up; the probe read {probe:.2f} ms)"
         lines += [f"Cost model inputs: v(1) = {curve[0]:.2f} ms, draft token "
                   f"{number(row_value(first, 'draft_token_ms'))} ms{source}, "
                   f"c = {number(row_value(first, 'cost_ratio'), '.3f')}; "

@@ -186,14 +186,13 @@ class CaseResult:
     cost_ratio: float | None = _field("c: the draft's cost per drafted token over a target one-token step "
                                       "(draft_cost_source says how both were timed; 0 for prompt lookup)",
                                       COST_MODEL, default=None)
-    draft_cost_source: str | None = _field("where draft_token_ms, draft_catch_up_ms and c come from: warm-up (the "
-                                           "native engine's untimed warm-up runs of the pair: draft time per pass "
-                                           "over the baseline's decode time per token) or probe (single passes "
-                                           "timed in turn before any run: --specbench-warmup=0, no native case of "
-                                           "the pair, batch > 1); null for prompt lookup", COST_MODEL,
-                                           default=None)
+    draft_cost_source: str | None = _field("where draft_token_ms, draft_catch_up_ms and c come from: runs (two "
+                                           "untimed native runs after the pair's warm-up: draft time per pass "
+                                           "against the same runs' verify passes) or probe (single passes timed "
+                                           "in turn before any run: --specbench-warmup=0, no native case of the "
+                                           "pair, batch > 1); null for prompt lookup", COST_MODEL, default=None)
     draft_token_probe_ms: float | None = _field("the probe's draft one-position pass, milliseconds, where the "
-                                                "warm-up's replaced it", COST_MODEL, default=None)
+                                                "runs' replaced it", COST_MODEL, default=None)
     verify_cost_ratio: float | None = _field("v(k+1)/v(1): a verify pass over k+1 positions against a 1-token "
                                              "target step", COST_MODEL, default=None)
     predicted_tau: float | None = _field("predicted tokens per verify pass: the mean over the run's decode steps of "
