@@ -299,41 +299,42 @@ def test_catch_up_passes_follow_blocks_accepted_whole():
     assert catch_up_passes([], []) == 0
 
 
-def _run(draft_s: float = 0.0, passes: int = 0, drafted=(), accepted=(), verify_s: float = 0.0):
+def _run(draft_s: float = 0.0, passes: int = 0, drafted=(), accepted=(), decode_s: float = 0.0,
+         new_tokens: int = 1):
     import torch
 
     from pytest_specbench.engine.stats import DecodeStats, GenerationResult
 
-    stats = DecodeStats(new_tokens=len(drafted), draft_forward_passes=passes, draft_time_s=draft_s,
-                        verify_time_s=verify_s, drafted_per_step=list(drafted), accepted_per_step=list(accepted))
+    stats = DecodeStats(new_tokens=new_tokens, draft_forward_passes=passes, draft_time_s=draft_s,
+                        wall_time_s=decode_s + 0.1, prefill_time_s=0.1, drafted_per_step=list(drafted),
+                        accepted_per_step=list(accepted))
     return GenerationResult(torch.zeros(1, 1, dtype=torch.long), 0, stats)
 
 
-def test_the_runs_price_a_drafted_token_against_their_own_verify_passes():
-    from pytest_specbench.measure.costs import CostProfile, in_run_costs
+def test_the_runs_price_a_drafted_token_on_the_timed_rounds_clock():
+    from pytest_specbench.measure.costs import CostProfile, calibrated_costs
 
-    # The probe: v(1) 50 ms, v(2) 60 ms; a draft pass 10 ms, its catch-up 20 ms: c = 0.2.
+    # The probe: a draft pass 10 ms, its catch-up 20 ms, against a target pass of 50 ms: c = 0.2.
     probe = CostProfile(verify_costs_s=[0.05, 0.06], draft_token_s=0.010, column_head_rows=[],
                         draft_catch_up_s=0.020, draft_reference_s=0.050)
     assert probe.cost_ratio == pytest.approx(0.2) and probe.draft_cost_source == "probe"
-    # A run of 30 blocks of 1 (each a v(2) pass: 1.8 s predicted), 20 accepted whole with a drafting step after
-    # them; it verified in 2.16 s (its clock 1.2x the probe's) and drafted in 0.5 s over 10 one-position passes
-    # and 20 catch-ups at twice their cost: 10 ms a pass, a one-position target pass 60 ms, c = 1/6.
+    # A speculative run of 30 blocks of 1, 20 accepted whole with a drafting step after them: 0.5 s of drafting
+    # over 10 one-position passes and 20 catch-ups at twice their cost is 10 ms a pass; a baseline run of 20
+    # decode tokens in 2 s is 100 ms a step: c = 0.1.
     blocks, accepted = [0] + [1] * 30, [0] + [1, 1, 0] * 10
-    speculative = _run(0.5, 30, blocks, accepted, verify_s=2.16)
-    measured = in_run_costs(probe, [speculative])
+    pair = (_run(decode_s=2.0, new_tokens=21), _run(0.5, 30, blocks, accepted))
+    measured = calibrated_costs(probe, [pair])
     assert measured.draft_token_s == pytest.approx(0.010) and measured.draft_catch_up_s == pytest.approx(0.020)
-    assert measured.draft_reference_s == pytest.approx(0.06)
-    assert measured.cost_ratio == pytest.approx(1 / 6) and measured.catch_up_ratio == pytest.approx(1 / 3)
-    # Planted bugs: draft time over every pass alike (0.5 / 30), or against the probe's own v(1) (unscaled).
-    assert measured.cost_ratio != pytest.approx(0.5 / 30 / 0.06, rel=0.05)
-    assert measured.cost_ratio != pytest.approx(0.010 / 0.05, rel=0.05)
+    assert measured.draft_reference_s == pytest.approx(0.1)
+    assert measured.cost_ratio == pytest.approx(0.1) and measured.catch_up_ratio == pytest.approx(0.2)
+    # The planted bug, draft time over every pass alike (0.5 / 30), prices a token at 1/6 of a step.
+    assert measured.cost_ratio != pytest.approx(0.5 / 30 / 0.1, rel=0.05)
     assert measured.draft_cost_source == "runs" and measured.probe_draft_token_s == 0.010
     assert measured.verify_costs_s == probe.verify_costs_s  # the curve stays the probe's
-    # Two runs pool their times and counts.
-    assert in_run_costs(probe, [speculative] * 2).cost_ratio == pytest.approx(measured.cost_ratio)
-    # Nothing drafted or verified, or prompt lookup's zero cost: the probe's profile, unchanged.
-    assert in_run_costs(probe, [_run(verify_s=1.0, drafted=[0, 0], accepted=[0, 0])]) is probe
-    assert in_run_costs(probe, [_run(0.5, 30, blocks, accepted)]) is probe
+    # Two pairs pool their times and counts.
+    assert calibrated_costs(probe, [pair] * 2).cost_ratio == pytest.approx(measured.cost_ratio)
+    # Nothing drafted, nothing decoded, or prompt lookup's zero cost: the probe's profile, unchanged.
+    assert calibrated_costs(probe, [(pair[0], _run())]) is probe
+    assert calibrated_costs(probe, [(_run(), pair[1])]) is probe
     lookup = CostProfile(verify_costs_s=[0.05, 0.06], draft_token_s=0.0, column_head_rows=[])
-    assert in_run_costs(lookup, [speculative]) is lookup
+    assert calibrated_costs(lookup, [pair]) is lookup

@@ -88,7 +88,7 @@ class CostModelSchedule(DraftSchedule):
     in transformers), so k is a cap and the blocks stay where the draft is likely right.
 
     The prior (alpha 0.8 worth one observation; it was 0.6 worth half) was chosen offline on the tuning
-    categories below, with the draft's cost as the warm-up times it (c = 0.40 on the 2-core development
+    categories below, with the draft's cost as the timed runs pay it (c = 0.40 on the 2-core development
     machine): simulated k=auto / the best constant k for the int8 pair 1.023 and 1.011 (no step overhead and 0.1
     v(1)), where 0.6 worth half gave 1.003 and 0.987; prompt lookup unchanged (1.049 and 1.044, against 1.051
     and 1.043). On Gemma 3 270M with its int8 copy a prior worth 2 capped alpha near 0.95 and k at 3 where

@@ -37,8 +37,8 @@ class CostProfile:
     # The target's one-position pass timed in turn with the draft's passes, the unit of their ratios;
     # None: v(1) of the curve.
     draft_reference_s: float | None = None
-    # Where the draft's costs come from: "probe" (passes timed in turn before any run) or "runs" (the native
-    # engine's untimed runs after the warm-up, see :func:`in_run_costs`); the probe's one-position pass is kept.
+    # Where the draft's costs come from: "probe" (passes timed in turn before any run) or "runs" (untimed native
+    # runs after the warm-up, see :func:`calibrated_costs`); the probe's one-position pass is kept.
     draft_cost_source: str = "probe"
     probe_draft_token_s: float | None = None
 
@@ -204,31 +204,30 @@ def catch_up_passes(drafted_per_step: Sequence[int], accepted_per_step: Sequence
                and drafted_per_step[step + 1] > 0)
 
 
-def in_run_costs(costs: CostProfile, runs: Sequence[GenerationResult]) -> CostProfile:
-    """The profile with the draft's costs read from untimed speculative runs of the native engine, each run's
-    draft passes against its own verify passes, which alternate with them step by step (so the machine's drift
-    over seconds hits both alike): a drafted token is the runs' draft time per one-position pass (a catch-up pass
-    counted at the probe's two-to-one ratio), and its unit, the target's one-position pass, is the probe's v(1)
-    scaled by the runs' verify time over what the probe's v(d + 1) predicts for their blocks.
+def calibrated_costs(costs: CostProfile, pairs: Sequence[tuple[GenerationResult, GenerationResult]]) -> CostProfile:
+    """The profile with the draft's costs read from untimed (baseline, speculative) pairs of native runs, in the
+    loop and on the clock the timed rounds use: a drafted token is the speculative runs' draft time per
+    one-position pass (a catch-up pass counted at the probe's two-to-one ratio), in units of the baselines'
+    decode time per token, a target one-token step as the runs take it.
 
     The probe times single passes in turn before any run; on the 2-core development machine it read c as 0.37
-    and 0.48 in two runs whose timed rows gave 0.40 and 0.41, and one baseline run beside one speculative run
-    read 0.40 and 0.46 in two others (timed rows: 0.41 both). The curve's shape, v(m) / v(1), stays the probe's.
-    Unchanged where nothing was drafted or verified, or for a drafter that costs nothing."""
-    curve = costs.verify_costs_s
-    draft_s = sum(run.stats.draft_time_s for run in runs)
-    passes = sum(run.stats.draft_forward_passes for run in runs)
-    catch_ups = min(sum(catch_up_passes(run.stats.drafted_per_step, run.stats.accepted_per_step) for run in runs),
-                    passes)
-    verify_s = sum(run.stats.verify_time_s for run in runs)
-    probe_verify_s = sum(curve[min(drafted, len(curve) - 1)]  # a block of d drafted tokens verifies d + 1
-                         for run in runs for drafted in run.stats.drafted_per_step[1:])
-    if min(draft_s, passes, verify_s, probe_verify_s, costs.draft_token_s) <= 0:
+    and 0.48 in two runs whose timed rows gave 0.40 and 0.41 (median over rows of the same ratio), and the
+    pair's first warm-up pair, first-call costs included, read 0.40 and 0.46 in two runs whose rows gave 0.41
+    and 0.40. Against the runs' own verify passes (the probe's v(d + 1) / v(1) as the scale) it read 0.45 where
+    the rows gave 0.40: that inherits the probe's v(1). The curve, v(m), stays the probe's.
+    Unchanged where nothing was drafted or decoded, or for a drafter that costs nothing."""
+    draft_s = sum(run.stats.draft_time_s for _, run in pairs)
+    passes = sum(run.stats.draft_forward_passes for _, run in pairs)
+    catch_ups = min(sum(catch_up_passes(run.stats.drafted_per_step, run.stats.accepted_per_step)
+                        for _, run in pairs), passes)
+    decode_s = sum(base.stats.decode_time_s for base, _ in pairs)
+    decode_tokens = sum(base.stats.decode_tokens for base, _ in pairs)
+    if min(draft_s, passes, decode_s, decode_tokens, costs.draft_token_s) <= 0:
         return costs
     two_to_one = (costs.draft_catch_up_s or costs.draft_token_s) / costs.draft_token_s
     one = draft_s / (passes - catch_ups + two_to_one * catch_ups)
     return dataclasses.replace(costs, draft_token_s=one, draft_catch_up_s=two_to_one * one,
-                               draft_reference_s=curve[0] * verify_s / probe_verify_s, draft_cost_source="runs",
+                               draft_reference_s=decode_s / decode_tokens, draft_cost_source="runs",
                                probe_draft_token_s=costs.draft_token_s)
 
 

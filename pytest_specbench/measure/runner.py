@@ -26,7 +26,7 @@ from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase, conte
 from ..models.loading import LoadedModel
 from ..results.schema import CaseResult
 from ..settings.config import SpecbenchConfig
-from .costs import CostProfile, in_run_costs, measure_costs, probed_k
+from .costs import CostProfile, calibrated_costs, measure_costs, probed_k
 from .engines import ENGINES, RunInputs, sampling_kwargs, sampling_params, speculative_runner
 from .inputs import check_context_windows, prompt_input_ids
 from .matrix import Case
@@ -127,14 +127,15 @@ class BlockPlan:
     after_round: Callable[[int, float], None] | None = None
 
 
-#: untimed speculative runs, after the warm-up, that re-time a draft model's costs (:func:`.costs.in_run_costs`)
-CALIBRATION_RUNS = 2
+#: untimed (baseline, speculative) pairs, after the warm-up, that re-time a draft model's costs
+#: (:func:`.costs.calibrated_costs`)
+CALIBRATION_PAIRS = 2
 
 
 def _warm_up(cases: Sequence[Case], setups: dict[str, Any], run_baseline: Callable[[], GenerationResult],
              shared: SharedMeasurements, config: SpecbenchConfig) -> None:
     """Pay first-call costs (allocations, kernel choice) untimed, once per (pair, engine, batch). After a native
-    warm-up with a draft model, :data:`CALIBRATION_RUNS` more untimed runs re-time the pair's draft costs, and
+    warm-up with a draft model, :data:`CALIBRATION_PAIRS` untimed pairs of runs re-time the pair's draft costs, and
     every case set up on that profile (this block's, and later blocks' through ``shared``) reads the new one, so
     k=auto's schedule and the rows' predictions price a drafted token as the timed runs' loop pays it."""
     for case in cases:
@@ -144,8 +145,8 @@ def _warm_up(cases: Sequence[Case], setups: dict[str, Any], run_baseline: Callab
                                 lambda: [(run_baseline(), run()) for _ in range(config.warmup)])
         if (warmed and case.engine == "native" and isinstance(setup, CaseSetup)
                 and isinstance(setup.drafter, ModelDrafter)):
-            runs = [run() for _ in range(CALIBRATION_RUNS)]
-            shared.replace_costs(setup.costs_key, in_run_costs(setup.costs, runs))
+            pairs = [(run_baseline(), run()) for _ in range(CALIBRATION_PAIRS)]
+            shared.replace_costs(setup.costs_key, calibrated_costs(setup.costs, pairs))
     for case in cases:
         setup = setups[case.id]
         if isinstance(setup, CaseSetup):
