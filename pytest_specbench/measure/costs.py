@@ -210,11 +210,11 @@ def calibrated_costs(costs: CostProfile, pairs: Sequence[tuple[GenerationResult,
     one-position pass (a catch-up pass counted at the probe's two-to-one ratio), in units of the baselines'
     decode time per token, a target one-token step as the runs take it.
 
-    The probe times single passes in turn before any run; on the 2-core development machine it read c as 0.37
-    and 0.48 in two runs whose timed rows gave 0.40 and 0.41 (median over rows of the same ratio), and the
-    pair's first warm-up pair, first-call costs included, read 0.40 and 0.46 in two runs whose rows gave 0.41
-    and 0.40. Against the runs' own verify passes (the probe's v(d + 1) / v(1) as the scale) it read 0.45 where
-    the rows gave 0.40: that inherits the probe's v(1). The curve, v(m), stays the probe's.
+    No estimate made before timing has been steady on the 2-core development machine, where the draft's pass
+    time moves by about 10% over minutes: the probe of single passes read c as 0.37 and 0.48 in two runs whose
+    timed rows paid 0.40 and 0.41 (median over rows of the same ratio), the warm-up's one pair 0.40 and 0.46
+    (rows: 0.41, 0.40), two pairs after it (this) 0.45 (rows: 0.40). This reads it in the engine's own loop;
+    the timed rounds, pooled, read 0.40 to 0.41 in every run. The curve, v(m), stays the probe's.
     Unchanged where nothing was drafted or decoded, or for a drafter that costs nothing."""
     draft_s = sum(run.stats.draft_time_s for _, run in pairs)
     passes = sum(run.stats.draft_forward_passes for _, run in pairs)
