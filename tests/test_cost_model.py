@@ -290,7 +290,7 @@ def test_the_draft_passes_are_timed_in_turn_with_a_target_step():
 
 
 def test_catch_up_passes_follow_blocks_accepted_whole():
-    from pytest_specbench.measure.costs import catch_up_passes
+    from pytest_specbench.engine.cost_model import catch_up_passes
 
     # prefill, a block of 2 accepted whole (catch-up next), 3 with 1 accepted, 2 whole then a plain step (no
     # catch-up: nothing drafted next), 1 whole at the end (no next step)

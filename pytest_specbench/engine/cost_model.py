@@ -161,6 +161,14 @@ def proposals_at(k: int, observed: Sequence[tuple[int, bool]]) -> list[int]:
     return [k if reached else min(d, k) for d, reached in observed]
 
 
+def catch_up_passes(drafted_per_step: Sequence[int], accepted_per_step: Sequence[int]) -> int:
+    """How many of a run's draft passes were two-position catch-ups: one after each block accepted whole that
+    the next step drafts after (the draft has read neither its own last token nor the target's bonus token)."""
+    return sum(1 for step in range(len(drafted_per_step) - 1)
+               if drafted_per_step[step] > 0 and accepted_per_step[step] == drafted_per_step[step]
+               and drafted_per_step[step + 1] > 0)
+
+
 def _catch_up_share(alpha: float, drafted: int) -> float:
     """The chance that a step which drafted ``drafted`` tokens was accepted whole, so the draft catches up next."""
     return alpha ** drafted if drafted > 0 else 0.0

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from ..engine.compiled_steps import one_token_step
-from ..engine.cost_model import (accepted_length_histogram, alpha_mle, observed_proposals, position_acceptance,
-                                 predict_steps, recommended_k_for)
+from ..engine.cost_model import (accepted_length_histogram, alpha_mle, catch_up_passes, observed_proposals,
+                                 position_acceptance, predict_steps, recommended_k_for)
 from ..engine.cost_probe import verify_costs
 from ..engine.drafters import Drafter, ModelDrafter
 from ..engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
@@ -194,14 +194,6 @@ def measure_batched_costs(target_model, drafter, input_ids: torch.Tensor, attent
     return CostProfile(verify_costs_s=verify, draft_token_s=statistics.median(passes["one"]), column_head_rows=[],
                        draft_catch_up_s=statistics.median(passes["two"]),
                        draft_reference_s=statistics.median(passes["target"]))
-
-
-def catch_up_passes(drafted_per_step: Sequence[int], accepted_per_step: Sequence[int]) -> int:
-    """How many of a run's draft passes were two-position catch-ups: one after each block accepted whole that
-    the next step drafts after (the draft has read neither its own last token nor the target's bonus token)."""
-    return sum(1 for step in range(len(drafted_per_step) - 1)
-               if drafted_per_step[step] > 0 and accepted_per_step[step] == drafted_per_step[step]
-               and drafted_per_step[step + 1] > 0)
 
 
 def calibrated_costs(costs: CostProfile, pairs: Sequence[tuple[GenerationResult, GenerationResult]]) -> CostProfile:

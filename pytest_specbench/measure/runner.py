@@ -52,7 +52,7 @@ class CaseSetup:
     sampling: SamplingParams
     reference: list[int]  # the target's generate() output; empty under sampling, where no sequence is "the" one
     costs: CostProfile
-    costs_key: tuple = ()  # the profile's key in SharedMeasurements, under which the warm-up replaces it
+    costs_key: tuple  # the profile's key in SharedMeasurements, under which the warm-up's runs replace it
 
 
 def prepare_case(case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,

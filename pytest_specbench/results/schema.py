@@ -189,9 +189,9 @@ class CaseResult:
     draft_cost_source: str | None = _field("where draft_token_ms, draft_catch_up_ms and c come from: runs (two "
                                            "untimed native (baseline, speculative) pairs after the pair's warm-up: "
                                            "draft time per pass over the baseline's time per token) or probe "
-                                           "(single passes timed "
-                                           "in turn before any run: --specbench-warmup=0, no native case of the "
-                                           "pair, batch > 1); null for prompt lookup", COST_MODEL, default=None)
+                                           "(single passes timed in turn before any run: --specbench-warmup=0, no "
+                                           "native case of the pair, batch > 1); null for prompt lookup",
+                                           COST_MODEL, default=None)
     draft_token_probe_ms: float | None = _field("the probe's draft one-position pass, milliseconds, where the "
                                                 "runs' replaced it", COST_MODEL, default=None)
     verify_cost_ratio: float | None = _field("v(k+1)/v(1): a verify pass over k+1 positions against a 1-token "
