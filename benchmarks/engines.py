@@ -100,7 +100,7 @@ def measure_pair(name: str, target, drafter, prompts: dict, ks: list[int], new_t
         reference = reference_tokens(target, ids, new_tokens, None)
         curve = verify_costs(target, ids, max(max(ks), 16) + 1)
         cost_ratio = draft_token_cost(drafter, ids) / curve[0]
-        auto = CostModelSchedule(curve, cost_ratio)
+        auto = CostModelSchedule.tuned(curve, cost_ratio, confidence_stop=True)
         contestants: dict[str, Callable[[], object]] = {
             "greedy": lambda: greedy_generate(target, ids, new_tokens),
             "generate": lambda: reference_tokens(target, ids, new_tokens, None),

@@ -121,7 +121,8 @@ def test_confidence_threshold_ends_a_block_after_the_unsure_token() -> None:
     HeuristicSchedule(start=2, confidence_threshold=None),
     CostModelSchedule([1.0, 2.6, 2.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3], cost_ratio=0.1),
     CostModelSchedule([1.0, 3.0, 5.0], cost_ratio=2.0),  # predicts no gain: plain steps, still lossless
-], ids=["heuristic", "heuristic-no-threshold", "cost-model", "cost-model-never-drafts"])
+    CostModelSchedule.tuned([1.0, 2.6, 2.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3], 0.1, confidence_stop=True),  # k=auto's
+], ids=["heuristic", "heuristic-no-threshold", "cost-model", "cost-model-never-drafts", "cost-model-tuned"])
 def test_engine_is_lossless_under_every_schedule_and_records_its_choices(schedule) -> None:
     target, draft = pair()
     result = speculative_generate(target, draft, PROMPT, schedule, NEW_TOKENS)
@@ -226,3 +227,40 @@ def test_opening_long_drafts_the_longest_block_first_then_follows_the_cost_model
     assert schedule.next_k() == plain.next_k() < 4
     schedule.reset()
     assert schedule.next_k() == 4  # every generation opens long
+
+
+CPU_CURVE = [1.0, 1.26, 1.57, 1.55, 1.73, 1.97, 2.18, 2.08, 2.45, 2.71, 2.92, 2.68, 2.61, 2.64, 3.04, 2.53, 2.76]
+
+
+def test_k_auto_for_a_confident_draft_opens_long_and_counts_only_the_sure_tokens() -> None:
+    schedule = CostModelSchedule.tuned(CPU_CURVE, 0.40, confidence_stop=True)
+    assert schedule.next_k() == 16  # the longest block first: the confidence stop ends it where the draft is unsure
+    schedule.update(drafted=5, accepted=4)  # stopped at the 5th token, unsure, which the target rejected
+    # The four sure tokens count; the unsure one's rejection does not (unsure_weight 0); prior 0.9 worth 2.
+    assert schedule.alpha == pytest.approx((4 + 0.9 * 2) / (4 + 2))
+    k = schedule.next_k()
+    schedule.update(drafted=k, accepted=1)  # a block drafted in full and rejected at a sure token: counted
+    assert schedule.alpha == pytest.approx((0.9 * 4 + 1 + 1.8) / (0.9 * 4 + 1 + 1 + 2))
+    schedule.reset()
+    assert schedule.next_k() == 16  # every generation opens long
+
+
+def test_k_auto_has_one_setting_per_kind_of_drafter() -> None:
+    sampled = CostModelSchedule.tuned(CPU_CURVE, 0.40, confidence_stop=False)
+    # Sampling: no confidence stop bounds a long block, so neither opening long nor ignoring unsure tokens.
+    assert not sampled.open_long and sampled.unsure_weight == 1.0 and sampled.prior_alpha == 0.8
+    lookup = CostModelSchedule.tuned(CPU_CURVE, 0.0, confidence_stop=True)
+    assert not lookup.open_long and not lookup.grow
+    assert (lookup.prior_alpha, lookup.prior_weight, lookup.probe_every) == (0.6, 0.5, 2)
+    assert lookup.next_k() < 16
+
+
+def test_the_native_engine_drafts_k_auto_with_the_drafters_setting() -> None:
+    from pytest_specbench.measure.costs import CostProfile
+    from pytest_specbench.measure.engines import case_schedule
+
+    costs = CostProfile(verify_costs_s=[v * 0.1 for v in CPU_CURVE], draft_token_s=0.04, column_head_rows=[])
+    greedy, sampled = case_schedule("auto", costs, greedy=True), case_schedule("auto", costs, greedy=False)
+    assert greedy.open_long and greedy.cost_ratio == pytest.approx(0.40)
+    assert not sampled.open_long
+    assert case_schedule(4, costs) == 4

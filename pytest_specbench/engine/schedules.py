@@ -87,28 +87,24 @@ class CostModelSchedule(DraftSchedule):
     A model drafter also ends a block at a token it is unsure of (``confidence_threshold``, 0.4 as
     in transformers), so k is a cap and the blocks stay where the draft is likely right.
 
-    The prior (alpha 0.8 worth one observation; it was 0.6 worth half) was chosen offline on the tuning
-    categories below, with the draft's cost as the timed runs pay it (c = 0.40 on the 2-core development
-    machine): simulated k=auto / the best constant k for the int8 pair 1.023 and 1.011 (no step overhead and 0.1
-    v(1)), where 0.6 worth half gave 1.003 and 0.987; prompt lookup unchanged (1.049 and 1.044, against 1.051
-    and 1.043). On Gemma 3 270M with its int8 copy a prior worth 2 capped alpha near 0.95 and k at 3 where
-    blocks of 8 paid more. Three rules were
-    added after tuning offline, by simulation on recorded acceptance traces (``benchmarks/schedule_traces.py``)
-    of the embedded pairs on the categories technical, code, wikipedia_style, creative_fiction and
-    technical_ml, with dialogue, code_json and repetitive_pattern held out. They are **off by default until a
-    timed run confirms them**: ``unsure_weight=0.5, grow=None, prior_alpha=0.75, prior_weight=2`` together
-    reached 1.01 to 1.02 of the best constant k on the tuning set for the int8 pair in that simulation, but
-    0.91 to 0.95 on the held-out set, where the draft is right for the whole continuation and k=16 wins.
+    The constructor's defaults are the generic rule. What k=auto drafts with is :meth:`tuned`: one setting for a
+    draft model whose confidence stop is on (greedy), one for prompt lookup (c = 0), chosen offline by simulation
+    on recorded acceptance traces (``benchmarks/schedule_traces.py``) of the embedded pairs, 3 prompts each of
+    the categories technical, code, wikipedia_style, creative_fiction, technical_ml, natural, code_python,
+    repetitive and list_items, with dialogue, code_json and repetitive_pattern held out. The traces showed what
+    one alpha hides: the int8 draft's first token was accepted 0.92 of the time where the draft was sure (top
+    probability 0.4 or more) and 0.56 where it was not, and a block that has gone right keeps going right (the
+    chance the next token is accepted rises from 0.73 at the first position to 0.93 at the seventh).
 
     - **The draft's confidence as a per-token signal** (``unsure_weight``): a block the confidence stop ended
       holds one token the draft was unsure of, last; alpha counts the sure tokens in full and the unsure one at
-      ``unsure_weight`` (1: in full, as measured).
+      ``unsure_weight`` (1: in full; 0: alpha is the acceptance of sure tokens, and the stop handles the rest).
     - **Probing long blocks where the draft keeps being right** (``grow``): after a block that drafted every
       token it was asked for and was accepted whole, the next block is at least ``grow_factor`` times as long.
-      None: on for a drafter that costs something (``cost_ratio > 0``); False (the default): off.
+      None: on for a drafter that costs something (``cost_ratio > 0``); False: off.
     - **Opening long** (``open_long``): a generation's first block drafts the longest k the curve holds (a
-      draft model's confidence stop ends it where the draft is unsure; lookup proposes what it matched), so a
-      continuation the draft knows whole costs one or two steps, as at the best constant k.
+      draft model's confidence stop ends it where the draft is unsure), so a continuation the draft knows whole
+      costs one or two steps, as at the best constant k.
     - **Memory across generations** (``carry``, off): :meth:`reset` keeps ``carry`` times the counts.
 
     No rule looks at the tokens: a schedule only chooses how many to draft, so the output stays the target's.
@@ -137,6 +133,24 @@ class CostModelSchedule(DraftSchedule):
         self._accepted = 0.0
         self._rejections = 0.0
         self.reset()
+
+    @classmethod
+    def tuned(cls, verify_costs: Sequence[float], cost_ratio: float, *, confidence_stop: bool) -> CostModelSchedule:
+        """k=auto's schedule for a drafter: the setting chosen offline for it (see the class notes).
+
+        ``confidence_stop``: whether a model draft's blocks end at an unsure token (greedy decoding; the engine
+        passes no threshold when sampling). Simulated k=auto / the best constant k in 1, 2, 4, 8, 16 per prompt
+        (geometric mean over the 27 tuning prompts; c = 0.40 and 0.45, step overhead 0 and 0.1 v(1)):
+        int8 pair 0.997 to 0.999 (the generic rule: 0.964 to 0.978); prompt lookup 1.005 to 1.009 (0.989).
+        """
+        if cost_ratio > 0 and confidence_stop:
+            # Alpha of the sure tokens (0.92 measured) as the prior; blocks open long and grow while accepted.
+            return cls(verify_costs, cost_ratio, prior_alpha=0.9, prior_weight=2.0, decay=0.9, open_long=True,
+                       grow=True, unsure_weight=0.0)
+        if cost_ratio == 0:
+            # Prompt lookup proposes only what it matched: a weak prior it leaves quickly, probing often.
+            return cls(verify_costs, cost_ratio, prior_alpha=0.6, prior_weight=0.5, probe_every=2)
+        return cls(verify_costs, cost_ratio)  # a draft model under sampling: not tuned, the generic rule
 
     def reset(self) -> None:
         self._accepted *= self.carry

@@ -49,17 +49,18 @@ def sampling_kwargs(sampling: SamplingParams) -> dict[str, Any]:
     return {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k}
 
 
-def case_schedule(k: int | str, costs: CostProfile) -> int | DraftSchedule:
-    """What the native engine drafts with: a constant k, transformers' heuristic, or the cost model's choice."""
+def case_schedule(k: int | str, costs: CostProfile, greedy: bool = True) -> int | DraftSchedule:
+    """What the native engine drafts with: a constant k, transformers' heuristic, or the cost model's choice
+    (its setting for the drafter; a draft model's confidence stop applies only when greedy)."""
     if k == HEURISTIC:
         return HeuristicSchedule()
     if k == AUTO:
-        return CostModelSchedule(costs.verify_costs_s, costs.cost_ratio)
+        return CostModelSchedule.tuned(costs.verify_costs_s, costs.cost_ratio, confidence_stop=greedy)
     return k
 
 
 def _native(case: Case, run: RunInputs) -> SpeculativeRun:
-    schedule = case_schedule(case.k, run.costs)
+    schedule = case_schedule(case.k, run.costs, run.sampling.greedy)
     return lambda: speculative_generate(run.target_model, run.drafter, run.input_ids, schedule, run.max_new_tokens,
                                         eos_token_id=run.eos_token_id, generator=run.generator,
                                         head_kernel=run.head_kernel, compile_steps=run.compile_steps,
