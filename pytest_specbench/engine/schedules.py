@@ -13,8 +13,8 @@ it. Three schedules:
   (see :mod:`pytest_specbench.engine.cost_model`); k = 0 (a plain target step) when no k is
   predicted to beat it, with a probe block now and then so the estimate can recover. Where v(m) is
   irregular, as on CPU with a large vocabulary head, this follows the curve's cheap lengths
-  instead of walking k one step at a time. Rules tuned offline (longer blocks after a full one, the unsure
-  token at half weight) are there, off until measured.
+  instead of walking k one step at a time. k=auto uses :meth:`CostModelSchedule.tuned`, its setting per
+  drafter (a draft model opens long, grows after a block accepted whole and counts only its sure tokens).
 """
 
 from __future__ import annotations
