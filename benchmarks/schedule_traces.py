@@ -263,7 +263,8 @@ def schedules_by_name(costs: Sequence[float], cost_ratio: float) -> dict[str, Ca
 
     return {"auto": lambda: CostModelSchedule.tuned(costs, cost_ratio, confidence_stop=True),
             "heuristic": lambda: HeuristicSchedule(),
-            # the constructor's generic rule, and k=auto as it was before this tuning (issue 22), for comparison
+            # for comparison: the constructor's generic rule (k=auto until the per-drafter setting, issue 22),
+            # and that rule with its earlier prior (0.6 worth half an observation)
             "auto_generic": lambda: CostModelSchedule(costs, cost_ratio),
             "auto_before": lambda: CostModelSchedule(costs, cost_ratio, prior_alpha=0.6, prior_weight=0.5, grow=False,
                                                      unsure_weight=1.0),

@@ -173,7 +173,7 @@ def test_cost_model_schedule_remembers_across_generations_what_carry_keeps() -> 
 
 def test_cost_model_schedule_probes_twice_as_long_after_a_full_block_of_a_draft_model() -> None:
     curve = [1.0, 1.10, 1.35, 1.13, 1.25, 1.60, 1.59, 1.59, 1.80, 1.95, 2.02, 2.14, 2.18, 2.21, 2.66, 2.15, 2.39]
-    assert not CostModelSchedule(curve, cost_ratio=0.389).grow  # the generic rule: off (k=auto's tuned setting turns it on)
+    assert not CostModelSchedule(curve, cost_ratio=0.389).grow  # the generic rule: off (k=auto's tuned one: on)
     schedule = CostModelSchedule(curve, cost_ratio=0.389, grow=None)
     assert schedule.grow  # None: on for a draft model, whose confidence stop bounds what a long probe wastes
     k = schedule.next_k()
