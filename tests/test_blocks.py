@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -82,6 +83,65 @@ def test_a_round_runs_a_baseline_before_after_every_two_cases_and_after_the_last
                      "base", 4, 1, "base", 2, "base"]
     assert {index: len(runs) for index, runs in block.baselines.items()} == {0: 3, 1: 3, 2: 3}
     assert all(case.rounds == [0, 1, 2] and len(case.paired_baselines) == 3 for case in cases)
+
+
+class _FakeInterleaved:
+    """An interleaved baseline that records the steps it was called after and reports a fixed baseline."""
+
+    made: list[_FakeInterleaved] = []
+
+    def __init__(self, calls: list) -> None:
+        self.calls, self.steps = calls, []
+        _FakeInterleaved.made.append(self)
+
+    def after_step(self, seconds: float) -> None:
+        self.steps.append(seconds)
+        self.calls.append("between")
+
+    def result(self, run: GenerationResult) -> GenerationResult:
+        return _run(1.0)
+
+
+def _interleavable(cases: list[TimedCase], steps: int = 3) -> list[TimedCase]:
+    """The cases with runs that take ``between_steps`` and call it after each of ``steps`` steps."""
+    def hooked(run):
+        def interleaved_run(between_steps=None):
+            result = run()
+            for _ in range(steps if between_steps else 0):
+                between_steps(0.1)
+            return result
+        return interleaved_run
+    return [dataclasses.replace(timed, run=hooked(timed.run), interleavable=True) for timed in cases]
+
+
+def test_an_interleaved_round_gives_each_run_its_own_baseline_between_its_steps_and_runs_no_whole_baseline():
+    cases, baseline, calls = _block({1: 0.5, 2: 0.5, 4: 0.5})
+    cases = _interleavable(cases)
+    _FakeInterleaved.made = []
+    block = time_block(cases, baseline, _config(min_rounds=3, race=False), None,
+                       new_interleaved=lambda: _FakeInterleaved(calls))
+    assert "base" not in calls
+    assert calls[:8] == [1, "between", "between", "between", 2, "between", "between", "between"]
+    assert len(_FakeInterleaved.made) == 3 * block.rounds
+    assert all(len(made.steps) == 3 for made in _FakeInterleaved.made)
+    assert {index: len(runs) for index, runs in block.baselines.items()} == {0: 3, 1: 3, 2: 3}
+    assert all(len(case.paired_baselines) == len(case.runs) == 3 for case in cases)
+    assert block.case_baselines(cases[0], True) == cases[0].paired_baselines
+
+
+def test_a_block_with_a_case_that_cannot_interleave_times_whole_baselines_between_the_cases():
+    cases, baseline, calls = _block({1: 0.5, 2: 0.5, 4: 0.5})
+    cases = [*_interleavable(cases[:2]), cases[2]]  # the third: the hf engine, say
+    time_block(cases, baseline, _config(min_rounds=1, max_rounds=1, race=False), None,
+               new_interleaved=lambda: _FakeInterleaved(calls))
+    assert calls.count("base") == 3 and "between" not in calls
+
+
+def test_baseline_once_is_not_interleaved():
+    cases, baseline, calls = _block({1: 0.5, 2: 0.5})
+    time_block(_interleavable(cases), baseline, _config(min_rounds=1, max_rounds=1, race=False, baseline_once=True),
+               None, new_interleaved=lambda: _FakeInterleaved(calls))
+    assert calls.count("base") == 1 and "between" not in calls
 
 
 @pytest.mark.parametrize(("count", "every", "groups"), [(10, 2, [2, 2, 2, 2, 2]), (10, 3, [3, 3, 2, 2]),

@@ -85,7 +85,7 @@ DIFFERING = {
     "prompt-file": ("prompts_a.jsonl", "prompts_b.jsonl"), "context-tokens": ("64", "128"),
     "max-new-tokens": ("32", "128"), "dtype": ("float32", "bfloat16"), "warmup": ("1", "0"),
     "min-rounds": ("3", "5"), "max-rounds": ("30", "10"), "ci-target": ("0.05", "0.1"), "case-budget": ("30", "20"),
-    "threads": ("2", "4"), "baseline-every": ("2", "3"), "baseline-once": (None, True), "race": ("on", "off"), "tie-tolerance": ("0.1", "0.5"),
+    "threads": ("2", "4"), "baseline-every": ("2", "3"), "pairing": ("interleaved", "rounds"), "baseline-once": (None, True), "race": ("on", "off"), "tie-tolerance": ("0.1", "0.5"),
     "stop-at-eos": (None, True), "temperature": ("0", "0.8"), "top-p": ("1", "0.9"), "top-k": ("0", "50"),
     "seed": ("0", "1"), "sampling-check-draws": ("20000", "1000"), "k": ("1,4", "1,2"),
     "batch": ("1", "1,4"),

@@ -22,7 +22,7 @@ distributed as the target's own samples, though no longer token-equal to them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +37,7 @@ from .schedules import ConstantSchedule, DraftSchedule
 from .stats import DecodeStats, GenerationResult
 from .timing import DeviceClock
 
-__all__ = ["greedy_generate", "speculative_generate"]
+__all__ = ["GreedyStepper", "greedy_generate", "speculative_generate"]
 
 
 def _as_batch_of_one(input_ids: torch.Tensor | Sequence[int], device: torch.device) -> torch.Tensor:
@@ -112,31 +112,61 @@ def greedy_generate(
     ``compile_steps=True`` runs the one-token steps through ``torch.compile`` on a static cache
     (:mod:`~pytest_specbench.engine.compiled_steps`).
     """
-    sampling = SamplingParams(temperature, top_p, top_k)
-    _check_lengths(max_new_tokens)
-    ids = _as_batch_of_one(input_ids, model.device)
+    stepper = GreedyStepper(model, input_ids, max_new_tokens, SamplingParams(temperature, top_p, top_k),
+                            generator, eos_token_id, compile_steps)
     clock = DeviceClock(model.device)
     stats = DecodeStats()
-    cache = _target_cache(model, ids.shape[1] + max_new_tokens, compile_steps)
-    forward = one_token_step(model) if compile_steps else model
-    new_tokens = []
-    feed = ids
     start = clock.now()
-    for step in range(max_new_tokens):
-        logits = forward(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1).logits
-        feed = next_token(logits[:, -1], sampling, generator)
-        new_tokens.append(feed)
+    while not stepper.done:
+        stepper.step()
         _record_step(stats, 0, 0, 1, 0)  # every greedy token is the target's own
-        if step == 0:
+        if stepper.new_tokens == 1:
             stats.prefill_time_s = clock.now() - start  # the prompt's pass: time to first token
-        # Reading the token back syncs the device, so only do it when EOS can stop us.
-        if eos_token_id is not None and int(feed) == eos_token_id:
-            break
     stats.wall_time_s = clock.now() - start
     stats.verify_time_s = stats.wall_time_s - stats.prefill_time_s
-    stats.new_tokens = len(new_tokens)
-    sequences = torch.cat([ids, *new_tokens], dim=1)
-    return GenerationResult(sequences=sequences, prompt_length=ids.shape[1], stats=stats)
+    stats.new_tokens = stepper.new_tokens
+    return stepper.result(stats)
+
+
+class GreedyStepper:
+    """Target-only decoding one token a call: :func:`greedy_generate`'s loop, and the baseline that
+    :mod:`~pytest_specbench.engine.interleave` runs between another run's steps. The first step is the prefill."""
+
+    def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor | Sequence[int], max_new_tokens: int,
+                 sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None,
+                 eos_token_id: int | None = None, compile_steps: bool = False) -> None:
+        _check_lengths(max_new_tokens)
+        self.ids = _as_batch_of_one(input_ids, model.device)
+        self.max_new_tokens = max_new_tokens
+        self._sampling, self._generator, self._eos = sampling, generator, eos_token_id
+        self._cache = _target_cache(model, self.ids.shape[1] + max_new_tokens, compile_steps)
+        self._forward = one_token_step(model) if compile_steps else model
+        self._feed = self.ids
+        self._tokens: list[torch.Tensor] = []
+        self._hit_eos = False
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def done(self) -> bool:
+        return self._hit_eos or len(self._tokens) >= self.max_new_tokens
+
+    @torch.inference_mode()
+    def step(self) -> None:
+        """One target pass and its token (the prompt's pass first)."""
+        logits = self._forward(input_ids=self._feed, cache=self._cache, use_cache=True, logits_to_keep=1).logits
+        self._feed = next_token(logits[:, -1], self._sampling, self._generator)
+        self._tokens.append(self._feed)
+        # Reading the token back syncs the device, so only do it when EOS can stop us.
+        if self._eos is not None and int(self._feed) == self._eos:
+            self._hit_eos = True
+
+    def result(self, stats: DecodeStats) -> GenerationResult:
+        """The prompt and the tokens so far, with ``stats``."""
+        return GenerationResult(sequences=torch.cat([self.ids, *self._tokens], dim=1), prompt_length=self.ids.shape[1],
+                                stats=stats)
 
 
 def _verify(target: PreTrainedModel, cache, block: torch.Tensor, proposal: torch.Tensor) -> tuple[int, torch.Tensor]:
@@ -298,6 +328,7 @@ def speculative_generate(
     eos_token_id: int | None = None,
     head_kernel: str = "auto",
     compile_steps: bool = False,
+    between_steps: Callable[[float], None] | None = None,
 ) -> GenerationResult:
     """Speculative decoding: greedy, equal to the target's greedy output, or sampled, distributed as its samples.
 
@@ -323,6 +354,10 @@ def speculative_generate(
     ``"linear"`` keeps the model's own. ``compile_steps=True`` keeps both caches static and runs a
     draft model's one-token steps through ``torch.compile``; verify passes stay eager
     (:mod:`~pytest_specbench.engine.compiled_steps`).
+
+    ``between_steps(seconds)``, when given, is called after the prefill and after every decode step with
+    that step's seconds; the time it takes is left out of every time the run reports. The interleaved
+    baseline (:mod:`~pytest_specbench.engine.interleave`) runs there, so both see the machine alike.
     """
     sampling = SamplingParams(temperature, top_p, top_k)
     run, ids = _Speculation.start(target, draft, k, input_ids, max_new_tokens, sampling, generator, eos_token_id,
@@ -336,10 +371,19 @@ def speculative_generate(
         ids, hit_eos = _prefill(run, ids) if max_new_tokens > 0 else (ids, False)
         t_step = run.clock.now()
         stats.prefill_time_s = t_step - start
-        while not hit_eos and ids.shape[1] < max_length:
+        paused, t_before = 0.0, start
+        while True:
+            if between_steps is not None and t_step > t_before:
+                between_steps(t_step - t_before)
+                t_resumed = run.clock.now()
+                paused += t_resumed - t_step
+                t_step = t_resumed
+            if hit_eos or ids.shape[1] >= max_length:
+                break
+            t_before = t_step
             # Each step starts where the last one ended: one device sync fewer.
             ids, hit_eos, t_step = _speculative_step(run, ids, max_length, t_step)
-    stats.wall_time_s = run.clock.now() - start
+    stats.wall_time_s = run.clock.now() - start - paused
     stats.draft_forward_passes = run.drafter.forward_passes
     stats.new_tokens = ids.shape[1] - prompt_length
     return GenerationResult(sequences=ids, prompt_length=prompt_length, stats=stats)

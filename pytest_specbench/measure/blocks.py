@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..engine.interleave import InterleavedBaseline
 from ..engine.stats import GenerationResult
 from ..results.racing import eliminations
 from ..settings.config import SpecbenchConfig
@@ -40,7 +41,9 @@ class TimedCase:
     """One case of a block: how to run it once, and what its rounds gave."""
 
     case: Case
-    run: Callable[[], GenerationResult]
+    run: Callable[..., GenerationResult]
+    # The run takes ``between_steps`` (the native engine at batch 1), so its baseline can be interleaved.
+    interleavable: bool = False
     rounds: list[int] = field(default_factory=list)  # the block rounds it ran in
     runs: list[GenerationResult] = field(default_factory=list)
     # Per run, the baseline it is paired with (interpolated in time); empty where rounds ran no baseline.
@@ -79,13 +82,17 @@ def _rotated(items: list, shift: int) -> list:
 
 def time_block(cases: Sequence[TimedCase], run_baseline: Callable[[], GenerationResult], config: SpecbenchConfig,
                budget_s: float | None, budget_reason: str = BLOCK_BUDGET,
-               after_round: Callable[[int, float], None] | None = None) -> BlockTiming:
+               after_round: Callable[[int, float], None] | None = None,
+               new_interleaved: Callable[[], InterleavedBaseline] | None = None) -> BlockTiming:
     """Time the block's rounds; ``budget_s`` is its share of the run's budget (None: no limit).
 
     ``after_round(round index, seconds it took)`` is called after each round (the run's estimate uses the first).
+    With ``new_interleaved`` (a fresh interleaved baseline per call), a block whose cases are all interleavable
+    runs each case's baseline between its steps instead of beside it.
     """
     block = BlockTiming(list(cases))
     paired = not config.baseline_once
+    interleaved = paired and new_interleaved is not None and all(timed.interleavable for timed in block.cases)
     start = time.perf_counter()
     while True:
         active = [timed for timed in block.cases if timed.stop is None]
@@ -102,7 +109,9 @@ def time_block(cases: Sequence[TimedCase], run_baseline: Callable[[], Generation
         index = block.rounds
         round_start = time.perf_counter()
         order = _rotated(active, index)
-        if paired:
+        if interleaved:
+            _run_interleaved_round(block, index, order, new_interleaved)
+        elif paired:
             _run_round(block, index, order, config.baseline_every, run_baseline)
         else:  # --specbench-baseline-once: one baseline per round in the first rounds, compared unpaired
             if index < config.min_rounds:
@@ -151,6 +160,20 @@ def _run_round(block: BlockTiming, index: int, order: list[TimedCase], every: in
         timed.rounds.append(index)
         timed.paired_baselines.append(_interpolated(baselines[before], baselines[before + 1],
                                                     base_points[before], base_points[before + 1], point))
+
+
+def _run_interleaved_round(block: BlockTiming, index: int, order: list[TimedCase],
+                           new_interleaved: Callable[[], InterleavedBaseline]) -> None:
+    """One interleaved round: each case's run with its own baseline timed between its steps."""
+    baselines = []
+    for timed in order:
+        baseline = new_interleaved()
+        run = timed.run(between_steps=baseline.after_step)
+        baselines.append(baseline.result(run))
+        timed.runs.append(run)
+        timed.rounds.append(index)
+        timed.paired_baselines.append(baselines[-1])
+    block.baselines[index] = baselines
 
 
 _TIME_FIELDS = ("wall_time_s", "prefill_time_s", "draft_time_s", "verify_time_s")

@@ -22,7 +22,7 @@ from ..settings.config import SpecbenchConfig
 from .costs import CostProfile
 from .matrix import Case
 
-SpeculativeRun = Callable[[], GenerationResult]
+SpeculativeRun = Callable[..., GenerationResult]
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,10 @@ def case_schedule(k: int | str, costs: CostProfile, greedy: bool = True) -> int 
 
 def _native(case: Case, run: RunInputs) -> SpeculativeRun:
     schedule = case_schedule(case.k, run.costs, run.sampling.greedy)
-    return lambda: speculative_generate(run.target_model, run.drafter, run.input_ids, schedule, run.max_new_tokens,
-                                        eos_token_id=run.eos_token_id, generator=run.generator,
-                                        head_kernel=run.head_kernel, compile_steps=run.compile_steps,
-                                        **sampling_kwargs(run.sampling))
+    return lambda between_steps=None: speculative_generate(
+        run.target_model, run.drafter, run.input_ids, schedule, run.max_new_tokens, eos_token_id=run.eos_token_id,
+        generator=run.generator, head_kernel=run.head_kernel, compile_steps=run.compile_steps,
+        between_steps=between_steps, **sampling_kwargs(run.sampling))
 
 
 def _hf(case: Case, run: RunInputs) -> SpeculativeRun:
@@ -94,10 +94,12 @@ class Engine:
     runner: Callable[[Case, RunInputs], SpeculativeRun]
     # Why a case cannot run on this engine (it is skipped with the reason), or None.
     refusal: Callable[[Case, Any], str | None] = lambda case, drafter: None
+    # Its runs take ``between_steps`` (speculative_generate's), so a baseline can run between their steps.
+    interleavable: bool = False
 
 
 #: every engine by name; settings/options.py's ENGINES lists the same names for the option parser
-ENGINES: dict[str, Engine] = {"native": Engine(_native), "hf": Engine(_hf, _hf_refusal)}
+ENGINES: dict[str, Engine] = {"native": Engine(_native, interleavable=True), "hf": Engine(_hf, _hf_refusal)}
 
 
 def speculative_runner(case: Case, run: RunInputs) -> SpeculativeRun:

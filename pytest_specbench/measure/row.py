@@ -128,12 +128,21 @@ def _flat(tokens: list) -> list:
     return [token for row in tokens for token in row] if tokens and isinstance(tokens[0], list) else tokens
 
 
+def _begins(tokens: list, reference: list) -> bool:
+    """The baseline's tokens are the reference's, or begin them: an interleaved baseline decodes only as many
+    tokens as fit in its run's time."""
+    if tokens and isinstance(tokens[0], list) or len(tokens) >= len(reference):
+        return tokens == reference
+    return tokens == reference[:len(tokens)]
+
+
 def _verdict_fields(measurement: Measurement) -> dict[str, Any]:
     reference, verdict = measurement.reference, measurement.verdict
     tokens = _flat(measurement.speculative[-1].token_ids)
     return dict(quality_score=quality_score(tokens, _flat(reference)) if reference else None,
                 lossless=None if verdict["verdict"] == "not-checked" else verdict["verdict"] == "lossless",
-                baseline_matches_reference=(measurement.baselines[-1].token_ids == reference if reference else None),
+                baseline_matches_reference=(_begins(measurement.baselines[-1].token_ids, reference)
+                                            if reference else None),
                 **verdict)
 
 

@@ -17,15 +17,18 @@ from typing import Any
 import torch
 
 from ..engine.cost_probe import parameter_count
-from ..engine.decoding import greedy_generate
+from ..engine.decoding import GreedyStepper, greedy_generate
+from ..engine.interleave import InterleavedBaseline
 from ..engine.drafters import ModelDrafter
 from ..engine.names import HEURISTIC
 from ..engine.sampling import SamplingParams
 from ..engine.stats import GenerationResult
+from ..engine.timing import DeviceClock
 from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase, context_window
 from ..models.loading import LoadedModel
 from ..results.schema import CaseResult
 from ..settings.config import SpecbenchConfig
+from ..settings.options import INTERLEAVED
 from .costs import CostProfile, calibrated_costs, measure_costs, probed_k
 from .engines import ENGINES, RunInputs, sampling_kwargs, sampling_params, speculative_runner
 from .inputs import check_context_windows, prompt_input_ids
@@ -102,6 +105,17 @@ def _baseline_run(setup: CaseSetup, config: SpecbenchConfig) -> Callable[[], Gen
     return lambda: greedy_generate(setup.target.model, setup.input_ids, setup.max_new_tokens,
                                    eos_token_id=setup.eos_token_id, generator=generator,
                                    compile_steps=config.compile_steps, **sampling_kwargs(setup.sampling))
+
+
+def _interleaved_baseline(setup: CaseSetup, config: SpecbenchConfig) -> Callable[[], InterleavedBaseline]:
+    """A fresh interleaved baseline per call: the same greedy decode as the baseline run, in slices."""
+    generator = torch.Generator().manual_seed(config.seed)
+    model = setup.target.model
+
+    def new_stepper() -> GreedyStepper:
+        return GreedyStepper(model, setup.input_ids, setup.max_new_tokens, setup.sampling, generator,
+                             setup.eos_token_id, config.compile_steps)
+    return lambda: InterleavedBaseline(new_stepper, DeviceClock(model.device))
 
 
 def _verdict(case: Case, setup: CaseSetup, tokens: list[int], store: ModelStore, shared: SharedMeasurements,
@@ -182,9 +196,13 @@ def measure_block(cases: Sequence[Case], store: ModelStore, shared: SharedMeasur
     run_baseline = (batches.baseline_run(setups[first.id]) if first.batch > 1
                     else _baseline_run(setups[first.id], config))
     _warm_up(ready, setups, run_baseline, shared, config)
-    timed = [TimedCase(case, _run_of(case, setups[case.id], config)) for case in ready]
+    timed = [TimedCase(case, _run_of(case, setups[case.id], config),
+                       interleavable=case.batch == 1 and ENGINES[case.engine].interleavable) for case in ready]
+    new_interleaved = (_interleaved_baseline(setups[first.id], config)
+                       if config.pairing == INTERLEAVED and first.batch == 1 else None)
     reset_peak_memory(store.device)
-    block = time_block(timed, run_baseline, config, plan.budget_s, plan.budget_reason, plan.after_round)
+    block = time_block(timed, run_baseline, config, plan.budget_s, plan.budget_reason, plan.after_round,
+                       new_interleaved)
     memory = peak_memory_mb(store.device)
     paired = not config.baseline_once
     spreads = block.spreads(paired)

@@ -242,8 +242,9 @@ class CaseResult:
     verdict: str = _field("lossless, tie-divergence or diverged; under sampling lossless or diverged by the "
                           "distribution check, not-checked for the hf engine", VERDICT, summary=("lossless", ""),
                           gate="compared", extra_info=True)
-    baseline_matches_reference: bool | None = _field("the baseline equals generate(do_sample=False) too (null "
-                                                     "under sampling)", VERDICT, csv=False)
+    baseline_matches_reference: bool | None = _field("the baseline equals generate(do_sample=False) too, or "
+                                                     "begins it where an interleaved baseline decoded fewer tokens "
+                                                     "(null under sampling)", VERDICT, csv=False)
     sampling_check_p_value: float | None = _field("under sampling: p-value of the chi-square test of the engine's "
                                                   "accept/resample rule on the case's distributions at the prompt",
                                                   VERDICT, default=None)

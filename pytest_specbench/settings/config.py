@@ -45,7 +45,8 @@ class SpecbenchConfig:
     run_budget: float | None  # seconds for the whole run; None: off
     race: bool
     threads: int | None
-    baseline_every: int  # cases between baseline runs within a round
+    pairing: str  # "interleaved" or "rounds" (options.PAIRINGS)
+    baseline_every: int  # cases between baseline runs within a round (pairing "rounds")
     baseline_once: bool
     tie_tolerance: float
     stop_at_eos: bool

@@ -283,6 +283,15 @@ def _output_dir(raw: str) -> Path | None:
 
 
 GATE_DIFFERING = ("refuse", "compare-matching")
+#: how a case's baseline is timed (--specbench-pairing)
+INTERLEAVED, ROUNDS = "interleaved", "rounds"
+PAIRINGS = (INTERLEAVED, ROUNDS)
+
+
+def _pairing(raw: str) -> str:
+    if raw not in PAIRINGS:
+        raise ValueError(f"unknown pairing {raw!r}; accepted: {', '.join(PAIRINGS)}")
+    return raw
 
 
 def _gate_differing(raw: str) -> str:
@@ -435,7 +444,13 @@ OPTIONS: tuple[Option, ...] = (
            "--specbench-budget decides)", _positive_float, metavar="SECONDS", changes_results=True),
     Option("threads", "threads", "torch CPU threads (default: torch's own choice; under xdist on CPU, "
            "cores / workers; at most this machine's logical CPUs)", _threads, metavar="N", changes_results=True),
-    Option("baseline-every", "baseline_every", "within a round, run the target-only baseline before the first "
+    Option("pairing", "pairing", "how each speculative run's baseline is timed: interleaved (default: target-only "
+           "steps run between the run's own steps until their time has caught up with its time, so both see the "
+           "machine alike; native engine, batch 1) or rounds (whole baseline runs between the cases of a round, "
+           "see --specbench-baseline-every; what the hf engine and batches always use)", _pairing, INTERLEAVED,
+           metavar="interleaved|rounds", changes_results=True,
+           unset=ROUNDS),  # what a run recorded before the option existed used
+    Option("baseline-every", "baseline_every", "with --specbench-pairing=rounds, within a round, run the target-only baseline before the first "
            "case, after every N cases and after the last; each case's speedup compares with the baseline "
            "interpolated in time between the two around it, so the machine's drift cancels (default 2)", _int(1),
            "2", metavar="N", changes_results=True),
