@@ -63,6 +63,7 @@ def test_command_line_wins_over_ini() -> None:
         ("max-acceptance-drop", "x", "not a number"),
         ("gpu", "cuda:x", "unknown device 'cuda:x'"),
         ("baseline", "no/such/file.json", "no such file"),
+        ("pairing", "nearby", "unknown pairing 'nearby'; accepted: interleaved, rounds"),
     ],
 )
 def test_bad_values_name_the_option_and_what_is_accepted(name: str, raw: str, message: str) -> None:

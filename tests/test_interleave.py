@@ -168,7 +168,8 @@ def test_the_spread_check_catches_a_baseline_that_waits_for_the_runs_end() -> No
 
 
 class _Machine:
-    """A fake clock whose work runs at one of two speeds, switching at random about once a second (as measured: runs of tokens at 77 ms, then at 110 ms)."""
+    """A fake clock whose work runs at one of two speeds, switching at random about once a second (as measured:
+    runs of tokens at 77 ms, then at 110 ms)."""
 
     def __init__(self, seed: int) -> None:
         self.rng = torch.Generator().manual_seed(seed)

@@ -232,3 +232,51 @@ def test_a_prompt_past_the_targets_window_fails_naming_the_limit(fails_plainly, 
 def test_a_prompt_past_the_drafts_window_fails_naming_the_draft(fails_plainly, short_draft_pairs_file: Path) -> None:
     result = fails_plainly(short_draft_pairs_file, "k1 and natural", "--specbench-context-tokens=60")
     result.stdout.fnmatch_lines(["*need 72 positions, more than the draft '*draft' allows (n_positions = 64)*"])
+
+
+COUNTING_CONFTEST = """
+import json
+import os
+
+import pytest_specbench.engine.interleave as interleave
+import pytest_specbench.measure.runner as runner
+
+_greedy, _after = runner.greedy_generate, interleave.InterleavedBaseline.after_step
+counts = {"whole": 0, "between": 0}
+
+
+def greedy(*args, **kwargs):
+    counts["whole"] += 1
+    return _greedy(*args, **kwargs)
+
+
+def after_step(self, seconds):
+    counts["between"] += 1
+    return _after(self, seconds)
+
+
+runner.greedy_generate, interleave.InterleavedBaseline.after_step = greedy, after_step
+
+
+def pytest_unconfigure(config):
+    with open("counts.json", "w") as file:
+        json.dump(counts, file)
+"""
+
+
+@pytest.mark.parametrize("pairing", ["interleaved", "rounds"])
+def test_the_default_pairing_runs_the_baseline_between_the_steps_and_rounds_runs_it_whole(
+        bench, pytester: pytest.Pytester, pairing: str) -> None:
+    pytester.makeconftest(COUNTING_CONFTEST)
+    args = ("--specbench-min-rounds=2", "--specbench-max-rounds=2", "--specbench-race=off")
+    result = bench(*args, *(() if pairing == "interleaved" else ("--specbench-pairing=rounds",)))
+    result.assert_outcomes(passed=4)
+    counts = json.loads((Path(pytester.path) / "counts.json").read_text())
+    rows = _results(pytester)["results"]
+    assert all(row["rounds"] == 2 and row["baseline_matches_reference"] for row in rows)
+    # The warm-up's whole baseline runs (one per pair) happen either way.
+    if pairing == "interleaved":
+        assert counts["between"] > 0 and counts["whole"] <= 2
+    else:
+        assert counts["between"] == 0 and counts["whole"] > 2 * 2
+

@@ -1,12 +1,15 @@
 """Blocked rounds: the cases that share a target, a prompt and a device are timed together.
 
 A block (:attr:`..matrix.Case.block`) is timed in rounds. Each round runs the speculative decode of every case still
-being timed once, in an order that rotates from round to round, with the target-only baseline before the first
-case, after every ``baseline_every`` cases and after the last. The machine's speed drifts over seconds (on a shared
-2-core machine, 4-second runs correlated 0.63 one run apart and 0.04 five apart: benchmarks/machine_drift.py), so each case's run is paired with
-the baseline interpolated in time between the baseline runs on either side of it: the drift they share cancels.
-A case's speedups are paired with those baselines, one per round it ran in, and their intervals take the noise
-pooled over the block's cases (:func:`.timing.block_spreads`): they share the machine and the rounds. Within a (pair, engine, prompt) the
+being timed once, in an order that rotates from round to round. Where every case can (the native engine at batch 1,
+``--specbench-pairing=interleaved``, the default), each run's baseline is interleaved with it: target-only greedy
+steps run between the run's own steps until their decode time has caught up with the run's
+(:mod:`..engine.interleave`), so the two are timed over the same seconds of the machine, whose speed on a shared
+CPU changes within a second. Otherwise (``rounds``) whole baseline runs go before the first case, after every
+``baseline_every`` cases and after the last, and each case's run is paired with the baseline interpolated in time
+between the two around it: drift slower than a run cancels. Either way a case's speedups are paired with its
+baselines, one per round it ran in, and their intervals take the noise pooled over the block's cases
+(:func:`.timing.block_spreads`). Within a (pair, engine, prompt) the
 constant k race (:mod:`..results.racing`) compares the cases' drift-corrected times (speculative over paired
 baseline): one slower than the leader at 95% stops being timed and is marked eliminated. A case also stops once
 its intervals are within the target (or its own budget, when given, is spent). The block stops when no case is

@@ -147,11 +147,15 @@ CALIBRATION_PAIRS = 2
 
 
 def _warm_up(cases: Sequence[Case], setups: dict[str, Any], run_baseline: Callable[[], GenerationResult],
-             shared: SharedMeasurements, config: SpecbenchConfig) -> None:
+             shared: SharedMeasurements, config: SpecbenchConfig,
+             new_interleaved: Callable[[], InterleavedBaseline] | None = None) -> None:
     """Pay first-call costs (allocations, kernel choice) untimed, once per (pair, engine, batch). After a native
     warm-up with a draft model, :data:`CALIBRATION_PAIRS` untimed pairs of runs re-time the pair's draft costs, and
     every case set up on that profile (this block's, and later blocks' through ``shared``) reads the new one, so
-    k=auto's schedule and the rows' predictions price a drafted token as the timed runs' loop pays it."""
+    k=auto's schedule and the rows' predictions price a drafted token as the timed runs' loop pays it. With
+    ``new_interleaved`` those pairs' baselines are interleaved with their runs: a ratio of two runs timed apart
+    moves with the machine's speed (one AVX-512 run read c as 0.188 from pairs timed apart; its timed rows
+    paid 0.21)."""
     for case in cases:
         setup = setups[case.id]
         run = _run_of(case, setup, config)
@@ -159,12 +163,21 @@ def _warm_up(cases: Sequence[Case], setups: dict[str, Any], run_baseline: Callab
                                 lambda: [(run_baseline(), run()) for _ in range(config.warmup)])
         if (warmed and case.engine == "native" and isinstance(setup, CaseSetup)
                 and isinstance(setup.drafter, ModelDrafter)):
-            pairs = [(run_baseline(), run()) for _ in range(CALIBRATION_PAIRS)]
+            pairs = [_interleaved_pair(run, new_interleaved) if new_interleaved else (run_baseline(), run())
+                     for _ in range(CALIBRATION_PAIRS)]
             shared.replace_costs(setup.costs_key, calibrated_costs(setup.costs, pairs))
     for case in cases:
         setup = setups[case.id]
         if isinstance(setup, CaseSetup):
             setups[case.id] = dataclasses.replace(setup, costs=shared.costs(setup.costs_key, lambda: setup.costs))
+
+
+def _interleaved_pair(run: Callable[..., GenerationResult], new_interleaved: Callable[[], InterleavedBaseline]
+                      ) -> tuple[GenerationResult, GenerationResult]:
+    """One speculative run and its baseline, timed between its steps."""
+    baseline = new_interleaved()
+    speculative = run(between_steps=baseline.after_step)
+    return baseline.result(speculative), speculative
 
 
 def measure_block(cases: Sequence[Case], store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,
@@ -195,11 +208,11 @@ def measure_block(cases: Sequence[Case], store: ModelStore, shared: SharedMeasur
     first = ready[0]
     run_baseline = (batches.baseline_run(setups[first.id]) if first.batch > 1
                     else _baseline_run(setups[first.id], config))
-    _warm_up(ready, setups, run_baseline, shared, config)
+    new_interleaved = (_interleaved_baseline(setups[first.id], config)
+                       if config.pairing == INTERLEAVED and first.batch == 1 and not config.baseline_once else None)
+    _warm_up(ready, setups, run_baseline, shared, config, new_interleaved)
     timed = [TimedCase(case, _run_of(case, setups[case.id], config),
                        interleavable=case.batch == 1 and ENGINES[case.engine].interleavable) for case in ready]
-    new_interleaved = (_interleaved_baseline(setups[first.id], config)
-                       if config.pairing == INTERLEAVED and first.batch == 1 else None)
     reset_peak_memory(store.device)
     block = time_block(timed, run_baseline, config, plan.budget_s, plan.budget_reason, plan.after_round,
                        new_interleaved)
