@@ -91,5 +91,5 @@ class BlockRuns:
                     if config.run_budget is not None and total > 1.1 * config.run_budget else "")
             self._write_line(f"pytest-specbench: {describe_duration(total)} for {cases} cases in "
                              f"{self.budget.blocks} blocks ({budget}; a round of the first block, {block_cases} "
-                             f"cases and the baselines between them, took {seconds:.1f} s{over})")
+                             f"cases and their baselines, took {seconds:.1f} s{over})")
         return estimate
