@@ -204,12 +204,12 @@ def test_a_schedule_longer_than_the_probe_has_its_head_measured_before_the_timed
     def watched_runner(*args, **kwargs):
         run = real_runner(*args, **kwargs)
 
-        def watched():
+        def watched(**kwargs):
             monkeypatch.setattr(output_head, "_column_is_faster",
                                 lambda head, hidden, repeats=3: measured_during_runs.append(1) or real_measure(
                                     head, hidden, repeats))
             try:
-                return run()
+                return run(**kwargs)
             finally:
                 monkeypatch.setattr(output_head, "_column_is_faster", real_measure)
         return watched

@@ -447,13 +447,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("pairing", "pairing", "how each speculative run's baseline is timed: interleaved (default: target-only "
            "steps run between the run's own steps until their time has caught up with its time, so both see the "
            "machine alike; native engine, batch 1) or rounds (whole baseline runs between the cases of a round, "
-           "see --specbench-baseline-every; what the hf engine and batches always use)", _pairing, INTERLEAVED,
-           metavar="interleaved|rounds", changes_results=True,
+           "see --specbench-baseline-every; what the hf engine, batches and --specbench-compile always use)",
+           _pairing, INTERLEAVED, metavar="interleaved|rounds", changes_results=True,
            unset=ROUNDS),  # what a run recorded before the option existed used
-    Option("baseline-every", "baseline_every", "with --specbench-pairing=rounds, within a round, run the target-only baseline before the first "
-           "case, after every N cases and after the last; each case's speedup compares with the baseline "
-           "interpolated in time between the two around it, so the machine's drift cancels (default 2)", _int(1),
-           "2", metavar="N", changes_results=True),
+    Option("baseline-every", "baseline_every", "with --specbench-pairing=rounds, within a round, run the "
+           "target-only baseline before the first case, after every N cases and after the last; each case's "
+           "speedup compares with the baseline interpolated in time between the two around it, so the machine's "
+           "drift cancels (default 2)", _int(1), "2", metavar="N", changes_results=True),
     Option("baseline-once", "baseline_once", "time the target-only baseline only in a block's first "
            "--specbench-min-rounds rounds instead of in every round (speedups then compare unpaired)", changes_results=True),
     Option("tie-tolerance", "tie_tolerance", "under float16/bfloat16, a divergence where the target's top-2 logit "
