@@ -2,10 +2,10 @@
 
 On a shared CPU the machine's speed changes within a second (a 270M model's tokens took 77 ms for a while, then
 110 ms), so a baseline timed before or after a speculative run sees another machine than the run did: run after
-run, the log ratio of two identical greedy decodes spread 9%. Interleaved token by token, the same two spread
-1.6% (benchmarks/machine_drift.py --interleaved). :class:`InterleavedBaseline` is called after each of a
-speculative run's steps (``speculative_generate(between_steps=...)``) and runs target-only greedy steps until its
-decode time has caught up with the run's, so both are timed over the same seconds of the machine.
+run, the log ratio of two identical greedy decodes spread 7.1%; interleaved token by token, 1.8%
+(benchmarks/machine_drift.py --interleaved, a 2-core AVX-512 machine). :class:`InterleavedBaseline` is called
+after each of a speculative run's steps (``speculative_generate(between_steps=...)``) and runs target-only greedy
+steps until its decode time has caught up with the run's, so both are timed over the same seconds of the machine.
 
 The baseline starts afresh with each speculative run: its prefill follows the run's and pairs with it (time to
 first token); where it reaches the run's length before the run ends, it starts again and that prefill is not
