@@ -30,9 +30,8 @@ class InterleavedBaseline:
     def __init__(self, new_stepper: Callable[[], GreedyStepper], clock: DeviceClock) -> None:
         self._new_stepper = new_stepper
         self._clock = clock
-        self._stepper: GreedyStepper | None = None
+        self._stepper: GreedyStepper | None = None  # the pass being stepped
         self._first: GreedyStepper | None = None  # the first pass: its tokens are the baseline's output
-        self._calls = 0
         self.prefill_time_s = 0.0
         self.run_decode_s = 0.0  # the speculative run's decode time so far
         self.decode_time_s = 0.0  # the baseline's
@@ -41,8 +40,7 @@ class InterleavedBaseline:
     def after_step(self, seconds: float) -> None:
         """After the run's prefill, the baseline's prefill; after each decode step of ``seconds``, baseline
         decode steps until the baseline's decode time is at least the run's."""
-        self._calls += 1
-        if self._calls == 1:
+        if self._first is None:  # the call after the run's prefill
             self._stepper = self._first = self._new_stepper()
             start = self._clock.now()
             self._stepper.step()
@@ -50,7 +48,7 @@ class InterleavedBaseline:
             return
         self.run_decode_s += seconds
         while self.decode_time_s < self.run_decode_s:
-            if self._stepper is None or self._stepper.done:
+            if self._stepper.done:
                 self._stepper = self._new_stepper()
                 self._stepper.step()  # a fresh prefill, not counted: only its decode steps are
             start = self._clock.now()

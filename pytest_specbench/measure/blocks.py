@@ -165,17 +165,24 @@ def _run_round(block: BlockTiming, index: int, order: list[TimedCase], every: in
                                                     base_points[before], base_points[before + 1], point))
 
 
+def interleaved_pair(run: Callable[..., GenerationResult], new_interleaved: Callable[[], InterleavedBaseline]
+                     ) -> tuple[GenerationResult, GenerationResult]:
+    """One speculative run with a fresh baseline timed between its steps: (the baseline, the run)."""
+    baseline = new_interleaved()
+    speculative = run(between_steps=baseline.after_step)
+    return baseline.result(speculative), speculative
+
+
 def _run_interleaved_round(block: BlockTiming, index: int, order: list[TimedCase],
                            new_interleaved: Callable[[], InterleavedBaseline]) -> None:
     """One interleaved round: each case's run with its own baseline timed between its steps."""
     baselines = []
     for timed in order:
-        baseline = new_interleaved()
-        run = timed.run(between_steps=baseline.after_step)
-        baselines.append(baseline.result(run))
+        baseline, run = interleaved_pair(timed.run, new_interleaved)
+        baselines.append(baseline)
         timed.runs.append(run)
         timed.rounds.append(index)
-        timed.paired_baselines.append(baselines[-1])
+        timed.paired_baselines.append(baseline)
     block.baselines[index] = baselines
 
 

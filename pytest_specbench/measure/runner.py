@@ -36,7 +36,7 @@ from .matrix import Case
 from .memory import peak_memory_mb, reset_peak_memory
 from .prompts import Prompt
 from . import batches
-from .blocks import BLOCK_BUDGET, MAX_ROUNDS, TimedCase, time_block
+from .blocks import BLOCK_BUDGET, MAX_ROUNDS, TimedCase, interleaved_pair, time_block
 from .row import BlockRecord, Measurement, build_result
 from .shared import SharedMeasurements
 from .store import ModelStore
@@ -163,21 +163,13 @@ def _warm_up(cases: Sequence[Case], setups: dict[str, Any], run_baseline: Callab
                                 lambda: [(run_baseline(), run()) for _ in range(config.warmup)])
         if (warmed and case.engine == "native" and isinstance(setup, CaseSetup)
                 and isinstance(setup.drafter, ModelDrafter)):
-            pairs = [_interleaved_pair(run, new_interleaved) if new_interleaved else (run_baseline(), run())
+            pairs = [interleaved_pair(run, new_interleaved) if new_interleaved else (run_baseline(), run())
                      for _ in range(CALIBRATION_PAIRS)]
             shared.replace_costs(setup.costs_key, calibrated_costs(setup.costs, pairs))
     for case in cases:
         setup = setups[case.id]
         if isinstance(setup, CaseSetup):
             setups[case.id] = dataclasses.replace(setup, costs=shared.costs(setup.costs_key, lambda: setup.costs))
-
-
-def _interleaved_pair(run: Callable[..., GenerationResult], new_interleaved: Callable[[], InterleavedBaseline]
-                      ) -> tuple[GenerationResult, GenerationResult]:
-    """One speculative run and its baseline, timed between its steps."""
-    baseline = new_interleaved()
-    speculative = run(between_steps=baseline.after_step)
-    return baseline.result(speculative), speculative
 
 
 def measure_block(cases: Sequence[Case], store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,
