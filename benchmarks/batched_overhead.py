@@ -38,6 +38,7 @@ from pytest_specbench.engine.batched import (  # noqa: E402
 from pytest_specbench.engine.decoding import speculative_generate  # noqa: E402
 from pytest_specbench.engine.drafters import PromptLookupDrafter  # noqa: E402
 from pytest_specbench.engine.forward_log import ForwardLog  # noqa: E402
+from pytest_specbench.engine.plain_generate import plain_generate, plain_generation_config  # noqa: E402
 
 
 def pair(layers: int, width: int) -> tuple[GPT2LMHeadModel, GPT2LMHeadModel]:
@@ -91,13 +92,12 @@ def main() -> None:
     for batch in [int(b) for b in args.batches.split(",")]:
         rows = prompts(batch)
         ids, mask = left_pad(rows)
+        config = plain_generation_config(target, n, None)  # the model's own pad id, never a guessed mask
         with torch.inference_mode():
-            out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=n, eos_token_id=None,
-                                  pad_token_id=0)
+            out = plain_generate(target, ids, mask, config)
         reference = out[:, ids.shape[1] :].tolist()
         contenders = {
-            "generate": (lambda: target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=n,
-                                                 eos_token_id=None, pad_token_id=0), [target]),
+            "generate": (lambda: plain_generate(target, ids, mask, config), [target]),
             "greedy": (lambda: batched_greedy_generate(target, ids, mask, n), [target]),
             "spec_model": (lambda: batched_speculative_generate(target, draft, ids, mask, args.k, n),
                            [target, draft]),

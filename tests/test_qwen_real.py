@@ -33,7 +33,6 @@ def test_qwen_coder_pair_is_lossless_against_the_targets_generate() -> None:
     import torch
 
     from pytest_specbench import speculative_generate
-    from pytest_specbench.engine.hf_assisted import plain_generation_config
     from pytest_specbench.measure.store import ModelStore
 
     pair = OPT_IN_PAIRS["qwen_coder"]
@@ -49,11 +48,33 @@ def test_qwen_coder_pair_is_lossless_against_the_targets_generate() -> None:
 
     ids = target.tokenizer("def fibonacci(n):\n", return_tensors="pt").input_ids
     with torch.inference_mode():
-        output = target.model.generate(ids, attention_mask=torch.ones_like(ids),
-                                       generation_config=plain_generation_config(target.model, NEW_TOKENS, None))
+        output = target.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                       max_new_tokens=NEW_TOKENS, eos_token_id=None)
     reference = output[0, ids.shape[1]:].tolist()
     result = speculative_generate(target.model, drafter, ids, k=4, max_new_tokens=NEW_TOKENS)
     assert result.token_ids == reference, (target.tokenizer.decode(result.token_ids),
                                            target.tokenizer.decode(reference))
     assert len(reference) == NEW_TOKENS
     assert result.stats.accepted_tokens > 0  # the 0.5B agrees with the 1.5B on code at least once
+
+
+def test_the_reference_attends_to_exclamation_marks_id_0_in_qwens_vocabulary() -> None:
+    """Id 0 is "!" here: the reference is generate() with every prompt token attended, and a self-draft is
+    lossless on such a prompt."""
+    import torch
+
+    from pytest_specbench import speculative_generate
+    from pytest_specbench.engine.drafters import ModelDrafter
+    from pytest_specbench.measure.store import ModelStore
+    from pytest_specbench.measure.verdicts import reference_tokens
+
+    draft = ModelStore("cpu", "float32").model(OPT_IN_PAIRS["qwen_coder"].draft)
+    ids = draft.tokenizer("Wow! That is great! Tell me more about it!", return_tensors="pt").input_ids
+    assert (ids == 0).sum() == 3
+    with torch.inference_mode():
+        output = draft.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                      max_new_tokens=NEW_TOKENS, eos_token_id=None)
+    truth = output[0, ids.shape[1]:].tolist()
+    reference = reference_tokens(draft.model, ids, NEW_TOKENS, None)
+    assert reference == truth
+    assert speculative_generate(draft.model, ModelDrafter(draft.model), ids, 4, NEW_TOKENS).token_ids == truth

@@ -20,40 +20,19 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 import torch
-from transformers import GenerationConfig, PreTrainedModel
+from transformers import PreTrainedModel
 
 from .drafters import ModelDrafter, PromptLookupDrafter
 from .forward_log import ForwardLog
 from .names import AUTO, HEURISTIC
+from .plain_generate import generation_config_as, plain_generate, plain_generation_config
 from .sampling import SamplingParams
 from .stats import DecodeStats, GenerationResult
 from .timing import DeviceClock
 
-__all__ = ["plain_generation_config", "hf_assisted_generate", "hf_schedule_settings"]
+__all__ = ["hf_assisted_generate", "hf_schedule_settings"]
 
 _ASSISTANT_KNOBS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
-
-
-def plain_generation_config(model: PreTrainedModel, max_new_tokens: int, eos_token_id: int | None,
-                             sampling: SamplingParams | None = None) -> GenerationConfig:
-    """The model's generation config for decoding exactly ``max_new_tokens`` (or to EOS): greedy, or sampled
-    with ``sampling``'s temperature, top-p and top-k and nothing else.
-
-    With ``eos_token_id=None`` EOS is ignored; sampling knobs a checkpoint ships are cleared so
-    they do not warn or change the distribution.
-    """
-    config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
-    config.do_sample = False
-    config.eos_token_id = eos_token_id
-    config.max_new_tokens = max_new_tokens
-    config.max_length = None
-    config.pad_token_id = eos_token_id if eos_token_id is not None else 0
-    for knob in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
-        setattr(config, knob, None)
-    if sampling is not None and not sampling.greedy:
-        config.do_sample = True
-        config.temperature, config.top_p, config.top_k = sampling.temperature, sampling.top_p, sampling.top_k
-    return config
 
 
 def hf_schedule_settings(k: int | str) -> dict[str, object] | None:
@@ -176,9 +155,8 @@ def hf_assisted_generate(
     draft_log = ForwardLog()
     with contextlib.ExitStack() as stack:
         target_log = stack.enter_context(ForwardLog.attached(target))
-        # Measured with transformers 5.24: assisted generation stops at the model's own EOS even when the
-        # generation config passed says none (plain greedy honours it), so the model's default is cleared too.
-        stack.enter_context(_temporarily(target, {"eos_token_id": eos_token_id}))
+        # First, so that a draft that is the target itself gets its draft length on the config in use.
+        stack.enter_context(generation_config_as(target, config))
         if "assistant_model" in kwargs:
             draft_log = stack.enter_context(ForwardLog.attached(draft_model))
             # Saved and restored even under "auto", which sets nothing: transformers' heuristic schedule
@@ -188,7 +166,7 @@ def hf_assisted_generate(
         if seed is not None:
             torch.manual_seed(seed)
         start = clock.now()
-        sequences = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **kwargs)
+        sequences = plain_generate(target, ids, torch.ones_like(ids), config, **kwargs)
         end = clock.now()
 
     stats = _stats_from_logs(target_log.calls, draft_log, prompt_length, sequences.shape[1], start, end)

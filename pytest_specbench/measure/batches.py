@@ -28,7 +28,7 @@ import torch
 
 from ..engine.batched import BatchedGenerationResult, batched_greedy_generate, batched_speculative_generate, left_pad
 from ..engine.drafters import ModelDrafter, PromptLookupDrafter
-from ..engine.hf_assisted import plain_generation_config
+from ..engine.plain_generate import plain_generate, plain_generation_config
 from ..engine.sampling import SamplingParams
 from ..models.base import NotApplicable, context_window
 from ..models.loading import LoadedModel
@@ -100,7 +100,7 @@ def batched_reference(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     """The target's batched greedy ``generate`` with the same left padding, per row (cut just after EOS)."""
     config = plain_generation_config(model, max_new_tokens, eos_token_id)
     with torch.inference_mode():
-        output = model.generate(input_ids, attention_mask=attention_mask, generation_config=config)
+        output = plain_generate(model, input_ids, attention_mask, config)
     rows = output[:, input_ids.shape[1]:].tolist()
     if eos_token_id is not None:
         rows = [row[: row.index(eos_token_id) + 1] if eos_token_id in row else row for row in rows]

@@ -8,22 +8,22 @@ from typing import Any
 
 import torch
 
-from ..engine.hf_assisted import plain_generation_config
+from ..engine.plain_generate import plain_generate, plain_generation_config
 from ..engine.drafters import ModelDrafter
 from ..engine.sampling import (SIGNIFICANCE, SamplingParams, check_acceptance_rule, expected_acceptance,
                                sampling_distribution)
 
 
 def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None) -> list[int]:
-    """The target's own greedy continuation from transformers' ``generate``.
+    """The target's own greedy continuation of the whole prompt, from transformers' ``generate``.
 
-    With ``eos_token_id=None`` EOS is ignored so exactly ``max_new_tokens``
-    come back; min_new_tokens is not used because it masks EOS and so changes
-    the argmax.
+    Every prompt token is attended (see :mod:`~..engine.plain_generate`). With ``eos_token_id=None`` EOS is
+    ignored so exactly ``max_new_tokens`` come back; min_new_tokens is not used because it masks EOS and so
+    changes the argmax.
     """
     config = plain_generation_config(model, max_new_tokens, eos_token_id)
     with torch.inference_mode():
-        output = model.generate(input_ids, generation_config=config)
+        output = plain_generate(model, input_ids, torch.ones_like(input_ids), config)
     return output[0, input_ids.shape[1] :].tolist()
 
 
@@ -47,8 +47,9 @@ def quality_score(tokens: Sequence[int], reference: Sequence[int]) -> float:
 def top2_margin(model, input_ids: torch.Tensor, reference: Sequence[int], position: int) -> float:
     """The target's logit gap between its best and second-best token at ``position``."""
     prefix = torch.cat([input_ids[0], torch.tensor(reference[:position], dtype=torch.long, device=input_ids.device)])
+    ids = prefix.unsqueeze(0)
     with torch.inference_mode():
-        logits = model(input_ids=prefix.unsqueeze(0), logits_to_keep=1).logits[0, -1].float()
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1).logits[0, -1].float()
     best = torch.topk(logits, 2).values
     return float(best[0] - best[1])
 
