@@ -47,25 +47,26 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
-def unwritable_reason(path: str | os.PathLike[str]) -> str | None:
+def unwritable_reason(path: str | os.PathLike[str], folder_name: str = "its folder") -> str | None:
     """Why a file could not be written at ``path``, or None; creates its folder if missing, leaves no file.
 
     The probe is a file of its own in that folder (created, then removed), since every write here
     goes through a new file and a rename: the folder must take new files, whatever ``path`` is now.
+    ``folder_name`` is how the reason calls that folder.
     """
     folder = target_path(path).parent
     blocker = next((parent for parent in (folder, *folder.parents) if parent.exists() and not parent.is_dir()),
                    None)
     if blocker is not None:
-        return f"its folder cannot be created, since {blocker} is a file"
+        return f"{folder_name} cannot be created, since {blocker} is a file"
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        return f"its folder {folder} cannot be created ({error.strerror or error})"
+        return f"{folder_name} {folder} cannot be created ({error.strerror or error})"
     probe = folder / f"{_TEMPORARY_PREFIX}{os.getpid()}.probe"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as error:
-        return f"no file can be written in its folder {folder} ({error.strerror or error})"
+        return f"no file can be written in {folder_name} {folder} ({error.strerror or error})"
     probe.unlink()
     return None

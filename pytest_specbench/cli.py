@@ -20,8 +20,9 @@ from tabulate import tabulate
 from .report.analysis import geometric_mean
 from .report.formatting import with_interval
 from .report.summary import run_document
+from .results.log import row_problem
 from .results.schema import row_value
-from .settings.options import OPTIONS, Option, parse_output_path
+from .settings.options import OPTIONS, Option, default_of, parse_output_path
 
 # What merge compares comes from the option table: every option marked ``changes_results`` (it changes what a
 # case measures), by the value it parses to. Shards of one sweep split the matrix by pair, so what may differ
@@ -43,12 +44,21 @@ class MergeError(ValueError):
 
 
 def load_run(path: Path) -> dict[str, Any]:
+    """A run's JSON, each row checked against the schema as ``--specbench-resume`` checks a log's
+    (:func:`~.results.log.row_problem`): MergeError names the file, the row and the field."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise MergeError(f"{path}: not a readable specbench JSON ({error})") from None
     if not isinstance(document, dict) or not isinstance(document.get("results"), list):
         raise MergeError(f"{path}: no 'results' list; is it a --specbench-json file?")
+    accepted = "accepted: the JSON of a pytest-specbench run (--specbench-json, or merge --json)"
+    for index, row in enumerate(document["results"]):
+        if not isinstance(row, dict):
+            raise MergeError(f"{path}: results[{index}]: a {type(row).__name__}, not an object; {accepted}")
+        problem = row_problem(row)
+        if problem:
+            raise MergeError(f"{path}: results[{index}] (case {row.get('case')!r}): {problem}; {accepted}")
     return document
 
 
@@ -63,7 +73,9 @@ def compared_value(option: Option, raw: Any) -> Any:
         value = option.parse(str(raw).strip())
     except ValueError:
         return raw  # a file that is not on this machine (--specbench-prompt-file): its name must agree
-    return sorted({device.split(":")[0] for device in value}) if option.dest == DEVICE_OPTION else value
+    if option.dest == DEVICE_OPTION:
+        return sorted({device.split(":")[0] for device in value})
+    return sorted(value, key=repr) if option.order_free else value
 
 
 def setting_differences(first: dict[str, Any], other: dict[str, Any], first_name: str, other_name: str,
@@ -77,10 +89,14 @@ def setting_differences(first: dict[str, Any], other: dict[str, Any], first_name
 
 
 def _machines(document: dict[str, Any], name: str) -> list[tuple[str, dict[str, Any]]]:
-    """The fingerprints a run's numbers come from: each merged run's, or the run's own."""
+    """The fingerprints a run's numbers come from: each merged run's, or the run's own; then the machine of
+    each earlier run whose rows --specbench-resume replayed (``resumed_from``)."""
     merged = [(f"{name} ({source.get('run')})", source.get("fingerprint") or {})
               for source in document.get("merged_from") or [] if isinstance(source, dict)]
-    return merged or [(name, document.get("fingerprint") or {})]
+    resumed = [(f"{name} (rows resumed from {group.get('log')}, started {group.get('started')})",
+                group.get("fingerprint") or {})
+               for group in document.get("resumed_from") or [] if isinstance(group, dict)]
+    return (merged or [(name, document.get("fingerprint") or {})]) + resumed
 
 
 def machine_differences(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> list[str]:
@@ -119,7 +135,9 @@ def _shared_options(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, force: bool = False) -> dict[str, Any]:
     """One document from several; raises MergeError on incomparable options (unless ``force``: the merged record
-    then keeps only the options the runs share) or a case in two runs."""
+    then keeps only the options the runs share) or a case in two runs. Each row keeps its machine: its run's
+    (``merged_from``), or, for a row a run replayed from a results log, the earlier run's
+    (``resumed_from``)."""
     _check_comparable(documents, names, force)
     seen: dict[str, str] = {}
     results = []
@@ -132,11 +150,16 @@ def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, for
             results.append(row)
     env = {"fingerprint": documents[0].get("fingerprint", {}), "versions": documents[0].get("versions", {})}
     missing = [case for document in documents for case in document.get("missing_cases", [])]
-    merged = run_document(results, _shared_options(documents), env, missing)
+    resumed = [case for document in documents for case in document.get("resumed_cases") or []]
+    merged = run_document(results, _shared_options(documents), env, missing, resumed=resumed)
     merged["merged_from"] = [{"run": name, "fingerprint": document.get("fingerprint", {}),
                               "shard": document.get("options", {}).get("specbench_shard"),
                               "pairs": sorted({row["pair"] for row in document["results"]})}
                              for document, name in zip(documents, names)]
+    # A replayed row keeps the machine of the run that measured it, not its shard's: each group names its run.
+    merged["resumed_from"] = [{**group, "run": group.get("run", name)}
+                              for document, name in zip(documents, names)
+                              for group in document.get("resumed_from") or [] if isinstance(group, dict)]
     return merged
 
 
@@ -336,8 +359,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     compare.add_argument("runs", nargs="*", metavar="RUN", help="two runs, old then new: each a JSON file, a run "
                          "folder, or a run number of the history (0003)")
     compare.add_argument("--last", action="store_true", help="the two latest runs of the history")
-    compare.add_argument("--history", type=Path, default=Path(".specbench/runs"), metavar="DIR",
-                         help="the run history (default .specbench/runs, as --specbench-history)")
+    history = default_of("history_dir")
+    compare.add_argument("--history", type=Path, default=Path(history), metavar="DIR",
+                         help=f"the run history (default {history}, as --specbench-history)")
     compare.add_argument("--force", action="store_true", help="compare greedy with sampled runs, or runs of "
                          "different machines (the differences are printed first either way)")
     compare.set_defaults(run=_compare)

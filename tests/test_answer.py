@@ -102,6 +102,28 @@ def test_cases_of_different_blocks_are_not_paired():
     assert answer["best_k"] == 2 and answer["unknown"] == [1]
 
 
+def test_a_block_split_across_runs_is_not_ranked_and_says_why():
+    rows = [_row(2, 1.78, seconds=0.01005), _row(4, 1.8, seconds=0.01), _row(8, 1.3, seconds=0.015),
+            _row("auto", 2.0, seconds=0.009)]
+    (answer,) = prompt_answers(rows)
+    assert answer["tied"] == [2] and answer["slower"] == [{"k": 8, "eliminated_by": None}]
+    assert answer["not_ranked_reason"] is None and answer["schedules"][0]["ratio_to_best_rounds"] == 8
+    # k=8 and k=auto replayed from the log of an earlier run: round i of that run is not round i of this one.
+    rows = [{**row, "run_id": "2026-12-01T09:00:00+00:00-a1" if row["k"] in (8, "auto") else "now"}
+            for row in rows]
+    (answer,) = prompt_answers(rows)
+    assert answer["best_k"] == 4 and answer["tied"] == [] and answer["slower"] == []
+    assert answer["unknown"] == [2, 8] and answer["ranking"] == "unknown"
+    assert answer["not_ranked_reason"] == "its cases were measured in different runs"
+    (auto,) = answer["schedules"]
+    assert auto["ratio_to_best_rounds"] == 0 and auto["ratio_to_best_ci_low"] is None  # never paired
+    cells, _ = prompt_table([answer], engines=False)
+    assert cells[0][3:6] == ["-", "-", "2, 8 (its cases were measured in different runs)"]
+    (pair,) = pair_answers([answer])
+    assert "on 1 prompt(s) the ties are unknown (its cases were measured in different runs)" in \
+        pair_sentence(pair, False)
+
+
 def test_only_schedules_give_no_answer_and_an_eliminated_k_is_never_the_best():
     assert prompt_answers([_row("auto", 2.0, seconds=0.01), _row("heuristic", 1.5)]) == []
     # k=1 has the higher speedup over the three rounds it ran, but the race found it slower than k=2.
@@ -135,7 +157,8 @@ def test_engines_answer_apart_and_the_table_names_them():
     cells, headers = prompt_table(answers, engines=True)
     assert headers[:3] == ["prompt", "engine", "best k"] and cells[1][:3] == ["code", "hf", "2"]
     cells, headers = prompt_table(answers[:1], engines=False)
-    assert cells[0][:6] == ["code", "4", "1.80 [1.62, 1.98]", "2", "1 (eliminated by 4), 8", "16"]
+    assert cells[0][:6] == ["code", "4", "1.80 [1.62, 1.98]", "2", "1 (eliminated by 4), 8",
+                            "16 (no round data)"]
     assert cells[0][6:] == ["4", "1.00", "auto 1.11 [1.09, 1.13]"]
     assert [p["engine"] for p in pair_answers(answers)] == ["native", "hf"]
 

@@ -238,6 +238,7 @@ def _measure(tiny_batch, pair: str, batch: int, ks=(1, 4), **settings):
 @pytest.mark.parametrize("pair", ["tiny", "lookup"])
 def test_a_batched_block_is_lossless_in_every_row_against_both_references(tiny_batch, pair):
     from pytest_specbench.measure.row import build_result
+    from pytest_specbench.report.analysis import pooled_position_acceptance
 
     cases, outcome, *_ = _measure(tiny_batch, pair, 3)
     for case in cases:
@@ -249,6 +250,9 @@ def test_a_batched_block_is_lossless_in_every_row_against_both_references(tiny_b
         assert len(row.row_acceptance) == 3 and row.batch_decode_tps == row.decode_tps > 0
         assert row.block.endswith("/b3") and row.decode_speedup > 0
         assert row.new_tokens == 12  # per row, as at batch 1
+        assert row.batch_new_tokens == [12] * 3 and max(row.drafted_per_step) <= case.k
+        positions = [position for position, _, _ in pooled_position_acceptance([row.to_row()])]
+        assert positions and max(positions) <= case.k  # per sequence: none past k
         assert len(row.verify_costs_ms) >= 2 and row.predicted_speedup is not None
 
 
@@ -303,3 +307,97 @@ def test_a_plugin_run_over_two_batch_sizes(bench, pytester: pytest.Pytester):
     output = result.stdout.str()
     assert "break-even batch size:" in output
     assert "## Batch size" in Path(pytester.path, "report.md").read_text()
+
+
+# --- a batch row's per-step counts and new tokens, on hand-built runs ------------------------------------
+
+
+def _batched_run(rows: list[list[tuple[int, int]]], k: int, wall_s: float = 1.0):
+    """A batched run from each row's decode steps ``(drafted, accepted)``, its batch stats kept as the engine
+    keeps them: each step's counts summed over the rows still in the batch."""
+    import torch
+
+    from pytest_specbench.engine.batched import BatchedGenerationResult
+    from pytest_specbench.engine.decoding import _record_step
+    from pytest_specbench.engine.stats import DecodeStats, GenerationResult
+
+    results, batch = [], DecodeStats(wall_time_s=wall_s, prefill_time_s=0.1)
+    for steps in rows:
+        stats = DecodeStats(wall_time_s=wall_s, prefill_time_s=0.1)
+        _record_step(stats, 0, 0, 1, 0)
+        for drafted, accepted in steps:
+            _record_step(stats, drafted, accepted, 1, k)
+        stats.new_tokens = 1 + sum(accepted + 1 for _, accepted in steps)
+        results.append(GenerationResult(torch.zeros(1, 3 + stats.new_tokens, dtype=torch.long), 3, stats))
+    _record_step(batch, 0, 0, len(rows), 0)
+    for step in range(max(len(steps) for steps in rows)):
+        live = [steps[step] for steps in rows if step < len(steps)]
+        _record_step(batch, sum(d for d, _ in live), sum(a for _, a in live), len(live), k)
+    batch.new_tokens = sum(row.stats.new_tokens for row in results)
+    batch.prefill_tokens = len(rows)
+    return BatchedGenerationResult(results, batch)
+
+
+def _batch_row(k: int, rows: list[list[tuple[int, int]]]) -> dict:
+    import torch
+
+    from pytest_specbench.measure.row import Measurement, build_result
+
+    speculative = _batched_run(rows, k, wall_s=0.5)
+    baseline = _batched_run([[(0, 0)] * (len(steps) + sum(a for _, a in steps)) for steps in rows], 0)
+    measurement = Measurement(input_ids=torch.zeros(1, 3, dtype=torch.long), reference=speculative.token_ids,
+                              baselines=[baseline], speculative=[speculative], paired=True,
+                              verdict={"verdict": "lossless", "first_divergence": None}, target_load_s=0.0,
+                              target_load_source="local",
+                              batch_prompt_ids=[prompt.id for prompt in PROMPTS[:len(rows)]])
+    case = Case(PAIR, k, PROMPTS[0], "natural", batch=len(rows))
+    return {**build_result(case, measurement, "cpu", "float32", 0.05).to_row(), "device": "cpu"}
+
+
+#: k=1, four sequences: each step of each sequence drafts one token
+K1_ROWS = [[(1, 1), (1, 0), (1, 1)], [(1, 0), (1, 0), (1, 1)], [(1, 1), (1, 1), (1, 1)], [(1, 0), (1, 1)]]
+#: k=4, two sequences
+K4_ROWS = [[(4, 4), (4, 1), (4, 2)], [(4, 0), (4, 3)]]
+
+
+def test_per_position_acceptance_at_batch_above_1_is_that_of_its_sequences():
+    """A batch row's per-step counts are its sequences' steps, not the batch's sums read as one run's block:
+    at k=1 and batch 4 there is position 1 only (four one-token blocks summed and read as one show 2 to 4)."""
+    from pytest_specbench.engine.cost_model import position_counts
+    from pytest_specbench.report.analysis import pooled_position_acceptance
+    from pytest_specbench.report.markdown import report_markdown
+    from pytest_specbench.report.summary import summary_lines
+
+    k1 = _batch_row(1, K1_ROWS)
+    assert max(k1["drafted_per_step"]) == 1
+    assert pooled_position_acceptance([k1]) == [(1, 11, 7 / 11)]
+    assert len(k1["position_acceptance"]) == 1 and k1["alpha"] == pytest.approx(7 / 11)
+    k4 = _batch_row(4, K4_ROWS)
+    own = [0, 0, 0, 0]
+    for steps in K4_ROWS:  # each sequence's own blocks, pooled
+        counts = position_counts([0] + [drafted for drafted, _ in steps],
+                                 [0] + [accepted for _, accepted in steps])
+        for i, (_, accepted) in enumerate(counts):
+            own[i] += accepted
+    pooled = pooled_position_acceptance([k4])
+    assert [(position, reached) for position, reached, _ in pooled] == [(i, 5) for i in range(1, 5)]
+    assert [share for _, _, share in pooled] == pytest.approx([n / 5 for n in own])
+    text = "\n".join(summary_lines([k1]))
+    assert "  1: 0.64" in text and " 2: " not in text.split("per-position acceptance")[1]
+    report = report_markdown([k1], {}, {})
+    assert "all cases pooled): 1: 0.64 (n=11)." in report
+
+
+def test_a_batch_header_reports_the_batchs_new_tokens_and_each_sequences_when_they_differ():
+    """Not the first row's count alone: the batch's total, and each sequence's count (one when they agree)."""
+    from pytest_specbench.report.markdown import report_markdown
+    from pytest_specbench.report.summary import summary_lines
+
+    differing = _batch_row(1, K1_ROWS)  # the sequences committed 6, 5, 7 and 4 tokens
+    header = summary_lines([differing])[0]
+    assert "batch 4: 22 new tokens per batch (6, 5, 7, 4 per sequence)" in header
+    assert differing["batch_new_tokens"] == [6, 5, 7, 4]
+    assert "batch 4: 22 new tokens per batch (6, 5, 7, 4 per sequence)" in report_markdown(
+        [differing], {}, {})
+    agreeing = _batch_row(1, [[(1, 1), (1, 0)], [(1, 0), (1, 1)]])
+    assert "batch 2: 8 new tokens per batch (4 per sequence)" in summary_lines([agreeing])[0]

@@ -71,8 +71,13 @@ def test_two_shards_merged_give_the_rows_of_the_unsplit_run(bench, pytester, two
     assert "tiny_a-k4-natural" in out and "+0.000" in out and "geomean decode speedup old" in out
 
 
+#: a real result row (the default CPU run's first), so that rows pass the schema check of merge and compare
+ROW = json.loads((Path(__file__).resolve().parents[1] / "docs" / "default_run.json").read_text()
+                 )["results"][0]
+
+
 def _run(cases, **options):
-    rows = [{"case": case, "pair": case.split("-")[0], "acceptance_rate": 0.5, "decode_speedup": 1.0,
+    rows = [{**ROW, "case": case, "pair": case.split("-")[0], "acceptance_rate": 0.5, "decode_speedup": 1.0,
              "decode_speedup_ci_low": 0.9, "decode_speedup_ci_high": 1.1} for case in cases]
     # A run's JSON records an option left out (a flag not given, no default) by leaving its key out.
     recorded = {key: value for key, value in options.items() if value is not None}
@@ -126,6 +131,15 @@ def test_merge_compares_what_a_value_means_not_how_it_is_written():
         merge_runs([_run(["p-k1-x"], specbench_gpu="cuda:0"), _run(["q-k1-x"], specbench_gpu="cpu")], ["a", "b"])
 
 
+def test_merge_takes_batch_sizes_in_any_order_as_resume_does():
+    """The batch list's order changes only the order cases run in; resume accepts it, so merge does too."""
+    same = merge_runs([_run(["p-k1-x"], specbench_batch="1,4"), _run(["q-k1-x"], specbench_batch="4,1")],
+                      ["a", "b"])
+    assert len(same["results"]) == 2
+    with pytest.raises(MergeError, match="specbench_batch"):
+        merge_runs([_run(["p-k1-x"], specbench_batch="1,4"), _run(["q-k1-x"], specbench_batch="1,2")], ["a", "b"])
+
+
 def test_merge_refuses_runs_whose_options_make_numbers_incomparable():
     with pytest.raises(MergeError, match=r"specbench_max_new_tokens: a has '32', b has '128'"):
         merge_runs([_run(["p-k1-x"]), _run(["q-k1-x"], specbench_max_new_tokens="128")], ["a", "b"])
@@ -144,6 +158,27 @@ def test_merge_exits_2_with_the_reason(tmp_path, capsys):
     b.write_text(json.dumps(_run(["q-k1-x"], specbench_k="1,2")))
     assert main(["merge", str(a), str(b)]) == 2
     assert "not comparable (specbench_k" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["compare", "merge"])
+def test_a_json_whose_rows_lack_fields_is_a_usage_error_naming_file_row_and_field(tmp_path, capsys, command):
+    good = _write(tmp_path, "good.json", _run(["p-k1-x"]))
+    lacking = _run(["q-k1-x", "q-k4-x"])
+    del lacking["results"][1]["acceptance_rate"]
+    bad = _write(tmp_path, "bad.json", lacking)
+    outputs = ["--json", str(tmp_path / "all.json")] if command == "merge" else []
+    assert main([command, good, bad, *outputs]) == 2
+    captured = capsys.readouterr()
+    assert f"pytest_specbench {command}: {bad}: results[1] (case 'q-k4-x'): not a result row: " \
+           "1 required field(s) missing (acceptance_rate)" in captured.err
+    assert "Traceback" not in captured.err and not (tmp_path / "all.json").exists()
+    bad = _write(tmp_path, "bad.json", {**lacking, "results": [{**lacking["results"][0], "k": [4]}, "a row"]})
+    assert main(["compare", good, bad]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: results[0] (case 'q-k1-x'): not a result row: k is [4], not int | str" in err
+    bad = _write(tmp_path, "bad.json", {**lacking, "results": ["a row"]})
+    assert main(["compare", good, bad]) == 2
+    assert f"{bad}: results[0]: a str, not an object" in capsys.readouterr().err
 
 
 def test_compare_marks_a_speedup_beyond_noise():
@@ -250,3 +285,20 @@ def test_merge_states_machine_differences_and_merges_other_settings_only_when_fo
     assert lines[0] == f"settings differ (merged anyway: --force): specbench_max_new_tokens: {a} has '32', {b} has '8'"
     assert lines[1] == f"machines differ: {b} ran on another machine than {a}: cpu_capability 'AVX2' -> 'AVX512'"
     assert "specbench_max_new_tokens" not in json.loads(out.read_text())["options"]  # only what the runs share
+
+
+def test_merge_keeps_which_rows_were_resumed_and_the_machine_that_measured_them(tmp_path, capsys):
+    earlier = {"log": "spec_results.jsonl", "started": "2026-12-01T09:00:00+00:00",
+               "fingerprint": _machine("AVX512"), "cases": ["p-k1-x"]}
+    a = {**_run(["p-k1-x", "p-k4-x"], specbench_shard="1/2"), "fingerprint": _machine("AVX2"),
+         "resumed_cases": ["p-k1-x"], "resumed_from": [earlier]}
+    b = {**_run(["q-k1-x"], specbench_shard="2/2"), "fingerprint": _machine("AVX2")}
+    merged = merge_runs([a, b], ["a.json", "b.json"])
+    assert merged["resumed_cases"] == ["p-k1-x"]
+    assert merged["resumed_from"] == [{**earlier, "run": "a.json"}]
+    # compare sees the machine of the resumed row too: its speedup was timed elsewhere
+    old = _write(tmp_path, "old.json",
+                 {**_run(["p-k1-x", "p-k4-x", "q-k1-x"]), "fingerprint": _machine("AVX2")})
+    new = _write(tmp_path, "merged.json", merged)
+    assert main(["compare", old, new]) == 2
+    assert "cpu_capability 'AVX2' -> 'AVX512'" in capsys.readouterr().err

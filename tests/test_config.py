@@ -150,3 +150,24 @@ def test_an_output_in_a_read_only_folder_is_refused(tmp_path: Path) -> None:
     finally:
         (tmp_path / "read-only").chmod(0o755)
 
+
+
+def test_baseline_once_records_the_pairing_that_ran_and_refuses_an_explicit_pairing() -> None:
+    """--specbench-baseline-once times the baseline apart from the runs and compares unpaired: the
+    recorded pairing says so (not the default "interleaved"); a pairing given beside it is refused."""
+    from pytest_specbench.settings.config import result_settings, result_settings_from_raw
+
+    UNPAIRED = "unpaired"
+    once = parse_settings({"baseline-once": (True, "--specbench-baseline-once")})
+    assert once.pairing == UNPAIRED
+    assert once.raw["specbench_pairing"] == UNPAIRED
+    assert result_settings(once)["--specbench-pairing"] == UNPAIRED
+    # A run recorded before: its JSON says interleaved beside baseline-once; it ran unpaired all the same.
+    assert result_settings_from_raw({"specbench_baseline_once": True,
+                                     "specbench_pairing": "interleaved"})["--specbench-pairing"] == UNPAIRED
+    assert parse_settings({}).pairing == "interleaved"
+    for pairing in ("interleaved", "rounds"):
+        with pytest.raises(ConfigError, match=f"--specbench-pairing={pairing} and --specbench-baseline-once "
+                                              "contradict each other: .*accepted: one of the two"):
+            parse_settings({"baseline-once": (True, "--specbench-baseline-once"),
+                            "pairing": (pairing, "--specbench-pairing")})

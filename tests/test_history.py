@@ -47,6 +47,16 @@ def test_runs_are_numbered_in_order_and_found_by_number(tmp_path: Path) -> None:
     assert history.new_entry(runs, "nogit").name.startswith("0003-")
 
 
+def test_numbers_only_grow_when_the_latest_run_folder_is_deleted(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    entries = [history.new_entry(runs, "nogit") for _ in range(3)]
+    entries[2].rmdir()  # the latest run deleted by hand: its number is not given again
+    assert history.number_of(history.new_entry(runs, "nogit")) == 4
+    (runs / history.COUNTER).unlink()  # a history of an older version, without the counter: the folders count
+    (runs / "0009-20260101T000000Z-nogit").mkdir()
+    assert history.number_of(history.new_entry(runs, "nogit")) == 10
+
+
 def test_a_history_that_cannot_be_made_is_named_and_nothing_is_created(tmp_path: Path) -> None:
     assert history.unusable_reason(tmp_path / "a" / "runs") is None
     assert not (tmp_path / "a").exists()  # created by the first run that measured a case, not by the check
@@ -124,6 +134,36 @@ def test_every_run_is_kept_in_the_history_and_spec_results_are_the_latest(
 
 
 @pytest.mark.slow
+def test_the_compare_hint_names_a_history_folder_that_is_not_the_default(
+        bench, pytester: pytest.Pytester, capsys: pytest.CaptureFixture) -> None:
+    for _ in range(2):
+        result = bench("-k", "k1 and natural", "--specbench-history=other runs")
+        result.assert_outcomes(passed=1, deselected=3)
+    hint = ("(compare it with the run before: "
+            "python -m pytest_specbench compare --history 'other runs' --last)")
+    assert hint in result.stdout.str()
+    capsys.readouterr()
+    assert main(["compare", "--history", "other runs", "--last"]) == 0  # the hint, as the shell passes it
+    assert "0001-" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_resume_that_measured_nothing_adds_no_run_to_the_history(bench, pytester: pytest.Pytester) -> None:
+    bench("-k", "k1").assert_outcomes(passed=2, deselected=2)
+    bench("-k", "k4").assert_outcomes(passed=2, deselected=2)
+    result = bench("-k", "k4", "--specbench-resume=spec_results.jsonl")  # every case replayed, none measured
+    result.assert_outcomes(passed=2, deselected=2)
+    result.stdout.fnmatch_lines(["*not saved in the history: every result was taken from "
+                                 "spec_results.jsonl, none was measured*"])
+    assert "run saved in the history" not in result.stdout.str()
+    assert len(history.entries(pytester.path / ".specbench" / "runs")) == 2
+    # compare --last still sets the two runs that measured something against each other
+    old, new = history.last_runs(pytester.path / ".specbench" / "runs")
+    assert [row["case"] for row in json.loads(old.read_text())["results"]] == \
+        ["tiny-k1-natural", "tiny-k1-code_json"]
+
+
+@pytest.mark.slow
 def test_a_run_that_measured_nothing_replaces_nothing_and_says_why(bench, pytester: pytest.Pytester,
                                                                    offline_hub) -> None:
     bench("-k", "k1 and natural").assert_outcomes(passed=1, deselected=3)
@@ -172,9 +212,11 @@ def test_a_run_then_one_of_nothing_runnable_then_the_first_ones_resume_lose_noth
     result.stdout.fnmatch_lines(["*4 case(s) taken from spec_results.jsonl, not run again*"])
     assert (pytester.path / "spec_results.csv").read_text() == first_csv
 
+    # The resume measured nothing: no second run in the history for compare --last to set against the first.
+    result.stdout.fnmatch_lines(["*not saved in the history: every result was taken from "
+                                 "spec_results.jsonl*"])
     runs = history.entries(pytester.path / ".specbench" / "runs")
-    assert len(runs) == 2 and (runs[0] / history.CSV).read_text() == first_csv
+    assert len(runs) == 1 and (runs[0] / history.CSV).read_text() == first_csv
     capsys.readouterr()
-    assert main(["compare", "--last"]) == 0
-    out = capsys.readouterr().out
-    assert runs[0].name in out and runs[1].name in out
+    assert main(["compare", "--last"]) == 2
+    assert "holds 1 run(s) with a JSON, fewer than 2" in capsys.readouterr().err

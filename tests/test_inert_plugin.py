@@ -30,14 +30,26 @@ def read_only_project() -> Iterator[Path]:
 
 
 def _run(folder: Path, *args: str, as_user: bool = True) -> subprocess.CompletedProcess:
-    """pytest in ``folder`` as an ordinary user: root may write anywhere, so as root the run drops to nobody."""
+    """pytest in ``folder`` as an ordinary user: root may write anywhere, so as root the run drops to nobody.
+
+    Skipped when nobody cannot run this interpreter and import pytest and the plugin (a checkout or virtual
+    environment under a folder that other users cannot enter, e.g. one made by ``mktemp -d``): what this
+    test would then see is that folder's permissions, not the plugin."""
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
     setpriv = shutil.which("setpriv")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(folder)}
     if as_user and os.geteuid() == 0:
         if setpriv is None:
             pytest.skip("running as root without setpriv: cannot make a folder read-only for this run")
-        command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(folder)}
+        as_nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+        probe = subprocess.run([*as_nobody, sys.executable, "-c", "import pytest, pytest_specbench"],
+                               cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+        if probe.returncode != 0:
+            said = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+            pytest.skip(f"user nobody cannot run {sys.executable} and import pytest and pytest_specbench "
+                        f"({said}): the checkout or its virtual environment is under a folder other users "
+                        "cannot enter")
+        command = [*as_nobody, *command]
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -143,3 +143,80 @@ def test_symlinked_outputs_and_a_non_utf8_report_through_a_run(bench, pytester: 
     report = pytester.path / f"{NON_UTF8}.md"
     assert b"tiny" in report.read_bytes() and b"r\xff.md" in report.read_bytes()
     assert "could not write" not in result.stdout.str()
+
+
+# --- the cache folder: checked with the outputs when a pair converts through it -------------------------
+
+#: a source that loads through the cache (a GGUF file is converted once and kept there)
+GGUF_SOURCE = "./models/tiny.gguf"
+
+
+def test_an_unusable_cache_folder_is_a_usage_error_naming_where_it_came_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_specbench.settings.config import check_cache_dir
+
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder")
+    monkeypatch.setenv("SPECBENCH_CACHE_DIR", str(blocker))
+    with pytest.raises(ConfigError, match=f"SPECBENCH_CACHE_DIR={blocker}: it is a file, not a folder; "
+                                          "accepted: a folder this user can create and write"):
+        check_cache_dir(_files(), [GGUF_SOURCE])
+    monkeypatch.delenv("SPECBENCH_CACHE_DIR")
+    under = blocker / "cache"
+    with pytest.raises(ConfigError, match=f"--specbench-cache-dir={under}: the cache folder cannot be "
+                                          f"created, since {blocker} is a file; accepted: "):
+        check_cache_dir(_files(cache_dir=str(under)), ["gpt2", GGUF_SOURCE])
+    # A run whose models never go through the cache (local checkpoints, hub ids) is not refused for it.
+    check_cache_dir(_files(cache_dir=str(under)), ["gpt2", str(tmp_path)])
+
+
+def _empty_read_only_folder(tmp_path: Path) -> Path | None:
+    """An empty folder no file can be written in: a read-only one, or, for root (who writes anywhere), an
+    empty sysfs folder (sysfs refuses new files even to root); None when there is none."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if not os.access(folder, os.W_OK):
+        return folder
+    sysfs = Path("/sys/class")
+    empty = [path for path in sorted(sysfs.iterdir()) if path.is_dir() and not any(path.iterdir())] \
+        if sysfs.is_dir() else []
+    return empty[0] if empty else None
+
+
+def test_an_empty_read_only_cache_is_refused_and_one_holding_conversions_is_accepted(tmp_path: Path) -> None:
+    from pytest_specbench.settings.config import check_cache_dir
+
+    empty = _empty_read_only_folder(tmp_path)
+    try:
+        if empty is None:
+            pytest.skip("no empty folder here refuses new files to this user")
+        with pytest.raises(ConfigError, match=f"--specbench-cache-dir={empty}: no file can be written in the "
+                                              f"cache folder {empty} .*, and it is empty, so it holds no "
+                                              "converted model to read; accepted: .*or a read-only one that "
+                                              "already holds the converted models"):
+            check_cache_dir(_files(cache_dir=str(empty)), [GGUF_SOURCE])
+    finally:
+        (tmp_path / "read-only").chmod(0o755)
+    held = tmp_path / "held"
+    (held / "converted").mkdir(parents=True)
+    held.chmod(0o555)
+    try:
+        check_cache_dir(_files(cache_dir=str(held)), [GGUF_SOURCE])  # what it holds may be what is needed
+    finally:
+        held.chmod(0o755)
+
+
+def test_a_cache_folder_that_is_a_file_stops_pytest_with_a_usage_error(
+        bench, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before any model loads, not a traceback in every case."""
+    (pytester.path / "models").mkdir()
+    (pytester.path / "models" / "tiny.gguf").write_bytes(b"not read: the run stops before")
+    pairs = pytester.path / "pairs.toml"
+    pairs.write_text(f'[pairs.tiny]\ntarget = "{GGUF_SOURCE}"\ndrafter = "prompt_lookup"\n', encoding="utf-8")
+    (pytester.path / "cache").write_text("a file")
+    monkeypatch.setenv("SPECBENCH_CACHE_DIR", str(pytester.path / "cache"))
+    result = bench(pairs_file=pairs)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"SPECBENCH_CACHE_DIR={pytester.path / 'cache'}: it is a file, not a folder" in result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()

@@ -76,6 +76,13 @@ def test_settings_differences_name_each_option() -> None:
         "--specbench-max-new-tokens=12 in the log, 32 now"]
 
 
+def test_a_batch_list_in_another_order_is_the_same_setting() -> None:
+    logged = {**SETTINGS, "--specbench-batch": [1, 4]}
+    assert settings_differences(logged, {**SETTINGS, "--specbench-batch": [4, 1]}) == []
+    assert settings_differences(logged, {**SETTINGS, "--specbench-batch": [1, 2]}) == [
+        "--specbench-batch=[1, 4] in the log, [1, 2] now"]
+
+
 # --- through pytest ---------------------------------------------------------------------------------
 
 
@@ -103,6 +110,21 @@ COMPARED = ("case", "k", "prompt", "acceptance_rate", "tau", "drafted_tokens", "
 def csv_rows(path: Path) -> list[dict]:
     with open(path, newline="") as handle:
         return [{name: row[name] for name in COMPARED} for row in csv.DictReader(handle)]
+
+
+@pytest.mark.slow
+def test_a_run_that_finished_no_case_leaves_a_finished_log_intact(bench, pytester: pytest.Pytester,
+                                                                   tmp_path: Path) -> None:
+    bench("-k", "k1 and natural", "--specbench-history=").assert_outcomes(passed=1, deselected=3)
+    log = pytester.path / "spec_results.jsonl"
+    before = log.read_bytes()
+    assert list(read_log(log).rows) == ["tiny-k1-natural"]
+    missing_model = tmp_path / "pairs.toml"  # a pair whose target folder does not exist: its cases fail
+    missing_model.write_text('[pairs.t3]\ntarget = "./modles/target"\ndraft = "./models/draft"\n')
+    result = bench("--specbench-pairs=t3", "--specbench-history=", pairs_file=missing_model)
+    result.assert_outcomes(failed=4)
+    assert log.read_bytes() == before  # no row to log: the earlier log stays, not an empty one
+    assert f"results written to {log.name}" not in result.stdout.str()
 
 
 @pytest.mark.slow

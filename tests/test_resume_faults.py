@@ -122,3 +122,19 @@ def test_a_run_without_options_on_an_unfinished_log_is_a_usage_error_too(bench, 
                                  "--specbench-resume=spec_results.jsonl*"])
     assert "error during collection" not in result.stdout.str()
     assert (pytester.path / "spec_results.jsonl").read_bytes() == log
+
+
+@pytest.mark.slow
+def test_resume_runs_again_the_cases_whose_pair_now_names_other_models(bench, weak_pairs_file: Path,
+                                                                        pytester: pytest.Pytester) -> None:
+    bench("-k", "k1 and natural").assert_outcomes(passed=1, deselected=3)
+    # The same pair name in another pairs file, with another draft: the logged row is not this pair's.
+    result = bench("--specbench-resume=spec_results.jsonl", pairs_file=weak_pairs_file)
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*1 case(s) of spec_results.jsonl run again, not taken from it: their "
+                                 "inputs changed since it was logged: tiny-k1-natural (draft model)*"])
+    assert "taken from spec_results.jsonl, not run again" not in result.stdout.str()
+    document = json.loads((pytester.path / "spec_results.json").read_text())
+    assert document["resumed_cases"] == [] and document["resumed_from"] == []
+    assert {row["draft"] for row in document["results"]} == {str(weak_pairs_file.parent / "draft")}
+    assert read_log(pytester.path / "spec_results.jsonl").header["carried"] == []

@@ -280,3 +280,20 @@ def test_the_default_pairing_runs_the_baseline_between_the_steps_and_rounds_runs
     else:
         assert counts["between"] == 0 and counts["whole"] > 2 * 2
 
+
+
+def test_a_prompt_longer_than_the_window_is_named_and_not_told_to_lower_the_new_tokens() -> None:
+    """A 7,200-token prompt on a 2,048-position target: no --specbench-max-new-tokens could help, so the
+    message says the prompt alone is too long, names it and the window, and says what would help."""
+    from pytest_specbench.measure.inputs import check_context_windows
+    from pytest_specbench.models.base import UnrunnableCase
+
+    case = Case(PairSpec("tiny", "t", "d"), 4, Prompt("long-01", "long", "text"), "long")
+    target = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=2048))
+    with pytest.raises(UnrunnableCase) as error:
+        check_context_windows(case, 7200, 128, {"target 't'": target})
+    message = str(error.value)
+    assert "the prompt 'long-01' alone (7200 tokens) does not fit in the target 't' context window " \
+           "(max_position_embeddings = 2048)" in message
+    assert "a shorter prompt, or cut the prompts with --specbench-context-tokens=1920 (or fewer)" in message
+    assert "max-new-tokens" not in message

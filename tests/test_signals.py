@@ -89,6 +89,39 @@ def test_sigkill_leaves_every_finished_case_in_the_log(held_run) -> None:
     assert not (held_run.path / "spec_results.csv").exists()  # the end of the session never came
 
 
+SIGNAL_WHILE_WRITING = """
+    import os
+    import signal
+
+    from pytest_specbench.report import outputs
+
+    _write_outputs = outputs.write_outputs
+
+
+    def _signalled_while_writing(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # as a CI timeout would, while the files are being written
+        return _write_outputs(*args, **kwargs)
+
+
+    outputs.write_outputs = _signalled_while_writing
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_files_are_written_completes_them_and_exits_interrupted(bench_process,
+                                                                                  pytester) -> None:
+    pytester.makeconftest(SIGNAL_WHILE_WRITING)
+    process = bench_process("-k", "k1 and natural")
+    assert process.wait(300) == pytest.ExitCode.INTERRUPTED
+    output = (pytester.path / "output.txt").read_text()
+    said = "run interrupted (SIGTERM) while its files were written, with 1 of 1 case(s) finished"
+    assert said in output, output
+    document = json.loads((pytester.path / "spec_results.json").read_text())
+    assert [row["case"] for row in document["results"]] == ["tiny-k1-natural"]
+    assert len((pytester.path / "spec_results.csv").read_text().splitlines()) == 2
+    assert "Traceback" not in output and "INTERNALERROR" not in output
+
+
 # --- the handler itself -------------------------------------------------------------------------------
 
 

@@ -202,14 +202,17 @@ def batch_verdict(setup: BatchSetup, tokens: list[list[int]], half_precision: bo
     return verdict
 
 
-def row_step_lists(result: BatchedGenerationResult) -> tuple[list[int], list[int]]:
-    """The per-step drafted and accepted counts of every row's decode steps in turn, after one prefill entry: a
-    run's lists as the cost model reads them (it leaves index 0, the prefill, out), one row-step each."""
-    drafted, accepted = [0], [0]
+def row_step_lists(result: BatchedGenerationResult) -> tuple[list[int], list[int], list[int]]:
+    """The per-step drafted, accepted and chosen-k counts of every row's decode steps in turn, after one
+    prefill entry: a run's lists as the cost model and the per-position acceptance read them (they leave index
+    0, the prefill, out), one block of one sequence each. The batch's own lists sum each step over its rows,
+    which read as one run's block would show positions past k."""
+    drafted, accepted, chosen = [0], [0], [0]
     for row in result:
         drafted.extend(row.stats.drafted_per_step[1:])
         accepted.extend(row.stats.accepted_per_step[1:])
-    return drafted, accepted
+        chosen.extend(row.stats.k_per_step[1:])
+    return drafted, accepted, chosen
 
 
 def row_acceptance(result: BatchedGenerationResult) -> list[float | None]:

@@ -39,11 +39,21 @@ def check_context_windows(case: Case, prompt_tokens: int, new_tokens: int, model
         if window is None or needed <= window[0]:
             continue
         limit, attribute = window
+        if prompt_tokens >= limit:  # not one new token fits: no --specbench-max-new-tokens alone would help
+            prompt = (f"the prompt {case.prompt.id!r}" if case.batch <= 1
+                      else f"the prompts of batch {case.batch}, padded to its longest row,")
+            helps = (f"cut the prompts with --specbench-context-tokens={limit - new_tokens} (or fewer)"
+                     if limit > new_tokens else
+                     f"lower --specbench-max-new-tokens below {limit} and cut the prompts with "
+                     "--specbench-context-tokens")
+            raise UnrunnableCase(
+                f"case {case.id}: {prompt} alone ({prompt_tokens} tokens) does not fit in the {role} context "
+                f"window ({attribute} = {limit}), which leaves no position for a new token; use a shorter "
+                f"prompt, or {helps}")
         longest_prompt = limit - new_tokens
         shorten = (f"cut the prompts with --specbench-context-tokens={longest_prompt} (or fewer)"
                    if longest_prompt >= 1 else "")
-        fewer = f"lower --specbench-max-new-tokens to {limit - prompt_tokens} or less" \
-            if limit > prompt_tokens else "lower --specbench-max-new-tokens"
+        fewer = f"lower --specbench-max-new-tokens to {limit - prompt_tokens} or less"
         raise UnrunnableCase(
             f"case {case.id}: the prompt ({prompt_tokens} tokens) and {new_tokens} new tokens need {needed} "
             f"positions, more than the {role} allows ({attribute} = {limit}); "

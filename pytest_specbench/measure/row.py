@@ -155,6 +155,7 @@ def _batch_fields(case: Case, measurement: Measurement, speed: dict[str, Any]) -
     known = [value for value in acceptance if value is not None]
     return dict(batch_prompt_ids=list(measurement.batch_prompt_ids or []),
                 batch_prompt_tokens=[row.prompt_length for row in last],
+                batch_new_tokens=[row.stats.new_tokens for row in last],
                 batch_decode_tps=speed["decode_tps"], batch_baseline_decode_tps=speed["baseline_decode_tps"],
                 row_acceptance=acceptance, row_acceptance_min=min(known) if known else None,
                 row_acceptance_max=max(known) if known else None)
@@ -177,7 +178,10 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         steps["new_tokens"] = speculative[-1][0].stats.new_tokens  # per row, as at batch 1 (the case's own prompt)
         # The cost model reads every row's decode steps in turn, each priced as a step of the whole batch (the
         # batch's v(m) and draft costs), so the overhead of a batch step is charged to each of its rows' steps.
-        drafted, accepted = batches.row_step_lists(speculative[-1])
+        # The row keeps the same per-sequence lists: the per-position acceptance pooled from them is that of
+        # the batch's sequences (the batch's lists sum a step over its rows).
+        drafted, accepted, chosen = batches.row_step_lists(speculative[-1])
+        steps.update(drafted_per_step=list(drafted), accepted_per_step=list(accepted), k_per_step=chosen)
         if last.decode_steps:
             other_time_s *= (len(drafted) - 1) / last.decode_steps
     return CaseResult(

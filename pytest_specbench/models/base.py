@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 #: dtype names every loader accepts
@@ -56,3 +57,32 @@ def context_window(config: Any) -> tuple[int, str] | None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value, attribute
     return None
+
+
+def converts_through_cache(source: str) -> bool:
+    """Whether loading ``source`` needs the pytest-specbench cache: an embedded model is assembled there and a
+    GGUF file converted there (with their locks); a checkpoint folder or a hub id only memoises hashes in it,
+    best effort."""
+    return source.startswith("embedded:") or Path(source).suffix == ".gguf"
+
+
+def cache_dir_problem(cache_dir: Path) -> str | None:
+    """Why ``cache_dir`` cannot serve as the cache, or None; creates it if missing, leaves no file.
+
+    Unusable: a file, a folder that cannot be created, or an empty one that takes no new file (nothing cached,
+    nothing can be). A read-only folder that holds something is accepted: its conversions may be the ones the
+    run needs, read without writing; one that is missing then fails its case alone.
+    """
+    from ..atomic import unwritable_reason
+
+    if cache_dir.exists() and not cache_dir.is_dir():
+        return "it is a file, not a folder"
+    problem = unwritable_reason(cache_dir / "probe", folder_name="the cache folder")
+    if problem is None or not cache_dir.is_dir():
+        return problem
+    try:
+        if any(cache_dir.iterdir()):
+            return None
+    except OSError as error:
+        return f"{problem}, and it cannot be read ({error.strerror or error})"
+    return f"{problem}, and it is empty, so it holds no converted model to read"

@@ -285,6 +285,33 @@ def model_available(source: str, *, revision: str | None = None, cache_dir: Path
     return None if problem is None else str(problem)
 
 
+def source_identity(source: str, *, revision: str | None = None, cache_dir: Path | None = None
+                    ) -> dict[str, object]:
+    """What model ``source`` names, to tell whether two runs read the same one; loads nothing.
+
+    A local GGUF file or checkpoint folder is its files' sha256 (memoised by path, size and mtime: each file
+    is hashed once per machine), not where it lies, so weights rewritten in place are another model and a
+    moved folder is the same one; an embedded model is the sha256 its package declares; a hub id is its name
+    and revision (the hub is not asked which commit that is). A source missing here is its name alone.
+    """
+    from .gguf_cache import file_sha256
+
+    path = Path(source).expanduser()
+    if _is_embedded(source):
+        try:
+            return {"embedded": source, "sha256": _embedded(source).expected_sha256()}
+        except (ImportError, AttributeError, ValueError):
+            return {"embedded": source}  # not installed, or unknown: the case cannot run either
+    if path.is_file():
+        return {"sha256": file_sha256(path, cache_dir=resolve_cache_dir(cache_dir))}
+    if path.is_dir():
+        files = sorted(child for child in path.iterdir()
+                       if child.is_file() and not child.name.startswith(".") and child.suffix != ".md")
+        cache = resolve_cache_dir(cache_dir)
+        return {"files": {child.name: file_sha256(child, cache_dir=cache) for child in files}}
+    return {"source": source, "revision": revision}
+
+
 # --- loading --------------------------------------------------------------------
 
 

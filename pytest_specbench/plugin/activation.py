@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from ..settings.config import ConfigError, check_files, cuda_available, parse_settings, read_settings
+from ..settings.config import (ConfigError, check_cache_dir, check_files, cuda_available, parse_settings,
+                               read_settings)
 from .session import SpecbenchSession
 
 
@@ -74,6 +75,7 @@ class Activation:
             session.command = shlex.join(["pytest", *map(str, config.invocation_params.args)])
             if check_outputs:
                 check_files(settings)
+                check_cache_dir(settings, (source for pair in session.pairs for source in pair.sources()))
                 if config.option.collectonly:
                     pass  # --collect-only writes nothing: it locks nothing either
                 elif claim:

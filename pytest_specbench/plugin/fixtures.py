@@ -97,6 +97,7 @@ class CaseFixture:
 
     def run(self, case) -> dict[str, Any]:
         """Measure the case (its whole block, the first time one of its cases runs) and record its result row."""
+        from ..measure.case_inputs import case_inputs
         from ..measure.row import build_result
         from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase
         from ..results.schema import extra_info_fields
@@ -122,6 +123,8 @@ class CaseFixture:
         # Which worker ran it and what its store had loaded so far: shows models load once per worker.
         result.worker = worker(self._request.config)[0] or "main"
         result.model_loads = dict(self._store.load_counts)
+        # What it measured from, so that a resumed run replays this row only for the same models and prompt.
+        result.inputs_fingerprint = case_inputs(case, self._session.config, self._session.prompts)
         row = result.to_row()
         if benchmark is not None:
             _record_in_pytest_benchmark(benchmark, [run.stats.wall_time_s for run in measurement.speculative])

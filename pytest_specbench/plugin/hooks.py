@@ -140,7 +140,10 @@ class SessionHooks:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if is_worker(session.config):
             return
-        if self.session.finish(_interruption(session)) and session.exitstatus == pytest.ExitCode.OK:
+        failed = self.session.finish(_interruption(session))
+        if self.session.signals.received is not None:  # also one held back while the files were written
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+        elif failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     @pytest.hookimpl(trylast=True)  # after pytest-benchmark's table: the specbench summary is read last

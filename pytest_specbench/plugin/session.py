@@ -28,7 +28,8 @@ from ..settings.config import SpecbenchConfig, result_settings
 from ..measure.matrix import Case, build_matrix, shard_pairs
 from ..measure.pairs import PairSpec, all_pairs, select_pairs
 from ..measure.prompts import Prompt, load_prompts, select_prompts
-from ..results.log import ResultsLog, ResultsLogError, ResumedLog, read_log, settings_differences, unfinished_reason
+from ..results.log import (ResultsLog, ResultsLogError, ResumedLog, new_run_id, read_log,
+                           settings_differences, unfinished_reason)
 from ..results.lock import LockedByAnotherRun, RunLock, describe_holder
 from ..settings.options import OPTIONS
 from .availability import PairAvailability
@@ -50,6 +51,8 @@ class SpecbenchSession:
     cases: list[Case]
     baseline: dict[str, Any] | None = None  # the loaded baseline document, when gating
     resumed: dict[str, dict[str, Any]] = field(default_factory=dict)  # rows of --specbench-resume, by case id
+    rerun: dict[str, list[str]] = field(default_factory=dict)  # logged cases run again, by id: what changed
+    run_id: str = field(default_factory=new_run_id)  # the run_id of the rows this run measures
     controller: bool = True  # False on an xdist worker: no log, no signal handling, no files
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # by case id; a rerun replaces its row
     cases_collected: int = 0  # specbench cases collected, before -k/-m deselect
@@ -64,6 +67,7 @@ class SpecbenchSession:
     history_entry: Path | None = None  # this run's folder in the run history, once saved
     claim_pending: bool = False  # the run's files are still to be claimed (locked, checked): see claim_outputs
     interrupted: str | None = None  # what ended the run early: a signal, a failure limit
+    interrupted_while_writing: bool = False  # a signal came while the files were written (completed first)
     written: list[Path] = field(default_factory=list)
     write_errors: list[str] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)  # outputs deliberately not written, and why
@@ -97,17 +101,21 @@ class SpecbenchSession:
 
             baseline = load_baseline(config.baseline)
             check_baseline_settings(baseline, config, config.baseline)  # other settings: refused before any model loads
-        resumed, log = {}, None
+        cases = build_matrix(pairs, config.ks, prompts, config.engines, config.batches)
+        resumed, rerun, log = {}, {}, None
         if config.resume is not None:
+            from ..measure.case_inputs import replayable
+
             log = read_log(config.resume)  # each row checked against the schema: a bad line is a usage error
             differences = settings_differences(log.settings, result_settings(config))
             if differences:
                 raise ValueError(f"--specbench-resume={config.resume}: the log was measured with other settings "
                                  f"({'; '.join(differences)}); resume with the options of the run it logged")
-            resumed = log.rows
-        session = cls(config=config, pairs=pairs, defined=defined, prompts=all_prompts,
-                      cases=build_matrix(pairs, config.ks, prompts, config.engines, config.batches),
-                      baseline=baseline, resumed=resumed, controller=controller, resumed_log=log, rootdir=rootdir)
+            # Only a row whose case has the same inputs now (models, prompt text, ...) is replayed.
+            resumed, rerun = replayable(log.rows, cases, config, all_prompts)
+        session = cls(config=config, pairs=pairs, defined=defined, prompts=all_prompts, cases=cases,
+                      baseline=baseline, resumed=resumed, controller=controller, resumed_log=log,
+                      rootdir=rootdir, rerun=rerun)
         return session
 
     # --- the run's files: locked, and an unfinished run's log never replaced -----------------------
@@ -219,6 +227,7 @@ class SpecbenchSession:
                 if name == RESULT_KEY:
                     self.rows[value["case"]] = value
                     if value["case"] not in self.resumed:
+                        value["run_id"] = self.run_id  # a replayed row keeps its own run's
                         self._start_log()
                         if self._log is not None:
                             self._log_safely(lambda: self._log.append(value))
@@ -233,7 +242,7 @@ class SpecbenchSession:
         log = self._log
         log.fingerprint = machine_fingerprint()
         log.cases = [case.id for case in self.cases if case.id in self.selected]
-        log.carried_from = self.resumed_log.origins() if self.resumed_log is not None else []
+        log.carried_from = self._origins(set(self.resumed))
         self._log_safely(lambda: log.start(self.resumed.values()))
 
     def _log_safely(self, write: Callable[[], None]) -> bool:
@@ -275,15 +284,23 @@ class SpecbenchSession:
         """Which earlier runs measured the replayed rows: ``{"log", "started", "fingerprint", "cases"}`` per run
         (the rows a log took from earlier logs keep their own run's). Every other row is this run's, measured
         under the document's own ``fingerprint``."""
+        return self._origins(set(self.replayed))
+
+    def _origins(self, cases: set[str]) -> list[dict[str, Any]]:
+        """The resumed log's origin groups cut to ``cases``: a case run again now is no earlier run's."""
         if self.resumed_log is None:
             return []
-        replayed = set(self.replayed)
         groups = []
         for group in self.resumed_log.origins():
-            cases = [case for case in group["cases"] if case in replayed]
-            if cases:
-                groups.append({**group, "cases": cases})
+            kept = [case for case in group["cases"] if case in cases]
+            if kept:
+                groups.append({**group, "cases": kept})
         return groups
+
+    @property
+    def measured_here(self) -> bool:
+        """A row was measured by this run, not only replayed: only such a run is a new run of the history."""
+        return any(case not in self.resumed for case in self.rows)
 
     @property
     def measured_nothing(self) -> bool:
@@ -306,14 +323,22 @@ class SpecbenchSession:
                 failed |= self._write_outputs()
             if self.baseline is not None:
                 failed |= self._gate()
+            if self.signals.received and not self.interrupted:
+                # Held back until the files were complete; the summary and the exit status still say so.
+                self.interrupted, self.interrupted_while_writing = self.signals.received, True
             return failed or bool(self.write_errors)
 
     def _end_log(self) -> None:
+        """The log's last line. A run without a row (its cases failed, or it was interrupted before one
+        finished) starts no log: an earlier log stays as it was, the CSV and JSON name the missing cases."""
         if self._log is None:
             return
-        self._start_log()  # cases began but none has a result: the log says so too
+        if self.rows:
+            self._start_log()  # only resumed rows: the new log holds them, so it alone can resume this run
         log = self._log
-        if log is not None and self._log_safely(lambda: log.end(self.missing, self.interrupted)):
+        if log is None or not log.started:
+            return
+        if self._log_safely(lambda: log.end(self.missing, self.interrupted)):
             self.written.append(log.path)
         if self._log is not None:
             self._log.close()
@@ -345,7 +370,7 @@ class SpecbenchSession:
                                 interrupted=self.interrupted, resumed=self.replayed)
         # Which machine measured which rows: the replayed ones keep the fingerprint of the run that measured them.
         document["resumed_from"] = self.resumed_from()
-        if self.results and settings.history_dir is not None:
+        if self.measured_here and settings.history_dir is not None:
             self._new_history_entry()
         document["history_entry"] = str(self.history_entry) if self.history_entry is not None else None
         document["errors"] = list(self.write_errors)  # what went wrong so far (a log on a full disk)
@@ -429,8 +454,10 @@ class SpecbenchSession:
         lines += [(line, False) for line in self._budget_lines()]
         if self.replayed:
             lines.append((f"{len(self.replayed)} case(s) taken from {self.config.resume}, not run again", False))
+        lines += [(line, False) for line in self._rerun_lines()]
         if self.interrupted:
-            lines.append((f"run interrupted ({self.interrupted}) with {len(self.rows)} of "
+            when = " while its files were written," if self.interrupted_while_writing else ""
+            lines.append((f"run interrupted ({self.interrupted}){when} with {len(self.rows)} of "
                           f"{len(self.selected) or len(self.rows)} case(s) finished", True))
         if self.missing:
             lines.append((f"no result for {len(self.missing)} case(s): {', '.join(self.missing)}",
@@ -440,16 +467,31 @@ class SpecbenchSession:
                               False))
         lines += [(f"results written to {path}", False) for path in self.written]
         if self.history_entry is not None:
-            from ..results.history import number_of
+            from ..results.history import compare_last_command, number_of
 
-            before = " (compare it with the run before: python -m pytest_specbench compare --last)" \
+            before = f" (compare it with the run before: {compare_last_command(self.config.history_dir)})" \
                 if number_of(self.history_entry) > 1 else ""
             lines.append((f"run saved in the history: {self.history_entry}{before}", False))
+        elif self.replayed and not self.measured_here and self.config.history_dir is not None:
+            lines.append((f"not saved in the history: every result was taken from {self.config.resume}, "
+                          "none was measured", False))
         lines += [(line, True) for line in self.refusals + self.write_errors]
         sections = [("specbench summary", lines)]
         if self.gate is not None:
             sections.append(("specbench gate", [(line, False) for line in self.gate.lines]))
         return sections
+
+    def _rerun_lines(self) -> list[str]:
+        """One line naming the logged cases run again because their inputs changed, and what changed."""
+        changed = [case.id for case in self.cases if case.id in self.rerun and case.id in self.selected]
+        if not changed:
+            return []
+        by_change: dict[str, list[str]] = {}
+        for case in changed:
+            by_change.setdefault(", ".join(self.rerun[case]), []).append(case)
+        named = "; ".join(f"{', '.join(cases)} ({change})" for change, cases in by_change.items())
+        return [f"{len(changed)} case(s) of {self.config.resume} run again, not taken from it: their inputs "
+                f"changed since it was logged: {named}"]
 
     def _budget_lines(self) -> list[str]:
         """A line when the run's budget was spent before every block ran as long as it needed."""

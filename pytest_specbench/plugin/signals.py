@@ -8,8 +8,9 @@ written from what finished) and exits with status 2. SIGINT keeps raising Keyboa
 While a result is being recorded the interruption waits, so a row is never half recorded.
 Only the first signal interrupts: a second or third one (a CI runner that signals twice, Ctrl-C
 pressed again) while the run is already ending is noted, not raised, so it cannot break pytest's
-report of the interruption or kill the process before the summary; from the end of the run's
-files until pytest unconfigures, every signal is noted. SIGKILL still ends the process at once,
+report of the interruption or kill the process before the summary; from the start of the run's
+files until pytest unconfigures, every signal is noted (one that arrives while the files are written
+lets them complete, and the run still exits with status 2). SIGKILL still ends the process at once,
 and the results log keeps every finished case. Installed on the controller only; xdist workers
 keep the defaults.
 """

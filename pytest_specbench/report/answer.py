@@ -6,7 +6,10 @@ Rows are plain dicts of the schema's fields; what comes back is plain built-in t
 says which k beat it), any other is tested against the best with :func:`..results.racing.rank_against_best`
 on the rounds both ran in their block (family-wise 5% per (pair, engine, prompt), the best being picked from the
 same data; see racing's docstring). A row without round data (a file written before rounds were kept) is
-"unknown": the test cannot be run, and "tied" would claim what nobody measured.
+"unknown": the test cannot be run, and "tied" would claim what nobody measured. So is every k of a
+(pair, engine, prompt) whose rows come from more than one run (``run_id``: some replayed from a results log
+by ``--specbench-resume``, some measured now): round i of one run is not round i of another, so nothing pairs
+them; the answer says so (``not_ranked_reason``) rather than rank minutes-apart data.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ AUTO = "auto"
 
 #: family-wise level of the final ranking of one (pair, engine, prompt)
 ALPHA = 0.05
+
+#: why a (pair, engine, prompt)'s k were not ranked: rows of several runs, or rows without round data
+SPLIT_ACROSS_RUNS = "its cases were measured in different runs"
+NO_ROUND_DATA = "no round data"
 
 
 def _measured(row: dict[str, Any]) -> bool:
@@ -59,7 +66,9 @@ def prompt_answer(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
                   if k != best["k"] and row_value(row, "eliminated_by") is not None}
     status.update(dict.fromkeys(eliminated, SLOWER))
     timed = {k: round_times(row) for k, row in constant.items() if k not in eliminated}
-    if timed[best["k"]] is None:
+    # Rows of different runs (some replayed by --specbench-resume) were never timed in shared rounds.
+    split = len({row_value(row, "run_id") for k, row in constant.items() if k not in eliminated}) > 1
+    if split or timed[best["k"]] is None:
         status.update({k: UNKNOWN for k in timed if k != best["k"]})
     else:
         with_data = {k: rounds for k, rounds in timed.items() if rounds is not None}
@@ -76,6 +85,9 @@ def prompt_answer(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         "slower": [{"k": k, "eliminated_by": eliminated.get(k)} for k in ordered if status[k] == SLOWER],
         "unknown": [k for k in ordered if status[k] == UNKNOWN],
         "ranking": UNKNOWN if any(status[k] == UNKNOWN for k in ordered) else "tested",
+        # why the k in "unknown" were not ranked; None when every k was
+        "not_ranked_reason": (SPLIT_ACROSS_RUNS if split else NO_ROUND_DATA)
+        if any(status[k] == UNKNOWN for k in ordered) else None,
         "recommended_k": recommended,
         "recommended_decode_speedup": at_recommended["decode_speedup"] if at_recommended else None,
         # measured speedup at the recommended k / the best's: 1 when the model picks the best, None when not run
@@ -124,6 +136,8 @@ def pair_answers(prompts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         ks = sorted(top, key=lambda k: (-top[k], -best[k], k_order(k)))
         lines.append({"pair": pair, "engine": engine, "k": ks[0], "best_or_tied": top[ks[0]], "best": best[ks[0]],
                       "prompts": len(answers), "undecided_prompts": sum(a["ranking"] == UNKNOWN for a in answers),
+                      "undecided_reasons": sorted({a.get("not_ranked_reason") or NO_ROUND_DATA
+                                                   for a in answers if a["ranking"] == UNKNOWN}),
                       "counts": [{"k": k, "best_or_tied": top[k], "best": best[k]} for k in ks],
                       # over prompts: each schedule's ratio to the best constant k, native k=auto over hf k=auto
                       "schedules": schedule_summaries(answers), "against_hf": hf_summary(answers)})
@@ -156,13 +170,19 @@ def prompt_table(answers: Sequence[dict[str, Any]], engines: bool) -> tuple[list
         recommended = "" if a["recommended_k"] is None else str(a["recommended_k"])
         regret = ("not run" if a["regret"] is None else f"{a['regret']:.2f}") if recommended else ""
         cells.append([a["prompt"], *([a["engine"]] if engines else []), str(a["best_k"]), with_interval(a),
-                      _ks(a["tied"]), _slower(a), _ks(a["unknown"]) if a["unknown"] else "-", recommended, regret,
+                      _ks(a["tied"]), _slower(a), _not_ranked(a), recommended, regret,
                       ", ".join(f"{s['k']} {_schedule_ratio(s)}" for s in a["schedules"]) or "-",
                       *([_hf_cell(a.get("against_hf"))] if hf else [])])
     headers = ["prompt", *(["engine"] if engines else []), "best k", "decode speedup", "tied", "slower",
                "not ranked", "recommended k", "its speedup / best", "schedules / best [95% CI]",
                *(["auto / hf auto (end to end)"] if hf else [])]
     return cells, headers
+
+
+def _not_ranked(answer: dict[str, Any]) -> str:
+    if not answer["unknown"]:
+        return "-"
+    return f"{_ks(answer['unknown'])} ({answer.get('not_ranked_reason') or NO_ROUND_DATA})"
 
 
 def _schedule_ratio(schedule: dict[str, Any]) -> str:
@@ -180,7 +200,8 @@ def _hf_cell(against: dict[str, Any] | None) -> str:
 def pair_sentence(pair: dict[str, Any], engines: bool) -> str:
     """The across-prompts answer of one pair (and engine), in words."""
     engine = f" ({pair['engine']} engine)" if engines else ""
-    undecided = (f"; on {pair['undecided_prompts']} prompt(s) the ties are unknown (no round data)"
+    reasons = "; ".join(pair.get("undecided_reasons") or [NO_ROUND_DATA])
+    undecided = (f"; on {pair['undecided_prompts']} prompt(s) the ties are unknown ({reasons})"
                  if pair["undecided_prompts"] else "")
     return (f"Across {pair['prompts']} prompt(s){engine}: k={pair['k']} is best or tied with the best on "
             f"{pair['best_or_tied']} (best on {pair['best']}); per k, best or tied: "

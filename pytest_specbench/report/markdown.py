@@ -19,7 +19,7 @@ from .analysis import (FIGURES, PromptAnalysis, analyse_prompts, best_category_s
                        several_engines)
 from .answer import pair_sentence, prompt_table, run_answer
 from .batch import per_k_rows
-from .formatting import number, with_interval
+from .formatting import new_tokens_text, number, with_interval
 from ..results.schema import row_value
 
 #: efficiency below this is called low in the findings
@@ -213,7 +213,7 @@ def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], analyses: Sequence[Pr
     first = rows[0]
     lines = [f"## Pair `{pair}`", "",
              f"Target {first['target']}, draft {first['draft']} ({first['drafter']}); {first['device']}, "
-             f"{first['dtype']}, {first['new_tokens']} new tokens per run. Parameters: target "
+             f"{first['dtype']}, {new_tokens_text(rows, ' per run')}. Parameters: target "
              f"{number(row_value(first, 'target_params'), ',')}, "
              f"draft {number(row_value(first, 'draft_params'), ',')}. "
              f"Peak memory {number(row_value(first, 'peak_memory_mb'), '.0f')} MiB "
@@ -255,7 +255,8 @@ def _answer_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]
     cells, headers = prompt_table(answers, engines)
     return ["The answer. Per prompt, the best constant k (highest decode speedup); the k tied with it and those "
             "slower, by a one-sided paired t test over the rounds of their block (family-wise 95%, a k the race "
-            "eliminated named with the k that beat it; not ranked: no round data to test with); the cost model's "
+            "eliminated named with the k that beat it; not ranked, with the reason: no round data to test "
+            "with, or cases measured in different runs, whose rounds never pair); the cost model's "
             "recommended k (the most common among the prompt's cases) and its measured speedup over the best's.",
             "", _table(cells, headers), "",
             *(line for p in answer["pairs"] if p["pair"] == pair for line in (pair_sentence(p, engines), ""))]

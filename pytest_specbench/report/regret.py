@@ -6,8 +6,8 @@ constant k's, estimated from the rounds both cases ran in their block: the geome
 ratios best seconds per decode token / schedule seconds per decode token, with Student's t 95% interval over
 those rounds (:func:`..results.statistics.speedup_interval`, paired). Pairing is what makes it tight: the
 drift of a round hits both cases, and the shared baseline cancels out entirely. Only rounds of one block
-pair up (keys are (block, round)); two rows of different blocks, or without round data, give no interval
-rather than a wrong one.
+pair up (keys are (run, block, round)); two rows of different blocks or runs, or without round data, give no
+interval rather than a wrong one.
 
 The best constant k is chosen after the fact from the same data (the highest decode speedup of the k run),
 so the noise that made it the best also made it look better than it is: the ratio is biased against the
@@ -32,8 +32,10 @@ from ..results.schema import row_value
 from ..results.statistics import speedup_interval
 
 
-def round_times(row: dict[str, Any], field: str = "round_decode_token_s") -> dict[tuple[Any, int], float] | None:
-    """The row's per-round ``field`` keyed by (block, round); None without usable round data.
+def round_times(row: dict[str, Any], field: str = "round_decode_token_s"
+                ) -> dict[tuple[Any, ...], float] | None:
+    """The row's per-round ``field`` keyed by (run, block, round); None without usable round data. Round i of
+    one run and round i of another (a row replayed by --specbench-resume beside one measured now) never pair.
 
     Seconds per decode token are read over the baseline each run was paired with, where the row has one per
     round: the machine's drift between two cases' runs then cancels (rows of one round's single baseline rank
@@ -49,7 +51,8 @@ def round_times(row: dict[str, Any], field: str = "round_decode_token_s") -> dic
             times = [value / base if _positive(value) else value for value, base in zip(times, baselines)]
     if not all(_positive(t) for t in times):
         return None
-    return {(block, r): float(t) for r, t in zip(rounds, times)}
+    run = row_value(row, "run_id")
+    return {(run, block, r): float(t) for r, t in zip(rounds, times)}
 
 
 def _positive(value: Any) -> bool:
@@ -60,10 +63,10 @@ def _positive(value: Any) -> bool:
 _SCHEMA_FIELDS = ("round_decode_token_s",)
 
 
-def paired_ratio(faster_if_above: dict[tuple[Any, int], float] | None,
-                 reference: dict[tuple[Any, int], float] | None) -> dict[str, Any] | None:
-    """Reference seconds over ``faster_if_above``'s, paired over the (block, round) keys both hold; None when
-    they share none (two blocks never pair). Above 1: the first is faster."""
+def paired_ratio(faster_if_above: dict[tuple[Any, ...], float] | None,
+                 reference: dict[tuple[Any, ...], float] | None) -> dict[str, Any] | None:
+    """Reference seconds over ``faster_if_above``'s, paired over the (run, block, round) keys both hold; None
+    when they share none (two blocks or two runs never pair). Above 1: the first is faster."""
     if faster_if_above is None or reference is None:
         return None
     common = [key for key in reference if key in faster_if_above]

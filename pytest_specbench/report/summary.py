@@ -13,7 +13,7 @@ from .answer import pair_sentence, prompt_table, run_answer
 from .analysis import (compare_engines, constant_k_rows, geometric_mean, k_order,
                        pooled_position_acceptance, row_order, rows_by_pair, several_engines)
 from .batch import batch_answer, batch_lines, per_k_rows
-from .formatting import with_interval
+from .formatting import new_tokens_text, with_interval
 from ..results.schema import csv_columns, row_value, summary_columns
 from ..results.strict_json import strict_json
 
@@ -51,7 +51,7 @@ def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], engines: bool, answer
     """One pair: its cases, the per-k means, the engines side by side, the answer."""
     first = rows[0]
     lines = [f"{pair}: target {first['target']}, draft {first['draft']} "
-             f"({first['device']}, {first['dtype']}, {first['new_tokens']} new tokens; "
+             f"({first['device']}, {first['dtype']}, {new_tokens_text(rows)}; "
              f"speedups with their 95% interval, {UNSTABLE_MARK} = unstable)"]
     batches = len({row_value(row, "batch") for row in rows}) > 1
     columns = tuple(column for column in summary_columns()

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
+
+from ..atomic import write_atomic
 
 try:
     import fcntl
@@ -22,6 +25,8 @@ except ImportError:  # not POSIX: numbering is then not guarded against two runs
 
 #: the files of a run folder
 CSV, JSON, LOG, REPORT, FIGURES = "spec_results.csv", "spec_results.json", "spec_results.jsonl", "report.md", "figures"
+#: the history's record of the last number given, so that deleting the latest run folder frees no number
+COUNTER = ".last_number"
 _ENTRY = re.compile(r"^(\d{4,})-")
 
 
@@ -74,7 +79,8 @@ def number_of(entry: Path) -> int:
 
 def new_entry(history: Path, commit: str, when: datetime | None = None) -> Path:
     """Create and return the next run folder, ``NNNN-<UTC time>-<commit>``; two runs ending at once get two
-    numbers (the numbering holds a lock on ``<history>/.lock``)."""
+    numbers (the numbering holds a lock on ``<history>/.lock``). The number follows both the last one given
+    (:data:`COUNTER`) and the highest folder: never given twice, even after its folder was deleted."""
     history = Path(history)
     history.mkdir(parents=True, exist_ok=True)
     stamp = (when or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -82,12 +88,32 @@ def new_entry(history: Path, commit: str, when: datetime | None = None) -> Path:
     try:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)
-        number = max((number_of(entry) for entry in entries(history)), default=0) + 1
+        number = max([_last_number(history), *(number_of(entry) for entry in entries(history))]) + 1
         entry = history / f"{number:04d}-{stamp}-{commit}"
         entry.mkdir()
+        write_atomic(history / COUNTER, f"{number}\n")
         return entry
     finally:
         os.close(fd)
+
+
+def _last_number(history: Path) -> int:
+    """The last number :func:`new_entry` gave in ``history``; 0 when no counter was kept (an older version's
+    history, or the file deleted): the folders' numbers then decide alone."""
+    try:
+        text = (history / COUNTER).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return 0
+    return int(text) if text.isdigit() else 0
+
+
+def compare_last_command(history: Path) -> str:
+    """The command that compares the two latest runs of ``history``; it names the folder (``--history``)
+    unless it is the default one, which ``compare`` reads without being told."""
+    from ..settings.options import default_of
+
+    named = "" if Path(history) == Path(default_of("history_dir")) else f" --history {shlex.quote(str(history))}"
+    return f"python -m pytest_specbench compare{named} --last"
 
 
 def find_run(history: Path, name: str) -> Path:

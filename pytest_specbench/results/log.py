@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -48,6 +49,12 @@ def _line(record: dict[str, Any]) -> str:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    """A run's id for its rows (``run_id``): its start time and a random suffix, so two runs started in one
+    second differ too."""
+    return f"{_now()}-{secrets.token_hex(3)}"
 
 
 class ResultsLog:
@@ -259,6 +266,17 @@ def read_log(path: Path) -> ResumedLog:
 
 
 def settings_differences(logged: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``--option: logged -> now`` for each result-changing option whose value differs."""
+    """``--option: logged -> now`` for each result-changing option whose value differs; a list the option
+    table marks ``order_free`` (the batch sizes) differs only in its members, not their order."""
+    from ..settings.options import OPTIONS
+
+    order_free = {option.cli for option in OPTIONS if option.order_free}
+
+    def meaning(name: str, value: Any) -> Any:
+        if name in order_free and isinstance(value, list):
+            return sorted(value, key=repr)
+        return value
+
     return [f"{name}={logged.get(name)!r} in the log, {current.get(name)!r} now"
-            for name in sorted(set(logged) | set(current)) if logged.get(name) != current.get(name)]
+            for name in sorted(set(logged) | set(current))
+            if meaning(name, logged.get(name)) != meaning(name, current.get(name))]

@@ -68,12 +68,19 @@ class CaseResult:
                                     IDENTITY, default=[], csv=False)
     batch_prompt_tokens: list = _field("each row's prompt length in tokens before padding (batch > 1; "
                                        "prompt_tokens is the first row's)", IDENTITY, default=[], csv=False)
+    batch_new_tokens: list = _field("each row's new tokens (batch > 1; new_tokens is the first row's, the "
+                                    "batch's total is their sum)", IDENTITY, default=[], csv=False)
     temperature: float = _field("sampling temperature (0: greedy decoding)", IDENTITY, default=0.0)
     top_p: float = _field("top-p of the sampling (1: off)", IDENTITY, default=1.0)
     top_k: int = _field("top-k of the sampling (0: off)", IDENTITY, default=0)
     category: str = _field("prompt category", IDENTITY)
     prompt_tokens: int = _field("prompt length in tokens", IDENTITY)
     new_tokens: int = _field("tokens generated per run (batch > 1: by the case's own row)", IDENTITY)
+    inputs_fingerprint: dict = _field("what the case measured from, a digest per part: target, draft "
+                                      "(the models' files, or hub id and revision), drafter (its "
+                                      "settings), prompt (its text), case (engine, k, batch, dtype); "
+                                      "--specbench-resume replays a logged row only when every part is "
+                                      "the same now", IDENTITY, default={}, csv=False)
 
     # --- timing
     latency_ms: float = _field("milliseconds per generated token of the speculative run (median run)", TIMING,
@@ -126,6 +133,10 @@ class CaseResult:
     block_rounds: list = _field("the block rounds (0-based) the case ran in; its speedups pair each with the "
                                 "baseline around its run in that round", TIMING, default=[], csv=False)
     block_round_count: int = _field("rounds the whole block ran", TIMING, default=0)
+    run_id: str = _field("the run that measured the row (its start time and a random suffix): only rows of "
+                         "one run were timed in shared rounds, so the answer pairs the rounds of one run's "
+                         "rows alone; a row --specbench-resume replays keeps its own run's", TIMING,
+                         default="", csv=False)
     round_decode_token_s: list = _field("the speculative run's seconds per decode token in each of those rounds",
                                         TIMING, default=[], csv=False)
     round_wall_s: list = _field("the speculative run's wall seconds (prefill included) in each of those rounds",
@@ -166,10 +177,14 @@ class CaseResult:
     row_acceptance_max: float | None = _field("batch > 1: the highest row acceptance", ACCEPTANCE, default=None)
     target_forward_passes: int = _field("target forward passes of one speculative run", ACCEPTANCE)
     draft_forward_passes: int = _field("draft model forward passes of one speculative run", ACCEPTANCE)
-    accepted_per_step: list = _field("accepted tokens at each step", ACCEPTANCE, default=[], csv=False)
-    drafted_per_step: list = _field("drafted tokens at each step", ACCEPTANCE, default=[], csv=False)
-    k_per_step: list = _field("the draft length chosen at each step (for hf, what it drafted; 0 at the prefill)",
-                              ACCEPTANCE, default=[], csv=False)
+    accepted_per_step: list = _field("accepted tokens at each step (batch > 1: every row's decode steps in "
+                                     "turn after one prefill entry, a step of one sequence each)", ACCEPTANCE,
+                                     default=[], csv=False)
+    drafted_per_step: list = _field("drafted tokens at each step (batch > 1: per sequence, as "
+                                    "accepted_per_step)", ACCEPTANCE, default=[], csv=False)
+    k_per_step: list = _field("the draft length chosen at each step (for hf, what it drafted; 0 at the "
+                              "prefill; batch > 1: per sequence, as accepted_per_step)", ACCEPTANCE,
+                              default=[], csv=False)
     position_acceptance: list = _field("entry i-1: of the steps that drafted at least i tokens, the share whose "
                                        "i-th token was accepted (null where none drafted that many)", ACCEPTANCE,
                                        default=[], csv=False)

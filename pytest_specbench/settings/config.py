@@ -8,12 +8,15 @@ accepted, before any model loads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .options import MAX_POSITIONS, OPTIONS, ConfigError, Option, parse_devices
+from .options import MAX_POSITIONS, OPTIONS, ConfigError, Option, pairing_that_runs, parse_devices
+
+_PAIRING, _BASELINE_ONCE = (next(option for option in OPTIONS if option.name == name)
+                            for name in ("pairing", "baseline-once"))
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,13 @@ def parse_settings(values: dict[str, tuple[Any, str]], cuda_available: Callable[
         raise ConfigError(f"--specbench-context-tokens={fields['context_tokens']} and --specbench-max-new-tokens="
                           f"{fields['max_new_tokens']} need more positions than any context window holds "
                           f"({MAX_POSITIONS}); accepted: prompt tokens + new tokens <= {MAX_POSITIONS}")
+    if fields["baseline_once"]:
+        if "pairing" in given:  # a pairing given beside it would be recorded, yet not run
+            raise ConfigError(f"{values['pairing'][1]}={values['pairing'][0]} and --specbench-baseline-once "
+                              "contradict each other: --specbench-baseline-once times the baseline in "
+                              "a block's first rounds only and compares the speedups unpaired; accepted: "
+                              "one of the two")
+        fields["pairing"] = raw_record[_PAIRING.dest] = pairing_that_runs(fields["pairing"], True)
     if "log" not in values:  # its default follows the CSV (or the JSON) wherever that goes
         beside = fields["csv_path"] or fields["json_path"]
         fields["log_path"] = beside.with_suffix(".jsonl") if beside is not None else None
@@ -135,10 +145,13 @@ def result_settings_from_raw(raw: Mapping[str, Any]) -> dict[str, Any]:
     defaulted, by dest; one left out, absent). A value that no longer parses here (a prompt file of another
     machine) is kept as recorded."""
     settings = {}
+    baseline_once = bool(raw.get(_BASELINE_ONCE.dest))
     for option in OPTIONS:
         if not option.changes_results:
             continue
         value = raw.get(option.dest)
+        if option is _PAIRING and baseline_once:  # recorded before the pairing said what ran
+            value = pairing_that_runs(str(value), True)
         if option.flag:
             settings[option.cli] = bool(value)
         elif value is None:
@@ -177,6 +190,33 @@ def check_files(config: SpecbenchConfig) -> None:
         if problem:
             raise ConfigError(f"{option.cli}={path}: {problem}; accepted: a path in a folder this user can create "
                               f"and write, or {option.cli}= (empty) to turn it off")
+
+
+def check_cache_dir(config: SpecbenchConfig, sources: Iterable[str]) -> None:
+    """Raise ConfigError when a model of ``sources`` loads through the cache and the cache folder is unusable
+    (:func:`~..models.base.cache_dir_problem`), naming where the folder came from; a run whose models never go
+    through the cache is not refused for it."""
+    from ..models.base import cache_dir_problem, converts_through_cache
+
+    if not any(converts_through_cache(source) for source in sources):
+        return
+    import os
+
+    from ..models.gguf_cache import resolve_cache_dir
+
+    path = resolve_cache_dir(config.cache_dir)
+    problem = cache_dir_problem(path)
+    if not problem:
+        return
+    if config.cache_dir is not None:
+        named = f"--specbench-cache-dir={path}"
+    elif os.environ.get("SPECBENCH_CACHE_DIR"):
+        named = f"SPECBENCH_CACHE_DIR={path}"
+    else:
+        named = f"the default cache folder {path}"
+    raise ConfigError(f"{named}: {problem}; accepted: a folder this user can create and write, or a "
+                      "read-only one that already holds the converted models (--specbench-cache-dir or "
+                      "SPECBENCH_CACHE_DIR)")
 
 
 def _on_gpu(values: dict[str, tuple[Any, str]], cuda_available: Callable[[], bool]) -> bool:

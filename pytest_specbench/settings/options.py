@@ -286,6 +286,16 @@ GATE_DIFFERING = ("refuse", "compare-matching")
 #: how a case's baseline is timed (--specbench-pairing)
 INTERLEAVED, ROUNDS = "interleaved", "rounds"
 PAIRINGS = (INTERLEAVED, ROUNDS)
+#: the pairing recorded under --specbench-baseline-once, whose baseline is timed apart from the runs
+#: (no option value: the flag chooses it)
+UNPAIRED = "unpaired"
+
+
+def pairing_that_runs(pairing: str, baseline_once: bool) -> str:
+    """The pairing a run records: :data:`UNPAIRED` under --specbench-baseline-once, which times the
+    baseline in a block's first rounds only and compares unpaired, whatever --specbench-pairing says; else
+    ``pairing``."""
+    return UNPAIRED if baseline_once else pairing
 
 
 def _pairing(raw: str) -> str:
@@ -362,6 +372,8 @@ class Option:
     may_share: str | None = None
     # Changes what a case measures: a resumed run must use the same value as the log it resumes.
     changes_results: bool = False
+    # A list whose order changes nothing a case measures (only the order cases run in): compared as a set.
+    order_free: bool = False
 
     @property
     def flag(self) -> bool:
@@ -393,7 +405,8 @@ OPTIONS: tuple[Option, ...] = (
            "category at once (left padded; the prompt's own first, repeated when the category has fewer), with the "
            "batched engine, against the target's batched greedy decoding; greedy only, constant k only, native "
            "engine only (other cases of batch > 1 are skipped with the reason)", _batches, "1", metavar="SIZES",
-           unset=(1,), changes_results=True),  # unset: what a record from before the option means
+           unset=(1,), changes_results=True,  # unset: what a record from before the option means
+           order_free=True),
     Option("engine", "engines", "comma list of decoding engines: native (this package's loop) and hf "
            "(transformers' assisted generation), run side by side (default native)", _engines, "native",
            metavar="ENGINES"),
@@ -455,7 +468,8 @@ OPTIONS: tuple[Option, ...] = (
            "speedup compares with the baseline interpolated in time between the two around it, so the machine's "
            "drift cancels (default 2)", _int(1), "2", metavar="N", changes_results=True),
     Option("baseline-once", "baseline_once", "time the target-only baseline only in a block's first "
-           "--specbench-min-rounds rounds instead of in every round (speedups then compare unpaired)", changes_results=True),
+           "--specbench-min-rounds rounds instead of in every round (speedups then compare unpaired, and the "
+           "run records its pairing as unpaired; refused beside --specbench-pairing)", changes_results=True),
     Option("tie-tolerance", "tie_tolerance", "under float16/bfloat16, a divergence where the target's top-2 logit "
            "margin is below this is a tie-divergence, not a failure (default 0.1)", _non_negative_float, "0.1",
            metavar="LOGITS", changes_results=True),
@@ -511,3 +525,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("shard", "shard", "run shard I of N: a stable split of the case matrix by pair (each pair on one "
            "shard); merge the shards' JSON with python -m pytest_specbench merge", _shard, metavar="I/N"),
 )
+
+
+def default_of(field: str) -> str | None:
+    """The default value of the option whose config field is ``field``, as written in the table."""
+    return next(option.default for option in OPTIONS if option.field == field)

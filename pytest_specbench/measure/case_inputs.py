@@ -1,0 +1,88 @@
+"""What a case measures from, as digests: the row's ``inputs_fingerprint``, which ``--specbench-resume``
+compares before it replays a logged row.
+
+Computed from the pair, the prompts and the config alone (no model is loaded), so a resumed run checks
+every logged case before anything loads. Each part is the short sha256 of what it covers:
+
+- ``target``, ``draft``: the model (:func:`..models.loading.source_identity`: a local model by its files'
+  hashes, an embedded one by its declared hash, a hub id by name and revision); ``draft`` only for a draft
+  model;
+- ``drafter``: the drafter's kind and settings (layers kept, n-gram size, ...);
+- ``prompt``: the text the case decodes from: its prompt's, the other rows' of a batch, and the padding text
+  under ``--specbench-context-tokens``;
+- ``case``: the case's own settings that its id may not show (engine, k, batch size, dtype).
+
+The run's result-changing options are compared as a whole before this
+(:func:`..results.log.settings_differences`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..settings.config import SpecbenchConfig
+from .matrix import Case
+from .prompts import Prompt, filler_text
+
+#: each part's name in words, for the line that says why a case runs again
+PART_NAMES = {"target": "target model", "draft": "draft model", "drafter": "drafter settings",
+              "prompt": "prompt text", "case": "case settings (engine, k, batch, dtype)"}
+#: what a logged row without a fingerprint (a log of an older version) is run again for
+NOT_RECORDED = "inputs not recorded"
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
+
+
+def case_inputs(case: Case, config: SpecbenchConfig, prompts: Sequence[Prompt]) -> dict[str, str]:
+    """The case's inputs fingerprint: a digest per part (see the module docstring). ``prompts``: every prompt
+    of the file, which batches and padding draw from."""
+    from ..models.loading import source_identity
+    from .batches import batch_prompts
+
+    pair = case.pair
+    texts = [prompt.text for prompt in (batch_prompts(case.prompt, prompts, case.batch) if case.batch > 1
+                                        else [case.prompt])]
+    if config.context_tokens is not None:
+        texts.append(filler_text(prompts, exclude_id=case.prompt.id))
+    parts = {"target": source_identity(pair.target, revision=pair.revision, cache_dir=config.cache_dir)}
+    if pair.drafter == "model" and pair.draft:
+        # A pair's revision is its target's (the store loads the draft without one).
+        parts["draft"] = source_identity(pair.draft, cache_dir=config.cache_dir)
+    parts["drafter"] = {"kind": pair.drafter, "options": sorted(pair.drafter_options)}
+    parts["prompt"] = texts
+    parts["case"] = {"engine": case.engine, "k": case.k, "batch": case.batch,
+                     "dtype": pair.dtype or config.dtype}
+    return {name: _digest(value) for name, value in parts.items()}
+
+
+def inputs_changes(logged: Mapping[str, Any] | None, now: Mapping[str, str]) -> list[str]:
+    """The parts, in words, in which a logged fingerprint differs from ``now``'s; ``[NOT_RECORDED]`` without
+    one."""
+    if not isinstance(logged, Mapping) or not logged:
+        return [NOT_RECORDED]
+    return [PART_NAMES.get(name, name) for name in dict.fromkeys([*now, *logged])
+            if logged.get(name) != now.get(name)]
+
+
+def replayable(rows: Mapping[str, dict[str, Any]], cases: Sequence[Case], config: SpecbenchConfig,
+               prompts: Sequence[Prompt]) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """The logged ``rows`` a resumed run may replay, and for each other case of ``cases`` what changed.
+
+    A row of a case in ``cases`` is replayed only when its fingerprint equals the case's now; a row of a case
+    this run does not have is kept as it is (carried into the new log, never reported)."""
+    replayed, rerun = {}, {}
+    by_id = {case.id: case for case in cases}
+    for case_id, row in rows.items():
+        case = by_id.get(case_id)
+        changes = [] if case is None else inputs_changes(row.get("inputs_fingerprint"),
+                                                         case_inputs(case, config, prompts))
+        if changes:
+            rerun[case_id] = changes
+        else:
+            replayed[case_id] = row
+    return replayed, rerun
