@@ -108,6 +108,26 @@ def test_hf_engine_refuses_what_is_neither_a_draft_model_nor_prompt_lookup() -> 
         hf_assisted_generate(target, object(), torch.tensor([PROMPT]), 2, NEW_TOKENS)
 
 
+def test_hf_engine_refuses_a_draft_that_is_the_target_object_and_the_plugin_skips_such_a_pair() -> None:
+    """One module for both: its forward hooks would count the draft's passes as the target's (and the reverse),
+    so the counts would be nonsense; a copy of it is a draft like any other."""
+    from pytest_specbench.measure.engines import ENGINES, HF_SELF_DRAFT_REFUSAL
+    from pytest_specbench.measure.matrix import Case
+    from pytest_specbench.measure.pairs import PairSpec
+    from pytest_specbench.measure.prompts import Prompt
+
+    target = tiny_model("gpt2")
+    with pytest.raises(ValueError, match="the draft is the target itself"):
+        hf_assisted_generate(target, ModelDrafter(target), torch.tensor([PROMPT]), 2, NEW_TOKENS)
+    copied = hf_assisted_generate(target, ModelDrafter(copy.deepcopy(target)), torch.tensor([PROMPT]), 2, NEW_TOKENS)
+    assert copied.stats.accepted_per_step[1:] == copied.stats.drafted_per_step[1:]  # a copy accepts everything
+    prompt = Prompt("p", "natural", "text")
+    itself = PairSpec("itself", "./m", "./m")
+    refusal = ENGINES["hf"].refusal(Case(itself, 2, prompt, "natural", engine="hf"), None)
+    assert refusal is not None and HF_SELF_DRAFT_REFUSAL in refusal
+    assert ENGINES["hf"].refusal(Case(PairSpec("other", "./m", "./d"), 2, prompt, "natural", engine="hf"), None) is None
+
+
 # --- through the plugin ----------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ target's ``generate`` with an explicit all-ones mask.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import pytest
@@ -179,7 +180,7 @@ def test_the_hf_engine_is_lossless_on_such_prompts(convention) -> None:
     _, target = convention
     for prompt in prompts_with_special_ids(target):
         reference = reference_tokens(target, torch.tensor([prompt]), NEW_TOKENS, None)
-        for drafter in (ModelDrafter(target), PromptLookupDrafter()):
+        for drafter in (ModelDrafter(copy.deepcopy(target)), PromptLookupDrafter()):
             run = hf_assisted_generate(target, drafter, torch.tensor([prompt]), 3, NEW_TOKENS)
             assert run.token_ids == reference
 

@@ -149,13 +149,15 @@ def hf_assisted_generate(
     prompt_length = ids.shape[1]
     config = plain_generation_config(target, max_new_tokens, eos_token_id, sampling)
     draft_model = drafter.model if isinstance(drafter, ModelDrafter) else drafter
+    if draft_model is target:
+        raise ValueError("the draft is the target itself (one model object): its forward passes could not be "
+                         "told from the target's; pass a copy of it as the draft")
     settings, kwargs = _drafting_settings(config, draft_model, k, type(drafter).__name__)
 
     clock = DeviceClock(target.device)
     draft_log = ForwardLog()
     with contextlib.ExitStack() as stack:
         target_log = stack.enter_context(ForwardLog.attached(target))
-        # First, so that a draft that is the target itself gets its draft length on the config in use.
         stack.enter_context(generation_config_as(target, config))
         if "assistant_model" in kwargs:
             draft_log = stack.enter_context(ForwardLog.attached(draft_model))

@@ -80,9 +80,18 @@ def _hf(case: Case, run: RunInputs) -> SpeculativeRun:
 HF_BATCH_REFUSAL = ("transformers' assisted generation does not support batches (huggingface/transformers#32165)")
 
 
+#: why the hf engine skips a pair whose draft is its target (the store loads one model object for both)
+HF_SELF_DRAFT_REFUSAL = ("its draft is its target, one model object: transformers' assisted generation would "
+                         "run both on it, and the target's passes could not be told from the draft's; the "
+                         "native engine runs it")
+
+
 def _hf_refusal(case: Case, drafter: Any) -> str | None:
     if case.batch > 1:
         return HF_BATCH_REFUSAL
+    pair = case.pair
+    if pair.drafter == "model" and pair.draft == pair.target:
+        return f"pair {pair.name}: {HF_SELF_DRAFT_REFUSAL}"
     if isinstance(drafter, PromptLookupDrafter) and not isinstance(case.k, int):
         return (f"transformers' prompt lookup has no draft-length schedule, so the hf engine runs "
                 f"pair {case.pair.name} at integer k only, not k={case.k}")
