@@ -318,21 +318,20 @@ def _batched_run(rows: list[list[tuple[int, int]]], k: int, wall_s: float = 1.0)
     import torch
 
     from pytest_specbench.engine.batched import BatchedGenerationResult
-    from pytest_specbench.engine.decoding import _record_step
-    from pytest_specbench.engine.stats import DecodeStats, GenerationResult
+    from pytest_specbench.engine.stats import DecodeStats, GenerationResult, record_step
 
     results, batch = [], DecodeStats(wall_time_s=wall_s, prefill_time_s=0.1)
     for steps in rows:
         stats = DecodeStats(wall_time_s=wall_s, prefill_time_s=0.1)
-        _record_step(stats, 0, 0, 1, 0)
+        record_step(stats, 0, 0, 1, 0)
         for drafted, accepted in steps:
-            _record_step(stats, drafted, accepted, 1, k)
+            record_step(stats, drafted, accepted, 1, k)
         stats.new_tokens = 1 + sum(accepted + 1 for _, accepted in steps)
         results.append(GenerationResult(torch.zeros(1, 3 + stats.new_tokens, dtype=torch.long), 3, stats))
-    _record_step(batch, 0, 0, len(rows), 0)
+    record_step(batch, 0, 0, len(rows), 0)
     for step in range(max(len(steps) for steps in rows)):
         live = [steps[step] for steps in rows if step < len(steps)]
-        _record_step(batch, sum(d for d, _ in live), sum(a for _, a in live), len(live), k)
+        record_step(batch, sum(d for d, _ in live), sum(a for _, a in live), len(live), k)
     batch.new_tokens = sum(row.stats.new_tokens for row in results)
     batch.prefill_tokens = len(rows)
     return BatchedGenerationResult(results, batch)

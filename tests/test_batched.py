@@ -18,7 +18,6 @@ import pytest
 import torch
 from factory import PAD_TOKEN_ID, hf_generate, tiny_model, tiny_pair
 
-import pytest_specbench.engine.batched as batched
 from pytest_specbench.engine.batched import (
     RowCache,
     batched_greedy_generate,
@@ -26,7 +25,12 @@ from pytest_specbench.engine.batched import (
     left_pad,
 )
 from pytest_specbench.engine.decoding import speculative_generate
-from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter
+from pytest_specbench.engine.drafters import (
+    BatchDrafter,
+    ModelDrafter,
+    PromptLookupDrafter,
+    RowDrafters,
+)
 
 NEW_TOKENS = 24
 #: relative top-2 margin below which a batched/unbatched difference is a float near-tie
@@ -191,6 +195,30 @@ def test_a_model_drafter_and_a_list_of_drafters_work_too(llama_pair, llama_refs)
         _run(target, [PromptLookupDrafter()], prompts, 4)
 
 
+def test_any_batch_drafter_serves_the_batched_engine(llama_pair, llama_refs) -> None:
+    """The engine talks to every drafter through the declared BatchDrafter interface, so a new one plugs in."""
+
+    class Silent(BatchDrafter):  # drafts nothing: every step is the target's own token
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def prefill_rows(self, ids, mask, layout="auto") -> None:
+            self.calls.append("prefill")
+
+        def propose_rows(self, sequences, limits, pad_token_id):
+            self.calls.append("propose")
+            return [[] for _ in sequences]
+
+    assert all(issubclass(cls, BatchDrafter) for cls in (ModelDrafter, PromptLookupDrafter, RowDrafters))
+    target, _ = llama_pair
+    prompts = BATCHES[3]
+    silent = Silent()
+    result = _run(target, silent, prompts, 4)
+    assert_lossless(target, llama_refs, prompts, result, label="silent drafter")
+    assert silent.calls[0] == "prefill" and "propose" in silent.calls
+    assert set(result.stats.drafted_per_step) == {0}
+
+
 def test_a_batch_of_one_steps_as_the_unbatched_engine(llama_pair) -> None:
     target, draft = llama_pair
     for prompt in PROMPTS[:3]:
@@ -293,6 +321,10 @@ def test_bad_inputs_are_refused(llama_pair) -> None:
         batched_speculative_generate(target, draft, ids, mask.flip(1), 4, 8)
     with pytest.raises(ValueError, match="k"):
         batched_speculative_generate(target, draft, ids, mask, 0, 8)
+    with pytest.raises(ValueError, match="k"):
+        batched_speculative_generate(target, draft, ids, mask, True, 8)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        batched_speculative_generate(target, draft, ids, mask, 4, True)
     with pytest.raises(TypeError):
         batched_speculative_generate(target, object(), ids, mask, 4, 8)
 
@@ -300,15 +332,28 @@ def test_bad_inputs_are_refused(llama_pair) -> None:
 # --- the planted bug: one row's rollback applied to all rows ---------------------------------
 
 
+def _shared_rollback(planted: str):
+    """RowCache.rollback with one row's rollback applied to every row: row 0's ("row0"), or that of the row
+    that rolled back most ("min")."""
+    own = RowCache.rollback
+
+    def rollback(self, keep: torch.Tensor) -> None:
+        removed = self.lengths - torch.minimum(keep.to(self.lengths.device), self.lengths)
+        shared = removed[0] if planted == "row0" else removed.max()
+        own(self, (self.lengths - shared).clamp(min=0))
+
+    return rollback
+
+
 @pytest.mark.parametrize("planted", ["row0", "min"])
 @pytest.mark.parametrize("drafter", ["model", "lookup"])
 def test_a_shared_rollback_is_caught(llama_pair, llama_refs, monkeypatch, planted, drafter) -> None:
     target, draft = llama_pair
-    monkeypatch.setattr(batched, "_ROLLBACK_ROWS", planted)
+    monkeypatch.setattr(RowCache, "rollback", _shared_rollback(planted))
     result = _run(target, draft if drafter == "model" else PromptLookupDrafter(), PROMPTS, 4)
     with pytest.raises(AssertionError, match="differs"):
         assert_lossless(target, llama_refs, PROMPTS, result, label=f"planted {planted}")
-    monkeypatch.setattr(batched, "_ROLLBACK_ROWS", "own")
+    monkeypatch.undo()
     assert_lossless(target, llama_refs, PROMPTS, _run(target, draft if drafter == "model" else PromptLookupDrafter(),
                                                       PROMPTS, 4), label="fixed")
 

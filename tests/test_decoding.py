@@ -373,12 +373,15 @@ def test_broken_engine_is_caught(arch, bug, monkeypatch):
         dict(k=-1),
         dict(k=2.0),
         dict(max_new_tokens=-1),
+        dict(k=True),
+        dict(max_new_tokens=True),
         dict(input_ids=[[1, 2, 3], [4, 5, 6]]),
         dict(input_ids=[]),
         dict(input_ids=torch.empty(1, 0, dtype=torch.long)),
         dict(input_ids=torch.ones(1, 1, 3, dtype=torch.long)),
     ],
-    ids=["k=0", "k<0", "k-float", "negative-length", "two-sequences", "empty-list", "empty-tensor", "3d"],
+    ids=["k=0", "k<0", "k-float", "negative-length", "k-bool", "length-bool", "two-sequences", "empty-list",
+         "empty-tensor", "3d"],
 )
 def test_invalid_input_raises(kwargs):
     target, draft = pair("gpt2")

@@ -28,34 +28,18 @@ from dataclasses import dataclass
 import torch
 from transformers import Cache, PreTrainedModel
 
+from .acceptance import greedy_accepted
 from .compiled_steps import one_token_step
 from .drafters import Drafter, ModelDrafter, as_drafter
+from .inputs import as_batch_of_one, check_lengths
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from .output_head import column_head
 from .sampling import SamplingParams, accept_draft, next_token, sampling_distribution
 from .schedules import ConstantSchedule, DraftSchedule
-from .stats import DecodeStats, GenerationResult
+from .stats import DecodeStats, GenerationResult, record_step, record_verify_step
 from .timing import DeviceClock
 
 __all__ = ["GreedyStepper", "greedy_generate", "speculative_generate"]
-
-
-def _as_batch_of_one(input_ids: torch.Tensor | Sequence[int], device: torch.device) -> torch.Tensor:
-    ids = torch.as_tensor(input_ids, dtype=torch.long)
-    if ids.dim() == 1:
-        ids = ids.unsqueeze(0)
-    if ids.dim() != 2 or ids.shape[0] != 1:
-        raise ValueError(f"input_ids must hold one sequence (shape (L,) or (1, L)), got shape {tuple(ids.shape)}")
-    if ids.shape[1] == 0:
-        raise ValueError("input_ids is empty: the prompt needs at least one token")
-    return ids.to(device)
-
-
-def _check_lengths(max_new_tokens: int, k: int | None = None) -> None:
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    if k is not None and (not isinstance(k, int) or k < 1):
-        raise ValueError(f"k (draft tokens per step) must be an integer >= 1, got {k!r}")
 
 
 def _cut_at_eos(tokens: torch.Tensor, eos_token_id: int | None) -> tuple[torch.Tensor, bool]:
@@ -71,21 +55,6 @@ def _cut_at_eos(tokens: torch.Tensor, eos_token_id: int | None) -> tuple[torch.T
 def _target_cache(model: PreTrainedModel, length: int, compile_steps: bool) -> Cache:
     """The target's cache for a run of at most ``length`` positions: static for compiled steps."""
     return static_cache(model, length) if compile_steps else new_cache(model)
-
-
-def _record_step(stats: DecodeStats, drafted: int, accepted: int, bonus: int, k: int) -> None:
-    """Count one target pass that committed ``accepted`` of ``drafted`` draft tokens and ``bonus`` of its own.
-
-    ``k`` is the draft length the schedule chose (0 for the prefill and greedy steps). Every loop
-    records its steps here, so the per-step lists and the totals always agree.
-    """
-    stats.target_forward_passes += 1
-    stats.drafted_tokens += drafted
-    stats.accepted_tokens += accepted
-    stats.bonus_tokens += bonus
-    stats.drafted_per_step.append(drafted)
-    stats.accepted_per_step.append(accepted)
-    stats.k_per_step.append(k)
 
 
 @torch.inference_mode()
@@ -119,7 +88,7 @@ def greedy_generate(
     start = clock.now()
     while not stepper.done:
         stepper.step()
-        _record_step(stats, 0, 0, 1, 0)  # every greedy token is the target's own
+        record_step(stats, 0, 0, 1, 0)  # every greedy token is the target's own
         if stepper.new_tokens == 1:
             stats.prefill_time_s = clock.now() - start  # the prompt's pass: time to first token
     stats.wall_time_s = clock.now() - start
@@ -135,8 +104,8 @@ class GreedyStepper:
     def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor | Sequence[int], max_new_tokens: int,
                  sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None,
                  eos_token_id: int | None = None, compile_steps: bool = False) -> None:
-        _check_lengths(max_new_tokens)
-        self.ids = _as_batch_of_one(input_ids, model.device)
+        check_lengths(max_new_tokens)
+        self.ids = as_batch_of_one(input_ids, model.device)
         self.max_new_tokens = max_new_tokens
         self._sampling, self._generator, self._eos = sampling, generator, eos_token_id
         self._cache = _target_cache(model, self.ids.shape[1] + max_new_tokens, compile_steps)
@@ -177,9 +146,7 @@ def _verify(target: PreTrainedModel, cache, block: torch.Tensor, proposal: torch
     """
     logits = target(input_ids=block, cache=cache, use_cache=True, logits_to_keep=proposal.numel() + 1).logits
     target_tokens = logits[0].argmax(dim=-1)
-    agree = (proposal == target_tokens[:-1]).to(torch.int32)
-    num_accepted = int(agree.cumprod(dim=0).sum())
-    return num_accepted, target_tokens
+    return int(greedy_accepted(proposal.unsqueeze(0), target_tokens.unsqueeze(0))[0]), target_tokens
 
 
 def _verify_sampled(
@@ -204,25 +171,10 @@ def _verify_sampled(
     return num_accepted, torch.cat([proposal[:num_accepted], proposal.new_tensor([token])])
 
 
-def _propose(
-    drafter: Drafter, ids: torch.Tensor, k: int, sampling: SamplingParams, generator: torch.Generator | None,
-    confidence: dict[str, float],
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """At most ``k`` draft tokens on the target's device, with the draft's ``q`` rows under sampling
-    (``None`` when greedy, or for a drafter whose proposal is a point mass). ``confidence`` holds a
-    schedule's ``min_confidence``, applied when greedy."""
-    if sampling.greedy:
-        return drafter.propose(ids, k, **confidence).to(ids.device)[:k], None
-    proposal, draft_probs = drafter.propose_sampled(ids, k, sampling, generator)
-    return proposal.to(ids.device)[:k], None if draft_probs is None else draft_probs.to(ids.device)[:k]
-
-
 @dataclass(frozen=True, slots=True)
 class _Speculation:
-    """What every step of one speculative run reads: built once, before the prefill.
-
-    Slots keep the per-step attribute reads as cheap as the locals the loop used to hold.
-    """
+    """What every step of one speculative run reads: built once, before the prefill (slots keep the
+    per-step attribute reads cheap)."""
 
     target: PreTrainedModel
     cache: Cache
@@ -243,14 +195,14 @@ class _Speculation:
     ) -> tuple[_Speculation, torch.Tensor]:
         """Check the arguments, reset the schedule and the drafter, and make the caches; returns the run
         and the prompt as a batch of one. The checks run in this order so a bad call names the same error."""
-        _check_lengths(max_new_tokens)
+        check_lengths(max_new_tokens)
         schedule = k if isinstance(k, DraftSchedule) else ConstantSchedule(k)
         schedule.reset()
         # Only passed when set, so a drafter written before confidence thresholds existed still works.
         confidence = {} if schedule.confidence_threshold is None else {"min_confidence": schedule.confidence_threshold}
         drafter = as_drafter(draft)
         drafter.reset()
-        ids = _as_batch_of_one(input_ids, target.device)
+        ids = as_batch_of_one(input_ids, target.device)
         max_length = ids.shape[1] + max_new_tokens
         cache = _target_cache(target, max_length, compile_steps)
         if compile_steps and isinstance(drafter, ModelDrafter):
@@ -261,13 +213,42 @@ class _Speculation:
         return run, ids
 
 
+def _propose(run: _Speculation, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """At most ``k`` draft tokens on the target's device (none for ``k`` 0), with the draft's ``q`` rows
+    under sampling (``None`` when greedy, or for a drafter whose proposal is a point mass). A schedule's
+    ``min_confidence`` applies when greedy."""
+    if k <= 0:
+        return ids.new_empty(0), None
+    if run.sampling.greedy:
+        return run.drafter.propose(ids, k, **run.confidence).to(ids.device)[:k], None
+    proposal, draft_probs = run.drafter.propose_sampled(ids, k, run.sampling, run.generator)
+    return proposal.to(ids.device)[:k], None if draft_probs is None else draft_probs.to(ids.device)[:k]
+
+
+def _score(run: _Speculation, ids: torch.Tensor, proposal: torch.Tensor,
+           draft_probs: torch.Tensor | None) -> tuple[int, torch.Tensor]:
+    """Verify ``proposal`` in one target pass, led by the newest committed token (not fed to the target yet);
+    returns what :func:`_verify` returns."""
+    block = torch.cat([ids[0, -1:], proposal]).unsqueeze(0)
+    if run.sampling.greedy:
+        return _verify(run.target, run.cache, block, proposal)
+    return _verify_sampled(run.target, run.cache, block, proposal, draft_probs, run.sampling, run.generator)
+
+
+def _roll_back(run: _Speculation, committed_length: int, num_accepted: int, proposed: bool) -> None:
+    """Crop the target cache to every committed token but the newest; the drafter keeps what was accepted."""
+    crop_to(run.cache, min(committed_length - 1, cache_length(run.cache)))
+    if proposed:  # only a drafter that was asked to propose has anything to commit
+        run.drafter.commit(num_accepted)
+
+
 def _prefill(run: _Speculation, ids: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """The first step: the target reads the prompt and commits its own first token, and the drafter reads
     the prompt. Returns the prompt plus that token, and whether it is EOS."""
     logits = run.target(input_ids=ids, cache=run.cache, use_cache=True, logits_to_keep=1).logits
     first = next_token(logits[:, -1], run.sampling, run.generator)
     run.drafter.prefill(ids)
-    _record_step(run.stats, 0, 0, 1, 0)
+    record_step(run.stats, 0, 0, 1, 0)
     return torch.cat([ids, first], dim=1), run.eos_token_id is not None and int(first) == run.eos_token_id
 
 
@@ -281,35 +262,20 @@ def _speculative_step(
     ``t_draft`` is the clock reading the step starts from. Returns the new committed sequence,
     whether it ended at EOS, and the clock reading that ended the step.
     """
-    # Leave room for the bonus token so a block never overshoots.
     chosen_k = run.schedule.next_k()
-    block_k = min(chosen_k, max_length - ids.shape[1] - 1)
-    draft_probs = None  # the draft's q under sampling; None when greedy or for point masses
-    if block_k > 0:
-        proposal, draft_probs = _propose(run.drafter, ids, block_k, run.sampling, run.generator, run.confidence)
-    else:
-        proposal = ids.new_empty(0)
+    block_k = min(chosen_k, max_length - ids.shape[1] - 1)  # room for the bonus token: no block overshoots
+    proposal, draft_probs = _propose(run, ids, block_k)
     t_verify = run.clock.now()
-    # The newest committed token has not been fed to the target yet: it leads the block.
-    block = torch.cat([ids[0, -1:], proposal]).unsqueeze(0)
-    if run.sampling.greedy:
-        num_accepted, target_tokens = _verify(run.target, run.cache, block, proposal)
-    else:
-        num_accepted, target_tokens = _verify_sampled(run.target, run.cache, block, proposal, draft_probs,
-                                                      run.sampling, run.generator)
+    num_accepted, target_tokens = _score(run, ids, proposal, draft_probs)
     committed = torch.cat([proposal[:num_accepted], target_tokens[num_accepted : num_accepted + 1]])
     committed, hit_eos = _cut_at_eos(committed, run.eos_token_id)
-    # An EOS inside the accepted prefix drops the tokens after it, bonus included.
-    kept_accepted = min(num_accepted, committed.numel())
     ids = torch.cat([ids, committed.unsqueeze(0)], dim=1)
-    crop_to(run.cache, min(ids.shape[1] - 1, cache_length(run.cache)))
-    if block_k > 0:  # only a drafter that was asked to propose has anything to commit
-        run.drafter.commit(num_accepted)
+    _roll_back(run, ids.shape[1], num_accepted, proposed=block_k > 0)
     run.schedule.update(proposal.numel(), num_accepted)
     t_done = run.clock.now()
     run.stats.draft_time_s += t_verify - t_draft
     run.stats.verify_time_s += t_done - t_verify
-    _record_step(run.stats, proposal.numel(), kept_accepted, committed.numel() - kept_accepted, chosen_k)
+    record_verify_step(run.stats, proposal.numel(), num_accepted, committed.numel(), chosen_k)
     return ids, hit_eos, t_done
 
 

@@ -3,12 +3,16 @@
 The engine talks to every drafter through :class:`Drafter`: ``reset`` before
 a generation, ``prefill`` with the prompt, then per step ``propose`` up to
 ``k`` tokens that continue the committed sequence and ``commit`` how many of
-them the target accepted.
+them the target accepted. The batched engine talks to a drafter through
+:class:`BatchDrafter`, the same steps for every row of a left-padded batch at once;
+:class:`ModelDrafter` and :class:`PromptLookupDrafter` implement both, and
+:class:`RowDrafters` runs one unbatched drafter per row.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 import torch
 from transformers import PreTrainedModel
@@ -16,6 +20,7 @@ from transformers import PreTrainedModel
 from .compiled_steps import one_token_step
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from .names import DEFAULT_NGRAM_SIZE
+from .row_cache import RowCache
 from .sampling import SamplingParams, sample_tokens, sampling_distribution
 
 
@@ -57,11 +62,89 @@ class Drafter(ABC):
         """The target kept the first ``num_accepted`` tokens of the last proposal, then added its own."""
 
 
-class ModelDrafter(Drafter):
+class BatchDrafter(ABC):
+    """Drafts for every row of a left-padded batch: the batched engine's drafter interface.
+
+    Per batch: ``reset``, ``prefill_rows`` with the prompts, then per step ``propose_rows`` for the
+    active rows and ``commit_rows`` what each accepted; ``select_rows`` when rows leave the batch.
+    """
+
+    #: draft forward passes of the last ``prefill_rows`` or ``propose_rows``, which every active row took part in
+    last_passes: int = 0
+    #: draft forward passes since the last ``reset``
+    forward_passes: int = 0
+
+    def reset(self) -> None:
+        """Forget any state from a previous batch."""
+        self.forward_passes = 0
+
+    @abstractmethod
+    def prefill_rows(self, ids: torch.Tensor, mask: torch.Tensor, layout: str = "auto") -> None:
+        """Read the left-padded prompts ``ids`` (B, T), whose real tokens ``mask`` marks; ``layout`` is a
+        draft cache's :class:`~pytest_specbench.engine.row_cache.RowCache` layout."""
+
+    @abstractmethod
+    def propose_rows(self, sequences: list[list[int]], limits: list[int], pad_token_id: int) -> list[list[int]]:
+        """Per active row, at most ``limits[i]`` tokens continuing ``sequences[i]`` (its committed tokens);
+        ``pad_token_id`` fills the holes of a padded batched pass."""
+
+    def commit_rows(self, accepted: list[int]) -> None:
+        """Each active row kept the first ``accepted[i]`` tokens of its last proposal, then the target's own."""
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only the active rows ``rows`` (indices into the current active rows)."""
+
+
+class RowDrafters(BatchDrafter):
+    """One unbatched :class:`Drafter` per row, each asked in turn; an instance may serve several rows only
+    if it keeps no per-sequence state (prompt lookup). Draft passes are counted in ``forward_passes`` only."""
+
+    def __init__(self, drafters: Sequence[Drafter]) -> None:
+        self.drafters = list(drafters)
+        self.active = list(range(len(self.drafters)))
+        self._proposed: list[bool] = []
+
+    def reset(self) -> None:
+        for drafter in self.drafters:
+            drafter.reset()
+        self.active = list(range(len(self.drafters)))
+
+    def prefill_rows(self, ids: torch.Tensor, mask: torch.Tensor, layout: str = "auto") -> None:
+        self.reset()
+        for b, drafter in enumerate(self.drafters):
+            drafter.prefill(ids[b, mask[b].bool()].unsqueeze(0))
+
+    def propose_rows(self, sequences: list[list[int]], limits: list[int], pad_token_id: int) -> list[list[int]]:
+        self._proposed = [limit > 0 for limit in limits]
+        return [self.drafters[b].propose(torch.tensor([sequence], dtype=torch.long), limit).tolist()[:limit]
+                if limit > 0 else [] for b, sequence, limit in zip(self.active, sequences, limits)]
+
+    def commit_rows(self, accepted: list[int]) -> None:
+        for b, proposed, a in zip(self.active, self._proposed, accepted):
+            if proposed:
+                self.drafters[b].commit(a)
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self.active = [self.active[i] for i in rows.tolist()]
+
+    @property
+    def forward_passes(self) -> int:  # each instance once, however many rows it serves
+        return sum(drafter.forward_passes for drafter in {id(d): d for d in self.drafters}.values())
+
+
+def _kept_in_draft_cache(accepted: int, drafted: int) -> int:
+    """Proposed tokens a draft cache keeps after a step: the accepted ones among the ``drafted - 1`` it was fed
+    (the last proposed token never was). Under sampling the token after a rejection is the target's resample,
+    not the draft's: it lies past the kept ones, so it is cropped too and fed next step."""
+    return min(accepted, max(drafted - 1, 0))
+
+
+class ModelDrafter(Drafter, BatchDrafter):
     """A small causal LM that drafts with its own KV cache: greedily, or by sampling under sampling.
 
     The cache is rolled back to the committed prefix after each step, so the
-    prefix is never recomputed.
+    prefix is never recomputed. For a batch it drafts for all rows in batched passes with
+    its own :class:`~pytest_specbench.engine.row_cache.RowCache`.
     """
 
     def __init__(self, model: PreTrainedModel) -> None:
@@ -76,6 +159,9 @@ class ModelDrafter(Drafter):
         self._proposal_length = 0
         self._static_length: int | None = None  # set by compile_steps until the next reset
         self._forward = self.model
+        self._row_cache: RowCache | None = None  # the batch's cache, from prefill_rows
+        self._row_bases: list[int] = []  # each active row's committed length at the last proposal
+        self._row_steps = 0  # draft passes of the last batch proposal
 
     def compile_steps(self, max_length: int) -> None:
         """Until the next reset: a static cache of ``max_length`` positions, one-token steps compiled
@@ -136,13 +222,49 @@ class ModelDrafter(Drafter):
         return torch.cat(proposal, dim=1)[0], torch.cat(draft_probs) if sampled else None
 
     def commit(self, num_accepted: int) -> None:
-        # The cache holds the committed prefix plus the first k-1 proposed tokens
-        # (the last proposed token was never fed back). Under sampling the token
-        # committed after a rejection is the target's resample, not the draft's:
-        # it lies past the kept prefix, so it is cropped too and fed next step.
-        kept = self._proposal_base + min(num_accepted, max(self._proposal_length - 1, 0))
+        kept = self._proposal_base + _kept_in_draft_cache(num_accepted, self._proposal_length)
         crop_to(self._cache, min(kept, cache_length(self._cache)))
         self._cached_length = cache_length(self._cache)
+
+    def prefill_rows(self, ids: torch.Tensor, mask: torch.Tensor, layout: str = "auto") -> None:
+        self.reset()
+        self._row_cache = RowCache(self.model, layout)
+        device = self.model.device
+        self._row_cache.forward(ids.to(device), None if bool(mask.all()) else mask.bool().to(device))
+        self.forward_passes += 1
+        self.last_passes = 1
+
+    def propose_rows(self, sequences: list[list[int]], limits: list[int], pad_token_id: int) -> list[list[int]]:
+        steps = self.last_passes = self._row_steps = max(limits)
+        if steps == 0:
+            return [[] for _ in sequences]
+        self._row_bases = [len(sequence) for sequence in sequences]
+        # Each row feeds its committed tokens the draft has not read (1 or 2), left padded with holes
+        # (at least the newest token: only a broken rollback leaves the draft ahead of a row).
+        cached = self._row_cache.lengths.tolist()
+        pending = [sequence[min(length, len(sequence) - 1) :] for sequence, length in zip(sequences, cached)]
+        width = max(len(p) for p in pending)
+        feed = torch.tensor([[pad_token_id] * (width - len(p)) + p for p in pending], dtype=torch.long)
+        feed_valid = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in pending])
+        feed = feed.to(self.model.device)
+        feed_valid = None if bool(feed_valid.all()) else feed_valid.to(self.model.device)
+        drafted = []
+        for _ in range(steps):
+            logits = self._row_cache.forward(feed, feed_valid, logits_to_keep=1)
+            self.forward_passes += 1
+            feed, feed_valid = logits[:, -1].argmax(dim=-1, keepdim=True), None
+            drafted.append(feed)
+        tokens = torch.cat(drafted, dim=1).tolist()
+        return [row[:limit] for row, limit in zip(tokens, limits)]
+
+    def commit_rows(self, accepted: list[int]) -> None:
+        if self._row_steps == 0:
+            return
+        keep = [base + _kept_in_draft_cache(a, self._row_steps) for base, a in zip(self._row_bases, accepted)]
+        self._row_cache.rollback(torch.tensor(keep, dtype=torch.long))
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self._row_cache.select(rows.to(self.model.device))
 
 
 def as_drafter(draft: PreTrainedModel | Drafter) -> Drafter:
@@ -154,7 +276,7 @@ def as_drafter(draft: PreTrainedModel | Drafter) -> Drafter:
     raise TypeError(f"draft must be a transformers PreTrainedModel or a Drafter, got {type(draft).__name__}")
 
 
-class PromptLookupDrafter(Drafter):
+class PromptLookupDrafter(Drafter, BatchDrafter):
     """Model-free n-gram drafter ("prompt lookup decoding").
 
     Finds the most recent earlier occurrence of the sequence's last
@@ -192,3 +314,14 @@ class PromptLookupDrafter(Drafter):
                     start = int(hits[-1, 0]) + n  # the most recent occurrence
                     return sequence[start : start + limit].clone()
         return torch.empty(0, dtype=torch.long, device=committed_ids.device)
+
+    def prefill_rows(self, ids: torch.Tensor, mask: torch.Tensor, layout: str = "auto") -> None:
+        # It keeps no state between proposals, so this one instance serves every row.
+        self._rows = RowDrafters([self] * ids.shape[0])
+        self._rows.prefill_rows(ids, mask, layout)
+
+    def propose_rows(self, sequences: list[list[int]], limits: list[int], pad_token_id: int) -> list[list[int]]:
+        return self._rows.propose_rows(sequences, limits, pad_token_id)
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self._rows.select_rows(rows)

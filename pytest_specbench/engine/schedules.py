@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from .cost_model import predicted_speedup
+from .inputs import check_k
 
 
 class DraftSchedule(ABC):
@@ -45,8 +46,7 @@ class DraftSchedule(ABC):
 
 class ConstantSchedule(DraftSchedule):
     def __init__(self, k: int) -> None:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k (draft tokens per step) must be an integer >= 1, got {k!r}")
+        check_k(k)
         self.k = k
 
     def next_k(self) -> int:

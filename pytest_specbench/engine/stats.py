@@ -106,3 +106,27 @@ class GenerationResult:
     @property
     def token_ids(self) -> list[int]:
         return self.sequences[0, self.prompt_length :].tolist()
+
+
+def record_step(stats: DecodeStats, drafted: int, accepted: int, bonus: int, k: int) -> None:
+    """Count one target pass that committed ``accepted`` of ``drafted`` draft tokens and ``bonus`` of its own.
+
+    ``k`` is the draft length the schedule chose (0 for the prefill and greedy steps). Every loop
+    records its steps here, so the per-step lists and the totals always agree.
+    """
+    stats.target_forward_passes += 1
+    stats.drafted_tokens += drafted
+    stats.accepted_tokens += accepted
+    stats.bonus_tokens += bonus
+    stats.drafted_per_step.append(drafted)
+    stats.accepted_per_step.append(accepted)
+    stats.k_per_step.append(k)
+
+
+def record_verify_step(stats: DecodeStats, drafted: int, accepted: int, committed: int, k: int) -> int:
+    """:func:`record_step` for a verify pass that accepted ``accepted`` drafts and committed ``committed`` tokens
+    in all; returns the accepted tokens kept. An EOS inside the accepted prefix drops the tokens after it, bonus
+    included, so fewer may be kept than accepted."""
+    kept = min(accepted, committed)
+    record_step(stats, drafted, kept, committed - kept, k)
+    return kept
