@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_specbench"
-LOWER_LAYERS = ("engine", "models")
+LOWER_LAYERS = ("testing", "engine", "models")
 # Bottom to top; a module may import its own layer and those before it. plugin and cli are the two
-# front ends (pytest's hooks, ``python -m pytest_specbench``) and import nothing of each other.
-LAYERS = ("engine", "models", "settings", "results", "measure", "report", "plugin", "cli")
+# front ends (pytest's hooks, ``python -m pytest_specbench``) and import nothing of each other. testing
+# (tiny models for the tests and benchmark scripts) is at the bottom: it imports no other package module.
+LAYERS = ("testing", "engine", "models", "settings", "results", "measure", "report", "plugin", "cli")
 # Standard-library-only helpers any layer may use.
 LEAVES = {"pytest_specbench.atomic"}
 

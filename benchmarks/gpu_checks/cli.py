@@ -1,0 +1,163 @@
+"""GPU readiness: one command that checks the whole CUDA path in minutes (issue 24).
+
+The command line (``python benchmarks/gpu_check.py``) and the parent's course: run the parts, judge them,
+fill in what did not run, write the summaries, exit 1 naming any failed check. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from .judge import judge
+from .legs import interrupt
+from .parent import Run, environment_fatal, read_inproc, run_legs
+from .plan import CHECKS, CPU_FORM, CUDA_FORM, Check
+from .report import write_summaries
+
+
+def parent(args: argparse.Namespace) -> int:
+    """The parent process: every part in a child, then the summaries; the exit status 0, 1, or 2 (usage)."""
+    started = datetime.datetime.now(datetime.timezone.utc)
+    start = time.monotonic()
+    run = new_run(args, start)
+    if run is None:
+        return 2
+    interrupted = run_and_judge(run)
+    fill_unrun_checks(run, interrupted)
+    if args.plant_failure:
+        planted = run.checks[args.plant_failure]
+        planted.status = "fail"
+        planted.summary = f"planted failure (--plant-failure); it was: {planted.summary}"
+    failed = write_summaries(run, started, time.monotonic() - start, interrupted)
+    for check in (run.checks[name] for name in CHECKS):
+        print(f"[gpu_check] {check.status.upper():4}  {check.name}: {check.summary}")
+    print(
+        f"[gpu_check] summary: {run.out / 'summary.md'} and {run.out / 'summary.json'} "
+        f"({time.monotonic() - start:.0f} s)"
+    )
+    if failed:
+        print(f"gpu_check: FAILED: {', '.join(failed)}")
+        return 1
+    print(
+        "gpu_check: all checks passed (skipped: "
+        f"{', '.join(c.name for c in run.checks.values() if c.status == 'skip') or 'none'})"
+    )
+    return 0
+
+
+def new_run(args: argparse.Namespace, start: float) -> Run | None:
+    """The run the options ask for, or None (after saying why) when they name an unknown check."""
+    device = normalise_device(args.device)
+    form = CPU_FORM if device == "cpu" else CUDA_FORM
+    budget = args.budget if args.budget is not None else form.budget_s
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    only = set(args.only.split(",")) if args.only else set()
+    unknown = sorted((only | ({args.plant_failure} if args.plant_failure else set())) - set(CHECKS))
+    if unknown:
+        print(f"gpu_check: unknown check name(s) {unknown}; known: {', '.join(CHECKS)}", file=sys.stderr)
+        return None
+    return Run(
+        out, device, form, only, args.qwen, args.with_gemma or form.name == "cuda", start + budget, budget
+    )
+
+
+def run_and_judge(run: Run) -> str | None:
+    """Run the parts and judge them; a signal or an internal error ends it early and is returned as text."""
+    interrupted = None
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        run_legs(run)
+        if not environment_fatal(run):
+            judge(run)
+    except KeyboardInterrupt as error:
+        interrupted = str(error) or "interrupted"
+        if "inproc" in run.legs and "environment" not in run.checks:
+            read_inproc(run)  # what the in-process child finished before the signal
+    except Exception:  # noqa: BLE001 - a bug here must still leave the summaries and a failing exit status
+        interrupted = "gpu_check internal error: " + traceback.format_exc()[-3000:]
+        print(interrupted, file=sys.stderr)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return interrupted
+
+
+def fill_unrun_checks(run: Run, interrupted: str | None) -> None:
+    """Every check without a result: skipped when --only left it out, else failed, saying why."""
+    for name in CHECKS:
+        if name in run.checks:
+            continue
+        if run.only and name not in run.only and name != "environment":
+            run.checks[name] = Check(name, "skip", "not selected (--only)")
+        elif interrupted:
+            run.checks[name] = Check(name, "fail", f"not run: {interrupted}")
+        else:
+            run.checks[name] = Check(
+                name,
+                "fail",
+                "not run: the environment check failed: " + run.checks["environment"].summary[:300],
+            )
+
+
+def normalise_device(device: str) -> str:
+    """``cpu``, ``cuda`` (= ``cuda:0``) or ``cuda:N``; anything else is refused."""
+    device = device.strip().lower()
+    if device == "cuda":
+        return "cuda:0"
+    if device == "cpu" or re.fullmatch(r"cuda:\d+", device):
+        return device
+    raise SystemExit(f"gpu_check: --device must be cpu, cuda or cuda:N, not {device!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line; run the parent, or the in-process child when called with --child inproc."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", required=True, help="folder for summary.json, summary.md and each part's output"
+    )
+    parser.add_argument(
+        "--device", default="cuda:0", help="cuda:N (default cuda:0) or cpu (the reduced CPU form)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds for all parts together (default 420 on CUDA, 300 on CPU)",
+    )
+    parser.add_argument(
+        "--qwen",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the Qwen pairs: auto runs them on CUDA when the qwen extra is installed and converted",
+    )
+    parser.add_argument(
+        "--with-gemma", action="store_true", help="CPU form: run the Gemma lossless check too"
+    )
+    parser.add_argument(
+        "--only", default="", help="comma list of checks to run; the others are reported skipped"
+    )
+    parser.add_argument(
+        "--plant-failure",
+        default=None,
+        metavar="CHECK",
+        help="report CHECK as failed whatever it measured (tests the exit status)",
+    )
+    parser.add_argument("--child", choices=("inproc",), help=argparse.SUPPRESS)
+    parser.add_argument("--form", choices=("cpu", "cuda"), help=argparse.SUPPRESS)
+    parser.add_argument("--checks", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child == "inproc":
+        from .inproc import child_inproc  # imports torch: only the child does
+
+        return child_inproc(args)
+    return parent(args)
