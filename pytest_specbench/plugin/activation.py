@@ -35,6 +35,7 @@ class Activation:
         self._on_start = on_start
         self._settings = read_settings(config.getoption, config.getini)
         self.session: SpecbenchSession | None = None
+        self._claim_pending = False  # the run's files are still to be claimed (locked, checked): see claim
 
     @property
     def asked(self) -> bool:
@@ -57,10 +58,10 @@ class Activation:
         """Claim the run's files if :meth:`start` left it for later: a usage error when another run holds them
         or they hold an unfinished run's log."""
         session = self.session
-        if session is not None and session.claim_pending:
-            session.claim_pending = False
+        if session is not None and self._claim_pending:
+            self._claim_pending = False
             try:
-                session.claim_outputs()
+                session.files.claim()
             except ValueError as error:
                 raise pytest.UsageError(f"pytest-specbench: {error}") from None
 
@@ -71,17 +72,17 @@ class Activation:
         try:
             settings = parse_settings(self._settings, cuda_available)
             check_devices(settings.devices)
-            session = SpecbenchSession.build(settings, config.rootpath, controller=not is_worker(config))
-            session.command = shlex.join(["pytest", *map(str, config.invocation_params.args)])
+            session = SpecbenchSession.build(settings, config.rootpath, controller=not is_worker(config),
+                                             command=shlex.join(["pytest", *map(str, config.invocation_params.args)]))
             if check_outputs:
                 check_files(settings)
                 check_cache_dir(settings, (source for pair in session.pairs for source in pair.sources()))
                 if config.option.collectonly:
                     pass  # --collect-only writes nothing: it locks nothing either
                 elif claim:
-                    session.claim_outputs()  # the run's locks; an unfinished run's log is never replaced
+                    session.files.claim()  # the run's locks; an unfinished run's log is never replaced
                 else:
-                    session.claim_pending = True
+                    self._claim_pending = True
         except (ConfigError, ValueError) as error:
             raise pytest.UsageError(f"pytest-specbench: {error}") from None
         return session

@@ -33,7 +33,8 @@ class Terminated(KeyboardInterrupt):
 class SignalStop:
     """Turns SIGTERM and SIGINT into an interruption, held back while a result is being recorded."""
 
-    def __init__(self) -> None:
+    def __init__(self, active: bool = True) -> None:
+        self.active = active  # False on an xdist worker: the defaults stay
         self.received: str | None = None  # the first signal's name
         self._previous: dict[int, Any] = {}
         self._holding = 0
@@ -42,7 +43,7 @@ class SignalStop:
 
     def install(self) -> None:
         """Take over the signals (main thread only; elsewhere Python refuses, and the defaults stay)."""
-        if self._previous:
+        if self._previous or not self.active:
             return
         try:
             for signum in HANDLED:

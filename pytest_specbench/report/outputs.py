@@ -3,36 +3,17 @@ them alike, from the run's JSON document (:func:`.summary.run_document`, or the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..atomic import write_atomic
 from ..results.gate import save_baseline
+# OutputPaths and Output are named here too: the table below and ``merge`` use them with it.
+from ..results.run_files import Output, OutputPaths, write_each
 from ..results.strict_json import strict_json
 from .markdown import report_markdown
 from .summary import csv_text
-
-
-@dataclass(frozen=True)
-class OutputPaths:
-    """Where each output goes; None: not written."""
-
-    csv: Path | None = None
-    json: Path | None = None
-    baseline: Path | None = None
-    figures: Path | None = None  # a folder
-    report: Path | None = None
-
-
-@dataclass(frozen=True)
-class Output:
-    """One named output: the path it goes to, and the function that writes it there."""
-
-    name: str
-    path: Path | None
-    write: Callable[[Path], None]
 
 
 def write_figures(directory: Path, results: Sequence[dict[str, Any]]) -> None:
@@ -67,13 +48,4 @@ def write_outputs(paths: OutputPaths, document: dict[str, Any], command: str | N
 
     One failed file (a full disk, a NaN refused as strict JSON, matplotlib missing) must not cost the others.
     """
-    written, errors = [], []
-    for output in outputs(paths, document, command):
-        if output.path is None:
-            continue
-        try:
-            output.write(output.path)
-            written.append(output.path)
-        except (OSError, ValueError, ImportError) as error:
-            errors.append(f"could not write {output.path}: {error}")
-    return written, errors
+    return write_each(outputs(paths, document, command))

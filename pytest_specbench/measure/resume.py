@@ -1,0 +1,48 @@
+"""What ``--specbench-resume`` brings to a run: the logged rows it replays instead of measuring them again,
+the logged cases it runs again because their inputs changed, and who measured each replayed row."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..results.log import ResumedLog, read_log, settings_differences
+from ..settings.config import SpecbenchConfig, result_settings
+from .case_inputs import replayable
+from .matrix import Case
+from .prompts import Prompt
+
+
+@dataclass
+class Resume:
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # the rows replayed, by case id
+    rerun: dict[str, list[str]] = field(default_factory=dict)  # logged cases run again, by id: what changed
+    log: ResumedLog | None = None  # the log read
+
+    def origins(self, cases: set[str]) -> list[dict[str, Any]]:
+        """Which earlier runs measured ``cases``: the log's ``{"log", "started", "fingerprint", "cases"}``
+        groups cut to them (a case run again now is no earlier run's)."""
+        if self.log is None:
+            return []
+        groups = []
+        for group in self.log.origins():
+            kept = [case for case in group["cases"] if case in cases]
+            if kept:
+                groups.append({**group, "cases": kept})
+        return groups
+
+
+def load_resume(config: SpecbenchConfig, cases: Sequence[Case], prompts: Sequence[Prompt]) -> Resume:
+    """The resume of ``config.resume`` (nothing when not resuming). ValueError (a usage error) for a log that
+    cannot be read or was measured with other settings."""
+    if config.resume is None:
+        return Resume()
+    log = read_log(config.resume)  # each row checked against the schema: a bad line is a usage error
+    differences = settings_differences(log.settings, result_settings(config))
+    if differences:
+        raise ValueError(f"--specbench-resume={config.resume}: the log was measured with other settings "
+                         f"({'; '.join(differences)}); resume with the options of the run it logged")
+    # Only a row whose case has the same inputs now (models, prompt text, ...) is replayed.
+    rows, rerun = replayable(log.rows, cases, config, prompts)
+    return Resume(rows=rows, rerun=rerun, log=log)

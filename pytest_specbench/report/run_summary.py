@@ -1,0 +1,170 @@
+"""The text of a run's terminal summary: what ran (or why nothing did), what was resumed, skipped, missing
+or interrupted, which files were written or refused, and the gate's lines.
+
+Built from a :class:`RunSnapshot` of the ended run; the plugin writes each ``(line, is_error)`` of each
+section, an error in red.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..results.run_files import RunFiles
+from ..results.tally import CaseTally
+from ..settings.config import SpecbenchConfig
+
+if TYPE_CHECKING:
+    from ..measure.matrix import Case
+    from ..results.gate import GateOutcome
+
+#: one line of the summary, and whether it is an error (red)
+Line = tuple[str, bool]
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """What the summary tells of an ended run."""
+
+    config: SpecbenchConfig
+    cases: Sequence[Case]  # the matrix, in order
+    tally: CaseTally
+    results: Sequence[dict[str, Any]]  # the rows, in matrix order
+    replayed: Sequence[str]  # cases whose row was taken from the resumed log
+    rerun: Mapping[str, Sequence[str]]  # logged cases run again, by id: what changed
+    measured_here: bool  # a row was measured by this run, not only replayed
+    interrupted: str | None  # what ended the run early
+    interrupted_while_writing: bool  # a signal came while the files were written (completed first)
+    files: RunFiles
+    gate: GateOutcome | None
+    empty_selection: Callable[[], list[str]]  # why -k/-m matched no case (probes local models: only then)
+
+    @property
+    def missing(self) -> list[str]:
+        return self.tally.missing([row["case"] for row in self.results])
+
+
+def summary_sections(run: RunSnapshot) -> list[tuple[str, list[Line]]]:
+    """``(title, [(line, is_error), ...])`` sections for the terminal; none when nothing was benchmarked."""
+    tally, files = run.tally, run.files
+    if not (tally.collected or tally.began or run.results or run.gate is not None or files.refusals
+            or tally.skipped):
+        return []
+    lines = _headline(run) + _plain(_budget_lines(run))
+    if run.replayed:
+        lines.append((f"{len(run.replayed)} case(s) taken from {run.config.resume}, not run again", False))
+    lines += _plain(_rerun_lines(run)) + _ending(run) + _plain(_file_lines(run))
+    lines += [(line, True) for line in files.refusals + files.errors]
+    sections = [("specbench summary", lines)]
+    if run.gate is not None:
+        sections.append(("specbench gate", _plain(run.gate.lines)))
+    return sections
+
+
+def _plain(lines: Sequence[str]) -> list[Line]:
+    return [(line, False) for line in lines]
+
+
+def _headline(run: RunSnapshot) -> list[Line]:
+    """The results, or why there are none: every case skipped, or a selection that matched no case; then the
+    pairs whose every case was skipped."""
+    tally = run.tally
+    skipped_pairs = _skipped_pair_lines(run)
+    measured_nothing = tally.measured_nothing([row["case"] for row in run.results])
+    if measured_nothing and tally.all_skipped and not run.interrupted:
+        return _plain([f"no specbench case ran: all {len(tally.selected)} selected case(s) were skipped",
+                       *skipped_pairs,
+                       "no file was written: the results files and log of an earlier run are left as they were"])
+    if tally.collected and not tally.began and not run.interrupted:
+        return _plain(run.empty_selection() + skipped_pairs)
+    from .summary import summary_lines
+
+    return _plain(summary_lines(run.results, run.config.ci_target) + skipped_pairs)
+
+
+def _ending(run: RunSnapshot) -> list[Line]:
+    """How the run ended early, and the cases left without a result (errors when it was interrupted)."""
+    lines = []
+    if run.interrupted:
+        when = " while its files were written," if run.interrupted_while_writing else ""
+        lines.append((f"run interrupted ({run.interrupted}){when} with {len(run.results)} of "
+                      f"{len(run.tally.selected) or len(run.results)} case(s) finished", True))
+    missing = run.missing
+    if missing:
+        lines.append((f"no result for {len(missing)} case(s): {', '.join(missing)}", bool(run.interrupted)))
+        if run.config.log_path is not None and run.results:
+            lines.append((f"to run only those: the same command with --specbench-resume={run.config.log_path}",
+                          False))
+    return lines
+
+
+def _file_lines(run: RunSnapshot) -> list[str]:
+    """The files written, and the run's folder in the history (or why it has none)."""
+    files, config = run.files, run.config
+    lines = [f"results written to {path}" for path in files.written]
+    if files.history_entry is not None:
+        from ..results.history import compare_last_command, number_of
+
+        before = f" (compare it with the run before: {compare_last_command(config.history_dir)})" \
+            if number_of(files.history_entry) > 1 else ""
+        lines.append(f"run saved in the history: {files.history_entry}{before}")
+    elif run.replayed and not run.measured_here and config.history_dir is not None:
+        lines.append(f"not saved in the history: every result was taken from {config.resume}, none was measured")
+    return lines
+
+
+def _rerun_lines(run: RunSnapshot) -> list[str]:
+    """One line naming the logged cases run again because their inputs changed, and what changed."""
+    changed = [case.id for case in run.cases if case.id in run.rerun and case.id in run.tally.selected]
+    if not changed:
+        return []
+    by_change: dict[str, list[str]] = {}
+    for case in changed:
+        by_change.setdefault(", ".join(run.rerun[case]), []).append(case)
+    named = "; ".join(f"{', '.join(cases)} ({change})" for change, cases in by_change.items())
+    return [f"{len(changed)} case(s) of {run.config.resume} run again, not taken from it: their inputs "
+            f"changed since it was logged: {named}"]
+
+
+def _budget_lines(run: RunSnapshot) -> list[str]:
+    """A line when the run's budget was spent before every block ran as long as it needed."""
+    from ..measure.blocks import RUN_BUDGET
+    from ..measure.budget import describe_duration
+
+    config = run.config
+    short = [row for row in run.results if row.get("timing_stop") == RUN_BUDGET]
+    if not short or config.run_budget is None:
+        return []
+    blocks = len({row.get("block") for row in short})
+    return [f"the run's budget (--specbench-budget, {describe_duration(config.run_budget)[6:]}) was spent: "
+            f"{len(short)} case(s) in {blocks} block(s) ran only their {config.min_rounds} minimum rounds; "
+            "a longer --specbench-budget (or off) times them to the interval target"]
+
+
+def _skipped_pair_lines(run: RunSnapshot) -> list[str]:
+    """``pair: N case(s) skipped: reason`` for each pair whose selected cases were all skipped; the reason
+    names what fixes it (the ``hf download`` of a missing model, the option)."""
+    skipped = run.tally.skipped
+    by_pair: dict[str, list[str]] = {}
+    for case in run.cases:
+        if case.id in run.tally.selected or case.id in skipped:
+            by_pair.setdefault(case.pair.name, []).append(case.id)
+    lines = []
+    for pair, cases in by_pair.items():
+        if not set(cases) <= set(skipped):
+            continue
+        reasons = Counter(_without_prefix(skipped.get(case, ""), pair) for case in cases)
+        if len(reasons) == 1:
+            lines.append(f"{pair}: {len(cases)} case(s) skipped: {next(iter(reasons))}")
+        else:
+            lines.append(f"{pair}: {len(cases)} case(s) skipped: " +
+                         "; ".join(f"{reason} ({count} case(s))" for reason, count in reasons.most_common()))
+    return lines
+
+
+def _without_prefix(reason: str, pair: str) -> str:
+    """A skip reason without pytest's ``Skipped: `` and the pair's own name, which the summary line starts with."""
+    reason = reason.removeprefix("Skipped: ").strip()
+    return reason.removeprefix(f"{pair}: ") or "no reason given"

@@ -1,0 +1,85 @@
+"""A run's files and its tally of cases, without pytest: RunFiles claims, logs and writes from a plain config;
+the tally tells the cases without a result from the skipped ones."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specbench.results.run_files import Output, OutputPaths, RunFiles
+from pytest_specbench.results.tally import CaseTally
+from pytest_specbench.settings.config import SpecbenchConfig, parse_settings
+
+
+def _config(tmp_path: Path, **changes: Any) -> SpecbenchConfig:
+    paths = {"csv_path": tmp_path / "r.csv", "json_path": tmp_path / "r.json", "log_path": tmp_path / "r.jsonl",
+             "history_dir": None, "plots_dir": None, "report_path": None, "save_baseline": None}
+    return dataclasses.replace(parse_settings({}), **{**paths, **changes})
+
+
+class _Writers:
+    """Writes nothing: records the paths it was given, and fails as a full disk would."""
+
+    def __init__(self) -> None:
+        self.paths: list[OutputPaths] = []
+
+    def outputs(self, paths: OutputPaths, document: dict[str, Any], command: str | None = None) -> list[Output]:
+        return []
+
+    def write_outputs(self, paths: OutputPaths, document: dict[str, Any], command: str | None = None
+                      ) -> tuple[list[Path], list[str]]:
+        self.paths.append(paths)
+        return [], [f"could not write {paths.csv}: no space left on device"]
+
+
+def test_a_second_run_on_the_same_files_is_refused_until_the_first_lets_them_go(tmp_path: Path) -> None:
+    first = RunFiles(_config(tmp_path), "pytest first")
+    first.claim()
+    second = RunFiles(_config(tmp_path), "pytest second")
+    with pytest.raises(ValueError, match=r"r\.csv is in use by another run .*`pytest first`"):
+        second.claim()
+    first.release()
+    second.claim()
+    second.release()
+
+
+def test_the_log_holds_each_row_and_a_partial_run_saves_no_baseline(tmp_path: Path) -> None:
+    files = RunFiles(_config(tmp_path, save_baseline=tmp_path / "b.json"), "pytest bench")
+    files.claim()
+    assert files.log_to_start
+    files.start_log(["a", "b"], [], [])
+    files.log_row({"case": "a", "speedup": 1.5})
+    files.end_log(["b"], None)
+    lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert lines[0]["cases"] == ["a", "b"] and lines[0]["command"] == "pytest bench"
+    assert lines[1]["case"] == "a" and lines[2]["missing_cases"] == ["b"]
+    assert files.written == [tmp_path / "r.jsonl"]
+
+    writers = _Writers()
+    document = {"results": [{"case": "a"}], "missing_cases": ["b"], "interrupted": None}
+    assert files.write(document, measured_here=True, writers=writers) is True
+    assert writers.paths[0].baseline is None  # refused: a partial baseline would stop gating case b
+    assert files.refusals[0].startswith(f"did not save the baseline {tmp_path / 'b.json'}: 1 case(s) have no result")
+    assert files.errors == [f"could not write {tmp_path / 'r.csv'}: no space left on device"]
+    files.release()
+
+
+def test_the_tally_tells_missing_cases_from_skipped_ones() -> None:
+    tally = CaseTally(["a", "b", "c"])
+    tally.select(["c", "a", "not-in-the-matrix"])
+    assert tally.selected == {"a", "c"}
+    tally.record("c", "setup", "skipped", True, "Skipped: tiny: no model")
+    assert tally.measured_nothing([]) and tally.all_skipped is False
+    tally.record("a", "setup", "passed", True, None)
+    tally.record("a", "call", "failed", True, None)
+    assert tally.missing([]) == ["a"] and tally.missing(["a"]) == []
+    assert not tally.measured_nothing([])  # a began: its files describe this run
+
+    skipped = CaseTally(["c"])
+    skipped.select(["c"])
+    skipped.record("c", "setup", "skipped", True, None)
+    assert skipped.all_skipped and skipped.skipped == {"c": "no reason given"} and skipped.missing([]) == []
