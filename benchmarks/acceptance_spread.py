@@ -29,15 +29,19 @@ def run(out: str, ks: list[int], new_tokens: int, categories: list[str] | None) 
     from pytest_specbench.engine.decoding import speculative_generate
     from pytest_specbench.engine.derived_models import int8_copy
     from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter
-    from pytest_specbench.models.loading import load_model
-    from pytest_specbench.measure.prompts import load_prompts, select_prompts
     from pytest_specbench.measure.inputs import prompt_input_ids
+    from pytest_specbench.measure.prompts import load_prompts, select_prompts
+    from pytest_specbench.models.loading import load_model
 
     loaded = load_model("embedded:gemma3-270m")
     prompts = load_prompts()
     drafters = {"gemma3_int8": ModelDrafter(int8_copy(loaded.model)), "gemma3_pld": PromptLookupDrafter(3)}
-    record = {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "quantized_engine": torch.backends.quantized.engine, "new_tokens": new_tokens, "cases": {}}
+    record = {
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "quantized_engine": torch.backends.quantized.engine,
+        "new_tokens": new_tokens,
+        "cases": {},
+    }
     start = time.perf_counter()
     for pair, drafter in drafters.items():
         for prompt in select_prompts(prompts, categories, 1):
@@ -45,9 +49,15 @@ def run(out: str, ks: list[int], new_tokens: int, categories: list[str] | None) 
             for k in ks:
                 stats = (result := speculative_generate(loaded.model, drafter, ids, k, new_tokens)).stats
                 record["cases"][f"{pair}-k{k}-{prompt.category}"] = {
-                    "accepted": stats.accepted_tokens, "drafted": stats.drafted_tokens, "tokens": result.token_ids}
-                print(f"{pair} k={k} {prompt.category}: {stats.accepted_tokens}/{stats.drafted_tokens} "
-                      f"({time.perf_counter() - start:.0f} s)", flush=True)
+                    "accepted": stats.accepted_tokens,
+                    "drafted": stats.drafted_tokens,
+                    "tokens": result.token_ids,
+                }
+                print(
+                    f"{pair} k={k} {prompt.category}: {stats.accepted_tokens}/{stats.drafted_tokens} "
+                    f"({time.perf_counter() - start:.0f} s)",
+                    flush=True,
+                )
     with open(out, "w", encoding="utf-8") as handle:
         json.dump(record, handle)
 
@@ -73,12 +83,34 @@ def compare(first: str, second: str) -> None:
     table = []
     for (pair, k), rows in sorted(groups.items()):
         changes = [old["accepted"] / old["drafted"] - new["accepted"] / new["drafted"] for _, old, new in rows]
-        table.append((pair, k, len(rows), sum(abs(c) > 1e-12 for c in changes), f"{max(map(abs, changes)):.3f}",
-                      sum(old["tokens"] == new["tokens"] for _, old, new in rows),
-                      _pooled([(old, new) for _, old, new in rows]),
-                      _pooled([(old, new) for prompt, old, new in rows if prompt in GATE_PROMPTS])))
-    print(tabulate(table, headers=("pair", "k", "cases", "moved", "largest case change", "same target output",
-                                   "pooled, all prompts", "pooled, the gate's 4 prompts"), tablefmt="github"))
+        table.append(
+            (
+                pair,
+                k,
+                len(rows),
+                sum(abs(c) > 1e-12 for c in changes),
+                f"{max(map(abs, changes)):.3f}",
+                sum(old["tokens"] == new["tokens"] for _, old, new in rows),
+                _pooled([(old, new) for _, old, new in rows]),
+                _pooled([(old, new) for prompt, old, new in rows if prompt in GATE_PROMPTS]),
+            )
+        )
+    print(
+        tabulate(
+            table,
+            headers=(
+                "pair",
+                "k",
+                "cases",
+                "moved",
+                "largest case change",
+                "same target output",
+                "pooled, all prompts",
+                "pooled, the gate's 4 prompts",
+            ),
+            tablefmt="github",
+        )
+    )
 
 
 def main() -> None:
@@ -94,8 +126,12 @@ def main() -> None:
     comparer.add_argument("second")
     args = parser.parse_args()
     if args.command == "run":
-        run(args.out, [int(k) for k in args.k.split(",")], args.new_tokens,
-            args.prompts.split(",") if args.prompts else None)
+        run(
+            args.out,
+            [int(k) for k in args.k.split(",")],
+            args.new_tokens,
+            args.prompts.split(",") if args.prompts else None,
+        )
     else:
         compare(args.first, args.second)
 

@@ -44,12 +44,16 @@ from pytest_specbench.engine.plain_generate import plain_generate, plain_generat
 def pair(layers: int, width: int) -> tuple[GPT2LMHeadModel, GPT2LMHeadModel]:
     """A random GPT-2 target and a draft made of its first layer (so the draft agrees now and then)."""
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=layers, n_embd=width, n_head=max(width // 64, 1), vocab_size=2048,
-                        n_positions=1024, pad_token_id=None)
+    config = GPT2Config(
+        n_layer=layers, n_embd=width, n_head=max(width // 64, 1), vocab_size=2048, n_positions=1024, pad_token_id=None
+    )
     target = GPT2LMHeadModel(config).eval()
     draft = GPT2LMHeadModel(GPT2Config(**{**config.to_dict(), "n_layer": 1})).eval()
-    state = {key: value for key, value in target.state_dict().items() if not key.startswith("transformer.h.")
-             or key.startswith("transformer.h.0.")}
+    state = {
+        key: value
+        for key, value in target.state_dict().items()
+        if not key.startswith("transformer.h.") or key.startswith("transformer.h.0.")
+    }
     draft.load_state_dict(state)
     return target, draft
 
@@ -99,19 +103,20 @@ def main() -> None:
         contenders = {
             "generate": (lambda: plain_generate(target, ids, mask, config), [target]),
             "greedy": (lambda: batched_greedy_generate(target, ids, mask, n), [target]),
-            "spec_model": (lambda: batched_speculative_generate(target, draft, ids, mask, args.k, n),
-                           [target, draft]),
+            "spec_model": (lambda: batched_speculative_generate(target, draft, ids, mask, args.k, n), [target, draft]),
             "spec_lookup": (lambda: batched_speculative_generate(target, lookup, ids, mask, args.k, n), [target]),
         }
         if batch == 1:
-            contenders["unbatched_model"] = (lambda: speculative_generate(target, draft, ids, args.k, n),
-                                             [target, draft])
+            contenders["unbatched_model"] = (
+                lambda: speculative_generate(target, draft, ids, args.k, n),
+                [target, draft],
+            )
         walls: dict[str, list[float]] = {name: [] for name in contenders}
         overhead: dict[str, list[float]] = {name: [] for name in contenders}
         decode_tps: dict[str, list[float]] = {name: [] for name in contenders}
         names = list(contenders)
         for round_ in range(args.rounds + 1):  # round 0 warms up
-            for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
                 function, models = contenders[name]
                 with torch.inference_mode():
                     result, wall, inside = timed(function, models)
@@ -129,10 +134,14 @@ def main() -> None:
                 if hasattr(result, "stats"):
                     decode_tps[name].append(result.stats.decode_tokens_per_second)
         median = {name: statistics.median(values) for name, values in walls.items()}
-        print(f"batch {batch}: wall (median of {args.rounds}) " +
-              ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in median.items()))
-        print("  overhead share outside forward passes: " +
-              ", ".join(f"{name} {statistics.median(overhead[name]):.1%}" for name in names if name != "generate"))
+        print(
+            f"batch {batch}: wall (median of {args.rounds}) "
+            + ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in median.items())
+        )
+        print(
+            "  overhead share outside forward passes: "
+            + ", ".join(f"{name} {statistics.median(overhead[name]):.1%}" for name in names if name != "generate")
+        )
         print(f"  batched greedy / generate speed: {median['generate'] / median['greedy']:.2f}x")
         if batch == 1:
             print(f"  batched / unbatched speculative speed: {median['unbatched_model'] / median['spec_model']:.2f}x")

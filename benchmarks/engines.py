@@ -5,7 +5,8 @@
 For each pair and prompt it runs, round after round in a rotating order (so drift in machine load
 hits every contestant alike): target-only ``greedy_generate``, transformers' ``generate(do_sample=
 False)``, and at each k both engines (``native`` = ``speculative_generate``, ``hf`` = ``generate``
-with the assistant or prompt lookup) and the native engine with the model's own output head, plus ``native`` at k=auto (the cost-model schedule) and
+with the assistant or prompt lookup) and the native engine with the model's own output head, plus ``native``
+at k=auto (the cost-model schedule) and
 ``hf`` at its default schedule. Every run's tokens must equal ``generate``'s. It prints and writes:
 
 (a) greedy_generate / generate: the baseline is not a straw man (target >= 0.98x);
@@ -63,22 +64,28 @@ def gpt2_random(prompt_categories: list[str], prompt_tokens: int = 48):
     torch.manual_seed(0)
     target = GPT2LMHeadModel(GPT2Config()).eval()
     generator = torch.Generator().manual_seed(0)
-    prompts = {category: torch.randint(0, target.config.vocab_size, (1, prompt_tokens), generator=generator)
-               for category in prompt_categories}
+    prompts = {
+        category: torch.randint(0, target.config.vocab_size, (1, prompt_tokens), generator=generator)
+        for category in prompt_categories
+    }
     return target, ModelDrafter(truncated_copy(target, 2)), prompts
 
 
 def gemma_pairs(prompt_categories: list[str], names: list[str]):
-    from pytest_specbench.models.loading import load_model
-    from pytest_specbench.measure.prompts import load_prompts, select_prompts
     from pytest_specbench.measure.inputs import prompt_input_ids
+    from pytest_specbench.measure.prompts import load_prompts, select_prompts
+    from pytest_specbench.models.loading import load_model
 
     loaded = load_model("embedded:gemma3-270m")
     suite = load_prompts()
-    prompts = {prompt.category: prompt_input_ids(loaded.tokenizer, prompt, suite, None, "cpu")
-               for prompt in select_prompts(suite, prompt_categories, 1)}
-    drafters = {"gemma3_int8": lambda: ModelDrafter(int8_copy(loaded.model)),
-                "gemma3_pld": lambda: PromptLookupDrafter(3)}
+    prompts = {
+        prompt.category: prompt_input_ids(loaded.tokenizer, prompt, suite, None, "cpu")
+        for prompt in select_prompts(suite, prompt_categories, 1)
+    }
+    drafters = {
+        "gemma3_int8": lambda: ModelDrafter(int8_copy(loaded.model)),
+        "gemma3_pld": lambda: PromptLookupDrafter(3),
+    }
     return {name: (loaded.model, drafters[name](), prompts) for name in names if name in drafters}
 
 
@@ -109,7 +116,8 @@ def measure_pair(name: str, target, drafter, prompts: dict, ks: list[int], new_t
             contestants[f"native k{k}"] = lambda k=k: speculative_generate(target, drafter, ids, k, new_tokens)
             contestants[f"hf k{k}"] = lambda k=k: hf_assisted_generate(target, drafter, ids, k, new_tokens)
             contestants[f"native k{k} linear head"] = lambda k=k: speculative_generate(
-                target, drafter, ids, k, new_tokens, head_kernel="linear")
+                target, drafter, ids, k, new_tokens, head_kernel="linear"
+            )
         contestants["native auto"] = lambda: speculative_generate(target, drafter, ids, auto, new_tokens)
         if draft_model is not None:
             contestants["hf auto"] = lambda: hf_assisted_generate(target, drafter, ids, "auto", new_tokens)
@@ -126,13 +134,20 @@ def measure_pair(name: str, target, drafter, prompts: dict, ks: list[int], new_t
                 entry = {"wall_s": wall, "inside_forward_s": inside}
                 if not isinstance(result, list):
                     stats = result.stats
-                    entry.update(per_decode_token_s=stats.time_per_decode_token_s,
-                                 drafted_per_step=stats.drafted_per_step, accepted_per_step=stats.accepted_per_step,
-                                 k_per_step=stats.k_per_step)
+                    entry.update(
+                        per_decode_token_s=stats.time_per_decode_token_s,
+                        drafted_per_step=stats.drafted_per_step,
+                        accepted_per_step=stats.accepted_per_step,
+                        k_per_step=stats.k_per_step,
+                    )
                 runs[label].append(entry)
             print(f"  {name} {category}: round {round_index + 1}/{rounds} done", flush=True)
-        record["prompts"][category] = {"verify_costs_s": curve, "cost_ratio": cost_ratio, "runs": runs,
-                                       "column_head_rows": column_head_rows(target, "auto", len(curve))}
+        record["prompts"][category] = {
+            "verify_costs_s": curve,
+            "cost_ratio": cost_ratio,
+            "runs": runs,
+            "column_head_rows": column_head_rows(target, "auto", len(curve)),
+        }
     return record
 
 
@@ -171,8 +186,10 @@ def overhead_and_efficiency(record: dict, ks: list[int]) -> dict:
             share += [1 - run["inside_forward_s"] / run["wall_s"] for run in runs[label]]
             alpha = alpha_mle(runs[label][0]["drafted_per_step"], runs[label][0]["accepted_per_step"])
             if alpha is not None:
-                measured = statistics.median(base["per_decode_token_s"] / spec["per_decode_token_s"]
-                                             for base, spec in zip(runs["greedy"], runs[label]))
+                measured = statistics.median(
+                    base["per_decode_token_s"] / spec["per_decode_token_s"]
+                    for base, spec in zip(runs["greedy"], runs[label])
+                )
                 eff.append(measured / predicted_speedup(alpha, k, prompt["cost_ratio"], prompt["verify_costs_s"]))
         shares[k] = statistics.median(share)
         efficiencies[k] = statistics.median(eff) if eff else None
@@ -182,10 +199,16 @@ def overhead_and_efficiency(record: dict, ks: list[int]) -> dict:
 def _show(label: str, value: dict | None, target: float | None = None) -> str:
     if value is None:
         return f"{label}: not measured"
-    verdict = "" if target is None else ("  (target >= {:.2f}: {})".format(
-        target, "met" if value["ratio"] >= target else f"missed by {target - value['ratio']:.2f}"))
-    spread = ("(one run: no interval)" if value["ci_low"] is None
-              else f"[{value['ci_low']:.3f}, {value['ci_high']:.3f}]")
+    verdict = (
+        ""
+        if target is None
+        else (
+            "  (target >= {:.2f}: {})".format(
+                target, "met" if value["ratio"] >= target else f"missed by {target - value['ratio']:.2f}"
+            )
+        )
+    )
+    spread = "(one run: no interval)" if value["ci_low"] is None else f"[{value['ci_low']:.3f}, {value['ci_high']:.3f}]"
     return f"{label}: {value['ratio']:.3f} {spread} over {value['rounds']} paired runs{verdict}"
 
 
@@ -204,9 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     names = args.pairs.split(",")
     ks = [int(k) for k in args.ks.split(",")]
     categories = args.prompts.split(",")
-    print(f"{platform.processor() or platform.machine()}, torch {torch.__version__} "
-          f"(CPU capability {torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} threads; "
-          f"k {ks}, {args.new_tokens} new tokens, {args.rounds} rounds", flush=True)
+    print(
+        f"{platform.processor() or platform.machine()}, torch {torch.__version__} "
+        f"(CPU capability {torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} threads; "
+        f"k {ks}, {args.new_tokens} new tokens, {args.rounds} rounds",
+        flush=True,
+    )
     pairs = {}
     if "gpt2_random" in names:
         pairs["gpt2_random"] = gpt2_random(categories)
@@ -224,41 +250,60 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for record in records:
         name = record["pair"]
-        found = {"baseline / generate": ratio([record], "greedy", "generate"),
-                 "native / hf, constant k": equal_k_ratio([record], ks),
-                 "native auto / hf default": ratio([record], "native auto", "hf auto"),
-                 "native / native with linear head": pooled_ratio(
-                     [record], [(f"native k{k}", f"native k{k} linear head") for k in ks]),
-                 **overhead_and_efficiency(record, ks)}
+        found = {
+            "baseline / generate": ratio([record], "greedy", "generate"),
+            "native / hf, constant k": equal_k_ratio([record], ks),
+            "native auto / hf default": ratio([record], "native auto", "hf auto"),
+            "native / native with linear head": pooled_ratio(
+                [record], [(f"native k{k}", f"native k{k} linear head") for k in ks]
+            ),
+            **overhead_and_efficiency(record, ks),
+        }
         summary["per_pair"][name] = found
         print(f"{name}:")
         for label, target in TARGETS.items():
             print("  " + _show(label, found[label], target))
         for k in ks:
             print(f"  native / hf at k={k}: {_show('', ratio([record], f'native k{k}', f'hf k{k}'))[2:]}")
-        print("  " + _show("native / native with the model's own output head (what the head buys)",
-                           found["native / native with linear head"]))
+        print(
+            "  "
+            + _show(
+                "native / native with the model's own output head (what the head buys)",
+                found["native / native with linear head"],
+            )
+        )
         rows = sorted({row for prompt in record["prompts"].values() for row in prompt["column_head_rows"]})
         print(f"  verify blocks (rows) whose head ran as weight @ hidden.T: {rows or 'none'}")
-        print("  native k=auto over native at each constant k: " + ", ".join(
-            f"k={k} {_show('', ratio([record], 'native auto', f'native k{k}'))[2:].split(' over')[0]}" for k in ks))
+        print(
+            "  native k=auto over native at each constant k: "
+            + ", ".join(
+                f"k={k} {_show('', ratio([record], 'native auto', f'native k{k}'))[2:].split(' over')[0]}" for k in ks
+            )
+        )
         shares = found["overhead_share"]
-        print("  engine overhead (share of wall time outside forward passes), by k: "
-              + ", ".join(f"k={k} {share:.1%}" for k, share in shares.items())
-              + ("" if name != "gpt2_random" else f"  (target < {MAX_OVERHEAD:.0%})"))
-        print("  efficiency (measured / predicted decode speedup), by k: "
-              + ", ".join(f"k={k} {eff:.2f}" if eff is not None else f"k={k} -" for k, eff in
-                          found["efficiency"].items()))
+        print(
+            "  engine overhead (share of wall time outside forward passes), by k: "
+            + ", ".join(f"k={k} {share:.1%}" for k, share in shares.items())
+            + ("" if name != "gpt2_random" else f"  (target < {MAX_OVERHEAD:.0%})")
+        )
+        print(
+            "  efficiency (measured / predicted decode speedup), by k: "
+            + ", ".join(f"k={k} {eff:.2f}" if eff is not None else f"k={k} -" for k, eff in found["efficiency"].items())
+        )
     embedded = [record for record in records if record["pair"].startswith("gemma3")]
     if embedded:
-        summary["embedded"] = {"native / hf, constant k": equal_k_ratio(embedded, ks),
-                               "native auto / hf default": ratio(embedded, "native auto", "hf auto")}
+        summary["embedded"] = {
+            "native / hf, constant k": equal_k_ratio(embedded, ks),
+            "native auto / hf default": ratio(embedded, "native auto", "hf auto"),
+        }
         print("embedded pairs together:")
         for label, value in summary["embedded"].items():
             print("  " + _show(label, value, TARGETS[label]))
     print(f"all outputs equal generate's: yes; {time.perf_counter() - start:.0f} s")
-    Path(args.out).write_text(json.dumps({"args": vars(args), "summary": summary, "records": records}, indent=1,
-                                         default=str) + "\n", encoding="utf-8")
+    Path(args.out).write_text(
+        json.dumps({"args": vars(args), "summary": summary, "records": records}, indent=1, default=str) + "\n",
+        encoding="utf-8",
+    )
     return 0
 
 

@@ -73,14 +73,20 @@ def main() -> None:
                 speculatives.append(spec)
     log_whole, log_alone, log_base, log_spec = map(np.log, (wholes, alones, baselines, speculatives))
     print(f"{args.prompt}, k={args.k}, {args.rounds} rounds")
-    print(f"baseline per token, interleaved / whole: {math.exp(log_base.mean() - log_whole.mean()):.3f} "
-          f"(se {_standard_error(log_base, log_whole):.3f})")
-    print(f"speculative per token, interleaved / alone: {math.exp(log_spec.mean() - log_alone.mean()):.3f} "
-          f"(se {_standard_error(log_spec, log_alone):.3f})")
+    print(
+        f"baseline per token, interleaved / whole: {math.exp(log_base.mean() - log_whole.mean()):.3f} "
+        f"(se {_standard_error(log_base, log_whole):.3f})"
+    )
+    print(
+        f"speculative per token, interleaved / alone: {math.exp(log_spec.mean() - log_alone.mean()):.3f} "
+        f"(se {_standard_error(log_spec, log_alone):.3f})"
+    )
     unpaired = math.exp(log_whole.mean() - log_alone.mean())
-    print(f"speedup, interleaved: {math.exp((log_base - log_spec).mean()):.3f} (round log sd "
-          f"{(log_base - log_spec).std(ddof=1):.3f}); whole over alone: {unpaired:.3f} "
-          f"(se {_standard_error(log_whole, log_alone):.3f})")
+    print(
+        f"speedup, interleaved: {math.exp((log_base - log_spec).mean()):.3f} (round log sd "
+        f"{(log_base - log_spec).std(ddof=1):.3f}); whole over alone: {unpaired:.3f} "
+        f"(se {_standard_error(log_whole, log_alone):.3f})"
+    )
 
 
 if __name__ == "__main__":

@@ -75,8 +75,10 @@ def interleaved_spreads(model, ids, runs: int, new_tokens: int = 32) -> None:
         whole.append(math.log(first / second))
         pair = decode_seconds([GreedyStepper(model, ids, new_tokens), GreedyStepper(model, ids, new_tokens)])
         interleaved.append(math.log(pair[0] / pair[1]))
-    print(f"{runs} pairs of identical greedy decodes ({new_tokens} new tokens): log time ratio sd "
-          f"{float(np.std(whole)):.4f} one run after the other, {float(np.std(interleaved)):.4f} token by token")
+    print(
+        f"{runs} pairs of identical greedy decodes ({new_tokens} new tokens): log time ratio sd "
+        f"{float(np.std(whole)):.4f} one run after the other, {float(np.std(interleaved)):.4f} token by token"
+    )
 
 
 def main() -> None:
@@ -98,13 +100,19 @@ def main() -> None:
         return
     seconds = [greedy_generate(loaded.model, ids, 32).stats.time_per_decode_token_s for _ in range(args.runs)]
     log_times = np.log(seconds)
-    print(f"{args.runs} runs, {1000 * float(np.mean(seconds)):.1f} ms per decode token, "
-          f"log sd {float(np.std(log_times)):.3f}")
-    print("autocorrelation by lag (runs):",
-          ", ".join(f"{lag}: {autocorrelation(log_times, lag):.2f}" for lag in (1, 2, 3, 5, 10) if lag < args.runs))
+    print(
+        f"{args.runs} runs, {1000 * float(np.mean(seconds)):.1f} ms per decode token, "
+        f"log sd {float(np.std(log_times)):.3f}"
+    )
+    print(
+        "autocorrelation by lag (runs):",
+        ", ".join(f"{lag}: {autocorrelation(log_times, lag):.2f}" for lag in (1, 2, 3, 5, 10) if lag < args.runs),
+    )
     for every in (1, 2, 3, 5):
-        print(f"baseline every {every} cases: log ratio sd interpolated {pairing_spread(log_times, every, True):.3f}, "
-              f"nearest {pairing_spread(log_times, every, False):.3f}")
+        print(
+            f"baseline every {every} cases: log ratio sd interpolated {pairing_spread(log_times, every, True):.3f}, "
+            f"nearest {pairing_spread(log_times, every, False):.3f}"
+        )
     print("runs (ms per decode token):", " ".join(str(round(1000 * value)) for value in seconds))
 
 

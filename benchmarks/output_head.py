@@ -50,9 +50,9 @@ def head_forms(shape: tuple[int, int], repeats: int) -> dict[int, dict[str, floa
 
 def gemma_curves(sweeps: int, positions: int) -> dict[str, list[float]] | None:
     try:
-        from pytest_specbench.models.loading import load_model
-        from pytest_specbench.measure.prompts import load_prompts, select_prompts
         from pytest_specbench.measure.inputs import prompt_input_ids
+        from pytest_specbench.measure.prompts import load_prompts, select_prompts
+        from pytest_specbench.models.loading import load_model
 
         loaded = load_model("embedded:gemma3-270m")
     except Exception as error:  # the embedded model is optional here
@@ -64,8 +64,10 @@ def gemma_curves(sweeps: int, positions: int) -> dict[str, list[float]] | None:
     for _ in range(sweeps):
         for kernel in samples:
             samples[kernel].append(verify_costs(loaded.model, ids, positions, repeats=3, head_kernel=kernel))
-    return {kernel: [1000 * statistics.median(sweep[m] for sweep in runs) for m in range(positions)]
-            for kernel, runs in samples.items()}
+    return {
+        kernel: [1000 * statistics.median(sweep[m] for sweep in runs) for m in range(positions)]
+        for kernel, runs in samples.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--positions", type=int, default=17)
     parser.add_argument("--out", default="output_head.json")
     args = parser.parse_args(argv)
-    print(f"{platform.processor() or platform.machine()}, torch {torch.__version__} "
-          f"(CPU capability {torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} threads")
+    print(
+        f"{platform.processor() or platform.machine()}, torch {torch.__version__} "
+        f"(CPU capability {torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} threads"
+    )
     document: dict = {"args": vars(args), "heads": {}, "gemma3_verify_costs_ms": None}
     for name, shape in HEADS.items():
         results = head_forms(shape, args.repeats)
@@ -86,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     curves = gemma_curves(args.sweeps, args.positions)
     if curves:
         document["gemma3_verify_costs_ms"] = curves
-        print("Gemma 3 270M v(m)/v(1), m = 1..{} (linear head / column head):".format(args.positions))
+        print(f"Gemma 3 270M v(m)/v(1), m = 1..{args.positions} (linear head / column head):")
         for kernel, curve in curves.items():
             print(f"  {kernel}: v(1) {curve[0]:.0f} ms; " + " ".join(f"{v / curve[0]:.2f}" for v in curve))
     Path(args.out).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")

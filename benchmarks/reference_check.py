@@ -24,8 +24,14 @@ from pytest_specbench.measure.verdicts import reference_tokens  # noqa: E402
 
 
 def special_ids(model, tokenizer) -> set[int]:
-    found = {0, tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id,
-             model.config.pad_token_id, model.config.bos_token_id}
+    found = {
+        0,
+        tokenizer.pad_token_id,
+        tokenizer.bos_token_id,
+        tokenizer.eos_token_id,
+        model.config.pad_token_id,
+        model.config.bos_token_id,
+    }
     eos = model.config.eos_token_id
     found |= set(eos) if isinstance(eos, list) else {eos}
     return {token for token in found if isinstance(token, int)}
@@ -50,15 +56,22 @@ def main() -> int:
             holding += bool(set(ids[0].tolist()) & specials)
             holding_zero += 0 in ids[0].tolist()
             with torch.inference_mode():
-                truth = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                       max_new_tokens=args.new_tokens, eos_token_id=None)[0, ids.shape[1]:].tolist()
+                truth = model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    do_sample=False,
+                    max_new_tokens=args.new_tokens,
+                    eos_token_id=None,
+                )[0, ids.shape[1] :].tolist()
             same = reference_tokens(model, ids, args.new_tokens, None) == truth
             equal += same
             if not same:
                 print(f"  {source} {prompt.id}: the reference differs from generate() with the whole prompt")
         differ += len(prompts) - equal
-        print(f"{source}: {equal} of {len(prompts)} prompts equal; {holding} hold one of the ids "
-              f"{sorted(specials)}, {holding_zero} id 0 ({tokenizer.convert_ids_to_tokens(0)!r})")
+        print(
+            f"{source}: {equal} of {len(prompts)} prompts equal; {holding} hold one of the ids "
+            f"{sorted(specials)}, {holding_zero} id 0 ({tokenizer.convert_ids_to_tokens(0)!r})"
+        )
     return 1 if differ else 0
 
 

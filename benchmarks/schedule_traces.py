@@ -82,8 +82,9 @@ def _model_trace(model, prompt_ids, continuation: list[int], max_draft: int) -> 
     enable_rollback(cache)
 
     def feed(tokens: list[int]) -> torch.Tensor:
-        logits = model(input_ids=torch.tensor([tokens], dtype=torch.long), cache=cache, use_cache=True,
-                       logits_to_keep=1).logits
+        logits = model(
+            input_ids=torch.tensor([tokens], dtype=torch.long), cache=cache, use_cache=True, logits_to_keep=1
+        ).logits
         return logits[0, -1].float().softmax(-1)
 
     probs = feed(prompt_ids[0].tolist())
@@ -142,8 +143,14 @@ def _lookup_trace(drafter, committed, continuation: list[int], max_draft: int) -
     return matches, available
 
 
-def record(out: str, categories: Sequence[str] | None, per_category: int | None, new_tokens: int,
-           max_draft: int, pairs: Sequence[str]) -> None:
+def record(
+    out: str,
+    categories: Sequence[str] | None,
+    per_category: int | None,
+    new_tokens: int,
+    max_draft: int,
+    pairs: Sequence[str],
+) -> None:
     import torch
 
     from pytest_specbench.engine.decoding import greedy_generate
@@ -171,20 +178,35 @@ def record(out: str, categories: Sequence[str] | None, per_category: int | None,
             if int8 is not None:
                 # Position 0 is the prefill's token: simulations start at position 1.
                 match, stops = _model_trace(int8, ids, continuation, max_draft)
-                entry["gemma3_int8"] = {"match": match, "stop": stops[CONFIDENCE],
-                                        "stops": {str(t): stop for t, stop in stops.items()}}
+                entry["gemma3_int8"] = {
+                    "match": match,
+                    "stop": stops[CONFIDENCE],
+                    "stops": {str(t): stop for t, stop in stops.items()},
+                }
             document["prompts"].append(entry)
-            print(f"{prompt.id}: " + ", ".join(f"{pair} mean match {sum(entry[pair]['match']) / new_tokens:.2f}"
-                                               for pair in pairs if pair in entry), flush=True)
+            print(
+                f"{prompt.id}: "
+                + ", ".join(
+                    f"{pair} mean match {sum(entry[pair]['match']) / new_tokens:.2f}" for pair in pairs if pair in entry
+                ),
+                flush=True,
+            )
             Path(out).write_text(json.dumps(document), encoding="utf-8")  # partial traces survive an interruption
 
 
 # --- simulate -----------------------------------------------------------------------------------
 
 
-def simulate(trace: dict[str, Any], schedule: Any, costs: Sequence[float], cost_ratio: float,
-             threshold: bool | None = None, step_overhead: float = 0.0, catch_up_ratio: float | None = None,
-             warmups: int = 1) -> dict[str, float]:
+def simulate(
+    trace: dict[str, Any],
+    schedule: Any,
+    costs: Sequence[float],
+    cost_ratio: float,
+    threshold: bool | None = None,
+    step_overhead: float = 0.0,
+    catch_up_ratio: float | None = None,
+    warmups: int = 1,
+) -> dict[str, float]:
     """Replay the engine's loop over one prompt's trace of one pair; the time is in units of v(1).
 
     ``schedule``: an int (a constant k) or a DraftSchedule. ``threshold``: whether a model draft's confidence
@@ -203,8 +225,15 @@ def simulate(trace: dict[str, Any], schedule: Any, costs: Sequence[float], cost_
     return _generation(trace, schedule, costs, cost_ratio, threshold, step_overhead, catch_up_ratio)
 
 
-def _generation(trace: dict[str, Any], schedule: Any, costs: Sequence[float], cost_ratio: float,
-                threshold: bool | None, step_overhead: float, catch_up_ratio: float | None) -> dict[str, float]:
+def _generation(
+    trace: dict[str, Any],
+    schedule: Any,
+    costs: Sequence[float],
+    cost_ratio: float,
+    threshold: bool | None,
+    step_overhead: float,
+    catch_up_ratio: float | None,
+) -> dict[str, float]:
     schedule.reset()
     if threshold is None:
         threshold = schedule.confidence_threshold is not None
@@ -228,8 +257,9 @@ def _generation(trace: dict[str, Any], schedule: Any, costs: Sequence[float], co
         else:
             drafted = min(block, cap[p]) if threshold else block
         accepted = min(match[p], drafted)
-        time += step_overhead + (1.0 if drafted == 0 else costs[drafted] / v1 + drafted * cost_ratio
-                                 + (extra if whole else 0.0))
+        time += step_overhead + (
+            1.0 if drafted == 0 else costs[drafted] / v1 + drafted * cost_ratio + (extra if whole else 0.0)
+        )
         whole = drafted > 0 and accepted == drafted  # the draft feeds two tokens next time
         schedule.update(drafted, accepted)
         p += accepted + 1
@@ -261,19 +291,29 @@ def schedules_by_name(costs: Sequence[float], cost_ratio: float) -> dict[str, Ca
 
     longest = len(costs) - 1
 
-    return {"auto": lambda: CostModelSchedule.tuned(costs, cost_ratio, confidence_stop=True),
-            "heuristic": lambda: HeuristicSchedule(),
-            # for comparison: the constructor's generic rule (k=auto until the per-drafter setting, issue 22),
-            # and that rule with its earlier prior (0.6 worth half an observation)
-            "auto_generic": lambda: CostModelSchedule(costs, cost_ratio),
-            "auto_before": lambda: CostModelSchedule(costs, cost_ratio, prior_alpha=0.6, prior_weight=0.5, grow=False,
-                                                     unsure_weight=1.0),
-            "hf_default": lambda: HfDefault(min(20, longest))}
+    return {
+        "auto": lambda: CostModelSchedule.tuned(costs, cost_ratio, confidence_stop=True),
+        "heuristic": lambda: HeuristicSchedule(),
+        # for comparison: the constructor's generic rule (k=auto until the per-drafter setting, issue 22),
+        # and that rule with its earlier prior (0.6 worth half an observation)
+        "auto_generic": lambda: CostModelSchedule(costs, cost_ratio),
+        "auto_before": lambda: CostModelSchedule(
+            costs, cost_ratio, prior_alpha=0.6, prior_weight=0.5, grow=False, unsure_weight=1.0
+        ),
+        "hf_default": lambda: HfDefault(min(20, longest)),
+    }
 
 
-def evaluate(traces: dict[str, Any], pair: str, categories: Sequence[str], costs: Sequence[float],
-             cost_ratio: float, names: Sequence[str] = ("auto",), make: dict | None = None,
-             **options: Any) -> dict[str, Any]:
+def evaluate(
+    traces: dict[str, Any],
+    pair: str,
+    categories: Sequence[str],
+    costs: Sequence[float],
+    cost_ratio: float,
+    names: Sequence[str] = ("auto",),
+    make: dict | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """Per prompt of ``categories``: each schedule's and each constant k's predicted speedup, the best constant
     k's, and each schedule's ratio to it; per category and over all, geometric means of the ratios."""
     make = make or schedules_by_name(costs, cost_ratio)
@@ -284,16 +324,31 @@ def evaluate(traces: dict[str, Any], pair: str, categories: Sequence[str], costs
         constant = {k: simulate(trace, k, costs, cost_ratio, **options)["speedup"] for k in CONSTANT_KS}
         best_k = max(constant, key=constant.get)
         scheduled = {name: simulate(trace, make[name](), costs, cost_ratio, **options)["speedup"] for name in names}
-        per_prompt.append({"id": entry["id"], "category": entry["category"], "constant": constant, "best_k": best_k,
-                           "best": constant[best_k], "schedules": scheduled,
-                           "ratio": {name: s / constant[best_k] for name, s in scheduled.items()}})
+        per_prompt.append(
+            {
+                "id": entry["id"],
+                "category": entry["category"],
+                "constant": constant,
+                "best_k": best_k,
+                "best": constant[best_k],
+                "schedules": scheduled,
+                "ratio": {name: s / constant[best_k] for name, s in scheduled.items()},
+            }
+        )
     summary = {name: _geomean([item["ratio"][name] for item in per_prompt]) for name in names} if per_prompt else {}
-    by_category = {category: {name: _geomean([item["ratio"][name] for item in per_prompt
-                                              if item["category"] == category]) for name in names}
-                   for category in dict.fromkeys(item["category"] for item in per_prompt)}
+    by_category = {
+        category: {
+            name: _geomean([item["ratio"][name] for item in per_prompt if item["category"] == category])
+            for name in names
+        }
+        for category in dict.fromkeys(item["category"] for item in per_prompt)
+    }
     # The best single constant k over the set, as a user who sweeps once and then fixes k would pick.
-    fixed = {k: _geomean([item["constant"][k] / item["best"] for item in per_prompt]) for k in CONSTANT_KS} \
-        if per_prompt else {}
+    fixed = (
+        {k: _geomean([item["constant"][k] / item["best"] for item in per_prompt]) for k in CONSTANT_KS}
+        if per_prompt
+        else {}
+    )
     return {"prompts": per_prompt, "ratio": summary, "by_category": by_category, "fixed_k_ratio": fixed}
 
 
@@ -301,18 +356,25 @@ def _print(result: dict[str, Any], pair: str, label: str, verbose: bool) -> None
     print(f"== {pair}, {label}: {len(result['prompts'])} prompts")
     if verbose:
         for item in result["prompts"]:
-            print(f"  {item['id']:<24} best k={item['best_k']:<2} {item['best']:.3f}  "
-                  + "  ".join(f"{name} {s:.3f} ({item['ratio'][name]:.3f})" for name, s in item["schedules"].items())
-                  + "  | " + " ".join(f"k{k}:{s:.2f}" for k, s in item["constant"].items()))
+            print(
+                f"  {item['id']:<24} best k={item['best_k']:<2} {item['best']:.3f}  "
+                + "  ".join(f"{name} {s:.3f} ({item['ratio'][name]:.3f})" for name, s in item["schedules"].items())
+                + "  | "
+                + " ".join(f"k{k}:{s:.2f}" for k, s in item["constant"].items())
+            )
     for category, ratios in result["by_category"].items():
         print(f"  {category:<20} " + "  ".join(f"{name} / best k: {r:.3f}" for name, r in ratios.items()))
-    print("  geometric mean over prompts: " + "  ".join(f"{name} / best k: {r:.3f}" for name, r in
-                                                       result["ratio"].items()))
+    print(
+        "  geometric mean over prompts: "
+        + "  ".join(f"{name} / best k: {r:.3f}" for name, r in result["ratio"].items())
+    )
     if "auto" in result["ratio"] and "hf_default" in result["ratio"]:
         ratio = result["ratio"]["auto"] / result["ratio"]["hf_default"]
         print(f"  auto / hf_default (decode, schedule only): {ratio:.3f}")
-    print("  a single constant k for all (/ per-prompt best): " + "  ".join(
-        f"k={k} {r:.3f}" for k, r in result["fixed_k_ratio"].items()))
+    print(
+        "  a single constant k for all (/ per-prompt best): "
+        + "  ".join(f"k={k} {r:.3f}" for k, r in result["fixed_k_ratio"].items())
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -327,15 +389,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     rec.add_argument("--pairs", default="gemma3_int8,gemma3_pld")
     sim = commands.add_parser("simulate", help="simulate schedules over recorded traces")
     sim.add_argument("traces")
-    sim.add_argument("--results", default=str(ROOT / "docs" / "default_run.json"),
-                     help="a run's JSON document whose first row per pair gives v(m) and c")
+    sim.add_argument(
+        "--results",
+        default=str(ROOT / "docs" / "default_run.json"),
+        help="a run's JSON document whose first row per pair gives v(m) and c",
+    )
     sim.add_argument("--pairs", default="gemma3_int8,gemma3_pld")
-    sim.add_argument("--categories", default=None,
-                     help="comma-separated (default: the tuning set: every category recorded but the held-out ones)")
+    sim.add_argument(
+        "--categories",
+        default=None,
+        help="comma-separated (default: the tuning set: every category recorded but the held-out ones)",
+    )
     sim.add_argument("--held-out", action="store_true", help="report on the held-out categories")
     sim.add_argument("--schedules", default="auto,auto_generic,heuristic,hf_default")
-    sim.add_argument("--curve", default=None, help="v(m)/v(1) for m = 1, 2, ... (comma-separated) in place of the "
-                     "recorded row's; applies to every pair given")
+    sim.add_argument(
+        "--curve",
+        default=None,
+        help="v(m)/v(1) for m = 1, 2, ... (comma-separated) in place of the "
+        "recorded row's; applies to every pair given",
+    )
     sim.add_argument("--cost-ratio", type=float, default=None, help="c in place of the recorded row's")
     sim.add_argument("--overhead", type=float, default=0.0, help="a step's fixed cost, in v(1)")
     sim.add_argument("--warmups", type=int, default=1, help="generations before the one measured (as the plugin)")
@@ -363,10 +435,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         names = [name for name in args.schedules.split(",") if name]
         if pair == "gemma3_pld":  # transformers has no schedule for prompt lookup
             names = [name for name in names if name not in ("heuristic", "hf_default")]
-        result = evaluate(traces, pair, categories, costs, cost_ratio, names, step_overhead=args.overhead,
-                          warmups=args.warmups)
-        _print(result, pair, f"{label}; c = {cost_ratio:.3f}, v(m)/v(1) = "
-               + ", ".join(f"{v / costs[0]:.2f}" for v in costs), args.verbose)
+        result = evaluate(
+            traces, pair, categories, costs, cost_ratio, names, step_overhead=args.overhead, warmups=args.warmups
+        )
+        _print(
+            result,
+            pair,
+            f"{label}; c = {cost_ratio:.3f}, v(m)/v(1) = " + ", ".join(f"{v / costs[0]:.2f}" for v in costs),
+            args.verbose,
+        )
 
 
 if __name__ == "__main__":

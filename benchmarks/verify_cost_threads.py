@@ -29,14 +29,17 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=57)
     args = parser.parse_args()
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=259, bos_token_id=0, eos_token_id=1)).eval()
+    model = GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=259, bos_token_id=0, eos_token_id=1)
+    ).eval()
     ids = torch.arange(3, 3 + args.prompt_tokens).unsqueeze(0)
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")
     for threads in (2, 1):
         torch.set_num_threads(threads)
         curve = verify_costs(model, ids, args.positions)
-        print(f"{threads} thread(s): v(m) ms for m = 1..{args.positions}: "
-              + ", ".join(f"{1000 * v:.1f}" for v in curve))
+        print(
+            f"{threads} thread(s): v(m) ms for m = 1..{args.positions}: " + ", ".join(f"{1000 * v:.1f}" for v in curve)
+        )
 
 
 if __name__ == "__main__":

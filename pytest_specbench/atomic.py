@@ -7,7 +7,6 @@ import os
 import tempfile
 from pathlib import Path
 
-
 #: The temporary and probe files' name prefix: short, so that a file name near NAME_MAX (255 bytes) still leaves
 #: room for them (they never borrow the target's name).
 _TEMPORARY_PREFIX = ".specbench-"
@@ -55,8 +54,7 @@ def unwritable_reason(path: str | os.PathLike[str], folder_name: str = "its fold
     ``folder_name`` is how the reason calls that folder.
     """
     folder = target_path(path).parent
-    blocker = next((parent for parent in (folder, *folder.parents) if parent.exists() and not parent.is_dir()),
-                   None)
+    blocker = next((parent for parent in (folder, *folder.parents) if parent.exists() and not parent.is_dir()), None)
     if blocker is not None:
         return f"{folder_name} cannot be created, since {blocker} is a file"
     try:

@@ -35,8 +35,9 @@ DEVICE_OPTION = "specbench_gpu"
 #: The k list sets how far the cost probe measures v(m) (measure/costs.probed_k), hence every row's recommended
 #: k and what k=auto may choose, though the option table does not mark it ``changes_results`` (yet).
 ALSO_COMPARED = ("specbench_k",)
-COMPARED_OPTIONS: tuple[Option, ...] = tuple(option for option in OPTIONS
-                                             if option.changes_results or option.dest in ALSO_COMPARED)
+COMPARED_OPTIONS: tuple[Option, ...] = tuple(
+    option for option in OPTIONS if option.changes_results or option.dest in ALSO_COMPARED
+)
 
 
 class MergeError(ValueError):
@@ -78,24 +79,39 @@ def compared_value(option: Option, raw: Any) -> Any:
     return sorted(value, key=repr) if option.order_free else value
 
 
-def setting_differences(first: dict[str, Any], other: dict[str, Any], first_name: str, other_name: str,
-                        options: Sequence[Option] = COMPARED_OPTIONS) -> list[str]:
+def setting_differences(
+    first: dict[str, Any],
+    other: dict[str, Any],
+    first_name: str,
+    other_name: str,
+    options: Sequence[Option] = COMPARED_OPTIONS,
+) -> list[str]:
     """``"specbench_k: a has '1,4', b has '1,2'"`` for each of ``options`` two runs' recorded options (their JSON's
     ``options``) give different meanings."""
     first, other = first.get("options", {}), other.get("options", {})
-    return [f"{option.dest}: {first_name} has {first.get(option.dest)!r}, {other_name} has {other.get(option.dest)!r}"
-            for option in options
-            if compared_value(option, other.get(option.dest)) != compared_value(option, first.get(option.dest))]
+    return [
+        f"{option.dest}: {first_name} has {first.get(option.dest)!r}, {other_name} has {other.get(option.dest)!r}"
+        for option in options
+        if compared_value(option, other.get(option.dest)) != compared_value(option, first.get(option.dest))
+    ]
 
 
 def _machines(document: dict[str, Any], name: str) -> list[tuple[str, dict[str, Any]]]:
     """The fingerprints a run's numbers come from: each merged run's, or the run's own; then the machine of
     each earlier run whose rows --specbench-resume replayed (``resumed_from``)."""
-    merged = [(f"{name} ({source.get('run')})", source.get("fingerprint") or {})
-              for source in document.get("merged_from") or [] if isinstance(source, dict)]
-    resumed = [(f"{name} (rows resumed from {group.get('log')}, started {group.get('started')})",
-                group.get("fingerprint") or {})
-               for group in document.get("resumed_from") or [] if isinstance(group, dict)]
+    merged = [
+        (f"{name} ({source.get('run')})", source.get("fingerprint") or {})
+        for source in document.get("merged_from") or []
+        if isinstance(source, dict)
+    ]
+    resumed = [
+        (
+            f"{name} (rows resumed from {group.get('log')}, started {group.get('started')})",
+            group.get("fingerprint") or {},
+        )
+        for group in document.get("resumed_from") or []
+        if isinstance(group, dict)
+    ]
     return (merged or [(name, document.get("fingerprint") or {})]) + resumed
 
 
@@ -119,8 +135,10 @@ def _check_comparable(documents: Sequence[dict[str, Any]], names: Sequence[str],
     for document, name in zip(documents[1:], names[1:]):
         differing = setting_differences(documents[0], document, names[0], name)
         if differing and not force:
-            raise MergeError(f"cannot merge {name} with {names[0]}: the numbers are not comparable "
-                             f"({'; '.join(differing)}); pass --force to merge them anyway")
+            raise MergeError(
+                f"cannot merge {name} with {names[0]}: the numbers are not comparable "
+                f"({'; '.join(differing)}); pass --force to merge them anyway"
+            )
         found += differing
     return found
 
@@ -129,8 +147,11 @@ def _shared_options(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The options every run recorded alike; what differs (the shard, a shard's own pairs, devices or paths)
     would be one run's value in the merged record, so it stays under each run's ``merged_from`` or is left out."""
     first = documents[0].get("options", {})
-    return {key: value for key, value in first.items() if key != "specbench_shard"
-            and all(document.get("options", {}).get(key) == value for document in documents[1:])}
+    return {
+        key: value
+        for key, value in first.items()
+        if key != "specbench_shard" and all(document.get("options", {}).get(key) == value for document in documents[1:])
+    }
 
 
 def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, force: bool = False) -> dict[str, Any]:
@@ -144,22 +165,32 @@ def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, for
     for document, name in zip(documents, names):
         for row in document["results"]:
             if row["case"] in seen:
-                raise MergeError(f"case {row['case']} is in both {seen[row['case']]} and {name}; "
-                                 "merge the shards of one sweep, not overlapping runs")
+                raise MergeError(
+                    f"case {row['case']} is in both {seen[row['case']]} and {name}; "
+                    "merge the shards of one sweep, not overlapping runs"
+                )
             seen[row["case"]] = name
             results.append(row)
     env = {"fingerprint": documents[0].get("fingerprint", {}), "versions": documents[0].get("versions", {})}
     missing = [case for document in documents for case in document.get("missing_cases", [])]
     resumed = [case for document in documents for case in document.get("resumed_cases") or []]
     merged = run_document(results, _shared_options(documents), env, missing, resumed=resumed)
-    merged["merged_from"] = [{"run": name, "fingerprint": document.get("fingerprint", {}),
-                              "shard": document.get("options", {}).get("specbench_shard"),
-                              "pairs": sorted({row["pair"] for row in document["results"]})}
-                             for document, name in zip(documents, names)]
+    merged["merged_from"] = [
+        {
+            "run": name,
+            "fingerprint": document.get("fingerprint", {}),
+            "shard": document.get("options", {}).get("specbench_shard"),
+            "pairs": sorted({row["pair"] for row in document["results"]}),
+        }
+        for document, name in zip(documents, names)
+    ]
     # A replayed row keeps the machine of the run that measured it, not its shard's: each group names its run.
-    merged["resumed_from"] = [{**group, "run": group.get("run", name)}
-                              for document, name in zip(documents, names)
-                              for group in document.get("resumed_from") or [] if isinstance(group, dict)]
+    merged["resumed_from"] = [
+        {**group, "run": group.get("run", name)}
+        for document, name in zip(documents, names)
+        for group in document.get("resumed_from") or []
+        if isinstance(group, dict)
+    ]
     return merged
 
 
@@ -187,13 +218,36 @@ def compare_lines(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     table = []
     for case in cases:
         a, b = old_rows.get(case), new_rows.get(case)
-        accept = (f"{a['acceptance_rate']:.3f}" if a else "-", f"{b['acceptance_rate']:.3f}" if b else "-",
-                  f"{b['acceptance_rate'] - a['acceptance_rate']:+.3f}" if a and b else "")
+        accept = (
+            f"{a['acceptance_rate']:.3f}" if a else "-",
+            f"{b['acceptance_rate']:.3f}" if b else "-",
+            f"{b['acceptance_rate'] - a['acceptance_rate']:+.3f}" if a and b else "",
+        )
         ratio = f"{b['decode_speedup'] / a['decode_speedup']:.2f}" if a and b and a["decode_speedup"] else ""
-        table.append([case, *accept, _with_interval(a), _with_interval(b), ratio,
-                      _change(a, b) if a and b else ("new case" if b else "missing")])
-    lines = tabulate(table, headers=("case", "accept old", "accept new", "change", "decode speedup old",
-                                     "decode speedup new", "new/old", "speed"), disable_numparse=True).splitlines()
+        table.append(
+            [
+                case,
+                *accept,
+                _with_interval(a),
+                _with_interval(b),
+                ratio,
+                _change(a, b) if a and b else ("new case" if b else "missing"),
+            ]
+        )
+    lines = tabulate(
+        table,
+        headers=(
+            "case",
+            "accept old",
+            "accept new",
+            "change",
+            "decode speedup old",
+            "decode speedup new",
+            "new/old",
+            "speed",
+        ),
+        disable_numparse=True,
+    ).splitlines()
     lines.append("")
     pairs = list(dict.fromkeys(row["pair"] for row in [*old["results"], *new["results"]]))
     per_pair = []
@@ -205,12 +259,32 @@ def compare_lines(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         new_speed = geometric_mean([new_rows[case]["decode_speedup"] for case in common])
         old_accept = sum(old_rows[case]["acceptance_rate"] for case in common) / len(common)
         new_accept = sum(new_rows[case]["acceptance_rate"] for case in common) / len(common)
-        per_pair.append([pair, len(common), f"{old_accept:.3f}", f"{new_accept:.3f}", f"{new_accept - old_accept:+.3f}",
-                         f"{old_speed:.2f}" if old_speed else "-", f"{new_speed:.2f}" if new_speed else "-",
-                         f"{new_speed / old_speed:.2f}" if old_speed and new_speed else ""])
-    lines += tabulate(per_pair, headers=("pair", "cases in both", "mean accept old", "mean accept new", "change",
-                                         "geomean decode speedup old", "new", "new/old"),
-                      disable_numparse=True).splitlines()
+        per_pair.append(
+            [
+                pair,
+                len(common),
+                f"{old_accept:.3f}",
+                f"{new_accept:.3f}",
+                f"{new_accept - old_accept:+.3f}",
+                f"{old_speed:.2f}" if old_speed else "-",
+                f"{new_speed:.2f}" if new_speed else "-",
+                f"{new_speed / old_speed:.2f}" if old_speed and new_speed else "",
+            ]
+        )
+    lines += tabulate(
+        per_pair,
+        headers=(
+            "pair",
+            "cases in both",
+            "mean accept old",
+            "mean accept new",
+            "change",
+            "geomean decode speedup old",
+            "new",
+            "new/old",
+        ),
+        disable_numparse=True,
+    ).splitlines()
     return lines
 
 
@@ -226,8 +300,9 @@ def _sampling(document: dict[str, Any]) -> float:
         return float("nan")  # unreadable: differs from any other, so it is named
 
 
-def comparison_header(old: dict[str, Any], new: dict[str, Any], old_name: str, new_name: str,
-                      force: bool = False) -> list[str]:
+def comparison_header(
+    old: dict[str, Any], new: dict[str, Any], old_name: str, new_name: str, force: bool = False
+) -> list[str]:
     """The lines ``compare`` prints first: every setting and machine entry in which the runs differ. Raises
     MergeError for what cannot be compared (greedy against sampled decoding; speed timed on other machines)
     unless ``force``."""
@@ -236,14 +311,17 @@ def comparison_header(old: dict[str, Any], new: dict[str, Any], old_name: str, n
     modes = ["greedily" if t == 0 else f"by sampling (temperature {t:g})" for t in (_sampling(old), _sampling(new))]
     refusals = []
     if (modes[0] == "greedily") != (modes[1] == "greedily"):
-        refusals.append(f"{old_name} decoded {modes[0]} and {new_name} {modes[1]}, so acceptance and speed measure "
-                        "different things")
+        refusals.append(
+            f"{old_name} decoded {modes[0]} and {new_name} {modes[1]}, so acceptance and speed measure different things"
+        )
     if machines:
         refusals.append(f"their speedups were timed on different machines ({'; '.join(machines)})")
     if refusals and not force:
         also = f"; the settings differ too ({'; '.join(settings)})" if settings else ""
-        raise MergeError(f"cannot compare {new_name} with {old_name}: {'; and '.join(refusals)}{also}; "
-                         "pass --force to compare them anyway")
+        raise MergeError(
+            f"cannot compare {new_name} with {old_name}: {'; and '.join(refusals)}{also}; "
+            "pass --force to compare them anyway"
+        )
     lines = [f"settings differ: {difference}" for difference in settings]
     lines += [f"machines differ: {difference}" for difference in machines]
     lines += [f"compared anyway (--force): {refusal}" for refusal in refusals]
@@ -258,18 +336,24 @@ def check_merge_outputs(runs: Sequence[Path], outputs: dict[str, Path | None], r
     merges (symbolic links followed), or (``require``) a merge that would write nothing."""
     given = [(flag, path) for flag, path in outputs.items() if path is not None]
     if not given and require:
-        raise MergeError("nothing written: give at least one of --json, --csv, --report and --plots (the runs "
-                         "merge; merge writes only the outputs it is asked for)")
+        raise MergeError(
+            "nothing written: give at least one of --json, --csv, --report and --plots (the runs "
+            "merge; merge writes only the outputs it is asked for)"
+        )
     inputs = {os.path.realpath(run): run for run in runs}
     seen: dict[str, str] = {}
     for flag, path in given:
         where = os.path.realpath(path)
         if where in inputs:
-            raise MergeError(f"{flag} {path} is {inputs[where]}, one of the runs merged, and would overwrite it; "
-                             "give the merged output a path of its own")
+            raise MergeError(
+                f"{flag} {path} is {inputs[where]}, one of the runs merged, and would overwrite it; "
+                "give the merged output a path of its own"
+            )
         if where in seen:
-            raise MergeError(f"{seen[where]} and {flag} name the same file, {path}, and one would overwrite the other; "
-                             "give each output a path of its own")
+            raise MergeError(
+                f"{seen[where]} and {flag} name the same file, {path}, and one would overwrite the other; "
+                "give each output a path of its own"
+            )
         seen[where] = flag
 
 
@@ -319,8 +403,10 @@ def compared_runs(names: Sequence[str], last: bool, history_dir: Path) -> tuple[
             old, new = history.last_runs(history_dir)
             return old, new
         if len(names) != 2:
-            raise MergeError(f"give two runs to compare (JSON files, run folders or run numbers of the history "
-                             f"{history_dir}), or --last; got {len(names)}")
+            raise MergeError(
+                f"give two runs to compare (JSON files, run folders or run numbers of the history "
+                f"{history_dir}), or --last; got {len(names)}"
+            )
         paths = []
         for name in names:
             path = Path(name)
@@ -352,18 +438,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     merge.add_argument("--csv", type=_output_file, help="merged CSV")
     merge.add_argument("--report", type=_output_file, help="Markdown report")
     merge.add_argument("--plots", type=Path, metavar="DIR", help="figures (needs matplotlib)")
-    merge.add_argument("--force", action="store_true", help="merge runs whose result-changing options differ "
-                       "(the differences are printed first)")
+    merge.add_argument(
+        "--force",
+        action="store_true",
+        help="merge runs whose result-changing options differ (the differences are printed first)",
+    )
     merge.set_defaults(run=_merge)
     compare = commands.add_parser("compare", help="per-case and per-pair differences between two runs")
-    compare.add_argument("runs", nargs="*", metavar="RUN", help="two runs, old then new: each a JSON file, a run "
-                         "folder, or a run number of the history (0003)")
+    compare.add_argument(
+        "runs",
+        nargs="*",
+        metavar="RUN",
+        help="two runs, old then new: each a JSON file, a run folder, or a run number of the history (0003)",
+    )
     compare.add_argument("--last", action="store_true", help="the two latest runs of the history")
     history = default_of("history_dir")
-    compare.add_argument("--history", type=Path, default=Path(history), metavar="DIR",
-                         help=f"the run history (default {history}, as --specbench-history)")
-    compare.add_argument("--force", action="store_true", help="compare greedy with sampled runs, or runs of "
-                         "different machines (the differences are printed first either way)")
+    compare.add_argument(
+        "--history",
+        type=Path,
+        default=Path(history),
+        metavar="DIR",
+        help=f"the run history (default {history}, as --specbench-history)",
+    )
+    compare.add_argument(
+        "--force",
+        action="store_true",
+        help="compare greedy with sampled runs, or runs of "
+        "different machines (the differences are printed first either way)",
+    )
     compare.set_defaults(run=_compare)
     args = parser.parse_args(argv)
     try:

@@ -42,7 +42,8 @@ def tiny_run(args: tuple[str, ...], pairs_file: Path, prompts: str, benchmark: b
     """The options of a small, fast run on pair ``tiny`` of ``pairs_file``; ``args`` come last and win."""
     options = [
         f"--specbench-pairs-file={pairs_file}", "--specbench-pairs=tiny", f"--specbench-prompts={prompts}",
-        "--specbench-k=1,4", "--specbench-max-new-tokens=12", "--specbench-warmup=0", "--specbench-min-rounds=1", "--specbench-max-rounds=1",
+        "--specbench-k=1,4", "--specbench-max-new-tokens=12", "--specbench-warmup=0", "--specbench-min-rounds=1",
+        "--specbench-max-rounds=1",
         "-p", "no:cacheprovider", "-p", "no:randomly",
     ]  # fmt: skip
     if not benchmark and not any(arg.startswith("--benchmark") for arg in args):
@@ -145,8 +146,9 @@ class HeldRun:
         self._pytester.makeconftest(self.CONFTEST)
         (self.path / "hold").touch()
         process = self._bench_process(*args, prompts=self.PROMPTS, new_session=new_session)
-        self.wait_for(lambda: self.logged_cases() == self.FINISHED or process.poll() is not None,
-                      "two finished cases in the log")
+        self.wait_for(
+            lambda: self.logged_cases() == self.FINISHED or process.poll() is not None, "two finished cases in the log"
+        )
         assert process.poll() is None, self.output()
         return process
 

@@ -44,18 +44,47 @@ from pytest_specbench.testing.tiny_models import (
 
 #: the tests import these names from here, the shared builders among them
 __all__ = [
-    "ARCHITECTURES", "BOS_TOKEN_ID", "BYTE_EOS", "DRAFT_NOISE", "EOS_TOKEN_ID", "MAX_POSITIONS",
-    "NEW_TOKENS", "PAD_TOKEN_ID", "REPETITIVE_PROMPT", "SLIDING_WINDOW", "VOCAB_SIZE", "WORDS",
-    "byte_gpt2", "byte_tokenizer", "char_tokenizer", "hf_generate", "noisy_copy", "same_logits",
-    "save_checkpoint", "small_draft", "tiny_config", "tiny_model", "tiny_pair", "top2_margins",
-    "word_gpt2", "word_tokenizer", "write_tiny_gguf", "write_tiny_pair",
+    "ARCHITECTURES",
+    "BOS_TOKEN_ID",
+    "BYTE_EOS",
+    "DRAFT_NOISE",
+    "EOS_TOKEN_ID",
+    "MAX_POSITIONS",
+    "NEW_TOKENS",
+    "PAD_TOKEN_ID",
+    "REPETITIVE_PROMPT",
+    "SLIDING_WINDOW",
+    "VOCAB_SIZE",
+    "WORDS",
+    "byte_gpt2",
+    "byte_tokenizer",
+    "char_tokenizer",
+    "hf_generate",
+    "noisy_copy",
+    "same_logits",
+    "save_checkpoint",
+    "small_draft",
+    "tiny_config",
+    "tiny_model",
+    "tiny_pair",
+    "top2_margins",
+    "word_gpt2",
+    "word_tokenizer",
+    "write_tiny_gguf",
+    "write_tiny_pair",
 ]
 
 # --- on disk --------------------------------------------------------------------------
 
 
-def write_tiny_pair(root: Path, name: str = "tiny", noise: float = 0.01, *, target_config: dict | None = None,
-                    draft_config: dict | None = None) -> Path:
+def write_tiny_pair(
+    root: Path,
+    name: str = "tiny",
+    noise: float = 0.01,
+    *,
+    target_config: dict | None = None,
+    draft_config: dict | None = None,
+) -> Path:
     """Save a byte-level target and a draft under ``root`` and return a pairs TOML naming them.
 
     The draft adds absolute weight noise of ``noise`` to the target: 0.01 agrees

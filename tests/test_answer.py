@@ -19,24 +19,50 @@ def _costs(k, flat_until: int = 5) -> dict:
     ``flat_until`` positions and ten times dearer beyond: the model's best k is then ``flat_until - 1``."""
     steps = 3 if isinstance(k, int) else 0
     k = k if isinstance(k, int) else 1
-    return {"verify_costs_ms": [1.0] * flat_until + [10.0] * (17 - flat_until), "cost_ratio": 0.0,
-            "drafted_per_step": [0] + [k] * steps, "accepted_per_step": [0] + [k] * steps}
+    return {
+        "verify_costs_ms": [1.0] * flat_until + [10.0] * (17 - flat_until),
+        "cost_ratio": 0.0,
+        "drafted_per_step": [0] + [k] * steps,
+        "accepted_per_step": [0] + [k] * steps,
+    }
 
 
-def _row(k, speedup, *, prompt="code", seconds=None, rounds=range(8), engine="native", flat_until=5,
-         **extra) -> dict:
+def _row(k, speedup, *, prompt="code", seconds=None, rounds=range(8), engine="native", flat_until=5, **extra) -> dict:
     """A row; ``seconds``: its time per decode token before the round's drift (None: no round data)."""
-    row = {"case": f"p-k{k}-{prompt}", "pair": "p", "engine": engine, "prompt": prompt, "k": k,
-           "decode_speedup": speedup, "decode_speedup_ci_low": speedup * 0.9, "decode_speedup_ci_high": speedup * 1.1,
-           "speedup": speedup, "acceptance_rate": 0.5, "tau": 1.5, "verdict": "lossless", "target": "t",
-           "draft": "d", "drafter": "model", "device": "cpu", "dtype": "float32", "new_tokens": 32, "rounds": 8,
-           "baseline_decode_tps": 50.0, "decode_tps": 50.0 * speedup, "unstable": False, "recommended_k": 4,
-           **_costs(k, flat_until)}
+    row = {
+        "case": f"p-k{k}-{prompt}",
+        "pair": "p",
+        "engine": engine,
+        "prompt": prompt,
+        "k": k,
+        "decode_speedup": speedup,
+        "decode_speedup_ci_low": speedup * 0.9,
+        "decode_speedup_ci_high": speedup * 1.1,
+        "speedup": speedup,
+        "acceptance_rate": 0.5,
+        "tau": 1.5,
+        "verdict": "lossless",
+        "target": "t",
+        "draft": "d",
+        "drafter": "model",
+        "device": "cpu",
+        "dtype": "float32",
+        "new_tokens": 32,
+        "rounds": 8,
+        "baseline_decode_tps": 50.0,
+        "decode_tps": 50.0 * speedup,
+        "unstable": False,
+        "recommended_k": 4,
+        **_costs(k, flat_until),
+    }
     if seconds is not None:
         shift = k if isinstance(k, int) else 5  # each k its own noise
-        row.update(block=f"t:{prompt}", block_rounds=list(rounds),
-                   round_decode_token_s=[seconds * DRIFT[r] * WIGGLE[(r + shift) % 8] for r in rounds],
-                   baseline_round_decode_token_s=[0.02 * DRIFT[r] for r in rounds])
+        row.update(
+            block=f"t:{prompt}",
+            block_rounds=list(rounds),
+            round_decode_token_s=[seconds * DRIFT[r] * WIGGLE[(r + shift) % 8] for r in rounds],
+            baseline_round_decode_token_s=[0.02 * DRIFT[r] for r in rounds],
+        )
     return {**row, **extra}
 
 
@@ -103,14 +129,17 @@ def test_cases_of_different_blocks_are_not_paired():
 
 
 def test_a_block_split_across_runs_is_not_ranked_and_says_why():
-    rows = [_row(2, 1.78, seconds=0.01005), _row(4, 1.8, seconds=0.01), _row(8, 1.3, seconds=0.015),
-            _row("auto", 2.0, seconds=0.009)]
+    rows = [
+        _row(2, 1.78, seconds=0.01005),
+        _row(4, 1.8, seconds=0.01),
+        _row(8, 1.3, seconds=0.015),
+        _row("auto", 2.0, seconds=0.009),
+    ]
     (answer,) = prompt_answers(rows)
     assert answer["tied"] == [2] and answer["slower"] == [{"k": 8, "eliminated_by": None}]
     assert answer["not_ranked_reason"] is None and answer["schedules"][0]["ratio_to_best_rounds"] == 8
     # k=8 and k=auto replayed from the log of an earlier run: round i of that run is not round i of this one.
-    rows = [{**row, "run_id": "2026-12-01T09:00:00+00:00-a1" if row["k"] in (8, "auto") else "now"}
-            for row in rows]
+    rows = [{**row, "run_id": "2026-12-01T09:00:00+00:00-a1" if row["k"] in (8, "auto") else "now"} for row in rows]
     (answer,) = prompt_answers(rows)
     assert answer["best_k"] == 4 and answer["tied"] == [] and answer["slower"] == []
     assert answer["unknown"] == [2, 8] and answer["ranking"] == "unknown"
@@ -120,8 +149,9 @@ def test_a_block_split_across_runs_is_not_ranked_and_says_why():
     cells, _ = prompt_table([answer], engines=False)
     assert cells[0][3:6] == ["-", "-", "2, 8 (its cases were measured in different runs)"]
     (pair,) = pair_answers([answer])
-    assert "on 1 prompt(s) the ties are unknown (its cases were measured in different runs)" in \
-        pair_sentence(pair, False)
+    assert "on 1 prompt(s) the ties are unknown (its cases were measured in different runs)" in pair_sentence(
+        pair, False
+    )
 
 
 def test_only_schedules_give_no_answer_and_an_eliminated_k_is_never_the_best():
@@ -133,8 +163,11 @@ def test_only_schedules_give_no_answer_and_an_eliminated_k_is_never_the_best():
 
 
 def test_across_prompts_the_k_best_or_tied_on_most():
-    chat = [_row(1, 1.0, prompt="chat", seconds=0.02), _row(2, 1.4, prompt="chat", seconds=0.0101),
-            _row(4, 1.45, prompt="chat", seconds=0.01)]
+    chat = [
+        _row(1, 1.0, prompt="chat", seconds=0.02),
+        _row(2, 1.4, prompt="chat", seconds=0.0101),
+        _row(4, 1.45, prompt="chat", seconds=0.01),
+    ]
     prompts = prompt_answers([*_code_rows(), *chat])
     assert [(a["prompt"], a["best_k"], a["tied"]) for a in prompts] == [("code", 4, [2]), ("chat", 4, [2])]
     (pair,) = pair_answers(prompts)
@@ -145,7 +178,8 @@ def test_across_prompts_the_k_best_or_tied_on_most():
         "Across 2 prompt(s): k=4 is best or tied with the best on 2 (best on 2); per k, best or tied: 4: 2, 2: 2; "
         "on 1 prompt(s) the ties are unknown (no round data). k=auto reaches 1.11 [1.09, 1.13] of the best constant "
         "k's decode speedup (geometric mean over 1 prompt(s), 95% CI; the best is chosen after the fact, so this is "
-        "conservative).")
+        "conservative)."
+    )
 
 
 def test_engines_answer_apart_and_the_table_names_them():
@@ -157,8 +191,7 @@ def test_engines_answer_apart_and_the_table_names_them():
     cells, headers = prompt_table(answers, engines=True)
     assert headers[:3] == ["prompt", "engine", "best k"] and cells[1][:3] == ["code", "hf", "2"]
     cells, headers = prompt_table(answers[:1], engines=False)
-    assert cells[0][:6] == ["code", "4", "1.80 [1.62, 1.98]", "2", "1 (eliminated by 4), 8",
-                            "16 (no round data)"]
+    assert cells[0][:6] == ["code", "4", "1.80 [1.62, 1.98]", "2", "1 (eliminated by 4), 8", "16 (no round data)"]
     assert cells[0][6:] == ["4", "1.00", "auto 1.11 [1.09, 1.13]"]
     assert [p["engine"] for p in pair_answers(answers)] == ["native", "hf"]
 

@@ -10,6 +10,7 @@ import pytest
 
 from pytest_specbench.atomic import write_atomic
 
+
 def test_writes_whole_file_with_umask_mode_and_leaves_no_temporary(tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:
@@ -20,6 +21,7 @@ def test_writes_whole_file_with_umask_mode_and_leaves_no_temporary(tmp_path: Pat
     assert path.read_text() == "a,b\n1,2\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert [entry.name for entry in path.parent.iterdir()] == ["out.csv"]
+
 
 def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
     path = tmp_path / "out.json"

@@ -18,8 +18,12 @@ from pytest_specbench.settings.config import ConfigError, parse_settings
 from pytest_specbench.settings.options import MAX_BATCH
 
 PAIR = PairSpec("tiny", "t", "d")
-PROMPTS = [Prompt("natural-01", "natural", "a"), Prompt("code-01", "code", "b"),
-           Prompt("natural-02", "natural", "c"), Prompt("natural-03", "natural", "d")]
+PROMPTS = [
+    Prompt("natural-01", "natural", "a"),
+    Prompt("code-01", "code", "b"),
+    Prompt("natural-02", "natural", "c"),
+    Prompt("natural-03", "natural", "d"),
+]
 
 
 def _settings(**values: str):
@@ -34,10 +38,18 @@ def test_the_batch_option_parses_a_list_of_sizes_and_defaults_to_one():
     assert _settings(batch="1, 4,16").batches == (1, 4, 16)
 
 
-@pytest.mark.parametrize("raw, problem", [
-    ("0", "too small"), ("two", "not a whole number"), ("", "no value given"), ("4,4", "listed more than once"),
-    ("4,04", "listed more than once"), (str(MAX_BATCH + 1), "too large"), ("1,-2", "too small"),
-])
+@pytest.mark.parametrize(
+    "raw, problem",
+    [
+        ("0", "too small"),
+        ("two", "not a whole number"),
+        ("", "no value given"),
+        ("4,4", "listed more than once"),
+        ("4,04", "listed more than once"),
+        (str(MAX_BATCH + 1), "too large"),
+        ("1,-2", "too small"),
+    ],
+)
 def test_a_bad_batch_list_is_a_usage_error_saying_what_is_accepted(raw, problem):
     with pytest.raises(ConfigError, match=problem) as error:
         _settings(batch=raw)
@@ -53,8 +65,15 @@ def test_ids_gain_the_batch_only_when_more_than_one_batch_size_runs():
     assert {case.batch for case in single} == {4}
     several = build_matrix([PAIR], (1, 4), PROMPTS[:2], batches=(1, 3))
     assert [case.id for case in several] == [
-        "tiny-k1-b1-natural", "tiny-k4-b1-natural", "tiny-k1-b3-natural", "tiny-k4-b3-natural",
-        "tiny-k1-b1-code", "tiny-k4-b1-code", "tiny-k1-b3-code", "tiny-k4-b3-code"]
+        "tiny-k1-b1-natural",
+        "tiny-k4-b1-natural",
+        "tiny-k1-b3-natural",
+        "tiny-k4-b3-natural",
+        "tiny-k1-b1-code",
+        "tiny-k4-b1-code",
+        "tiny-k1-b3-code",
+        "tiny-k4-b3-code",
+    ]
     assert len({case.id for case in several}) == len(several)
 
 
@@ -73,7 +92,14 @@ def test_a_batch_holds_the_prompts_of_its_category_its_own_first_repeated_as_nee
     assert [p.id for p in batch_prompts(own, PROMPTS, 1)] == ["natural-02"]
     assert [p.id for p in batch_prompts(own, PROMPTS, 3)] == ["natural-02", "natural-01", "natural-03"]
     assert [p.id for p in batch_prompts(own, PROMPTS, 7)] == [
-        "natural-02", "natural-01", "natural-03", "natural-02", "natural-01", "natural-03", "natural-02"]
+        "natural-02",
+        "natural-01",
+        "natural-03",
+        "natural-02",
+        "natural-01",
+        "natural-03",
+        "natural-02",
+    ]
     # A category with one prompt: that prompt in every row.
     assert [p.id for p in batch_prompts(PROMPTS[1], PROMPTS, 3)] == ["code-01"] * 3
 
@@ -105,19 +131,39 @@ def test_the_batched_engine_refuses_sampling_schedules_and_compile_and_batch_1_r
 # --- the serving answer on hand-built rows -------------------------------------------------------
 
 
-def _row(batch: int, k: int, speedup: float, low: float | None, high: float | None = None,
-         predicted: float | None = None, prompt: str = "natural") -> dict:
-    return {"case": f"tiny-k{k}-b{batch}-{prompt}", "pair": "tiny", "prompt": prompt, "engine": "native", "k": k,
-            "batch": batch, "decode_speedup": speedup, "decode_speedup_ci_low": low,
-            "decode_speedup_ci_high": high if high is not None else (None if low is None else 2 * speedup - low),
-            "predicted_speedup": predicted, "verdict": "lossless", "row_acceptance_min": 0.4,
-            "row_acceptance_max": 0.8}
+def _row(
+    batch: int,
+    k: int,
+    speedup: float,
+    low: float | None,
+    high: float | None = None,
+    predicted: float | None = None,
+    prompt: str = "natural",
+) -> dict:
+    return {
+        "case": f"tiny-k{k}-b{batch}-{prompt}",
+        "pair": "tiny",
+        "prompt": prompt,
+        "engine": "native",
+        "k": k,
+        "batch": batch,
+        "decode_speedup": speedup,
+        "decode_speedup_ci_low": low,
+        "decode_speedup_ci_high": high if high is not None else (None if low is None else 2 * speedup - low),
+        "predicted_speedup": predicted,
+        "verdict": "lossless",
+        "row_acceptance_min": 0.4,
+        "row_acceptance_max": 0.8,
+    }
 
 
 GAINING_TO_4 = [
-    _row(1, 1, 1.3, 1.2, predicted=1.4), _row(1, 4, 1.8, 1.6, predicted=1.9),
-    _row(4, 1, 1.15, 1.05, predicted=1.2), _row(4, 4, 1.1, 0.95, predicted=1.05),
-    _row(16, 1, 0.9, 0.85, predicted=0.95), _row(16, 4, 0.7, 0.65, predicted=0.8),
+    _row(1, 1, 1.3, 1.2, predicted=1.4),
+    _row(1, 4, 1.8, 1.6, predicted=1.9),
+    _row(4, 1, 1.15, 1.05, predicted=1.2),
+    _row(4, 4, 1.1, 0.95, predicted=1.05),
+    _row(16, 1, 0.9, 0.85, predicted=0.95),
+    _row(16, 4, 0.7, 0.65, predicted=0.8),
 ]
 
 
@@ -160,13 +206,20 @@ def test_each_batch_sizes_best_k_is_stated_as_the_answer_states_it_with_the_k_ti
 
     def timed(batch, k, speedup, seconds, shift):
         row = _row(batch, k, speedup, speedup * 0.95, predicted=speedup)
-        row.update(block=f"t:natural:b{batch}", block_rounds=list(range(6)),
-                   round_decode_token_s=[seconds * wiggle[(r + shift) % 6] for r in range(6)],
-                   baseline_round_decode_token_s=[0.02] * 6)
+        row.update(
+            block=f"t:natural:b{batch}",
+            block_rounds=list(range(6)),
+            round_decode_token_s=[seconds * wiggle[(r + shift) % 6] for r in range(6)],
+            baseline_round_decode_token_s=[0.02] * 6,
+        )
         return row
 
-    rows = [timed(1, 1, 1.4, 0.0143, 0), timed(1, 4, 2.0, 0.01, 1),
-            timed(4, 1, 1.2, 0.0167, 0), timed(4, 4, 1.19, 0.0168, 3)]
+    rows = [
+        timed(1, 1, 1.4, 0.0143, 0),
+        timed(1, 4, 2.0, 0.01, 1),
+        timed(4, 1, 1.2, 0.0167, 0),
+        timed(4, 4, 1.19, 0.0168, 3),
+    ]
     (answer,) = batch_answer(rows)
     assert [(item["batch"], item["k"], item["tied"]) for item in answer["best"]] == [(1, 4, []), (4, 1, [4])]
     markdown = "\n".join(batch_markdown(rows))
@@ -194,8 +247,19 @@ def test_the_json_document_carries_the_answer_and_the_figure_is_drawn(tmp_path):
     assert document["batch"][0]["break_even"]["batch"] == 4
     assert run_document([_row(1, 1, 1.3, 1.2)], {}, {})["batch"] == []
     assert speedup_vs_batch([_row(1, 1, 1.3, 1.2)], "tiny", tmp_path) is None
-    rows = [{**row, "prompt_id": "natural-01", "category": "natural", "acceptance_rate": 0.5, "tau": 1.5,
-             "position_acceptance": [], "verify_costs_ms": [], "alpha": None} for row in GAINING_TO_4]
+    rows = [
+        {
+            **row,
+            "prompt_id": "natural-01",
+            "category": "natural",
+            "acceptance_rate": 0.5,
+            "tau": 1.5,
+            "position_acceptance": [],
+            "verify_costs_ms": [],
+            "alpha": None,
+        }
+        for row in GAINING_TO_4
+    ]
     path = speedup_vs_batch(rows, "tiny", tmp_path)
     assert path == tmp_path / "speedup_vs_batch_tiny.png" and path.stat().st_size > 0
 
@@ -207,8 +271,8 @@ def test_the_json_document_carries_the_answer_and_the_figure_is_drawn(tmp_path):
 def tiny_batch(tmp_path_factory):
     """The tiny pair loaded, with a model draft and a prompt-lookup pair on its target."""
     import torch
-
     from factory import write_tiny_pair
+
     from pytest_specbench.measure.pairs import load_pairs_file
     from pytest_specbench.measure.prompts import load_prompts
     from pytest_specbench.measure.shared import SharedMeasurements
@@ -261,8 +325,7 @@ def test_a_row_that_differs_is_caught_and_a_near_tie_is_reported_as_a_tie(tiny_b
     from pytest_specbench.measure import batches
 
     pairs, prompts, store, shared = tiny_batch
-    case = build_matrix([pairs["tiny"]], (4,), [p for p in prompts if p.category == "natural"][:1],
-                        batches=(3,))[0]
+    case = build_matrix([pairs["tiny"]], (4,), [p for p in prompts if p.category == "natural"][:1], batches=(3,))[0]
     setup = batches.prepare_batch(case, store, shared, _settings(max_new_tokens="12"), prompts)
     tokens = [list(row) for row in setup.references]
     assert batches.batch_verdict(setup, tokens, False, 0.1)["verdict"] == "lossless"
@@ -271,8 +334,9 @@ def test_a_row_that_differs_is_caught_and_a_near_tie_is_reported_as_a_tie(tiny_b
     assert verdict["row_verdicts"][0] == verdict["row_verdicts"][2] == "lossless"
     assert verdict["divergent_row"] == 1 and verdict["first_divergence"] == 5
     assert verdict["divergence_against"] == "batched"
-    assert verdict["verdict"] == ("tie-divergence" if verdict["top2_margin"] < batches.FLOAT32_BATCH_TIE
-                                  else "diverged")
+    assert verdict["verdict"] == (
+        "tie-divergence" if verdict["top2_margin"] < batches.FLOAT32_BATCH_TIE else "diverged"
+    )
     monkeypatch.setattr(batches, "FLOAT32_BATCH_TIE", float("inf"))  # every margin within rounding: a tie
     assert batches.batch_verdict(setup, tokens, False, 0.1)["verdict"] == "tie-divergence"
 
@@ -293,15 +357,24 @@ def test_a_batched_case_on_the_hf_engine_or_under_sampling_is_refused_not_run(ti
 
 @pytest.mark.slow
 def test_a_plugin_run_over_two_batch_sizes(bench, pytester: pytest.Pytester):
-    result = bench("--specbench-batch=1,3", "--specbench-k=1,4", "--specbench-max-rounds=2",
-                   "--specbench-report=report.md", prompts="natural")
+    result = bench(
+        "--specbench-batch=1,3",
+        "--specbench-k=1,4",
+        "--specbench-max-rounds=2",
+        "--specbench-report=report.md",
+        prompts="natural",
+    )
     result.assert_outcomes(passed=4)
     document = json.loads(Path(pytester.path, "spec_results.json").read_text())
     rows = {row["case"]: row for row in document["results"]}
     assert set(rows) == {"tiny-k1-b1-natural", "tiny-k4-b1-natural", "tiny-k1-b3-natural", "tiny-k4-b3-natural"}
     assert all(row["verdict"] == "lossless" and row["lossless"] for row in rows.values())
     assert {case: row["batch"] for case, row in rows.items()} == {
-        "tiny-k1-b1-natural": 1, "tiny-k4-b1-natural": 1, "tiny-k1-b3-natural": 3, "tiny-k4-b3-natural": 3}
+        "tiny-k1-b1-natural": 1,
+        "tiny-k4-b1-natural": 1,
+        "tiny-k1-b3-natural": 3,
+        "tiny-k4-b3-natural": 3,
+    }
     assert rows["tiny-k4-b3-natural"]["row_verdicts"] == ["lossless"] * 3
     assert [answer["batches"] for answer in document["batch"]] == [[1, 3]]
     output = result.stdout.str()
@@ -344,11 +417,17 @@ def _batch_row(k: int, rows: list[list[tuple[int, int]]]) -> dict:
 
     speculative = _batched_run(rows, k, wall_s=0.5)
     baseline = _batched_run([[(0, 0)] * (len(steps) + sum(a for _, a in steps)) for steps in rows], 0)
-    measurement = Measurement(input_ids=torch.zeros(1, 3, dtype=torch.long), reference=speculative.token_ids,
-                              baselines=[baseline], speculative=[speculative], paired=True,
-                              verdict={"verdict": "lossless", "first_divergence": None}, target_load_s=0.0,
-                              target_load_source="local",
-                              batch_prompt_ids=[prompt.id for prompt in PROMPTS[:len(rows)]])
+    measurement = Measurement(
+        input_ids=torch.zeros(1, 3, dtype=torch.long),
+        reference=speculative.token_ids,
+        baselines=[baseline],
+        speculative=[speculative],
+        paired=True,
+        verdict={"verdict": "lossless", "first_divergence": None},
+        target_load_s=0.0,
+        target_load_source="local",
+        batch_prompt_ids=[prompt.id for prompt in PROMPTS[: len(rows)]],
+    )
     case = Case(PAIR, k, PROMPTS[0], "natural", batch=len(rows))
     return {**build_result(case, measurement, "cpu", "float32", 0.05).to_row(), "device": "cpu"}
 
@@ -374,8 +453,7 @@ def test_per_position_acceptance_at_batch_above_1_is_that_of_its_sequences():
     k4 = _batch_row(4, K4_ROWS)
     own = [0, 0, 0, 0]
     for steps in K4_ROWS:  # each sequence's own blocks, pooled
-        counts = position_counts([0] + [drafted for drafted, _ in steps],
-                                 [0] + [accepted for _, accepted in steps])
+        counts = position_counts([0] + [drafted for drafted, _ in steps], [0] + [accepted for _, accepted in steps])
         for i, (_, accepted) in enumerate(counts):
             own[i] += accepted
     pooled = pooled_position_acceptance([k4])
@@ -396,7 +474,6 @@ def test_a_batch_header_reports_the_batchs_new_tokens_and_each_sequences_when_th
     header = summary_lines([differing])[0]
     assert "batch 4: 22 new tokens per batch (6, 5, 7, 4 per sequence)" in header
     assert differing["batch_new_tokens"] == [6, 5, 7, 4]
-    assert "batch 4: 22 new tokens per batch (6, 5, 7, 4 per sequence)" in report_markdown(
-        [differing], {}, {})
+    assert "batch 4: 22 new tokens per batch (6, 5, 7, 4 per sequence)" in report_markdown([differing], {}, {})
     agreeing = _batch_row(1, [[(1, 1), (1, 0)], [(1, 0), (1, 1)]])
     assert "batch 2: 8 new tokens per batch (4 per sequence)" in summary_lines([agreeing])[0]

@@ -60,8 +60,14 @@ def _generate_batched(model, prompts, max_new_tokens, eos_token_id=None) -> list
     """New tokens per row of transformers' batched greedy ``generate`` with left padding, cut after EOS."""
     ids, mask = left_pad(prompts, PAD_TOKEN_ID)
     with torch.inference_mode():
-        out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
-                             eos_token_id=eos_token_id, pad_token_id=PAD_TOKEN_ID)
+        out = model.generate(
+            ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos_token_id,
+            pad_token_id=PAD_TOKEN_ID,
+        )
     rows = out[:, ids.shape[1] :].tolist()
     if eos_token_id is not None:
         rows = [row[: row.index(eos_token_id) + 1] if eos_token_id in row else row for row in rows]
@@ -106,8 +112,9 @@ def _near_tie(model, prompt, expected, got, position) -> tuple[bool, float]:
     return relative < TIE_TOLERANCE and runner_up, relative
 
 
-def assert_lossless(model, refs: References, prompts, result, max_new_tokens=NEW_TOKENS, eos_token_id=None,
-                    label="") -> list[str]:
+def assert_lossless(
+    model, refs: References, prompts, result, max_new_tokens=NEW_TOKENS, eos_token_id=None, label=""
+) -> list[str]:
     """Every row against both references; returns the near-ties (each also warned), raises on a divergence."""
     got = result.token_ids
     assert len(got) == len(prompts)
@@ -119,13 +126,18 @@ def assert_lossless(model, refs: References, prompts, result, max_new_tokens=NEW
         expected = refs.single(prompt, max_new_tokens, eos_token_id)
         if tokens == expected:
             continue
-        position = next((i for i, (a, b) in enumerate(zip(tokens, expected)) if a != b),
-                        min(len(tokens), len(expected)))
+        position = next(
+            (i for i, (a, b) in enumerate(zip(tokens, expected)) if a != b), min(len(tokens), len(expected))
+        )
         tie, margin = _near_tie(model, prompt, expected, tokens, position)
-        assert tie, (f"{label} row {row}: differs from its unbatched greedy output at token {position} where the "
-                     f"target's top-2 margin is {margin:.3g} relative (not a near-tie)")
-        ties.append(f"{label} row {row}: batched output differs from unbatched at token {position}, "
-                    f"a float near-tie (relative top-2 margin {margin:.2g})")
+        assert tie, (
+            f"{label} row {row}: differs from its unbatched greedy output at token {position} where the "
+            f"target's top-2 margin is {margin:.3g} relative (not a near-tie)"
+        )
+        ties.append(
+            f"{label} row {row}: batched output differs from unbatched at token {position}, "
+            f"a float near-tie (relative top-2 margin {margin:.2g})"
+        )
     for tie in ties:
         warnings.warn(tie, stacklevel=2)
     return ties
@@ -263,8 +275,9 @@ def test_rollback_keeps_each_rows_own_tokens_and_compaction_right_aligns() -> No
         cache = RowCache(model, layout)
         ids, mask = left_pad([[5, 6, 7], [8, 9, 10, 11, 12]], PAD_TOKEN_ID)
         cache.forward(ids, mask.bool())
-        cache.forward(torch.tensor([[20, 21, 22], [30, 31, 0]]),
-                      torch.tensor([[True, True, True], [True, True, False]]))
+        cache.forward(
+            torch.tensor([[20, 21, 22], [30, 31, 0]]), torch.tensor([[True, True, True], [True, True, False]])
+        )
         assert cache.lengths.tolist() == [6, 7]
         cache.rollback(torch.tensor([4, 7]))  # row 0 drops two of its new tokens, row 1 keeps its own
         assert cache.lengths.tolist() == [4, 7]
@@ -286,8 +299,9 @@ def test_eos_stops_some_rows_and_they_leave_the_batch(llama_pair, llama_refs) ->
     target, draft = llama_pair
     free = llama_refs.batched(PROMPTS)
     # An EOS id that some rows generate early and others never do.
-    eos = next(token for token in range(3, 96)
-               if 2 <= sum(token in row[:NEW_TOKENS - 4] for row in free) <= len(PROMPTS) - 2)
+    eos = next(
+        token for token in range(3, 96) if 2 <= sum(token in row[: NEW_TOKENS - 4] for row in free) <= len(PROMPTS) - 2
+    )
     stopping = [row for row, tokens in enumerate(free) if eos in tokens]
     ids, mask = left_pad(PROMPTS, PAD_TOKEN_ID)
     greedy = batched_greedy_generate(target, ids, mask, NEW_TOKENS, eos_token_id=eos)
@@ -354,8 +368,13 @@ def test_a_shared_rollback_is_caught(llama_pair, llama_refs, monkeypatch, plante
     with pytest.raises(AssertionError, match="differs"):
         assert_lossless(target, llama_refs, PROMPTS, result, label=f"planted {planted}")
     monkeypatch.undo()
-    assert_lossless(target, llama_refs, PROMPTS, _run(target, draft if drafter == "model" else PromptLookupDrafter(),
-                                                      PROMPTS, 4), label="fixed")
+    assert_lossless(
+        target,
+        llama_refs,
+        PROMPTS,
+        _run(target, draft if drafter == "model" else PromptLookupDrafter(), PROMPTS, 4),
+        label="fixed",
+    )
 
 
 def test_the_unbatched_check_fails_a_clear_divergence_and_reports_a_near_tie(llama_pair, monkeypatch) -> None:

@@ -16,24 +16,30 @@ from pytest_specbench.engine.stats import DecodeStats, GenerationResult
 from pytest_specbench.measure import blocks
 from pytest_specbench.measure.blocks import TimedCase, time_block
 from pytest_specbench.measure.budget import RunBudget, block_weight, describe_duration
-from pytest_specbench.measure.timing import precision
 from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
+from pytest_specbench.measure.timing import precision
 
 PROMPT = Prompt("natural-01", "natural", "text")
 
 
 def _config(**settings):
-    defaults = dict(min_rounds=3, max_rounds=12, ci_target=0.05, case_budget=None, baseline_once=False, race=True,
-                    baseline_every=2)
+    defaults = dict(
+        min_rounds=3, max_rounds=12, ci_target=0.05, case_budget=None, baseline_once=False, race=True, baseline_every=2
+    )
     return SimpleNamespace(**{**defaults, **settings})
 
 
 def _run(seconds: float, new_tokens: int = 11) -> GenerationResult:
-    stats = DecodeStats(new_tokens=new_tokens, wall_time_s=seconds + 0.01, prefill_time_s=0.01,
-                        target_forward_passes=new_tokens, drafted_per_step=[0] * new_tokens,
-                        accepted_per_step=[0] * new_tokens)
+    stats = DecodeStats(
+        new_tokens=new_tokens,
+        wall_time_s=seconds + 0.01,
+        prefill_time_s=0.01,
+        target_forward_passes=new_tokens,
+        drafted_per_step=[0] * new_tokens,
+        accepted_per_step=[0] * new_tokens,
+    )
     return GenerationResult(sequences=torch.zeros(1, 3 + new_tokens, dtype=torch.long), prompt_length=3, stats=stats)
 
 
@@ -47,13 +53,14 @@ class Noise:
 
     def __call__(self, seconds: float) -> float:
         if self.drift_sd:
-            self.log_drift = self.rho * self.log_drift + self.rng.gauss(0, self.drift_sd * (1 - self.rho ** 2) ** 0.5)
+            self.log_drift = self.rho * self.log_drift + self.rng.gauss(0, self.drift_sd * (1 - self.rho**2) ** 0.5)
         own = self.rng.lognormvariate(0, self.run_sd) if self.run_sd else 1.0
         return seconds * math.exp(self.log_drift) * own
 
 
-def _block(times: dict, noise: Noise | None = None, calls: list | None = None, pair: str = "p",
-           baseline_s: float = 1.0):
+def _block(
+    times: dict, noise: Noise | None = None, calls: list | None = None, pair: str = "p", baseline_s: float = 1.0
+):
     """TimedCases of one (pair, prompt), k -> seconds of a speculative run; and the baseline's runner."""
     noise = noise or Noise()
     calls = calls if calls is not None else []
@@ -63,6 +70,7 @@ def _block(times: dict, noise: Noise | None = None, calls: list | None = None, p
         def run():
             calls.append(k)
             return _run(noise(seconds))
+
         return run
 
     def baseline():
@@ -78,9 +86,7 @@ def test_a_round_runs_a_baseline_before_after_every_two_cases_and_after_the_last
     block = time_block(cases, baseline, _config(min_rounds=3, race=False), None)
     # Noise-free runs are tight from the first rounds on: min rounds, then stop.
     assert block.rounds == 3 and all(case.stop == blocks.TIGHT for case in cases)
-    assert calls == ["base", 1, 2, "base", 4, "base",
-                     "base", 2, 4, "base", 1, "base",
-                     "base", 4, 1, "base", 2, "base"]
+    assert calls == ["base", 1, 2, "base", 4, "base", "base", 2, 4, "base", 1, "base", "base", 4, 1, "base", 2, "base"]
     assert {index: len(runs) for index, runs in block.baselines.items()} == {0: 3, 1: 3, 2: 3}
     assert all(case.rounds == [0, 1, 2] and len(case.paired_baselines) == 3 for case in cases)
 
@@ -104,13 +110,16 @@ class _FakeInterleaved:
 
 def _interleavable(cases: list[TimedCase], steps: int = 3) -> list[TimedCase]:
     """The cases with runs that take ``between_steps`` and call it after each of ``steps`` steps."""
+
     def hooked(run):
         def interleaved_run(between_steps=None):
             result = run()
             for _ in range(steps if between_steps else 0):
                 between_steps(0.1)
             return result
+
         return interleaved_run
+
     return [dataclasses.replace(timed, run=hooked(timed.run), interleavable=True) for timed in cases]
 
 
@@ -118,8 +127,9 @@ def test_an_interleaved_round_gives_each_run_its_own_baseline_between_its_steps_
     cases, baseline, calls = _block({1: 0.5, 2: 0.5, 4: 0.5})
     cases = _interleavable(cases)
     _FakeInterleaved.made = []
-    block = time_block(cases, baseline, _config(min_rounds=3, race=False), None,
-                       new_interleaved=lambda: _FakeInterleaved(calls))
+    block = time_block(
+        cases, baseline, _config(min_rounds=3, race=False), None, new_interleaved=lambda: _FakeInterleaved(calls)
+    )
     assert "base" not in calls
     assert calls[:8] == [1, "between", "between", "between", 2, "between", "between", "between"]
     assert len(_FakeInterleaved.made) == 3 * block.rounds
@@ -132,20 +142,32 @@ def test_an_interleaved_round_gives_each_run_its_own_baseline_between_its_steps_
 def test_a_block_with_a_case_that_cannot_interleave_times_whole_baselines_between_the_cases():
     cases, baseline, calls = _block({1: 0.5, 2: 0.5, 4: 0.5})
     cases = [*_interleavable(cases[:2]), cases[2]]  # the third: the hf engine, say
-    time_block(cases, baseline, _config(min_rounds=1, max_rounds=1, race=False), None,
-               new_interleaved=lambda: _FakeInterleaved(calls))
+    time_block(
+        cases,
+        baseline,
+        _config(min_rounds=1, max_rounds=1, race=False),
+        None,
+        new_interleaved=lambda: _FakeInterleaved(calls),
+    )
     assert calls.count("base") == 3 and "between" not in calls
 
 
 def test_baseline_once_is_not_interleaved():
     cases, baseline, calls = _block({1: 0.5, 2: 0.5})
-    time_block(_interleavable(cases), baseline, _config(min_rounds=1, max_rounds=1, race=False, baseline_once=True),
-               None, new_interleaved=lambda: _FakeInterleaved(calls))
+    time_block(
+        _interleavable(cases),
+        baseline,
+        _config(min_rounds=1, max_rounds=1, race=False, baseline_once=True),
+        None,
+        new_interleaved=lambda: _FakeInterleaved(calls),
+    )
     assert calls.count("base") == 1 and "between" not in calls
 
 
-@pytest.mark.parametrize(("count", "every", "groups"), [(10, 2, [2, 2, 2, 2, 2]), (10, 3, [3, 3, 2, 2]),
-                                                        (1, 2, [1]), (5, 1, [1] * 5), (4, 9, [4])])
+@pytest.mark.parametrize(
+    ("count", "every", "groups"),
+    [(10, 2, [2, 2, 2, 2, 2]), (10, 3, [3, 3, 2, 2]), (1, 2, [1]), (5, 1, [1] * 5), (4, 9, [4])],
+)
 def test_the_cases_of_a_round_fall_in_groups_as_even_as_they_can_be(count, every, groups):
     cases, baseline, calls = _block({k: 0.5 for k in range(1, count + 1)})
     time_block(cases, baseline, _config(min_rounds=1, max_rounds=1, race=False, baseline_every=every), None)
@@ -163,8 +185,14 @@ class LinearDrift:
     def run(self, nominal: float) -> GenerationResult:
         seconds = nominal * (1 + self.slope * self.clock) / (1 - nominal * self.slope / 2)
         self.clock += seconds
-        stats = DecodeStats(new_tokens=11, wall_time_s=seconds, prefill_time_s=0.0, target_forward_passes=11,
-                            drafted_per_step=[0] * 11, accepted_per_step=[0] * 11)
+        stats = DecodeStats(
+            new_tokens=11,
+            wall_time_s=seconds,
+            prefill_time_s=0.0,
+            target_forward_passes=11,
+            drafted_per_step=[0] * 11,
+            accepted_per_step=[0] * 11,
+        )
         return GenerationResult(sequences=torch.zeros(1, 14, dtype=torch.long), prompt_length=3, stats=stats)
 
 
@@ -172,8 +200,10 @@ def test_a_drift_linear_in_time_cancels_exactly_and_nearest_baseline_pairing_wou
     drift = LinearDrift(slope=0.2)
     spec = PairSpec("p", "t", "d")
     nominal = {1: 0.5, 2: 0.25, 4: 0.8}
-    cases = [TimedCase(Case(spec, k, PROMPT, "natural"), lambda seconds=seconds: drift.run(seconds))
-             for k, seconds in nominal.items()]
+    cases = [
+        TimedCase(Case(spec, k, PROMPT, "natural"), lambda seconds=seconds: drift.run(seconds))
+        for k, seconds in nominal.items()
+    ]
     block = time_block(cases, lambda: drift.run(1.0), _config(min_rounds=4, max_rounds=4, race=False), None)
     for timed in cases:
         base = [run.stats.time_per_decode_token_s for run in block.case_baselines(timed, paired=True)]
@@ -321,16 +351,22 @@ def test_blocks_share_the_budget_and_the_estimate_by_their_weight():
 
 
 def test_a_blocks_cases_come_together_in_the_matrix():
-    pairs = [PairSpec("int8", "gemma", drafter="int8"), PairSpec("other", "qwen", "q"),
-             PairSpec("lookup", "gemma", drafter="prompt_lookup")]
+    pairs = [
+        PairSpec("int8", "gemma", drafter="int8"),
+        PairSpec("other", "qwen", "q"),
+        PairSpec("lookup", "gemma", drafter="prompt_lookup"),
+    ]
     prompts = [PROMPT, Prompt("code-01", "code", "def")]
     cases = build_matrix(pairs, [1, 4], prompts)
     order = [case.block for case in cases]
     assert order == sorted(order, key=order.index)  # each block contiguous
-    assert [case.id for case in cases[:4]] == ["int8-k1-natural", "int8-k4-natural", "lookup-k1-natural",
-                                               "lookup-k4-natural"]
-    assert {case.block for case in cases} == {"gemma:natural-01", "gemma:code-01", "qwen:natural-01",
-                                              "qwen:code-01"}
+    assert [case.id for case in cases[:4]] == [
+        "int8-k1-natural",
+        "int8-k4-natural",
+        "lookup-k1-natural",
+        "lookup-k4-natural",
+    ]
+    assert {case.block for case in cases} == {"gemma:natural-01", "gemma:code-01", "qwen:natural-01", "qwen:code-01"}
 
 
 def test_the_race_looks_at_planned_rounds_only():
@@ -359,10 +395,14 @@ def test_the_run_budget_counts_only_the_blocks_that_will_be_timed():
     pairs = [PairSpec("ready", "gemma", drafter="int8"), PairSpec("missing", "gpt2", "distilgpt2")]
     cases = build_matrix(pairs, [1, 4], [PROMPT, Prompt("code-01", "code", "def")])
     session = SimpleNamespace(
-        cases=cases, selected={case.id for case in cases}, replay=lambda case_id: None,
-        chosen=lambda pair: False, began_at=time.perf_counter(),
+        cases=cases,
+        selected={case.id for case in cases},
+        replay=lambda case_id: None,
+        chosen=lambda pair: False,
+        began_at=time.perf_counter(),
         unavailable_reason=lambda pair: "no weights" if pair.name == "missing" else None,
-        config=SimpleNamespace(run_budget=600.0))
+        config=SimpleNamespace(run_budget=600.0),
+    )
     runs = BlockRuns(session, (None, 1))
     assert runs.budget.blocks == 2  # the missing pair's two blocks are skipped, not timed
     assert BlockRuns(session, ("gw0", 2)).budget.blocks == 1  # a worker's share

@@ -43,8 +43,15 @@ def test_k_past_a_short_window_with_few_new_tokens_runs(bench, tmp_path_factory:
 
     short = write_tiny_pair(tmp_path_factory.mktemp("window_64"), target_config={"n_positions": 64})
     # 20 + 65 positions would pass the 64-position window: the probe must stop at the 4 new tokens.
-    result = bench("--specbench-k=64", "--specbench-context-tokens=20", "--specbench-max-new-tokens=4", "-k",
-                   "natural", "--specbench-log=", pairs_file=short)
+    result = bench(
+        "--specbench-k=64",
+        "--specbench-context-tokens=20",
+        "--specbench-max-new-tokens=4",
+        "-k",
+        "natural",
+        "--specbench-log=",
+        pairs_file=short,
+    )
     result.assert_outcomes(passed=1, deselected=1)
     assert "IndexError" not in result.stdout.str()
 
@@ -53,10 +60,13 @@ def test_k_past_a_short_window_with_few_new_tokens_runs(bench, tmp_path_factory:
 
 
 def test_a_huge_k_is_a_usage_error_stating_the_bound() -> None:
-    with pytest.raises(ConfigError, match=rf"--specbench-k=.*100000000000000000000000 is too large; accepted: an "
-                                          rf"integer >= 1 and <= {MAX_POSITIONS - 1} \(a verify block of k \+ 1 "
-                                          rf"positions must fit in a context window, and none holds more than "
-                                          rf"{MAX_POSITIONS}\)"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"--specbench-k=.*100000000000000000000000 is too large; accepted: an "
+        rf"integer >= 1 and <= {MAX_POSITIONS - 1} \(a verify block of k \+ 1 "
+        rf"positions must fit in a context window, and none holds more than "
+        rf"{MAX_POSITIONS}\)",
+    ):
         _parse("k", "1,100000000000000000000000")
     assert _parse("k", f"{MAX_POSITIONS - 1}").ks == (MAX_POSITIONS - 1,)
 
@@ -67,12 +77,15 @@ def test_a_huge_k_stops_pytest_before_any_model_loads(bench) -> None:
     assert "is too large" in result.stderr.str()
 
 
-@pytest.mark.parametrize(("name", "raw", "message"), [
-    ("max-new-tokens", str(MAX_POSITIONS), "too large; accepted: an integer >= 1 and <= 16777215"),
-    ("context-tokens", str(10**30), "too large"),
-    ("seed", str(MAX_SEED + 1), "too large; accepted: an integer >= 0 and <= 18446744073709551614"),
-    ("threads", str((os.cpu_count() or 1) + 1), "logical CPUs"),
-])
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
+        ("max-new-tokens", str(MAX_POSITIONS), "too large; accepted: an integer >= 1 and <= 16777215"),
+        ("context-tokens", str(10**30), "too large"),
+        ("seed", str(MAX_SEED + 1), "too large; accepted: an integer >= 0 and <= 18446744073709551614"),
+        ("threads", str((os.cpu_count() or 1) + 1), "logical CPUs"),
+    ],
+)
 def test_integers_past_what_can_run_are_refused(name: str, raw: str, message: str) -> None:
     with pytest.raises(ConfigError, match=f"--specbench-{name}=.*{message}"):
         _parse(name, raw)
@@ -80,17 +93,24 @@ def test_integers_past_what_can_run_are_refused(name: str, raw: str, message: st
 
 def test_a_prompt_and_new_tokens_past_any_window_are_refused() -> None:
     with pytest.raises(ConfigError, match="need more positions than any context window holds"):
-        parse_settings({"context-tokens": (str(MAX_POSITIONS - 8), "--specbench-context-tokens"),
-                        "max-new-tokens": ("16", "--specbench-max-new-tokens")})
+        parse_settings(
+            {
+                "context-tokens": (str(MAX_POSITIONS - 8), "--specbench-context-tokens"),
+                "max-new-tokens": ("16", "--specbench-max-new-tokens"),
+            }
+        )
 
 
-@pytest.mark.parametrize(("raw", "message"), [
-    ("1.5", "'1.5' is outside \\(0, 1\\); accepted: a fraction in \\(0, 1\\)"),
-    ("1", "outside \\(0, 1\\)"),
-    ("0", "outside \\(0, 1\\)"),
-    ("nan", "'nan' is not a number"),
-    ("inf", "'inf' is infinite"),
-])
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("1.5", "'1.5' is outside \\(0, 1\\); accepted: a fraction in \\(0, 1\\)"),
+        ("1", "outside \\(0, 1\\)"),
+        ("0", "outside \\(0, 1\\)"),
+        ("nan", "'nan' is not a number"),
+        ("inf", "'inf' is infinite"),
+    ],
+)
 def test_the_interval_target_is_a_fraction_in_0_1(raw: str, message: str) -> None:
     with pytest.raises(ConfigError, match=f"--specbench-ci-target=.*{message}"):
         _parse("ci-target", raw)
@@ -116,9 +136,25 @@ NUMERIC = [option for option in OPTIONS if _numeric(option)]
 
 def test_the_audit_covers_every_numeric_option() -> None:
     assert {option.name for option in NUMERIC} >= {
-        "k", "prompts-per-category", "context-tokens", "max-new-tokens", "warmup", "min-rounds", "max-rounds",
-        "ci-target", "case-budget", "threads", "tie-tolerance", "temperature", "top-p", "top-k", "seed",
-        "sampling-check-draws", "max-acceptance-drop", "max-speedup-drop"}
+        "k",
+        "prompts-per-category",
+        "context-tokens",
+        "max-new-tokens",
+        "warmup",
+        "min-rounds",
+        "max-rounds",
+        "ci-target",
+        "case-budget",
+        "threads",
+        "tie-tolerance",
+        "temperature",
+        "top-p",
+        "top-k",
+        "seed",
+        "sampling-check-draws",
+        "max-acceptance-drop",
+        "max-speedup-drop",
+    }
 
 
 @pytest.mark.parametrize("option", NUMERIC, ids=lambda option: option.name)
@@ -131,13 +167,16 @@ def test_no_numeric_option_takes_nan_or_infinity(option, raw: str) -> None:
     assert "negative" not in message
 
 
-@pytest.mark.parametrize(("name", "raw", "message"), [
-    ("max-acceptance-drop", "1.5", "above 1; accepted: a number in \\[0, 1\\]"),
-    ("max-speedup-drop", "2", "above 1"),
-    ("case-budget", "inf", "infinite; accepted: a finite number > 0"),
-    ("tie-tolerance", "inf", "infinite"),
-    ("top-p", "nan", "'nan' is not a number; accepted: a number in \\(0, 1\\]"),
-])
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
+        ("max-acceptance-drop", "1.5", "above 1; accepted: a number in \\[0, 1\\]"),
+        ("max-speedup-drop", "2", "above 1"),
+        ("case-budget", "inf", "infinite; accepted: a finite number > 0"),
+        ("tie-tolerance", "inf", "infinite"),
+        ("top-p", "nan", "'nan' is not a number; accepted: a number in \\(0, 1\\]"),
+    ],
+)
 def test_fractions_and_finite_numbers(name: str, raw: str, message: str) -> None:
     with pytest.raises(ConfigError, match=f"--specbench-{name}=.*{message}"):
         _parse(name, raw)

@@ -27,8 +27,7 @@ def _first_case(pairs_file: Path, prompts=PROMPTS, engines=("native",)):
     return build_matrix([load_pairs_file(pairs_file)["tiny"]], (1, 4), prompts, engines)[0]
 
 
-def test_other_models_under_the_same_pair_name_are_a_change_of_models(tiny_pairs_file, weak_pairs_file,
-                                                                         config) -> None:
+def test_other_models_under_the_same_pair_name_are_a_change_of_models(tiny_pairs_file, weak_pairs_file, config) -> None:
     logged = case_inputs(_first_case(tiny_pairs_file), config, PROMPTS)
     assert inputs_changes(logged, case_inputs(_first_case(tiny_pairs_file), config, PROMPTS)) == []
     # The same target weights in another folder are the same target; the draft is another model.
@@ -36,8 +35,9 @@ def test_other_models_under_the_same_pair_name_are_a_change_of_models(tiny_pairs
     assert inputs_changes(logged, now) == ["draft model"]
 
 
-def test_weights_replaced_in_place_are_a_change_of_models(tiny_pairs_file, weak_pairs_file, config,
-                                                          tmp_path: Path) -> None:
+def test_weights_replaced_in_place_are_a_change_of_models(
+    tiny_pairs_file, weak_pairs_file, config, tmp_path: Path
+) -> None:
     copy = tmp_path / "pair"
     shutil.copytree(tiny_pairs_file.parent, copy)
     logged = case_inputs(_first_case(copy / "pairs.toml"), config, PROMPTS)
@@ -50,20 +50,18 @@ def test_weights_replaced_in_place_are_a_change_of_models(tiny_pairs_file, weak_
 def test_prompt_text_and_case_settings_are_named_as_changes(tiny_pairs_file, config) -> None:
     logged = case_inputs(_first_case(tiny_pairs_file), config, PROMPTS)
     edited = [Prompt("natural-01", "natural", "Once upon a midnight dreary"), PROMPTS[1]]
-    assert inputs_changes(logged, case_inputs(_first_case(tiny_pairs_file, edited), config, edited)) == \
-        ["prompt text"]
+    assert inputs_changes(logged, case_inputs(_first_case(tiny_pairs_file, edited), config, edited)) == ["prompt text"]
     hf = _first_case(tiny_pairs_file, engines=("hf",))  # one engine: the same case id, another engine
     assert hf.id == _first_case(tiny_pairs_file).id
-    assert inputs_changes(logged, case_inputs(hf, config, PROMPTS)) == \
-        ["case settings (engine, k, batch, dtype)"]
+    assert inputs_changes(logged, case_inputs(hf, config, PROMPTS)) == ["case settings (engine, k, batch, dtype)"]
 
 
 def test_only_rows_whose_inputs_match_are_replayed(tiny_pairs_file, weak_pairs_file, config) -> None:
     cases = build_matrix([load_pairs_file(tiny_pairs_file)["tiny"]], (1, 4), PROMPTS)
-    rows = {case.id: {"case": case.id, "inputs_fingerprint": case_inputs(case, config, PROMPTS)}
-            for case in cases}
+    rows = {case.id: {"case": case.id, "inputs_fingerprint": case_inputs(case, config, PROMPTS)} for case in cases}
     rows[cases[1].id]["inputs_fingerprint"] = case_inputs(
-        build_matrix([load_pairs_file(weak_pairs_file)["tiny"]], (1, 4), PROMPTS)[1], config, PROMPTS)
+        build_matrix([load_pairs_file(weak_pairs_file)["tiny"]], (1, 4), PROMPTS)[1], config, PROMPTS
+    )
     del rows[cases[2].id]["inputs_fingerprint"]  # a row of a log written before inputs were recorded
     rows["other-k1-natural"] = {"case": "other-k1-natural"}  # not in this run's matrix: kept as it is
     replayed, rerun = replayable(rows, cases, config, PROMPTS)

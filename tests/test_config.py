@@ -18,7 +18,12 @@ def test_cpu_gets_the_small_defaults_and_gpu_the_seed_matrix() -> None:
     assert cpu.prompt_categories == ("natural", "code_python", "repetitive", "list_items")
     gpu = parse_settings({}, cuda_available=lambda: True)
     assert (gpu.ks, gpu.max_new_tokens, gpu.min_rounds, gpu.case_budget, gpu.run_budget) == (
-        (1, 2, 4, 8, 16), 128, 3, None, 900.0)
+        (1, 2, 4, 8, 16),
+        128,
+        3,
+        None,
+        900.0,
+    )
     assert gpu.prompt_categories == ()  # all
     # an explicit cuda device means the GPU defaults, whatever this machine has
     assert parse_settings({"gpu": ("cuda:1", "--specbench-gpu")}).max_new_tokens == 128
@@ -78,8 +83,13 @@ def test_a_bad_shard_names_what_is_accepted(raw):
 
 
 def test_a_shard_and_output_folders_parse():
-    settings = parse_settings({"shard": ("2/3", "--specbench-shard"), "plots": ("figs", "--specbench-plots"),
-                               "report": ("r.md", "--specbench-report")})
+    settings = parse_settings(
+        {
+            "shard": ("2/3", "--specbench-shard"),
+            "plots": ("figs", "--specbench-plots"),
+            "report": ("r.md", "--specbench-report"),
+        }
+    )
     assert settings.shard == (2, 3) and str(settings.plots_dir) == "figs" and str(settings.report_path) == "r.md"
     assert parse_settings({}).shard is None and parse_settings({}).plots_dir is None
 
@@ -88,8 +98,9 @@ def test_a_shard_and_output_folders_parse():
 
 
 def _files(**given: str):
-    return parse_settings({name.replace("_", "-"): (raw, f"--specbench-{name.replace('_', '-')}")
-                           for name, raw in given.items()})
+    return parse_settings(
+        {name.replace("_", "-"): (raw, f"--specbench-{name.replace('_', '-')}") for name, raw in given.items()}
+    )
 
 
 def test_the_log_follows_the_csv_or_the_json_and_can_be_turned_off() -> None:
@@ -101,16 +112,22 @@ def test_the_log_follows_the_csv_or_the_json_and_can_be_turned_off() -> None:
     assert _files(csv="", json="", log="mine.jsonl").log_path == Path("mine.jsonl")
 
 
-@pytest.mark.parametrize("given", [
-    {"csv": "same.out", "json": "same.out"},
-    {"json": "same.out", "save_baseline": "same.out"},
-    {"csv": "same.out", "log": "same.out"},
-])
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"csv": "same.out", "json": "same.out"},
+        {"json": "same.out", "save_baseline": "same.out"},
+        {"csv": "same.out", "log": "same.out"},
+    ],
+)
 def test_two_outputs_on_one_file_are_refused(tmp_path: Path, given: dict) -> None:
     config = _files(**{name: str(tmp_path / raw) for name, raw in given.items()})
     names = " and ".join(f"--specbench-{name.replace('_', '-')}" for name in given)
-    with pytest.raises(ConfigError, match=f"{names} name the same file, .*same.out, and one would overwrite the "
-                                          "other; accepted: a separate file for each output"):
+    with pytest.raises(
+        ConfigError,
+        match=f"{names} name the same file, .*same.out, and one would overwrite the "
+        "other; accepted: a separate file for each output",
+    ):
         check_files(config)
 
 
@@ -121,8 +138,15 @@ def test_an_output_may_not_overwrite_an_input_but_log_and_baseline_may_update_th
     log.write_text("")
     with pytest.raises(ConfigError, match="--specbench-csv and --specbench-baseline name the same file"):
         check_files(_files(csv=str(baseline), baseline=str(baseline)))
-    check_files(_files(csv=str(tmp_path / "r.csv"), save_baseline=str(baseline), baseline=str(baseline),
-                       log=str(log), resume=str(log)))
+    check_files(
+        _files(
+            csv=str(tmp_path / "r.csv"),
+            save_baseline=str(baseline),
+            baseline=str(baseline),
+            log=str(log),
+            resume=str(log),
+        )
+    )
 
 
 def test_a_missing_output_folder_is_created_and_no_probe_is_left(tmp_path: Path) -> None:
@@ -132,8 +156,11 @@ def test_a_missing_output_folder_is_created_and_no_probe_is_left(tmp_path: Path)
 
 def test_an_output_under_a_regular_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "blocker").write_text("a file, not a folder")
-    with pytest.raises(ConfigError, match="--specbench-csv=.*blocker/sub/r.csv: its folder cannot be created, since "
-                                          ".*blocker is a file; accepted: a path in a folder this user can create"):
+    with pytest.raises(
+        ConfigError,
+        match="--specbench-csv=.*blocker/sub/r.csv: its folder cannot be created, since "
+        ".*blocker is a file; accepted: a path in a folder this user can create",
+    ):
         check_files(_files(csv=str(tmp_path / "blocker" / "sub" / "r.csv")))
 
 
@@ -144,12 +171,14 @@ def test_an_output_in_a_read_only_folder_is_refused(tmp_path: Path) -> None:
     if os.access(folder, os.W_OK):  # root writes anywhere; sysfs refuses new files even to root
         folder = Path("/sys")
     try:
-        with pytest.raises(ConfigError, match=f"--specbench-json={folder}/r.json: no file can be written in its "
-                                              f"folder {folder} .*or --specbench-json= \\(empty\\) to turn it off"):
+        with pytest.raises(
+            ConfigError,
+            match=f"--specbench-json={folder}/r.json: no file can be written in its "
+            f"folder {folder} .*or --specbench-json= \\(empty\\) to turn it off",
+        ):
             check_files(_files(json=str(folder / "r.json"), csv=""))
     finally:
         (tmp_path / "read-only").chmod(0o755)
-
 
 
 def test_baseline_once_records_the_pairing_that_ran_and_refuses_an_explicit_pairing() -> None:
@@ -163,11 +192,19 @@ def test_baseline_once_records_the_pairing_that_ran_and_refuses_an_explicit_pair
     assert once.raw["specbench_pairing"] == UNPAIRED
     assert result_settings(once)["--specbench-pairing"] == UNPAIRED
     # A run recorded before: its JSON says interleaved beside baseline-once; it ran unpaired all the same.
-    assert result_settings_from_raw({"specbench_baseline_once": True,
-                                     "specbench_pairing": "interleaved"})["--specbench-pairing"] == UNPAIRED
+    assert (
+        result_settings_from_raw({"specbench_baseline_once": True, "specbench_pairing": "interleaved"})[
+            "--specbench-pairing"
+        ]
+        == UNPAIRED
+    )
     assert parse_settings({}).pairing == "interleaved"
     for pairing in ("interleaved", "rounds"):
-        with pytest.raises(ConfigError, match=f"--specbench-pairing={pairing} and --specbench-baseline-once "
-                                              "contradict each other: .*accepted: one of the two"):
-            parse_settings({"baseline-once": (True, "--specbench-baseline-once"),
-                            "pairing": (pairing, "--specbench-pairing")})
+        with pytest.raises(
+            ConfigError,
+            match=f"--specbench-pairing={pairing} and --specbench-baseline-once "
+            "contradict each other: .*accepted: one of the two",
+        ):
+            parse_settings(
+                {"baseline-once": (True, "--specbench-baseline-once"), "pairing": (pairing, "--specbench-pairing")}
+            )

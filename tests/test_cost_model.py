@@ -10,10 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.engine.cost_model import (accepted_length_histogram, alpha_mle, decode_tokens_of_steps,
-                                                expected_tau_of_steps, observed_proposals, position_acceptance,
-                                                position_counts, predict_proposals, predict_steps, predicted_speedup,
-                                                predicted_tau, proposals_at, recommended_k, recommended_k_for)
+from pytest_specbench.engine.cost_model import (
+    accepted_length_histogram,
+    alpha_mle,
+    decode_tokens_of_steps,
+    expected_tau_of_steps,
+    observed_proposals,
+    position_acceptance,
+    position_counts,
+    predict_proposals,
+    predict_steps,
+    predicted_speedup,
+    predicted_tau,
+    proposals_at,
+    recommended_k,
+    recommended_k_for,
+)
 
 
 def test_alpha_counts_accepts_over_accepts_and_rejections_and_skips_empty_steps():
@@ -299,15 +311,20 @@ def test_catch_up_passes_follow_blocks_accepted_whole():
     assert catch_up_passes([], []) == 0
 
 
-def _run(draft_s: float = 0.0, passes: int = 0, drafted=(), accepted=(), decode_s: float = 0.0,
-         new_tokens: int = 1):
+def _run(draft_s: float = 0.0, passes: int = 0, drafted=(), accepted=(), decode_s: float = 0.0, new_tokens: int = 1):
     import torch
 
     from pytest_specbench.engine.stats import DecodeStats, GenerationResult
 
-    stats = DecodeStats(new_tokens=new_tokens, draft_forward_passes=passes, draft_time_s=draft_s,
-                        wall_time_s=decode_s + 0.1, prefill_time_s=0.1, drafted_per_step=list(drafted),
-                        accepted_per_step=list(accepted))
+    stats = DecodeStats(
+        new_tokens=new_tokens,
+        draft_forward_passes=passes,
+        draft_time_s=draft_s,
+        wall_time_s=decode_s + 0.1,
+        prefill_time_s=0.1,
+        drafted_per_step=list(drafted),
+        accepted_per_step=list(accepted),
+    )
     return GenerationResult(torch.zeros(1, 1, dtype=torch.long), 0, stats)
 
 
@@ -315,8 +332,13 @@ def test_the_runs_price_a_drafted_token_on_the_timed_rounds_clock():
     from pytest_specbench.measure.costs import CostProfile, calibrated_costs
 
     # The probe: a draft pass 10 ms, its catch-up 20 ms, against a target pass of 50 ms: c = 0.2.
-    probe = CostProfile(verify_costs_s=[0.05, 0.06], draft_token_s=0.010, column_head_rows=[],
-                        draft_catch_up_s=0.020, draft_reference_s=0.050)
+    probe = CostProfile(
+        verify_costs_s=[0.05, 0.06],
+        draft_token_s=0.010,
+        column_head_rows=[],
+        draft_catch_up_s=0.020,
+        draft_reference_s=0.050,
+    )
     assert probe.cost_ratio == pytest.approx(0.2) and probe.draft_cost_source == "probe"
     # A speculative run of 30 blocks of 1, 20 accepted whole with a drafting step after them: 0.5 s of drafting
     # over 10 one-position passes and 20 catch-ups at twice their cost is 10 ms a pass; a baseline run of 20

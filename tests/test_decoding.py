@@ -14,8 +14,6 @@ import math
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
 from factory import (
     ARCHITECTURES,
     SLIDING_WINDOW,
@@ -26,6 +24,8 @@ from factory import (
     tiny_pair,
     top2_margins,
 )
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import pytest_specbench.engine.decoding as decoding
 from pytest_specbench import DecodeStats, Drafter, ModelDrafter, greedy_generate, speculative_generate
@@ -380,8 +380,18 @@ def test_broken_engine_is_caught(arch, bug, monkeypatch):
         dict(input_ids=torch.empty(1, 0, dtype=torch.long)),
         dict(input_ids=torch.ones(1, 1, 3, dtype=torch.long)),
     ],
-    ids=["k=0", "k<0", "k-float", "negative-length", "k-bool", "length-bool", "two-sequences", "empty-list",
-         "empty-tensor", "3d"],
+    ids=[
+        "k=0",
+        "k<0",
+        "k-float",
+        "negative-length",
+        "k-bool",
+        "length-bool",
+        "two-sequences",
+        "empty-list",
+        "empty-tensor",
+        "3d",
+    ],
 )
 def test_invalid_input_raises(kwargs):
     target, draft = pair("gpt2")

@@ -27,8 +27,9 @@ def _path_of(fd: int) -> str:
 
 
 @pytest.mark.slow
-def test_a_full_disk_under_the_log_costs_no_case(bench, pytester: pytest.Pytester,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_under_the_log_costs_no_case(
+    bench, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = os.path.realpath(pytester.path / "spec_results.jsonl")
     write, rows = os.write, []
 
@@ -45,9 +46,14 @@ def test_a_full_disk_under_the_log_costs_no_case(bench, pytester: pytest.Pyteste
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     output = result.stdout.str()
     assert "INTERNALERROR" not in output and "Traceback" not in output
-    result.stdout.fnmatch_lines(["*specbench summary*", "*could not write the results log spec_results.jsonl: "
-                                 "[[]Errno 28[]] No space left on device; it stops here, the CSV and JSON still hold "
-                                 "every finished case*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*specbench summary*",
+            "*could not write the results log spec_results.jsonl: "
+            "[[]Errno 28[]] No space left on device; it stops here, the CSV and JSON still hold "
+            "every finished case*",
+        ]
+    )
     assert list(read_log(Path(log)).rows) == ["tiny-k1-natural", "tiny-k4-natural"]
     assert len((pytester.path / "spec_results.csv").read_text().splitlines()) == 5
     document = json.loads((pytester.path / "spec_results.json").read_text())
@@ -56,8 +62,9 @@ def test_a_full_disk_under_the_log_costs_no_case(bench, pytester: pytest.Pyteste
 
 
 @pytest.mark.slow
-def test_a_full_disk_under_the_json_costs_neither_the_csv_nor_the_log(bench, pytester: pytest.Pytester,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_under_the_json_costs_neither_the_csv_nor_the_log(
+    bench, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_atomic, json_path = outputs.write_atomic, (pytester.path / "spec_results.json").resolve()
 
     def full_under_the_json(path, text: str) -> None:
@@ -70,8 +77,9 @@ def test_a_full_disk_under_the_json_costs_neither_the_csv_nor_the_log(bench, pyt
     result.assert_outcomes(passed=4)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert "INTERNALERROR" not in result.stdout.str()
-    result.stdout.fnmatch_lines(["*specbench summary*",
-                                 "*could not write spec_results.json: [[]Errno 28[]] No space left on device*"])
+    result.stdout.fnmatch_lines(
+        ["*specbench summary*", "*could not write spec_results.json: [[]Errno 28[]] No space left on device*"]
+    )
     assert not json_path.exists()
     assert len((pytester.path / "spec_results.csv").read_text().splitlines()) == 5
     logged = read_log(pytester.path / "spec_results.jsonl")

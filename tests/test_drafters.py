@@ -10,7 +10,6 @@ from pytest_specbench import speculative_generate
 from pytest_specbench.engine.derived_models import int8_copy, truncated_copy
 from pytest_specbench.engine.drafters import Drafter, ModelDrafter, PromptLookupDrafter
 
-
 # --- losslessness ------------------------------------------------------------------
 
 DRAFTERS = {

@@ -25,20 +25,46 @@ from pytest_specbench.results.gate import (
     save_baseline,
 )
 
-FINGERPRINT = {"cpu_model": "Test CPU", "cpu_capability": "AVX2", "quantized_engine": "x86", "torch_threads": 2,
-               "gpus": [], "torch": "2.x", "transformers": "5.x"}
+FINGERPRINT = {
+    "cpu_model": "Test CPU",
+    "cpu_capability": "AVX2",
+    "quantized_engine": "x86",
+    "torch_threads": 2,
+    "gpus": [],
+    "torch": "2.x",
+    "transformers": "5.x",
+}
 ENVIRONMENT = {"fingerprint": FINGERPRINT, "versions": {"torch": "2.x"}}
 
 
-def row(case: str = "gpt2_large-k8-code_python", *, acceptance: float = 0.812, verdict: str = "lossless",
-        speedup: float = 1.8, tau: float = 3.1, drafted: int = 1000) -> dict[str, Any]:
+def row(
+    case: str = "gpt2_large-k8-code_python",
+    *,
+    acceptance: float = 0.812,
+    verdict: str = "lossless",
+    speedup: float = 1.8,
+    tau: float = 3.1,
+    drafted: int = 1000,
+) -> dict[str, Any]:
     pair, k, prompt = case.split("-", 2)
     return {
-        "case": case, "pair": pair, "k": int(k[1:]), "prompt": prompt,
-        "acceptance_rate": acceptance, "tau": tau, "lossless": verdict == "lossless", "verdict": verdict,
-        "accepted_tokens": round(acceptance * drafted), "drafted_tokens": drafted,
-        "speculative_tps": 90.0 * speedup, "baseline_tps": 90.0, "speedup": speedup, "decode_speedup": speedup,
-        "device": "cpu", "dtype": "float32", "first_divergence": None if verdict == "lossless" else 5,
+        "case": case,
+        "pair": pair,
+        "k": int(k[1:]),
+        "prompt": prompt,
+        "acceptance_rate": acceptance,
+        "tau": tau,
+        "lossless": verdict == "lossless",
+        "verdict": verdict,
+        "accepted_tokens": round(acceptance * drafted),
+        "drafted_tokens": drafted,
+        "speculative_tps": 90.0 * speedup,
+        "baseline_tps": 90.0,
+        "speedup": speedup,
+        "decode_speedup": speedup,
+        "device": "cpu",
+        "dtype": "float32",
+        "first_divergence": None if verdict == "lossless" else 5,
     }
 
 
@@ -53,6 +79,7 @@ def saved(tmp_path: Path, document: dict[str, Any] | str) -> Path:
 
 # --- the file -----------------------------------------------------------------------------
 
+
 def test_save_load_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "baseline.json"
     save_baseline(path, RESULTS, ENVIRONMENT)
@@ -62,12 +89,31 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     assert loaded["fingerprint"] == FINGERPRINT and loaded["versions"] == ENVIRONMENT["versions"]
     assert list(loaded["cases"]) == sorted(r["case"] for r in RESULTS)
     entry = loaded["cases"]["gpt2_large-k8-code_python"]
-    assert entry == {"pair": "gpt2_large", "k": 8, "prompt": "code_python", "acceptance_rate": 0.812,
-                     "tau": 3.1, "lossless": True, "verdict": "lossless", "accepted_tokens": 812,
-                     "drafted_tokens": 1000, "speculative_tps": pytest.approx(162.0), "baseline_tps": 90.0,
-                     "speedup": 1.8, "decode_speedup": 1.8,
-                     "settings": {"engine": None, "new_tokens": None, "prompt_tokens": None, "temperature": None,
-                                  "top_p": None, "top_k": None, "dtype": "float32", "device": "cpu"}}
+    assert entry == {
+        "pair": "gpt2_large",
+        "k": 8,
+        "prompt": "code_python",
+        "acceptance_rate": 0.812,
+        "tau": 3.1,
+        "lossless": True,
+        "verdict": "lossless",
+        "accepted_tokens": 812,
+        "drafted_tokens": 1000,
+        "speculative_tps": pytest.approx(162.0),
+        "baseline_tps": 90.0,
+        "speedup": 1.8,
+        "decode_speedup": 1.8,
+        "settings": {
+            "engine": None,
+            "new_tokens": None,
+            "prompt_tokens": None,
+            "temperature": None,
+            "top_p": None,
+            "top_k": None,
+            "dtype": "float32",
+            "device": "cpu",
+        },
+    }
     assert "device" not in entry  # only the gated and informational fields, and the case's settings, are kept
     text = path.read_text(encoding="utf-8")
     assert text.startswith('{\n  "format": 3,') and text.endswith("}\n")
@@ -112,17 +158,22 @@ def without_case_field(name: str) -> dict[str, Any]:
     return document
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "top level is list, expected an object"),
-    ({**good_document(), "format": 1}, "format 1, expected format 3"),
-    ({**good_document(), "format": True}, "format True, expected format 3"),
-    ({k: v for k, v in good_document().items() if k != "format"}, "no format, expected format 3"),
-    ({**good_document(), "cases": [1]}, "cases of type list, expected \"cases\" to be an object"),
-    ({k: v for k, v in good_document().items() if k != "cases"}, "no cases"),
-    ({**good_document(), "cases": {}}, "has no cases, so it would gate nothing; expected a baseline saved from a run "
-                                       "with results"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "top level is list, expected an object"),
+        ({**good_document(), "format": 1}, "format 1, expected format 3"),
+        ({**good_document(), "format": True}, "format True, expected format 3"),
+        ({k: v for k, v in good_document().items() if k != "format"}, "no format, expected format 3"),
+        ({**good_document(), "cases": [1]}, 'cases of type list, expected "cases" to be an object'),
+        ({k: v for k, v in good_document().items() if k != "cases"}, "no cases"),
+        (
+            {**good_document(), "cases": {}},
+            "has no cases, so it would gate nothing; expected a baseline saved from a run with results",
+        ),
+    ],
+)
 def test_malformed_file_names_the_file(tmp_path: Path, content: dict[str, Any] | str, message: str) -> None:
     path = saved(tmp_path, content)
     with pytest.raises(BaselineError, match=message) as caught:
@@ -130,23 +181,26 @@ def test_malformed_file_names_the_file(tmp_path: Path, content: dict[str, Any] |
     assert str(path) in str(caught.value)
 
 
-@pytest.mark.parametrize(("document", "message"), [
-    (without_case_field("acceptance_rate"), "has no acceptance_rate, expected a number in \\[0, 1\\]"),
-    (with_case(acceptance_rate=1.2), "acceptance_rate 1.2, expected a number in \\[0, 1\\]"),
-    (with_case(acceptance_rate=-0.1), "acceptance_rate -0.1"),
-    (with_case(acceptance_rate="0.5"), "acceptance_rate '0.5'"),
-    (with_case(acceptance_rate=True), "acceptance_rate True"),
-    (without_case_field("tau"), "has no tau, expected a number"),
-    (with_case(tau=None), "tau None, expected a number"),
-    (without_case_field("lossless"), "has no lossless, expected true, false, or null for not checked"),
-    (with_case(lossless="yes"), "lossless 'yes', expected true, false, or null for not checked"),
-    (with_case(lossless=1), "lossless 1, expected true, false, or null for not checked"),
-    (with_case(verdict="maybe"), "verdict 'maybe'"),
-    (with_case(speedup="fast"), "speedup 'fast'"),
-    (without_case_field("drafted_tokens"), "drafted_tokens None, expected a whole number"),
-    (with_case(accepted_tokens=2.5), "accepted_tokens 2.5, expected a whole number"),
-    (with_case(accepted_tokens=2000), "more accepted_tokens than drafted_tokens"),
-])
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (without_case_field("acceptance_rate"), "has no acceptance_rate, expected a number in \\[0, 1\\]"),
+        (with_case(acceptance_rate=1.2), "acceptance_rate 1.2, expected a number in \\[0, 1\\]"),
+        (with_case(acceptance_rate=-0.1), "acceptance_rate -0.1"),
+        (with_case(acceptance_rate="0.5"), "acceptance_rate '0.5'"),
+        (with_case(acceptance_rate=True), "acceptance_rate True"),
+        (without_case_field("tau"), "has no tau, expected a number"),
+        (with_case(tau=None), "tau None, expected a number"),
+        (without_case_field("lossless"), "has no lossless, expected true, false, or null for not checked"),
+        (with_case(lossless="yes"), "lossless 'yes', expected true, false, or null for not checked"),
+        (with_case(lossless=1), "lossless 1, expected true, false, or null for not checked"),
+        (with_case(verdict="maybe"), "verdict 'maybe'"),
+        (with_case(speedup="fast"), "speedup 'fast'"),
+        (without_case_field("drafted_tokens"), "drafted_tokens None, expected a whole number"),
+        (with_case(accepted_tokens=2.5), "accepted_tokens 2.5, expected a whole number"),
+        (with_case(accepted_tokens=2000), "more accepted_tokens than drafted_tokens"),
+    ],
+)
 def test_malformed_case_names_the_file_and_case(tmp_path: Path, document: dict[str, Any], message: str) -> None:
     path = saved(tmp_path, document)
     with pytest.raises(BaselineError, match=message) as caught:
@@ -182,6 +236,7 @@ def test_missing_or_unreadable_file(tmp_path: Path) -> None:
 
 # --- the comparison -----------------------------------------------------------------------
 
+
 def test_unchanged_results_have_no_regression() -> None:
     assert compare(good_document(), RESULTS) == []
     assert compare(good_document(), RESULTS, max_speedup_drop=0.0) == []
@@ -190,8 +245,7 @@ def test_unchanged_results_have_no_regression() -> None:
 def test_acceptance_drop_beyond_the_limit() -> None:
     now = [row("tiny-k4-natural", acceptance=0.47), *RESULTS[1:]]
     (regression,) = compare(good_document(), now)
-    assert regression == Regression("tiny-k4-natural", "acceptance", 0.5, 0.47,
-                                    "drop 0.030 > allowed 0.020", 0.02)
+    assert regression == Regression("tiny-k4-natural", "acceptance", 0.5, 0.47, "drop 0.030 > allowed 0.020", 0.02)
     assert regression.describe() == "tiny-k4-natural: acceptance 0.500 -> 0.470 (drop 0.030 > allowed 0.020)"
     assert compare(good_document(), now, max_acceptance_drop=0.05) == []
 
@@ -209,15 +263,20 @@ def test_acceptance_rise_is_not_a_regression() -> None:
 def test_describe_matches_the_documented_example() -> None:
     document = baseline_document([row()], ENVIRONMENT)
     (regression,) = compare(document, [row(acceptance=0.640)])
-    assert regression.describe() == ("gpt2_large-k8-code_python: acceptance 0.812 -> 0.640 "
-                                     "(drop 0.172 > allowed 0.020)")
+    assert regression.describe() == (
+        "gpt2_large-k8-code_python: acceptance 0.812 -> 0.640 (drop 0.172 > allowed 0.020)"
+    )
 
 
 def test_lossless_to_diverged_is_a_regression() -> None:
     now = [*RESULTS[:1], row(verdict="diverged"), *RESULTS[2:]]
     (regression,) = compare(good_document(), now)
     assert (regression.case, regression.kind, regression.old, regression.new) == (
-        "gpt2_large-k8-code_python", "lossless", True, False)
+        "gpt2_large-k8-code_python",
+        "lossless",
+        True,
+        False,
+    )
     assert "now diverged at token 5" in regression.describe()
 
 
@@ -230,9 +289,15 @@ def test_tie_divergence_and_known_divergence_are_not_regressions() -> None:
 def test_missing_case() -> None:
     (regression,) = compare(good_document(), RESULTS[:2])
     assert (regression.case, regression.kind, regression.old, regression.new) == (
-        "tiny-k1-natural", "missing", None, None)
-    assert regression.describe() == ("tiny-k1-natural: missing (in the baseline, not in this run: the case has no "
-                                     "result (it failed, was skipped or deselected, or the run stopped before it))")
+        "tiny-k1-natural",
+        "missing",
+        None,
+        None,
+    )
+    assert regression.describe() == (
+        "tiny-k1-natural: missing (in the baseline, not in this run: the case has no "
+        "result (it failed, was skipped or deselected, or the run stopped before it))"
+    )
     assert compare(good_document(), RESULTS[:2], allow_missing=True) == []
 
 
@@ -241,17 +306,20 @@ def test_speedup_is_gated_only_on_request() -> None:
     assert compare(good_document(), now) == []
     (regression,) = compare(good_document(), now, max_speedup_drop=0.1)
     assert (regression.kind, regression.old, regression.new) == ("speedup", 1.8, 1.5)
-    assert regression.describe() == ("gpt2_large-k8-code_python: speedup 1.80 -> 1.50 "
-                                     "(drop 16.7% > allowed 10.0%)")
+    assert regression.describe() == ("gpt2_large-k8-code_python: speedup 1.80 -> 1.50 (drop 16.7% > allowed 10.0%)")
     assert compare(good_document(), now, max_speedup_drop=0.2) == []
 
 
 def test_regressions_are_sorted_by_case_then_kind() -> None:
     now = [row(verdict="diverged", acceptance=0.1, speedup=0.5), row("tiny-k4-natural", acceptance=0.1)]
     found = [(r.case, r.kind) for r in compare(good_document(), list(reversed(now)), max_speedup_drop=0.1)]
-    assert found == [("gpt2_large-k8-code_python", "lossless"), ("gpt2_large-k8-code_python", "acceptance"),
-                     ("gpt2_large-k8-code_python", "speedup"), ("tiny-k1-natural", "missing"),
-                     ("tiny-k4-natural", "acceptance")]
+    assert found == [
+        ("gpt2_large-k8-code_python", "lossless"),
+        ("gpt2_large-k8-code_python", "acceptance"),
+        ("gpt2_large-k8-code_python", "speedup"),
+        ("tiny-k1-natural", "missing"),
+        ("tiny-k4-natural", "acceptance"),
+    ]
 
 
 def test_bad_limits_are_refused() -> None:
@@ -269,6 +337,7 @@ def test_new_cases_are_listed_not_gated() -> None:
 
 
 # --- another machine: acceptance pooled per pair ---------------------------------------------
+
 
 def _pair_rows(acceptances: list[float], drafted: int = 40) -> list[dict[str, Any]]:
     return [row(f"gemma-k4-p{i}", acceptance=a, drafted=drafted) for i, a in enumerate(acceptances)]
@@ -298,8 +367,10 @@ def test_pair_tolerance_is_z_standard_errors_with_a_floor() -> None:
 
 def test_across_machines_losslessness_is_still_gated_and_speed_is_not() -> None:
     old = baseline_document(_pair_rows([0.75, 0.75]), ENVIRONMENT)
-    now = [row("gemma-k4-p0", acceptance=0.75, drafted=40, verdict="diverged", speedup=0.1),
-           row("gemma-k4-p1", acceptance=0.75, drafted=40, speedup=0.1)]
+    now = [
+        row("gemma-k4-p0", acceptance=0.75, drafted=40, verdict="diverged", speedup=0.1),
+        row("gemma-k4-p1", acceptance=0.75, drafted=40, speedup=0.1),
+    ]
     assert [r.kind for r in compare(old, now, max_speedup_drop=0.1, same_machine=False)] == ["lossless"]
 
 
@@ -311,6 +382,7 @@ def test_the_summary_says_the_machine_differs() -> None:
 
 # --- the summary --------------------------------------------------------------------------
 
+
 def test_summary_without_regression() -> None:
     lines = gate_summary_lines([], [], 3, Path("base.json"))
     assert lines == ["compared 3 case(s) with base.json: no regression"]
@@ -320,8 +392,9 @@ def test_summary_lists_regressions_and_new_cases() -> None:
     now = [row("tiny-k4-natural", acceptance=0.3), row(verdict="diverged")]
     document = good_document()
     regressions = compare(document, [*now, row("new-k1-x")])
-    lines = gate_summary_lines(regressions, new_cases(document, [*now, row("new-k1-x")]),
-                               compared_count(document, now), "base.json")
+    lines = gate_summary_lines(
+        regressions, new_cases(document, [*now, row("new-k1-x")]), compared_count(document, now), "base.json"
+    )
     text = "\n".join(lines)
     assert lines[0] == "compared 2 case(s) with base.json: 3 regression(s) in 3 case(s)"
     assert "case" in lines[1] and "check" in lines[1] and "allowed" in lines[1]
@@ -344,8 +417,13 @@ def test_summary_caps_a_long_list_of_new_cases() -> None:
 _names = st.text(alphabet="abcxyz_0123456789", min_size=1, max_size=8)
 _rows = st.builds(
     lambda pair, k, prompt, acceptance, tau, verdict, speedup: {
-        **row(f"{pair}-k{k}-{prompt}", acceptance=acceptance, verdict=verdict, speedup=speedup, tau=tau)},
-    _names, st.integers(1, 16), _names, st.floats(0.0, 1.0), st.floats(0.0, 17.0),
+        **row(f"{pair}-k{k}-{prompt}", acceptance=acceptance, verdict=verdict, speedup=speedup, tau=tau)
+    },
+    _names,
+    st.integers(1, 16),
+    _names,
+    st.floats(0.0, 1.0),
+    st.floats(0.0, 17.0),
     st.sampled_from(["lossless", "tie-divergence", "diverged"]),
     st.floats(0.0, 10.0) | st.just(float("nan")),
 )
@@ -363,6 +441,7 @@ def test_a_run_never_regresses_against_its_own_baseline(results: list[dict[str, 
 
 
 # --- through pytest, on the tiny pair -------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_unchanged_run_passes_the_gate(six_case_bench, pytester: pytest.Pytester) -> None:
@@ -413,8 +492,9 @@ def test_baseline_from_another_cpu_is_gated_per_pair(
     (pytester.path / "baseline.json").write_text(json.dumps(document))
     result = six_case_bench("--specbench-baseline=baseline.json")
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["*recorded on another machine (cpu_capability 'AVX512_ELSEWHERE' -> *per pair*",
-                                 "*no regression*"])
+    result.stdout.fnmatch_lines(
+        ["*recorded on another machine (cpu_capability 'AVX512_ELSEWHERE' -> *per pair*", "*no regression*"]
+    )
     result = six_case_bench("--specbench-baseline=baseline.json", pairs_file=weak_pairs_file)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*tiny (pair, 6 cases)*pair acceptance*"])
@@ -441,17 +521,31 @@ def test_an_interrupted_run_does_not_replace_the_baseline(six_case_bench, pytest
     result = six_case_bench("--specbench-save-baseline=baseline.json", interrupted=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert (pytester.path / "baseline.json").read_text() == whole
-    result.stdout.fnmatch_lines(["*did not save the baseline baseline.json: 4 case(s) have no result and the run "
-                                 "was interrupted (KeyboardInterrupt); a partial baseline would stop gating the "
-                                 "cases it lacks*--specbench-resume=spec_results.jsonl*--specbench-allow-missing*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*did not save the baseline baseline.json: 4 case(s) have no result and the run "
+            "was interrupted (KeyboardInterrupt); a partial baseline would stop gating the "
+            "cases it lacks*--specbench-resume=spec_results.jsonl*--specbench-allow-missing*"
+        ]
+    )
     document = json.loads((pytester.path / "spec_results.json").read_text())
-    assert document["missing_cases"] == ["tiny-k1-dialogue", "tiny-k4-dialogue", "tiny-k1-code_json",
-                                         "tiny-k4-code_json"]
+    assert document["missing_cases"] == [
+        "tiny-k1-dialogue",
+        "tiny-k4-dialogue",
+        "tiny-k1-code_json",
+        "tiny-k4-code_json",
+    ]
     assert document["interrupted"] == "KeyboardInterrupt"
 
     # The interrupted run's log is not replaced by a new run (a usage error): this one goes on from it.
-    result = six_case_bench("--specbench-save-baseline=baseline.json", "--specbench-allow-missing",
-                            "--specbench-resume=spec_results.jsonl", interrupted=True)
+    result = six_case_bench(
+        "--specbench-save-baseline=baseline.json",
+        "--specbench-allow-missing",
+        "--specbench-resume=spec_results.jsonl",
+        interrupted=True,
+    )
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert sorted(json.loads((pytester.path / "baseline.json").read_text())["cases"]) == [
-        "tiny-k1-natural", "tiny-k4-natural"]
+        "tiny-k1-natural",
+        "tiny-k4-natural",
+    ]

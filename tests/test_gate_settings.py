@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_specbench.report.outputs import OutputPaths, write_outputs
+from pytest_specbench.results.fingerprint import machine_fingerprint
 from pytest_specbench.results.gate import (
     BASELINE_FORMAT,
     BaselineError,
@@ -18,12 +19,18 @@ from pytest_specbench.results.gate import (
     run_gate,
     settings_refusal,
 )
-from pytest_specbench.results.fingerprint import machine_fingerprint
 from pytest_specbench.settings.config import parse_settings, result_settings
 
 #: the options of conftest.py's tiny run, as parse_settings takes them
-TINY = {"pairs": "tiny", "prompts": "natural,code_json", "k": "1,4", "max-new-tokens": "12", "warmup": "0",
-        "min-rounds": "1", "max-rounds": "1"}
+TINY = {
+    "pairs": "tiny",
+    "prompts": "natural,code_json",
+    "k": "1,4",
+    "max-new-tokens": "12",
+    "warmup": "0",
+    "min-rounds": "1",
+    "max-rounds": "1",
+}
 
 
 def config(**changes: str):
@@ -31,14 +38,39 @@ def config(**changes: str):
     return parse_settings({name: (raw, f"--specbench-{name}") for name, raw in values.items()})
 
 
-def row(case: str = "tiny-k1-natural", *, acceptance: float = 0.8, new_tokens: int = 12, temperature: float = 0.0,
-        dtype: str = "float32", **extra: Any) -> dict[str, Any]:
+def row(
+    case: str = "tiny-k1-natural",
+    *,
+    acceptance: float = 0.8,
+    new_tokens: int = 12,
+    temperature: float = 0.0,
+    dtype: str = "float32",
+    **extra: Any,
+) -> dict[str, Any]:
     pair, k, prompt = case.split("-", 2)
-    return {"case": case, "pair": pair, "k": int(k[1:]), "prompt": prompt, "acceptance_rate": acceptance,
-            "tau": 2.0, "lossless": True, "verdict": "lossless", "accepted_tokens": round(acceptance * 100),
-            "drafted_tokens": 100, "speedup": 1.2, "decode_speedup": 1.2, "engine": "native", "device": "cpu",
-            "dtype": dtype, "new_tokens": new_tokens, "prompt_tokens": 20, "temperature": temperature, "top_p": 1.0,
-            "top_k": 0, **extra}
+    return {
+        "case": case,
+        "pair": pair,
+        "k": int(k[1:]),
+        "prompt": prompt,
+        "acceptance_rate": acceptance,
+        "tau": 2.0,
+        "lossless": True,
+        "verdict": "lossless",
+        "accepted_tokens": round(acceptance * 100),
+        "drafted_tokens": 100,
+        "speedup": 1.2,
+        "decode_speedup": 1.2,
+        "engine": "native",
+        "device": "cpu",
+        "dtype": dtype,
+        "new_tokens": new_tokens,
+        "prompt_tokens": 20,
+        "temperature": temperature,
+        "top_p": 1.0,
+        "top_k": 0,
+        **extra,
+    }
 
 
 ROWS = [row("tiny-k1-natural"), row("tiny-k4-natural"), row("tiny-k1-code_json"), row("tiny-k4-code_json")]
@@ -47,8 +79,7 @@ ROWS = [row("tiny-k1-natural"), row("tiny-k4-natural"), row("tiny-k1-code_json")
 def baseline(rows=ROWS, settings_of=None) -> dict[str, Any]:
     """A baseline as a run with ``settings_of`` (a config; the tiny run's by default) saves it, on this machine."""
     settings = result_settings(settings_of or config())
-    return json.loads(json.dumps(baseline_document(rows, {"fingerprint": machine_fingerprint(),
-                                                          "settings": settings})))
+    return json.loads(json.dumps(baseline_document(rows, {"fingerprint": machine_fingerprint(), "settings": settings})))
 
 
 def gate(document, rows, run_config=None, path="b.json"):
@@ -69,13 +100,24 @@ def test_a_saved_baseline_records_the_result_changing_settings_and_the_fingerpri
     assert saved["settings"]["--specbench-temperature"] == 0.7 and saved["settings"]["--specbench-max-new-tokens"] == 12
     assert saved["fingerprint"] == {"cpu_capability": "AVX2"}
     assert saved["cases"]["tiny-k1-natural"]["settings"] == {
-        "engine": "native", "new_tokens": 12, "prompt_tokens": 20, "temperature": 0.0, "top_p": 1.0, "top_k": 0,
-        "dtype": "float32", "device": "cpu"}
+        "engine": "native",
+        "new_tokens": 12,
+        "prompt_tokens": 20,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "dtype": "float32",
+        "device": "cpu",
+    }
 
 
 def test_a_schedule_case_records_how_far_the_probe_measured() -> None:
-    document = baseline([row("tiny-k1-natural"), {**row("tiny-k4-natural"), "k": "auto", "case": "tiny-kauto-natural",
-                                                  "verify_costs_ms": [1.0] * 12}])
+    document = baseline(
+        [
+            row("tiny-k1-natural"),
+            {**row("tiny-k4-natural"), "k": "auto", "case": "tiny-kauto-natural", "verify_costs_ms": [1.0] * 12},
+        ]
+    )
     assert document["cases"]["tiny-kauto-natural"]["settings"]["verify_positions"] == 12
     assert "verify_positions" not in document["cases"]["tiny-k1-natural"]["settings"]
 
@@ -86,15 +128,19 @@ def test_a_schedule_case_records_how_far_the_probe_measured() -> None:
 def test_an_8_token_run_against_a_12_token_baseline_is_refused_listing_the_difference() -> None:
     document, run = baseline(), config(max_new_tokens="8")
     refusal = settings_refusal(document, run, "b.json")
-    assert "--specbench-baseline=b.json: the baseline was measured with other settings " \
-           "(--specbench-max-new-tokens 12 in the baseline, 8 now)" in refusal
+    assert (
+        "--specbench-baseline=b.json: the baseline was measured with other settings "
+        "(--specbench-max-new-tokens 12 in the baseline, 8 now)" in refusal
+    )
     assert "--specbench-gate-differing=compare-matching" in refusal
     with pytest.raises(BaselineError, match="--specbench-max-new-tokens 12 in the baseline, 8 now"):
         check_baseline_settings(document, run, "b.json")
     outcome = gate(document, [row(case, new_tokens=8) for case in document["cases"]], run)
     assert outcome.failed and not outcome.regressions
-    assert any("measured with other settings (--specbench-max-new-tokens 12 in the baseline, 8 now): not compared"
-               in line for line in outcome.lines)
+    assert any(
+        "measured with other settings (--specbench-max-new-tokens 12 in the baseline, 8 now): not compared" in line
+        for line in outcome.lines
+    )
 
 
 def test_a_sampled_run_against_a_greedy_baseline_is_refused() -> None:
@@ -164,8 +210,11 @@ def test_missing_cases_name_the_cause_and_the_option() -> None:
     document = baseline([*ROWS, row("tiny-k8-natural"), row("gone-k1-natural"), row("tiny-k1-dialogue")])
     outcome = gate(document, ROWS, config(k="1,4"))
     causes = {r.case: r.cause for r in outcome.regressions if r.kind == "missing"}
-    assert causes == {"tiny-k8-natural": "other k", "gone-k1-natural": "other pairs",
-                      "tiny-k1-dialogue": "other prompts"}
+    assert causes == {
+        "tiny-k8-natural": "other k",
+        "gone-k1-natural": "other pairs",
+        "tiny-k1-dialogue": "other prompts",
+    }
     text = "\n".join(outcome.lines)
     assert "k=8 is not in this run's --specbench-k" in text
     assert "pass --specbench-allow-missing to gate only the cases both runs have" in text
@@ -194,8 +243,10 @@ def test_an_old_baseline_without_settings_is_accepted_with_a_warning(tmp_path: P
     loaded = load_baseline(path)
     outcome = gate(loaded, [row(case, new_tokens=8) for case in loaded["cases"]], config(max_new_tokens="8"))
     assert not outcome.failed
-    assert "records no settings (format 2, written by an older pytest-specbench): whether it was measured with " \
-           "this run's settings cannot be checked" in outcome.lines[0]
+    assert (
+        "records no settings (format 2, written by an older pytest-specbench): whether it was measured with "
+        "this run's settings cannot be checked" in outcome.lines[0]
+    )
     assert settings_refusal(loaded, config(max_new_tokens="8"), path) is None
 
 
@@ -204,7 +255,7 @@ def test_a_format_3_baseline_must_record_its_settings(tmp_path: Path) -> None:
     del document["settings"]
     path = tmp_path / "b.json"
     path.write_text(json.dumps(document))
-    with pytest.raises(BaselineError, match="has no settings, expected \"settings\" to be an object"):
+    with pytest.raises(BaselineError, match='has no settings, expected "settings" to be an object'):
         load_baseline(path)
 
 
@@ -220,8 +271,12 @@ def test_a_run_with_other_settings_is_refused_before_any_model_loads(bench, pyte
     (pytester.path / "b.json").write_text(json.dumps(baseline()))
     result = bench("--specbench-baseline=b.json", "--specbench-max-new-tokens=8")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--specbench-baseline=b.json: the baseline was measured with other settings "
-                                 "(--specbench-max-new-tokens 12 in the baseline, 8 now)*"])
+    result.stderr.fnmatch_lines(
+        [
+            "*--specbench-baseline=b.json: the baseline was measured with other settings "
+            "(--specbench-max-new-tokens 12 in the baseline, 8 now)*"
+        ]
+    )
     result = bench("--specbench-baseline=b.json", "--specbench-temperature=1.0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--specbench-temperature 0.0 in the baseline, 1.0 now*"])
@@ -236,12 +291,20 @@ def test_a_saved_baseline_gates_by_its_settings_through_pytest(bench, pytester: 
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*compared 4 case(s) with b.json: no regression*"])
     # compare-matching with other new tokens: no case agrees, and a gate that compared nothing fails
-    result = bench("--specbench-baseline=b.json", "--specbench-max-new-tokens=8", "--specbench-log=",
-                   "--specbench-gate-differing=compare-matching")
+    result = bench(
+        "--specbench-baseline=b.json",
+        "--specbench-max-new-tokens=8",
+        "--specbench-log=",
+        "--specbench-gate-differing=compare-matching",
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*compared 0 case(s) with b.json: the gate checked nothing, which fails it*"])
     # other k: the missing cases say why, and name the option
     result = bench("--specbench-baseline=b.json", "--specbench-k=1,2", "--specbench-log=")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*tiny-k4-natural*missing*present*other k*--specbench-allow-missing*",
-                                 "*2 baseline case(s) have no result in this run (other k: 2)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*tiny-k4-natural*missing*present*other k*--specbench-allow-missing*",
+            "*2 baseline case(s) have no result in this run (other k: 2)*",
+        ]
+    )

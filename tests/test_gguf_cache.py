@@ -204,8 +204,11 @@ def test_an_error_that_is_not_corruption_keeps_the_entry(tmp_path, monkeypatch):
     assert (entry / gguf_cache.ENTRY_MARKER).is_file()
 
 
-@pytest.mark.parametrize(("umask", "folder_mode", "file_mode"), [(0o002, 0o775, 0o664), (0o022, 0o755, 0o644)],
-                         ids=["umask-002", "umask-022"])
+@pytest.mark.parametrize(
+    ("umask", "folder_mode", "file_mode"),
+    [(0o002, 0o775, 0o664), (0o022, 0o755, 0o644)],
+    ids=["umask-002", "umask-022"],
+)
 def test_entry_modes_follow_the_umask_so_a_group_can_share_the_cache(tmp_path, umask, folder_mode, file_mode):
     previous = os.umask(umask)
     try:

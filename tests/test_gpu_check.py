@@ -21,17 +21,36 @@ CHECKS = [
     "engines_native_vs_hf", "bench_compiled", "compile_refuses_sliding_window", "peak_memory_cuda", "qwen_pairs",
 ]  # fmt: skip
 #: what the CPU form measures for real
-PASS_ON_CPU = {"environment", "timing_sync_clock", "timing_sync_decode", "lossless_float32", "lossless_bfloat16",
-               "lossless_float16", "bench_matrix", "engines_native_vs_hf", "compile_refuses_sliding_window"}
+PASS_ON_CPU = {
+    "environment",
+    "timing_sync_clock",
+    "timing_sync_decode",
+    "lossless_float32",
+    "lossless_bfloat16",
+    "lossless_float16",
+    "bench_matrix",
+    "engines_native_vs_hf",
+    "compile_refuses_sliding_window",
+}
 #: CUDA only, or left out of the reduced form: reported as skipped, never as passed
-SKIPPED_ON_CPU = {"timing_sync_calls", "suite_cuda_tests", "bench_compiled", "peak_memory_cuda", "lossless_gemma",
-                  "qwen_pairs"}
+SKIPPED_ON_CPU = {
+    "timing_sync_calls",
+    "suite_cuda_tests",
+    "bench_compiled",
+    "peak_memory_cuda",
+    "lossless_gemma",
+    "qwen_pairs",
+}
 
 
 def _gpu_check(out: Path, *args: str) -> subprocess.CompletedProcess:
     # The script bounds itself (--budget, 300 s on CPU); this timeout only guards against a hang.
-    return subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--device", "cpu", *args],
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--device", "cpu", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def _summary(out: Path) -> dict:
@@ -72,6 +91,10 @@ def test_a_planted_failure_exits_non_zero_naming_the_check(tmp_path):
 
 
 def test_an_unknown_check_name_is_refused(tmp_path):
-    result = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu",
-                             "--only", "no_such_check"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu", "--only", "no_such_check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "unknown check name" in result.stderr

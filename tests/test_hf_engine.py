@@ -8,16 +8,16 @@ accepts everything, so every step's drafted and accepted counts are known in adv
 from __future__ import annotations
 
 import copy
-import json
 import functools
+import json
 
 import pytest
 import torch
 from factory import REPETITIVE_PROMPT, hf_generate, tiny_model, tiny_pair
 
 from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter
-from pytest_specbench.engine.hf_assisted import _step_counts, hf_assisted_generate
 from pytest_specbench.engine.forward_log import ForwardCall
+from pytest_specbench.engine.hf_assisted import _step_counts, hf_assisted_generate
 
 PROMPT = [30, 31, 32, 7, 9]
 NEW_TOKENS = 21
@@ -135,18 +135,37 @@ def test_hf_engine_refuses_a_draft_that_is_the_target_object_and_the_plugin_skip
 def test_two_engines_run_side_by_side(bench, pytester: pytest.Pytester, tiny_pairs_file) -> None:
     # The tiny pair plus prompt lookup on its target: transformers has no schedule for prompt lookup.
     pairs = pytester.path / "pairs.toml"
-    pairs.write_text(tiny_pairs_file.read_text(encoding="utf-8").replace('"./', f'"{tiny_pairs_file.parent}/')
-                     + f'[pairs.tiny_pld]\ntarget = "{tiny_pairs_file.parent}/target"\ndrafter = "prompt_lookup"\n',
-                     encoding="utf-8")
-    result = bench("--specbench-engine=native,hf", "--specbench-k=2,auto", "--specbench-prompts=natural",
-                   f"--specbench-pairs-file={pairs}", "--specbench-pairs=tiny,tiny_pld",
-                   "--specbench-json=results.json", "-v", "-rs")
+    pairs.write_text(
+        tiny_pairs_file.read_text(encoding="utf-8").replace('"./', f'"{tiny_pairs_file.parent}/')
+        + f'[pairs.tiny_pld]\ntarget = "{tiny_pairs_file.parent}/target"\ndrafter = "prompt_lookup"\n',
+        encoding="utf-8",
+    )
+    result = bench(
+        "--specbench-engine=native,hf",
+        "--specbench-k=2,auto",
+        "--specbench-prompts=natural",
+        f"--specbench-pairs-file={pairs}",
+        "--specbench-pairs=tiny,tiny_pld",
+        "--specbench-json=results.json",
+        "-v",
+        "-rs",
+    )
     # dict.fromkeys: the run's estimate, written during the first case, makes -v print that case's name again
-    ids = list(dict.fromkeys(line.split("[")[1].split("]")[0] for line in result.stdout.lines
-                             if "::test_speculative_decoding[" in line))
-    assert ids == ["tiny-native-k2-natural", "tiny-hf-k2-natural", "tiny-native-kauto-natural",
-                   "tiny-hf-kauto-natural", "tiny_pld-native-k2-natural", "tiny_pld-hf-k2-natural",
-                   "tiny_pld-native-kauto-natural", "tiny_pld-hf-kauto-natural"]
+    ids = list(
+        dict.fromkeys(
+            line.split("[")[1].split("]")[0] for line in result.stdout.lines if "::test_speculative_decoding[" in line
+        )
+    )
+    assert ids == [
+        "tiny-native-k2-natural",
+        "tiny-hf-k2-natural",
+        "tiny-native-kauto-natural",
+        "tiny-hf-kauto-natural",
+        "tiny_pld-native-k2-natural",
+        "tiny_pld-hf-k2-natural",
+        "tiny_pld-native-kauto-natural",
+        "tiny_pld-hf-kauto-natural",
+    ]
     result.assert_outcomes(passed=7, skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED*no draft-length schedule*pair tiny_pld at integer k only, not k=auto*"])
     result.stdout.fnmatch_lines(["*engines side by side*", "*k*prompts*native*hf*native / hf*"])

@@ -66,13 +66,16 @@ def test_a_history_that_cannot_be_made_is_named_and_nothing_is_created(tmp_path:
 
 @pytest.mark.slow  # runs git
 def test_the_commit_is_the_checkouts_or_nogit(tmp_path: Path) -> None:
-    assert re.fullmatch(r"[0-9a-f]{4,40}", history.short_commit(Path(__file__).parent)) or \
-        history.short_commit(Path(__file__).parent) == "nogit"
+    assert (
+        re.fullmatch(r"[0-9a-f]{4,40}", history.short_commit(Path(__file__).parent))
+        or history.short_commit(Path(__file__).parent) == "nogit"
+    )
     assert history.short_commit(tmp_path) == "nogit"
 
 
-def test_compare_takes_the_last_two_runs_or_run_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture) -> None:
+def test_compare_takes_the_last_two_runs_or_run_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     monkeypatch.chdir(tmp_path)
     runs = tmp_path / ".specbench" / "runs"
     entries = [history.new_entry(runs, "nogit") for _ in range(3)]
@@ -103,7 +106,8 @@ def test_compare_takes_the_last_two_runs_or_run_numbers(tmp_path: Path, monkeypa
 
 @pytest.mark.slow
 def test_every_run_is_kept_in_the_history_and_spec_results_are_the_latest(
-        bench, pytester: pytest.Pytester, capsys: pytest.CaptureFixture) -> None:
+    bench, pytester: pytest.Pytester, capsys: pytest.CaptureFixture
+) -> None:
     bench("-k", "k1").assert_outcomes(passed=2, deselected=2)
     result = bench("-k", "k4", "--specbench-report=report.md", "--specbench-plots=figures")
     result.assert_outcomes(passed=2, deselected=2)
@@ -121,8 +125,10 @@ def test_every_run_is_kept_in_the_history_and_spec_results_are_the_latest(
     figures = sorted(path.name for path in (pytester.path / "figures").glob("*.png"))
     assert figures and sorted(path.name for path in (runs[1] / history.FIGURES).iterdir()) == figures
     assert "figures/" in (runs[1] / history.REPORT).read_text()  # the report links the run's own copies
-    assert [json.loads(line).get("case") for line in (runs[0] / history.LOG).read_text().splitlines()[1:-1]] == \
-        ["tiny-k1-natural", "tiny-k1-code_json"]
+    assert [json.loads(line).get("case") for line in (runs[0] / history.LOG).read_text().splitlines()[1:-1]] == [
+        "tiny-k1-natural",
+        "tiny-k1-code_json",
+    ]
 
     capsys.readouterr()
     assert main(["compare", "--last"]) == 0
@@ -135,12 +141,12 @@ def test_every_run_is_kept_in_the_history_and_spec_results_are_the_latest(
 
 @pytest.mark.slow
 def test_the_compare_hint_names_a_history_folder_that_is_not_the_default(
-        bench, pytester: pytest.Pytester, capsys: pytest.CaptureFixture) -> None:
+    bench, pytester: pytest.Pytester, capsys: pytest.CaptureFixture
+) -> None:
     for _ in range(2):
         result = bench("-k", "k1 and natural", "--specbench-history=other runs")
         result.assert_outcomes(passed=1, deselected=3)
-    hint = ("(compare it with the run before: "
-            "python -m pytest_specbench compare --history 'other runs' --last)")
+    hint = "(compare it with the run before: python -m pytest_specbench compare --history 'other runs' --last)"
     assert hint in result.stdout.str()
     capsys.readouterr()
     assert main(["compare", "--history", "other runs", "--last"]) == 0  # the hint, as the shell passes it
@@ -153,19 +159,20 @@ def test_a_resume_that_measured_nothing_adds_no_run_to_the_history(bench, pytest
     bench("-k", "k4").assert_outcomes(passed=2, deselected=2)
     result = bench("-k", "k4", "--specbench-resume=spec_results.jsonl")  # every case replayed, none measured
     result.assert_outcomes(passed=2, deselected=2)
-    result.stdout.fnmatch_lines(["*not saved in the history: every result was taken from "
-                                 "spec_results.jsonl, none was measured*"])
+    result.stdout.fnmatch_lines(
+        ["*not saved in the history: every result was taken from spec_results.jsonl, none was measured*"]
+    )
     assert "run saved in the history" not in result.stdout.str()
     assert len(history.entries(pytester.path / ".specbench" / "runs")) == 2
     # compare --last still sets the two runs that measured something against each other
     old, new = history.last_runs(pytester.path / ".specbench" / "runs")
-    assert [row["case"] for row in json.loads(old.read_text())["results"]] == \
-        ["tiny-k1-natural", "tiny-k1-code_json"]
+    assert [row["case"] for row in json.loads(old.read_text())["results"]] == ["tiny-k1-natural", "tiny-k1-code_json"]
 
 
 @pytest.mark.slow
-def test_a_run_that_measured_nothing_replaces_nothing_and_says_why(bench, pytester: pytest.Pytester,
-                                                                   offline_hub) -> None:
+def test_a_run_that_measured_nothing_replaces_nothing_and_says_why(
+    bench, pytester: pytest.Pytester, offline_hub
+) -> None:
     bench("-k", "k1 and natural").assert_outcomes(passed=1, deselected=3)
     names = ("spec_results.csv", "spec_results.json", "spec_results.jsonl")
     before = {name: (pytester.path / name).read_bytes() for name in names}
@@ -174,47 +181,66 @@ def test_a_run_that_measured_nothing_replaces_nothing_and_says_why(bench, pytest
     result = bench("-k", "gpt2_large and k8", "-p", "no:randomly", "--benchmark-disable", defaults=False)
     result.assert_outcomes(skipped=4)
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines([
-        "*specbench summary*",
-        "no specbench case ran: all 4 selected case(s) were skipped",
-        "gpt2_large: 4 case(s) skipped: model 'gpt2-large' is not in the local Hugging Face cache*"
-        "fetch it with: hf download gpt2-large",
-        "no file was written: the results files and log of an earlier run are left as they were",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*specbench summary*",
+            "no specbench case ran: all 4 selected case(s) were skipped",
+            "gpt2_large: 4 case(s) skipped: model 'gpt2-large' is not in the local Hugging Face cache*"
+            "fetch it with: hf download gpt2-large",
+            "no file was written: the results files and log of an earlier run are left as they were",
+        ]
+    )
     assert "results written" not in result.stdout.str()
     assert {name: (pytester.path / name).read_bytes() for name in names} == before
     assert len(history.entries(pytester.path / ".specbench" / "runs")) == 1
 
 
 @pytest.mark.slow
-def test_a_pair_skipped_whole_beside_one_that_ran_is_named_with_its_reason(bench, tiny_pairs_file: Path,
-                                                                           offline_hub) -> None:
-    result = bench(f"--specbench-pairs-file={tiny_pairs_file}", "--specbench-k=1", "--specbench-prompts=natural",
-                   "--specbench-max-new-tokens=12", "--specbench-warmup=0", "--specbench-min-rounds=1",
-                   "--specbench-max-rounds=1", "-k", "tiny or gpt2_distil", "-p", "no:randomly",
-                   "--benchmark-disable", defaults=False)
+def test_a_pair_skipped_whole_beside_one_that_ran_is_named_with_its_reason(
+    bench, tiny_pairs_file: Path, offline_hub
+) -> None:
+    result = bench(
+        f"--specbench-pairs-file={tiny_pairs_file}",
+        "--specbench-k=1",
+        "--specbench-prompts=natural",
+        "--specbench-max-new-tokens=12",
+        "--specbench-warmup=0",
+        "--specbench-min-rounds=1",
+        "--specbench-max-rounds=1",
+        "-k",
+        "tiny or gpt2_distil",
+        "-p",
+        "no:randomly",
+        "--benchmark-disable",
+        defaults=False,
+    )
     result.assert_outcomes(passed=1, skipped=2)  # -k "tiny" takes gpt2_tiny too
-    result.stdout.fnmatch_lines(["*specbench summary*",
-                                 "gpt2_distil: 1 case(s) skipped: model 'gpt2' is not in the local Hugging Face "
-                                 "cache*fetch it with: hf download gpt2",
-                                 "gpt2_tiny: 1 case(s) skipped: *"])
+    result.stdout.fnmatch_lines(
+        [
+            "*specbench summary*",
+            "gpt2_distil: 1 case(s) skipped: model 'gpt2' is not in the local Hugging Face "
+            "cache*fetch it with: hf download gpt2",
+            "gpt2_tiny: 1 case(s) skipped: *",
+        ]
+    )
 
 
 @pytest.mark.slow
 def test_a_run_then_one_of_nothing_runnable_then_the_first_ones_resume_lose_nothing(
-        bench, pytester: pytest.Pytester, offline_hub, capsys: pytest.CaptureFixture) -> None:
+    bench, pytester: pytest.Pytester, offline_hub, capsys: pytest.CaptureFixture
+) -> None:
     bench().assert_outcomes(passed=4)  # the main job
     first_csv = (pytester.path / "spec_results.csv").read_text()
-    bench("-k", "gpt2_large and k8", "-p", "no:randomly", "--benchmark-disable", defaults=False
-          ).assert_outcomes(skipped=4)
+    bench("-k", "gpt2_large and k8", "-p", "no:randomly", "--benchmark-disable", defaults=False).assert_outcomes(
+        skipped=4
+    )
     result = bench("--specbench-resume=spec_results.jsonl")  # the first run's resume command
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*4 case(s) taken from spec_results.jsonl, not run again*"])
     assert (pytester.path / "spec_results.csv").read_text() == first_csv
 
     # The resume measured nothing: no second run in the history for compare --last to set against the first.
-    result.stdout.fnmatch_lines(["*not saved in the history: every result was taken from "
-                                 "spec_results.jsonl*"])
+    result.stdout.fnmatch_lines(["*not saved in the history: every result was taken from spec_results.jsonl*"])
     runs = history.entries(pytester.path / ".specbench" / "runs")
     assert len(runs) == 1 and (runs[0] / history.CSV).read_text() == first_csv
     capsys.readouterr()

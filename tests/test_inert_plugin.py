@@ -42,13 +42,21 @@ def _run(folder: Path, *args: str, as_user: bool = True) -> subprocess.Completed
         if setpriv is None:
             pytest.skip("running as root without setpriv: cannot make a folder read-only for this run")
         as_nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
-        probe = subprocess.run([*as_nobody, sys.executable, "-c", "import pytest, pytest_specbench"],
-                               cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+        probe = subprocess.run(
+            [*as_nobody, sys.executable, "-c", "import pytest, pytest_specbench"],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if probe.returncode != 0:
             said = (probe.stderr.strip().splitlines() or ["no message"])[-1]
-            pytest.skip(f"user nobody cannot run {sys.executable} and import pytest and pytest_specbench "
-                        f"({said}): the checkout or its virtual environment is under a folder other users "
-                        "cannot enter")
+            pytest.skip(
+                f"user nobody cannot run {sys.executable} and import pytest and pytest_specbench "
+                f"({said}): the checkout or its virtual environment is under a folder other users "
+                "cannot enter"
+            )
         command = [*as_nobody, *command]
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 

@@ -75,7 +75,7 @@ def test_the_baseline_catches_up_with_the_run_and_reports_a_whole_run_at_its_spe
     # Its tokens are the target's own greedy tokens, as far as it got.
     expected = hf_generate(target, PROMPT, NEW_TOKENS)
     assert 2 <= len(as_run.token_ids) <= NEW_TOKENS
-    assert as_run.token_ids == expected[:len(as_run.token_ids)]
+    assert as_run.token_ids == expected[: len(as_run.token_ids)]
 
 
 def test_a_baseline_that_reaches_the_runs_length_starts_again_without_counting_the_prefill() -> None:
@@ -153,8 +153,11 @@ def _spreads(baseline_kind: type[InterleavedBaseline]) -> tuple[float, float, fl
         base_s = sum(speed.spend(0.08) for _ in range(25))
         beside.append(math.log(base_s / 25 / (run() / 24)))
     true_speedup = 0.08 * 3 / 0.12
-    return (math.exp(sum(interleaved) / len(interleaved)) / true_speedup, torch.tensor(interleaved).std().item(),
-            torch.tensor(beside).std().item())
+    return (
+        math.exp(sum(interleaved) / len(interleaved)) / true_speedup,
+        torch.tensor(interleaved).std().item(),
+        torch.tensor(beside).std().item(),
+    )
 
 
 def test_interleaving_cancels_a_machine_speed_shared_by_both_runs() -> None:

@@ -26,8 +26,12 @@ def _is_slow_mark(node: ast.expr) -> bool:
     """``pytest.mark.slow`` (or ``pytest.mark.slow(...)``)."""
     if isinstance(node, ast.Call):
         node = node.func
-    return (isinstance(node, ast.Attribute) and node.attr == "slow"
-            and isinstance(node.value, ast.Attribute) and node.value.attr == "mark")
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "slow"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+    )
 
 
 def _module_is_slow(tree: ast.Module) -> bool:
@@ -56,8 +60,12 @@ def _parameters(function: ast.FunctionDef) -> set[str]:
 def _spawning_fixtures() -> dict[str, str]:
     """conftest.py's fixtures that start a process, directly or through another such fixture."""
     tree = ast.parse((TESTS / "conftest.py").read_text(encoding="utf-8"))
-    fixtures = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)
-                and any("fixture" in ast.unparse(decorator) for decorator in node.decorator_list)}
+    fixtures = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and any("fixture" in ast.unparse(decorator) for decorator in node.decorator_list)
+    }
     spawning = {name: why for name, node in fixtures.items() if (why := _starts_a_process(node))}
     grew = True
     while grew:
@@ -92,8 +100,9 @@ def _tests_that_start_processes(source: str, spawning: dict[str, str]) -> dict[s
 
     classes = [(node, _is_slow_mark_list(node.decorator_list)) for node in tree.body if isinstance(node, ast.ClassDef)]
     candidates = [(node, False) for node in tree.body if isinstance(node, ast.FunctionDef)]
-    candidates += [(item, class_slow) for node, class_slow in classes for item in node.body
-                   if isinstance(item, ast.FunctionDef)]
+    candidates += [
+        (item, class_slow) for node, class_slow in classes for item in node.body if isinstance(item, ast.FunctionDef)
+    ]
     for function, class_slow in candidates:
         if not function.name.startswith("test"):
             continue
@@ -152,11 +161,16 @@ def test_the_scan_finds_each_way_of_starting_a_process() -> None:
     assert {"bench_process", "held_run"} <= set(spawning), spawning
     found = _tests_that_start_processes(SAMPLE, spawning)
     assert {name: slow for name, (_, slow) in found.items()} == {
-        "test_xdist": False, "test_xdist_marked": True, "test_helper": False, "test_fixture": False, "test_method": False,
+        "test_xdist": False,
+        "test_xdist_marked": True,
+        "test_helper": False,
+        "test_fixture": False,
+        "test_method": False,
     }
     assert "calls _run, which calls runpytest_subprocess" == found["test_helper"][0]
     assert _tests_that_start_processes("import pytest\npytestmark = [pytest.mark.slow]\n" + SAMPLE, spawning)[
-        "test_xdist"][1]
+        "test_xdist"
+    ][1]
 
 
 def test_slow_is_registered_and_the_plain_command_runs_everything(pytestconfig: pytest.Config) -> None:

@@ -53,8 +53,11 @@ def test_lower_layers_import_nothing_from_the_pytest_side(name):
     layer = ".".join(name.split(".")[:2])
     imported = _imports(MODULES[name])
     assert "pytest" not in {module.split(".")[0] for module in imported}, f"{name} imports pytest"
-    upward = {m for m in imported if m.startswith("pytest_specbench") and m in MODULES
-              and not m.startswith(layer) and m not in LEAVES}
+    upward = {
+        m
+        for m in imported
+        if m.startswith("pytest_specbench") and m in MODULES and not m.startswith(layer) and m not in LEAVES
+    }
     if layer == "pytest_specbench.models":
         upward = {m for m in upward if not m.startswith("pytest_specbench.engine")}  # models may use the engine
     assert not upward, f"{name} imports {sorted(upward)} from above its layer"
@@ -67,15 +70,20 @@ def _layer(name: str) -> str:
 
 def test_every_module_is_in_a_layer():
     # Only the package's front matter and the standard-library leaves stand outside the layers.
-    outside = {n for n in MODULES if _layer(n) not in LAYERS} - LEAVES - {"pytest_specbench", "pytest_specbench.__main__"}
+    outside = (
+        {n for n in MODULES if _layer(n) not in LAYERS} - LEAVES - {"pytest_specbench", "pytest_specbench.__main__"}
+    )
     assert not outside, f"modules outside the layers {LAYERS}: {sorted(outside)}"
 
 
 @pytest.mark.parametrize("name", [n for n in MODULES if _layer(n) in LAYERS])
 def test_each_layer_imports_only_the_layers_below(name):
     rank = LAYERS.index(_layer(name))
-    upward = {m for m in GRAPH[name] if _layer(m) in LAYERS
-              and (LAYERS.index(_layer(m)) > rank or {_layer(m), _layer(name)} == {"plugin", "cli"})}
+    upward = {
+        m
+        for m in GRAPH[name]
+        if _layer(m) in LAYERS and (LAYERS.index(_layer(m)) > rank or {_layer(m), _layer(name)} == {"plugin", "cli"})
+    }
     assert not upward, f"{name} imports {sorted(upward)} from a layer above its own ({_layer(name)})"
 
 
@@ -94,7 +102,7 @@ def test_no_import_circle():
         path.append(node)
         for nxt in sorted(GRAPH[node] - {"pytest_specbench"}):
             if state.get(nxt) == 1:
-                raise AssertionError("import circle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+                raise AssertionError("import circle: " + " -> ".join(path[path.index(nxt) :] + [nxt]))
             if nxt not in state:
                 visit(nxt)
         path.pop()
@@ -110,5 +118,7 @@ def test_importing_the_plugin_does_not_import_torch():
     import sys
 
     code = "import sys, pytest_specbench.plugin.hooks; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
         == "False"
+    )

@@ -19,8 +19,11 @@ def test_a_second_lock_names_the_holder_and_a_released_lock_leaves_no_file(tmp_p
     assert holder["pid"] == os.getpid() and holder["command"] == "pytest bench_cases" and holder["started"]
 
     second = RunLock("pytest again")
-    with pytest.raises(LockedByAnotherRun, match=rf"spec_results.jsonl is in use by another run \(pid {os.getpid()}, "
-                                                 rf"started {re.escape(holder['started'])}.*`pytest bench_cases`\)"):
+    with pytest.raises(
+        LockedByAnotherRun,
+        match=rf"spec_results.jsonl is in use by another run \(pid {os.getpid()}, "
+        rf"started {re.escape(holder['started'])}.*`pytest bench_cases`\)",
+    ):
         second.acquire([tmp_path / "other.csv", tmp_path / "spec_results.jsonl"])
     assert second.held == []  # what it had taken is let go
     assert sorted(path.name for path in tmp_path.iterdir()) == [".spec_results.csv.lock", ".spec_results.jsonl.lock"]
@@ -39,22 +42,34 @@ def test_a_link_and_its_target_share_one_lock(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_second_run_on_the_same_files_is_a_usage_error_naming_the_first(held_run, bench,
-                                                                          pytester: pytest.Pytester) -> None:
+def test_a_second_run_on_the_same_files_is_a_usage_error_naming_the_first(
+    held_run, bench, pytester: pytest.Pytester
+) -> None:
     process = held_run.start()
     result = bench("-k", "k1 and natural")  # the same default files
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*--specbench-csv=spec_results.csv is in use by another run (pid {process.pid}, "
-                                 "started *): two runs on one file would overwrite each other's results*"])
+    result.stderr.fnmatch_lines(
+        [
+            f"*--specbench-csv=spec_results.csv is in use by another run (pid {process.pid}, "
+            "started *): two runs on one file would overwrite each other's results*"
+        ]
+    )
     assert held_run.logged_cases() == held_run.FINISHED  # the first run's log is untouched
 
     # Other files: it runs beside the first.
-    bench("-k", "k1 and natural", "--specbench-csv=other.csv", "--specbench-json=other.json"
-          ).assert_outcomes(passed=1, deselected=3)
+    bench("-k", "k1 and natural", "--specbench-csv=other.csv", "--specbench-json=other.json").assert_outcomes(
+        passed=1, deselected=3
+    )
     held_run.release()
     assert process.wait(held_run.PATIENCE_S) == pytest.ExitCode.OK, held_run.output()
-    assert held_run.logged_cases() == ["tiny-k1-natural", "tiny-k4-natural", "tiny-k1-dialogue", "tiny-k4-dialogue",
-                                       "tiny-k1-code_json", "tiny-k4-code_json"]
+    assert held_run.logged_cases() == [
+        "tiny-k1-natural",
+        "tiny-k4-natural",
+        "tiny-k1-dialogue",
+        "tiny-k4-dialogue",
+        "tiny-k1-code_json",
+        "tiny-k4-code_json",
+    ]
     assert not list(pytester.path.glob(".*.lock"))
 
 

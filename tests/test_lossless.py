@@ -15,8 +15,17 @@ def test_reference_comes_from_generate_and_ignores_eos_for_fixed_length() -> Non
     ids = torch.tensor([[5, 0, 6, 1, 7, 2]])  # the tiny models' pad, BOS and EOS ids
     reference = reference_tokens(model, ids, 20, eos_token_id=None)
     assert len(reference) == 20
-    assert reference == model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=20,
-                                       eos_token_id=None, pad_token_id=0)[0, 6:].tolist()
+    assert (
+        reference
+        == model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=20,
+            eos_token_id=None,
+            pad_token_id=0,
+        )[0, 6:].tolist()
+    )
 
 
 def test_verdicts() -> None:

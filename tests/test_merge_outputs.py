@@ -10,15 +10,23 @@ import pytest
 
 from pytest_specbench.cli import main
 
-
 #: a real result row (the default CPU run's first), so that rows pass the schema check of merge
-ROW = json.loads((Path(__file__).resolve().parents[1] / "docs" / "default_run.json").read_text()
-                 )["results"][0]
+ROW = json.loads((Path(__file__).resolve().parents[1] / "docs" / "default_run.json").read_text())["results"][0]
 
 
 def _run(cases: list[str], **options: str) -> dict:
-    rows = [{**ROW, "case": case, "pair": case.split("-")[0], "acceptance_rate": 0.5, "decode_speedup": 1.0,
-             "decode_speedup_ci_low": 0.9, "decode_speedup_ci_high": 1.1} for case in cases]
+    rows = [
+        {
+            **ROW,
+            "case": case,
+            "pair": case.split("-")[0],
+            "acceptance_rate": 0.5,
+            "decode_speedup": 1.0,
+            "decode_speedup_ci_low": 0.9,
+            "decode_speedup_ci_high": 1.1,
+        }
+        for case in cases
+    ]
     return {"options": {"specbench_k": "1,4", "specbench_max_new_tokens": "32", **options}, "results": rows}
 
 
@@ -71,7 +79,9 @@ def test_a_folder_for_a_file_output_is_a_usage_error(shards, tmp_path, capsys) -
 
 
 def test_separate_outputs_are_all_written(shards, tmp_path, capsys) -> None:
-    assert main(["merge", *map(str, shards), "--json", str(tmp_path / "all.json"), "--csv",
-                 str(tmp_path / "all.csv")]) == 0
+    assert (
+        main(["merge", *map(str, shards), "--json", str(tmp_path / "all.json"), "--csv", str(tmp_path / "all.csv")])
+        == 0
+    )
     assert "merged 2 case(s) from 2 run(s)" in capsys.readouterr().out
     assert (tmp_path / "all.json").exists() and (tmp_path / "all.csv").exists()

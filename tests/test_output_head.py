@@ -52,8 +52,7 @@ def columns(monkeypatch) -> list[int]:
     """One entry per call of the column form."""
     calls: list[int] = []
     real_column = output_head.column_logits
-    monkeypatch.setattr(output_head, "column_logits",
-                        lambda head, hidden: calls.append(1) or real_column(head, hidden))
+    monkeypatch.setattr(output_head, "column_logits", lambda head, hidden: calls.append(1) or real_column(head, hidden))
     return calls
 
 
@@ -162,8 +161,9 @@ def test_a_wrong_column_form_is_caught(arch, monkeypatch):
     expected = list(reference(arch))
     real_column = output_head.column_logits
     # Planted bug: each position gets the logits of the position before it.
-    monkeypatch.setattr(output_head, "column_logits",
-                        lambda head, hidden: torch.roll(real_column(head, hidden), shifts=1, dims=-2))
+    monkeypatch.setattr(
+        output_head, "column_logits", lambda head, hidden: torch.roll(real_column(head, hidden), shifts=1, dims=-2)
+    )
     assert speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, head_kernel="linear").token_ids == expected
     assert speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, head_kernel="column").token_ids != expected
 
@@ -182,8 +182,13 @@ def test_the_cost_probe_times_the_engines_head(columns):
 @pytest.mark.slow
 @pytest.mark.parametrize(("head_kernel", "expected_rows"), [("column", [2, 3, 4, 5]), ("linear", [])])
 def test_the_rows_record_which_verify_blocks_ran_the_column_head(bench, pytester, head_kernel, expected_rows):
-    result = bench(f"--specbench-head-kernel={head_kernel}", "--specbench-engine=native,hf", "--specbench-k=1,4",
-                   "--specbench-prompts=natural", "--specbench-json=results.json")
+    result = bench(
+        f"--specbench-head-kernel={head_kernel}",
+        "--specbench-engine=native,hf",
+        "--specbench-k=1,4",
+        "--specbench-prompts=natural",
+        "--specbench-json=results.json",
+    )
     result.assert_outcomes(passed=4)
     rows = {row["case"]: row for row in json.loads((pytester.path / "results.json").read_text())["results"]}
     assert rows["tiny-native-k4-natural"]["column_head_rows"] == expected_rows
@@ -193,8 +198,7 @@ def test_the_rows_record_which_verify_blocks_ran_the_column_head(bench, pytester
 
 
 @pytest.mark.slow
-def test_a_schedule_longer_than_the_probe_has_its_head_measured_before_the_timed_rounds(bench, pytester,
-                                                                                       monkeypatch):
+def test_a_schedule_longer_than_the_probe_has_its_head_measured_before_the_timed_rounds(bench, pytester, monkeypatch):
     measured_during_runs = []
     real_measure = output_head._column_is_faster
     import pytest_specbench.measure.runner as runner
@@ -205,19 +209,26 @@ def test_a_schedule_longer_than_the_probe_has_its_head_measured_before_the_timed
         run = real_runner(*args, **kwargs)
 
         def watched(**kwargs):
-            monkeypatch.setattr(output_head, "_column_is_faster",
-                                lambda head, hidden, repeats=3: measured_during_runs.append(1) or real_measure(
-                                    head, hidden, repeats))
+            monkeypatch.setattr(
+                output_head,
+                "_column_is_faster",
+                lambda head, hidden, repeats=3: measured_during_runs.append(1) or real_measure(head, hidden, repeats),
+            )
             try:
                 return run(**kwargs)
             finally:
                 monkeypatch.setattr(output_head, "_column_is_faster", real_measure)
+
         return watched
 
     monkeypatch.setattr(runner, "speculative_runner", watched_runner)
     # k=heuristic drafts from 20 tokens up: blocks far longer than the probe's 17 rows.
-    result = bench("--specbench-k=heuristic", "--specbench-prompts=repetitive", "--specbench-max-new-tokens=40",
-                   "--specbench-json=results.json")
+    result = bench(
+        "--specbench-k=heuristic",
+        "--specbench-prompts=repetitive",
+        "--specbench-max-new-tokens=40",
+        "--specbench-json=results.json",
+    )
     result.assert_outcomes(passed=1)
     row = json.loads((pytester.path / "results.json").read_text())["results"][0]
     assert max(row["k_per_step"]) > 17

@@ -16,7 +16,12 @@ def _document(speedup: float = 1.2) -> dict:
 
 def test_the_table_names_each_output_once():
     assert [output.name for output in outputs(OutputPaths(), _document())] == [
-        "CSV", "JSON", "baseline", "figures", "report"]
+        "CSV",
+        "JSON",
+        "baseline",
+        "figures",
+        "report",
+    ]
 
 
 def test_only_outputs_with_a_path_are_written(tmp_path):
@@ -33,8 +38,9 @@ def test_one_failed_file_does_not_cost_the_others(tmp_path):
     assert written == [tmp_path / "a.csv"]
     json_error, baseline_error = errors
     assert json_error.startswith(f"could not write {tmp_path / 'a.json'}: ") and "not JSON compliant" in json_error
-    assert baseline_error == (f"could not write {tmp_path / 'b.json'}: result of case p-k1-x has tau None, "
-                              "expected a number")
+    assert baseline_error == (
+        f"could not write {tmp_path / 'b.json'}: result of case p-k1-x has tau None, expected a number"
+    )
     assert not (tmp_path / "a.json").exists() and (tmp_path / "a.csv").is_file()
 
 

@@ -19,8 +19,10 @@ def test_builtin_registry_holds_the_seed_pairs_and_the_embedded_default() -> Non
 
 def test_toml_pairs_resolve_relative_paths_from_the_file(tmp_path: Path) -> None:
     path = tmp_path / "pairs.toml"
-    path.write_text('[pairs.mine]\ntarget = "./t"\ndraft = "org/draft"\ndtype = "bfloat16"\n'
-                    '[pairs.lookup]\ntarget = "./t"\ndrafter = "prompt_lookup"\nngram_size = 2\n')
+    path.write_text(
+        '[pairs.mine]\ntarget = "./t"\ndraft = "org/draft"\ndtype = "bfloat16"\n'
+        '[pairs.lookup]\ntarget = "./t"\ndrafter = "prompt_lookup"\nngram_size = 2\n'
+    )
     pairs = load_pairs_file(path)
     assert pairs["mine"].target == str((tmp_path / "t").resolve())
     assert pairs["mine"].draft == "org/draft" and pairs["mine"].dtype == "bfloat16"
@@ -31,8 +33,8 @@ def test_toml_pairs_resolve_relative_paths_from_the_file(tmp_path: Path) -> None
     ("table", "message"),
     [
         ('target = "a"\ndrafter = "magic"', "accepted: model, truncated, int8, prompt_lookup"),
-        ('target = "a"', 'needs draft = '),
-        ('draft = "b"', 'needs target = '),
+        ('target = "a"', "needs draft = "),
+        ('draft = "b"', "needs target = "),
         ('target = "a"\ndrafter = "int8"\ndraft = "b"', "draft is only for drafter"),
         ('target = "a"\ndraft = "b"\nnum_layers = 0', "num_layers must be an integer >= 1"),
         ('target = "a"\ndraft = "b"\ncolour = "red"', "unknown keys ['colour']"),

@@ -16,8 +16,9 @@ NON_UTF8 = os.fsdecode(b"r\xff")
 
 
 def _files(**given: str):
-    return parse_settings({name.replace("_", "-"): (raw, f"--specbench-{name.replace('_', '-')}")
-                           for name, raw in given.items()})
+    return parse_settings(
+        {name.replace("_", "-"): (raw, f"--specbench-{name.replace('_', '-')}") for name, raw in given.items()}
+    )
 
 
 def _name_max(folder: Path) -> int:
@@ -63,8 +64,11 @@ def test_two_links_to_one_file_are_two_outputs_on_one_file(tmp_path: Path) -> No
 
 def test_a_path_longer_than_path_max_is_a_usage_error(tmp_path: Path) -> None:
     long = tmp_path / "/".join(["d" * 200] * 25) / "r.csv"  # 5000 bytes, every name short enough
-    with pytest.raises(ConfigError, match=r"--specbench-csv=.*the path is \d+ bytes long, and this system takes "
-                                          r"at most \d+ \(PATH_MAX\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--specbench-csv=.*the path is \d+ bytes long, and this system takes "
+        r"at most \d+ \(PATH_MAX\)",
+    ):
         parse_settings({"csv": (str(long), "--specbench-csv")})
     with pytest.raises(ConfigError, match="PATH_MAX"):
         parse_settings({"baseline": (str(long), "--specbench-baseline")})  # an input too: no OSError
@@ -74,8 +78,11 @@ def test_a_path_longer_than_path_max_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_a_name_longer_than_name_max_is_a_usage_error(tmp_path: Path) -> None:
     name = "n" * (_name_max(tmp_path) + 1)
-    with pytest.raises(ConfigError, match=r"--specbench-json=.*bytes long, and the file system takes at most \d+ "
-                                          r"\(NAME_MAX\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--specbench-json=.*bytes long, and the file system takes at most \d+ "
+        r"\(NAME_MAX\)",
+    ):
         parse_settings({"json": (str(tmp_path / name), "--specbench-json")})
 
 
@@ -118,8 +125,9 @@ def test_a_non_utf8_name_is_a_valid_output_path(tmp_path: Path) -> None:
 @pytest.mark.parametrize("option", ["csv", "json", "log", "report", "save-baseline"])
 def test_a_trailing_slash_or_a_folder_is_refused_for_a_file_output(tmp_path: Path, option: str) -> None:
     for raw in ("results/", str(tmp_path) + "/", str(tmp_path)):
-        with pytest.raises(ConfigError, match=f"--specbench-{option}=.*is a folder, and a file path is needed; "
-                                              "accepted: a file path"):
+        with pytest.raises(
+            ConfigError, match=f"--specbench-{option}=.*is a folder, and a file path is needed; accepted: a file path"
+        ):
             parse_settings({option: (raw, f"--specbench-{option}")})
     assert not (Path.cwd() / "results").exists()
 
@@ -134,8 +142,14 @@ def test_symlinked_outputs_and_a_non_utf8_report_through_a_run(bench, pytester: 
     for name in ("results.csv", "results.json"):
         (kept / name).write_text("stale")
         (pytester.path / f"latest{Path(name).suffix}").symlink_to(kept / name)
-    result = bench("-k", "k1 and natural", "--specbench-csv=latest.csv", "--specbench-json=latest.json",
-                   f"--specbench-report={NON_UTF8}.md", "--specbench-log=")
+    result = bench(
+        "-k",
+        "k1 and natural",
+        "--specbench-csv=latest.csv",
+        "--specbench-json=latest.json",
+        f"--specbench-report={NON_UTF8}.md",
+        "--specbench-log=",
+    )
     result.assert_outcomes(passed=1, deselected=3)
     assert (pytester.path / "latest.csv").is_symlink() and (pytester.path / "latest.json").is_symlink()
     assert "tiny-k1-natural" in (kept / "results.csv").read_text()
@@ -152,19 +166,26 @@ GGUF_SOURCE = "./models/tiny.gguf"
 
 
 def test_an_unusable_cache_folder_is_a_usage_error_naming_where_it_came_from(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pytest_specbench.settings.config import check_cache_dir
 
     blocker = tmp_path / "blocker"
     blocker.write_text("a file, not a folder")
     monkeypatch.setenv("SPECBENCH_CACHE_DIR", str(blocker))
-    with pytest.raises(ConfigError, match=f"SPECBENCH_CACHE_DIR={blocker}: it is a file, not a folder; "
-                                          "accepted: a folder this user can create and write"):
+    with pytest.raises(
+        ConfigError,
+        match=f"SPECBENCH_CACHE_DIR={blocker}: it is a file, not a folder; "
+        "accepted: a folder this user can create and write",
+    ):
         check_cache_dir(_files(), [GGUF_SOURCE])
     monkeypatch.delenv("SPECBENCH_CACHE_DIR")
     under = blocker / "cache"
-    with pytest.raises(ConfigError, match=f"--specbench-cache-dir={under}: the cache folder cannot be "
-                                          f"created, since {blocker} is a file; accepted: "):
+    with pytest.raises(
+        ConfigError,
+        match=f"--specbench-cache-dir={under}: the cache folder cannot be "
+        f"created, since {blocker} is a file; accepted: ",
+    ):
         check_cache_dir(_files(cache_dir=str(under)), ["gpt2", GGUF_SOURCE])
     # A run whose models never go through the cache (local checkpoints, hub ids) is not refused for it.
     check_cache_dir(_files(cache_dir=str(under)), ["gpt2", str(tmp_path)])
@@ -179,8 +200,11 @@ def _empty_read_only_folder(tmp_path: Path) -> Path | None:
     if not os.access(folder, os.W_OK):
         return folder
     sysfs = Path("/sys/class")
-    empty = [path for path in sorted(sysfs.iterdir()) if path.is_dir() and not any(path.iterdir())] \
-        if sysfs.is_dir() else []
+    empty = (
+        [path for path in sorted(sysfs.iterdir()) if path.is_dir() and not any(path.iterdir())]
+        if sysfs.is_dir()
+        else []
+    )
     return empty[0] if empty else None
 
 
@@ -191,10 +215,13 @@ def test_an_empty_read_only_cache_is_refused_and_one_holding_conversions_is_acce
     try:
         if empty is None:
             pytest.skip("no empty folder here refuses new files to this user")
-        with pytest.raises(ConfigError, match=f"--specbench-cache-dir={empty}: no file can be written in the "
-                                              f"cache folder {empty} .*, and it is empty, so it holds no "
-                                              "converted model to read; accepted: .*or a read-only one that "
-                                              "already holds the converted models"):
+        with pytest.raises(
+            ConfigError,
+            match=f"--specbench-cache-dir={empty}: no file can be written in the "
+            f"cache folder {empty} .*, and it is empty, so it holds no "
+            "converted model to read; accepted: .*or a read-only one that "
+            "already holds the converted models",
+        ):
             check_cache_dir(_files(cache_dir=str(empty)), [GGUF_SOURCE])
     finally:
         (tmp_path / "read-only").chmod(0o755)
@@ -208,7 +235,8 @@ def test_an_empty_read_only_cache_is_refused_and_one_holding_conversions_is_acce
 
 
 def test_a_cache_folder_that_is_a_file_stops_pytest_with_a_usage_error(
-        bench, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Before any model loads, not a traceback in every case."""
     (pytester.path / "models").mkdir()
     (pytester.path / "models" / "tiny.gguf").write_bytes(b"not read: the run stops before")

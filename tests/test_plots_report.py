@@ -38,25 +38,50 @@ def test_a_run_writes_every_figure_and_a_report_that_links_them(bench, pytester:
 
 @pytest.mark.slow
 def test_pytest_start_up_does_not_import_matplotlib() -> None:
-    code = ("import sys, pytest_specbench.plugin.hooks, pytest_specbench.plugin.session, pytest_specbench.report.markdown; "
-            "print('matplotlib' in sys.modules)")
+    code = (
+        "import sys, pytest_specbench.plugin.hooks, pytest_specbench.plugin.session, pytest_specbench.report.markdown; "
+        "print('matplotlib' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
 
 def _row(prompt: str, k: int, speedup: float, low: float, high: float, **extra) -> dict:
-    row = {"pair": "p", "prompt": prompt, "k": k, "decode_speedup": speedup, "decode_speedup_ci_low": low,
-           "decode_speedup_ci_high": high, "speedup": speedup, "speedup_ci_low": low, "speedup_ci_high": high,
-           "acceptance_rate": 0.5, "tau": 1.5, "verdict": "lossless", "target": "t", "draft": "d",
-           "drafter": "model", "device": "cpu", "dtype": "float32", "new_tokens": 32,
-           "drafted_per_step": [0, k, k], "accepted_per_step": [0, k, 0],
-           "verify_costs_ms": [10.0, 11.0, 12.0, 30.0, 40.0], "cost_ratio": 0.1, "draft_token_ms": 1.0}
+    row = {
+        "pair": "p",
+        "prompt": prompt,
+        "k": k,
+        "decode_speedup": speedup,
+        "decode_speedup_ci_low": low,
+        "decode_speedup_ci_high": high,
+        "speedup": speedup,
+        "speedup_ci_low": low,
+        "speedup_ci_high": high,
+        "acceptance_rate": 0.5,
+        "tau": 1.5,
+        "verdict": "lossless",
+        "target": "t",
+        "draft": "d",
+        "drafter": "model",
+        "device": "cpu",
+        "dtype": "float32",
+        "new_tokens": 32,
+        "drafted_per_step": [0, k, k],
+        "accepted_per_step": [0, k, 0],
+        "verify_costs_ms": [10.0, 11.0, 12.0, 30.0, 40.0],
+        "cost_ratio": 0.1,
+        "draft_token_ms": 1.0,
+    }
     return {**row, **extra}
 
 
 def test_findings_say_which_prompts_gain_and_lose_and_how_often_the_model_agrees() -> None:
-    rows = [_row("code", 1, 1.4, 1.2, 1.6, efficiency=0.9), _row("code", 2, 1.8, 1.6, 2.0, efficiency=0.5),
-            _row("chat", 1, 0.7, 0.6, 0.8, efficiency=1.0), _row("chat", 2, 0.6, 0.5, 0.7, efficiency=1.1)]
+    rows = [
+        _row("code", 1, 1.4, 1.2, 1.6, efficiency=0.9),
+        _row("code", 2, 1.8, 1.6, 2.0, efficiency=0.5),
+        _row("chat", 1, 0.7, 0.6, 0.8, efficiency=1.0),
+        _row("chat", 2, 0.6, 0.5, 0.7, efficiency=1.1),
+    ]
     sentences = pair_findings(analyse_prompts(rows), rows)
     text = " ".join(sentences)
     assert "Gains" in text and "code (1.80 [1.60, 2.00] at k=2)" in text
@@ -90,10 +115,16 @@ def test_a_category_of_several_prompts_is_their_geometric_mean_with_a_t_interval
     from pytest_specbench.report.analysis import best_category_speedups, category_speedups
 
     code = {"py": (1.2, 1.8), "rust": (1.5, 1.6), "go": (1.0, 2.0)}  # prompt: speedup at k=1, k=2
-    rows = [_row(prompt, k, s[k - 1], s[k - 1] * 0.9, s[k - 1] * 1.1, category="code")
-            for prompt, s in code.items() for k in (1, 2)]
-    rows += [_row("chat", 1, 0.8, 0.7, 0.9, category="chat"), _row("chat", 4, 3.0, 2.0, 4.0, category="chat"),
-             _row("poem", 4, 5.0, 4.0, 6.0, category="chat")]  # k=4 did not run on every chat prompt
+    rows = [
+        _row(prompt, k, s[k - 1], s[k - 1] * 0.9, s[k - 1] * 1.1, category="code")
+        for prompt, s in code.items()
+        for k in (1, 2)
+    ]
+    rows += [
+        _row("chat", 1, 0.8, 0.7, 0.9, category="chat"),
+        _row("chat", 4, 3.0, 2.0, 4.0, category="chat"),
+        _row("poem", 4, 5.0, 4.0, 6.0, category="chat"),
+    ]  # k=4 did not run on every chat prompt
     by_key = {(item.category, item.k): item for item in category_speedups(rows)}
     logs = [math.log(s[1]) for s in code.values()]
     low, high = stats.ttest_1samp(logs, 0.0).confidence_interval(0.95)

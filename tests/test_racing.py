@@ -29,8 +29,9 @@ def _round_times(rng: np.random.Generator, true: Mapping[int, float], drift: flo
     return {k: t * math.exp(shared + rng.normal(0.0, noise)) for k, t in true.items()}
 
 
-def race(true: Mapping[int, float], seed: int, *, rounds: int = ROUNDS, drift: float = 0.05,
-         noise: float = 0.04) -> dict[int, int]:
+def race(
+    true: Mapping[int, float], seed: int, *, rounds: int = ROUNDS, drift: float = 0.05, noise: float = 0.04
+) -> dict[int, int]:
     """One simulated race; returns {eliminated k: the round it went}."""
     rng = np.random.default_rng(seed)
     times: dict[int, dict[int, float]] = {k: {} for k in true}
@@ -40,8 +41,9 @@ def race(true: Mapping[int, float], seed: int, *, rounds: int = ROUNDS, drift: f
         for k, value in _round_times(rng, true, drift, noise).items():
             if k not in out:
                 times[k][r] = value
-        beaten = eliminations({k: times[k] for k in true if k not in out}, alpha=ALPHA, max_looks=rounds,
-                              family=len(true))
+        beaten = eliminations(
+            {k: times[k] for k in true if k not in out}, alpha=ALPHA, max_looks=rounds, family=len(true)
+        )
         out.update(dict.fromkeys(beaten, r))
     return out
 
@@ -93,9 +95,11 @@ def test_nothing_to_race_below_two_contenders_or_min_rounds():
 def test_a_clearly_slower_case_goes_to_the_leader_and_a_tied_one_stays():
     drift = [1.0, 1.3, 0.8, 1.1, 0.9, 1.2, 1.05, 0.95]  # large round drift, cancelled by pairing
     wiggle = [1.01, 1.0, 1.02, 0.99, 1.01, 1.0, 0.99, 1.01]
-    times = {"fast": {r: 1.0 * d for r, d in enumerate(drift)},
-             "tied": {r: 1.0 * d * w for r, (d, w) in enumerate(zip(drift, wiggle))},
-             "slow": {r: 1.5 * d * w for r, (d, w) in enumerate(zip(drift, reversed(wiggle)))}}
+    times = {
+        "fast": {r: 1.0 * d for r, d in enumerate(drift)},
+        "tied": {r: 1.0 * d * w for r, (d, w) in enumerate(zip(drift, wiggle))},
+        "slow": {r: 1.5 * d * w for r, (d, w) in enumerate(zip(drift, reversed(wiggle)))},
+    }
     assert pick_best(times) == "fast"
     assert eliminations(times, max_looks=8) == {"slow": "fast"}
     assert rank_against_best(times, "fast") == {"tied": "tied", "slow": "slower"}
@@ -158,8 +162,11 @@ def test_the_check_catches_a_race_without_correction(monkeypatch):
 
 def test_the_check_catches_holm_against_the_picked_best_alone(monkeypatch):
     # Holm over the comparisons with the best, blind to the best being picked from the same data.
-    monkeypatch.setattr(racing, "_step_levels", lambda alpha, looks, contenders, family: [
-        alpha / looks / (contenders - 1 - r) for r in range(contenders - 1)])
+    monkeypatch.setattr(
+        racing,
+        "_step_levels",
+        lambda alpha, looks, contenders, family: [alpha / looks / (contenders - 1 - r) for r in range(contenders - 1)],
+    )
     assert not within_alpha(_final_ranking_false_alarms())
 
 

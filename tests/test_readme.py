@@ -33,7 +33,8 @@ def _table(text: str, title: str) -> list[list[str]]:
 def test_the_options_page_is_generated_from_the_option_table() -> None:
     page = DOCS / "options.md"
     assert page.is_file() and _text(page) == options_markdown(), (
-        f"docs/options.md is not what the option table renders; regenerate it with: {REGENERATE}")
+        f"docs/options.md is not what the option table renders; regenerate it with: {REGENERATE}"
+    )
 
 
 def test_the_options_page_lists_every_option_once_and_nothing_else() -> None:
@@ -70,21 +71,24 @@ def _links(path: Path) -> list[str]:
 
 def _anchors(path: Path) -> set[str]:
     """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as hyphens."""
-    headings = [line.lstrip("#").strip() for line in _FENCE.sub("", _text(path)).splitlines()
-                if re.match(r"#{1,6} ", line)]
+    headings = [
+        line.lstrip("#").strip() for line in _FENCE.sub("", _text(path)).splitlines() if re.match(r"#{1,6} ", line)
+    ]
     return {re.sub(r"[^\w\- ]", "", heading.replace("`", "").lower()).replace(" ", "-") for heading in headings}
 
 
-RELATIVE_LINKS = [(page, target) for page in PAGES for target in _links(page)
-                  if not re.match(r"^[a-z][a-z0-9+.-]*:", target)]
+RELATIVE_LINKS = [
+    (page, target) for page in PAGES for target in _links(page) if not re.match(r"^[a-z][a-z0-9+.-]*:", target)
+]
 
 
 def test_the_pages_have_links() -> None:
     assert any(page == README for page, _ in RELATIVE_LINKS)
 
 
-@pytest.mark.parametrize("page,target", RELATIVE_LINKS,
-                         ids=[f"{page.relative_to(ROOT)}->{target}" for page, target in RELATIVE_LINKS])
+@pytest.mark.parametrize(
+    "page,target", RELATIVE_LINKS, ids=[f"{page.relative_to(ROOT)}->{target}" for page, target in RELATIVE_LINKS]
+)
 def test_every_relative_link_points_to_a_file_that_exists(page: Path, target: str) -> None:
     file_part, _, anchor = target.partition("#")
     linked = (page.parent / file_part).resolve() if file_part else page
@@ -95,11 +99,16 @@ def test_every_relative_link_points_to_a_file_that_exists(page: Path, target: st
 
 def test_the_readme_is_a_front_page() -> None:
     lines = len(_text(README).splitlines())
-    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail into docs/ (at most {README_MAX_LINES})"
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines; move detail into docs/ (at most {README_MAX_LINES})"
+    )
 
 
 def test_the_readme_test_command_is_the_one_ci_runs() -> None:
-    commands = re.findall(r"```bash\n(.*?)\n```", _text(README).split("\n## Set-up and the two commands\n", 1)[1]
-                          .split("\n## ", 1)[0], re.S)
+    commands = re.findall(
+        r"```bash\n(.*?)\n```",
+        _text(README).split("\n## Set-up and the two commands\n", 1)[1].split("\n## ", 1)[0],
+        re.S,
+    )
     assert len(commands) == 2
     assert commands[1] in _text(ROOT / ".ci" / "run").splitlines()

@@ -74,15 +74,25 @@ def truth(model: PreTrainedModel, prompt: Sequence[int], max_new_tokens: int = N
     """The target's generate() with an explicit all-ones mask, EOS ignored."""
     ids = torch.tensor([list(prompt)])
     with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                             max_new_tokens=max_new_tokens, eos_token_id=None, pad_token_id=own_pad_token_id(model))
-    return out[0, ids.shape[1]:].tolist()
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=None,
+            pad_token_id=own_pad_token_id(model),
+        )
+    return out[0, ids.shape[1] :].tolist()
 
 
 def drafters_of(target: PreTrainedModel) -> dict[str, Drafter]:
     """Every kind of drafter, the target itself first: a draft equal to its target."""
-    return {"itself": ModelDrafter(target), "int8": ModelDrafter(int8_copy(target)),
-            "truncated": ModelDrafter(truncated_copy(target, 1)), "prompt_lookup": PromptLookupDrafter()}
+    return {
+        "itself": ModelDrafter(target),
+        "int8": ModelDrafter(int8_copy(target)),
+        "truncated": ModelDrafter(truncated_copy(target, 1)),
+        "prompt_lookup": PromptLookupDrafter(),
+    }
 
 
 @pytest.fixture(scope="module", params=sorted(CONVENTIONS))
@@ -107,8 +117,9 @@ def test_the_prompts_would_be_masked_if_generate_guessed(convention) -> None:
     for prompt in prompts_with_special_ids(model):
         ids = torch.tensor([prompt])
         with torch.inference_mode():
-            guessed = model.generate(ids, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None,
-                                     pad_token_id=0)[0, ids.shape[1]:].tolist()
+            guessed = model.generate(
+                ids, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None, pad_token_id=0
+            )[0, ids.shape[1] :].tolist()
         changed += guessed != truth(model, prompt)
     assert changed >= 2
 
@@ -152,8 +163,11 @@ def test_a_planted_bug_that_drops_the_mask_is_caught(monkeypatch) -> None:
         return generate(*args, **kwargs)
 
     monkeypatch.setattr(model, "generate", without_mask)
-    wrong = [prompt for prompt, right in zip(prompts, truths)
-             if reference_tokens(model, torch.tensor([prompt]), NEW_TOKENS, None) != right]
+    wrong = [
+        prompt
+        for prompt, right in zip(prompts, truths)
+        if reference_tokens(model, torch.tensor([prompt]), NEW_TOKENS, None) != right
+    ]
     assert wrong, "a reference without its mask went unnoticed"
 
 
@@ -239,14 +253,23 @@ def test_a_self_draft_is_lossless_through_the_plugin_on_prompts_holding_id_0(ben
     assert tokenizer("!").input_ids == [0]
     save_checkpoint(byte_gpt2(seed=0), tokenizer, tmp_path / "target")
     pairs = tmp_path / "pairs.toml"
-    pairs.write_text('[pairs.itself]\ntarget = "./target"\ndraft = "./target"\n'
-                     '[pairs.int8]\ntarget = "./target"\ndrafter = "int8"\n'
-                     '[pairs.cut]\ntarget = "./target"\ndrafter = "truncated"\nnum_layers = 1\n'
-                     '[pairs.lookup]\ntarget = "./target"\ndrafter = "prompt_lookup"\n', encoding="utf-8")
+    pairs.write_text(
+        '[pairs.itself]\ntarget = "./target"\ndraft = "./target"\n'
+        '[pairs.int8]\ntarget = "./target"\ndrafter = "int8"\n'
+        '[pairs.cut]\ntarget = "./target"\ndrafter = "truncated"\nnum_layers = 1\n'
+        '[pairs.lookup]\ntarget = "./target"\ndrafter = "prompt_lookup"\n',
+        encoding="utf-8",
+    )
     prompts = tmp_path / "exclaiming.jsonl"
     prompts.write_text("".join(json.dumps(prompt) + "\n" for prompt in EXCLAIMING_PROMPTS), encoding="utf-8")
-    result = bench(f"--specbench-prompt-file={prompts}", "--specbench-pairs=itself,int8,cut,lookup",
-                   "--specbench-batch=1,2", "--specbench-k=2", pairs_file=pairs, prompts="exclaiming")
+    result = bench(
+        f"--specbench-prompt-file={prompts}",
+        "--specbench-pairs=itself,int8,cut,lookup",
+        "--specbench-batch=1,2",
+        "--specbench-k=2",
+        pairs_file=pairs,
+        prompts="exclaiming",
+    )
     result.assert_outcomes(passed=8)
     rows = json.loads(Path(pytester.path, "spec_results.json").read_text())["results"]
     assert len(rows) == 8

@@ -11,8 +11,14 @@ import pytest
 
 from pytest_specbench.report.answer import prompt_table, run_answer
 from pytest_specbench.report.markdown import report_markdown
-from pytest_specbench.report.regret import (over_prompts, paired_ratio, ratio_to_best, ratio_to_hf, regret_markdown,
-                                            round_times)
+from pytest_specbench.report.regret import (
+    over_prompts,
+    paired_ratio,
+    ratio_to_best,
+    ratio_to_hf,
+    regret_markdown,
+    round_times,
+)
 from pytest_specbench.report.summary import summary_lines
 from pytest_specbench.results.statistics import speedup_interval
 
@@ -20,23 +26,48 @@ DRIFT = [1.0, 1.3, 0.8, 1.1, 0.9, 1.2, 1.05, 0.95]  # a round's drift, shared by
 WIGGLE = [1.01, 1.0, 1.02, 0.99, 1.01, 1.0, 0.99, 1.01]
 
 
-def _row(k, seconds, *, prompt="code", engine="native", rounds=range(8), block=None, shift=None, wall=None,
-         **extra) -> dict:
+def _row(
+    k, seconds, *, prompt="code", engine="native", rounds=range(8), block=None, shift=None, wall=None, **extra
+) -> dict:
     shift = (k if isinstance(k, int) else 5) if shift is None else shift
     times = [seconds * DRIFT[r] * WIGGLE[(r + shift) % 8] for r in rounds]
     speedup = 0.02 / seconds
     steps = 3 if isinstance(k, int) else 0
     drafted = k if isinstance(k, int) else 1
-    row = {"case": f"p-k{k}-{prompt}-{engine}", "pair": "p", "engine": engine, "prompt": prompt, "k": k,
-           "acceptance_rate": 0.5, "tau": 1.5, "verdict": "lossless", "target": "t", "draft": "d", "drafter": "model",
-           "device": "cpu", "dtype": "float32", "new_tokens": 32, "rounds": len(rounds), "baseline_decode_tps": 50.0,
-           "decode_tps": 1.0 / seconds, "unstable": False, "recommended_k": 4, "category": prompt,
-           "verify_costs_ms": [1.0] * 5 + [10.0] * 12, "cost_ratio": 0.0,
-           "drafted_per_step": [0] + [drafted] * steps, "accepted_per_step": [0] + [drafted] * steps,
-           "decode_speedup": speedup, "decode_speedup_ci_low": speedup * 0.95,
-           "decode_speedup_ci_high": speedup * 1.05, "speedup": speedup * 0.9, "block": block or f"t:{prompt}",
-           "block_rounds": list(rounds), "round_decode_token_s": times,
-           "baseline_round_decode_token_s": [0.02 * DRIFT[r] for r in rounds]}
+    row = {
+        "case": f"p-k{k}-{prompt}-{engine}",
+        "pair": "p",
+        "engine": engine,
+        "prompt": prompt,
+        "k": k,
+        "acceptance_rate": 0.5,
+        "tau": 1.5,
+        "verdict": "lossless",
+        "target": "t",
+        "draft": "d",
+        "drafter": "model",
+        "device": "cpu",
+        "dtype": "float32",
+        "new_tokens": 32,
+        "rounds": len(rounds),
+        "baseline_decode_tps": 50.0,
+        "decode_tps": 1.0 / seconds,
+        "unstable": False,
+        "recommended_k": 4,
+        "category": prompt,
+        "verify_costs_ms": [1.0] * 5 + [10.0] * 12,
+        "cost_ratio": 0.0,
+        "drafted_per_step": [0] + [drafted] * steps,
+        "accepted_per_step": [0] + [drafted] * steps,
+        "decode_speedup": speedup,
+        "decode_speedup_ci_low": speedup * 0.95,
+        "decode_speedup_ci_high": speedup * 1.05,
+        "speedup": speedup * 0.9,
+        "block": block or f"t:{prompt}",
+        "block_rounds": list(rounds),
+        "round_decode_token_s": times,
+        "baseline_round_decode_token_s": [0.02 * DRIFT[r] for r in rounds],
+    }
     if wall is not None:  # end-to-end seconds per round
         row["round_wall_s"] = [wall * DRIFT[r] * WIGGLE[(r + shift + 3) % 8] for r in rounds]
     return {**row, **extra}
@@ -66,8 +97,12 @@ def test_rows_of_different_blocks_or_without_rounds_are_never_paired():
     assert result["ratio_to_best_rounds"] == 0
     assert result["ratio_to_best_ci_low"] is None and result["ratio_to_best_ci_high"] is None
     assert result["ratio_to_best"] == pytest.approx(elsewhere["decode_speedup"] / best["decode_speedup"])
-    for lacking in ({"block_rounds": []}, {"round_decode_token_s": [0.01] * 7}, {"block": ""},
-                    {"round_decode_token_s": [0.01] * 7 + [float("nan")]}):
+    for lacking in (
+        {"block_rounds": []},
+        {"round_decode_token_s": [0.01] * 7},
+        {"block": ""},
+        {"round_decode_token_s": [0.01] * 7 + [float("nan")]},
+    ):
         assert round_times({**best, **lacking}) is None
     one_round = ratio_to_best(_row("auto", 0.0105, rounds=[3]), best)
     assert one_round["ratio_to_best_rounds"] == 1 and one_round["ratio_to_best_ci_low"] is None
@@ -78,10 +113,16 @@ def test_the_interval_covers_the_true_ratio_at_its_stated_rate():
     truth, covered, trials = 0.95, 0, 400
     for _ in range(trials):
         drift = [math.exp(rng.gauss(0, 0.1)) for _ in range(8)]
-        best = {"block": "b", "block_rounds": list(range(8)),
-                "round_decode_token_s": [0.01 * d * math.exp(rng.gauss(0, 0.02)) for d in drift]}
-        auto = {"block": "b", "block_rounds": list(range(8)),
-                "round_decode_token_s": [0.01 / truth * d * math.exp(rng.gauss(0, 0.02)) for d in drift]}
+        best = {
+            "block": "b",
+            "block_rounds": list(range(8)),
+            "round_decode_token_s": [0.01 * d * math.exp(rng.gauss(0, 0.02)) for d in drift],
+        }
+        auto = {
+            "block": "b",
+            "block_rounds": list(range(8)),
+            "round_decode_token_s": [0.01 / truth * d * math.exp(rng.gauss(0, 0.02)) for d in drift],
+        }
         result = paired_ratio(round_times(auto), round_times(best))
         covered += result["ci_low"] <= truth <= result["ci_high"]
     assert 0.92 <= covered / trials <= 0.98
@@ -110,10 +151,15 @@ def test_over_prompts_is_a_geometric_mean_with_a_t_interval():
 def _run_rows() -> list[dict]:
     rows = []
     for prompt, auto_s in (("code", 0.0105), ("chat", 0.0098)):
-        rows += [_row(1, 0.018, prompt=prompt), _row(4, 0.01, prompt=prompt), _row("auto", auto_s, prompt=prompt,
-                                                                                     wall=1.0)]
-        rows += [_row(4, 0.011, prompt=prompt, engine="hf"), _row("auto", 0.012, prompt=prompt, engine="hf", wall=1.2,
-                                                                    shift=2)]
+        rows += [
+            _row(1, 0.018, prompt=prompt),
+            _row(4, 0.01, prompt=prompt),
+            _row("auto", auto_s, prompt=prompt, wall=1.0),
+        ]
+        rows += [
+            _row(4, 0.011, prompt=prompt, engine="hf"),
+            _row("auto", 0.012, prompt=prompt, engine="hf", wall=1.2, shift=2),
+        ]
     return rows
 
 
@@ -123,8 +169,14 @@ def test_the_answer_json_holds_each_prompt_and_the_pair_summary():
     assert [a["prompt"] for a in native] == ["code", "chat"]
     for a in native:
         (auto,) = a["schedules"]
-        assert set(auto) == {"k", "decode_speedup", "ratio_to_best", "ratio_to_best_ci_low", "ratio_to_best_ci_high",
-                             "ratio_to_best_rounds"}
+        assert set(auto) == {
+            "k",
+            "decode_speedup",
+            "ratio_to_best",
+            "ratio_to_best_ci_low",
+            "ratio_to_best_ci_high",
+            "ratio_to_best_rounds",
+        }
         assert a["against_hf"]["paired"] and a["against_hf"]["ratio"] == pytest.approx(1.2, rel=0.01)
     pair = next(p for p in answer["pairs"] if p["engine"] == "native")
     (summary,) = pair["schedules"]

@@ -54,14 +54,17 @@ def test_a_line_cut_short_by_a_kill_is_left_out(tmp_path: Path) -> None:
     assert list(read_log(path).rows) == ["a-k1-x"]
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ('{"specbench_log": 1, "settings": {}}\n{not json}\n{"case": "a"}\n', ":2: not JSON"),
-    ('{"case": "a-k1-x"}\n', ":1: a result before the run line"),
-    ('{"specbench_log": 1, "settings": {}}\n{"acceptance_rate": 1}\n', ":2: a result without a case id"),
-    ('{"specbench_log": 9, "settings": {}}\n', ":1: a run line of another format"),
-    ('[1, 2]\n', ":1: a list, not an object"),
-    ("", ": no run line"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"specbench_log": 1, "settings": {}}\n{not json}\n{"case": "a"}\n', ":2: not JSON"),
+        ('{"case": "a-k1-x"}\n', ":1: a result before the run line"),
+        ('{"specbench_log": 1, "settings": {}}\n{"acceptance_rate": 1}\n', ":2: a result without a case id"),
+        ('{"specbench_log": 9, "settings": {}}\n', ":1: a run line of another format"),
+        ("[1, 2]\n", ":1: a list, not an object"),
+        ("", ": no run line"),
+    ],
+)
 def test_a_bad_log_names_the_file_and_line(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "run.jsonl"
     path.write_text(content)
@@ -73,14 +76,16 @@ def test_a_bad_log_names_the_file_and_line(tmp_path: Path, content: str, message
 def test_settings_differences_name_each_option() -> None:
     assert settings_differences(SETTINGS, dict(SETTINGS)) == []
     assert settings_differences(SETTINGS, {**SETTINGS, "--specbench-max-new-tokens": 32}) == [
-        "--specbench-max-new-tokens=12 in the log, 32 now"]
+        "--specbench-max-new-tokens=12 in the log, 32 now"
+    ]
 
 
 def test_a_batch_list_in_another_order_is_the_same_setting() -> None:
     logged = {**SETTINGS, "--specbench-batch": [1, 4]}
     assert settings_differences(logged, {**SETTINGS, "--specbench-batch": [4, 1]}) == []
     assert settings_differences(logged, {**SETTINGS, "--specbench-batch": [1, 2]}) == [
-        "--specbench-batch=[1, 4] in the log, [1, 2] now"]
+        "--specbench-batch=[1, 4] in the log, [1, 2] now"
+    ]
 
 
 # --- through pytest ---------------------------------------------------------------------------------
@@ -113,8 +118,9 @@ def csv_rows(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_run_that_finished_no_case_leaves_a_finished_log_intact(bench, pytester: pytest.Pytester,
-                                                                   tmp_path: Path) -> None:
+def test_a_run_that_finished_no_case_leaves_a_finished_log_intact(
+    bench, pytester: pytest.Pytester, tmp_path: Path
+) -> None:
     bench("-k", "k1 and natural", "--specbench-history=").assert_outcomes(passed=1, deselected=3)
     log = pytester.path / "spec_results.jsonl"
     before = log.read_bytes()
@@ -129,8 +135,9 @@ def test_a_run_that_finished_no_case_leaves_a_finished_log_intact(bench, pyteste
 
 @pytest.mark.slow
 def test_resume_after_sigkill_completes_the_run(bench, held_run, pytester: pytest.Pytester) -> None:
-    bench("--specbench-csv=whole.csv", "--specbench-json=whole.json", prompts=held_run.PROMPTS
-          ).assert_outcomes(passed=6)
+    bench("--specbench-csv=whole.csv", "--specbench-json=whole.json", prompts=held_run.PROMPTS).assert_outcomes(
+        passed=6
+    )
 
     process = held_run.start()
     process.kill()
@@ -153,20 +160,30 @@ def test_resume_refuses_a_log_measured_with_other_settings(bench, pytester: pyte
     bench("-k", "k1 and natural").assert_outcomes(passed=1, deselected=3)
     result = bench("--specbench-resume=spec_results.jsonl", "--specbench-max-new-tokens=16")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--specbench-resume=spec_results.jsonl: the log was measured with other settings "
-                                 "(--specbench-max-new-tokens=12 in the log, 16 now)*"])
+    result.stderr.fnmatch_lines(
+        [
+            "*--specbench-resume=spec_results.jsonl: the log was measured with other settings "
+            "(--specbench-max-new-tokens=12 in the log, 16 now)*"
+        ]
+    )
 
 
 # --- rows checked against the schema, the run's first and last lines -------------------------------------------
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ('{"case": "a-k1-x"}', ":2: not a result row: 41 required field(s) missing (config, pair, target, draft, "
-                           "drafter, k and 35 more) (case 'a-k1-x')"),
-    (json.dumps(row("a-k1-x", k=[1])), ":2: not a result row: k is [1], not int | str (case 'a-k1-x')"),
-    (json.dumps(row("a-k1-x", unstable=1)), ":2: not a result row: unstable is 1, not bool (case 'a-k1-x')"),
-    (json.dumps(row("a-k1-x", rounds=3.5)), ":2: not a result row: rounds is 3.5, not int (case 'a-k1-x')"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            '{"case": "a-k1-x"}',
+            ":2: not a result row: 41 required field(s) missing (config, pair, target, draft, "
+            "drafter, k and 35 more) (case 'a-k1-x')",
+        ),
+        (json.dumps(row("a-k1-x", k=[1])), ":2: not a result row: k is [1], not int | str (case 'a-k1-x')"),
+        (json.dumps(row("a-k1-x", unstable=1)), ":2: not a result row: unstable is 1, not bool (case 'a-k1-x')"),
+        (json.dumps(row("a-k1-x", rounds=3.5)), ":2: not a result row: rounds is 3.5, not int (case 'a-k1-x')"),
+    ],
+)
 def test_a_line_that_is_json_but_not_a_row_is_refused(tmp_path: Path, line: str, message: str) -> None:
     path = tmp_path / "run.jsonl"
     path.write_text('{"specbench_log": 1, "settings": {}}\n' + line + "\n")
@@ -187,8 +204,9 @@ def test_the_first_line_records_the_machine_cases_and_command_and_the_last_how_t
     from pytest_specbench.results.log import unfinished_reason
 
     path = tmp_path / "run.jsonl"
-    log = ResultsLog(path, SETTINGS, fingerprint={"cpu_capability": "AVX2"}, cases=["a-k1-x", "a-k2-x"],
-                     command="pytest bench_cases")
+    log = ResultsLog(
+        path, SETTINGS, fingerprint={"cpu_capability": "AVX2"}, cases=["a-k1-x", "a-k2-x"], command="pytest bench_cases"
+    )
     log.start()
     log.append(row("a-k1-x"))
     logged = read_log(path)
@@ -202,8 +220,14 @@ def test_the_first_line_records_the_machine_cases_and_command_and_the_last_how_t
     log.close()
     logged = read_log(path)
     assert logged.end["rows"] == 2 and logged.end["missing_cases"] == [] and unfinished_reason(logged) is None
-    assert logged.origins() == [{"log": str(path), "started": logged.header["started"],
-                                 "fingerprint": {"cpu_capability": "AVX2"}, "cases": ["a-k1-x", "a-k2-x"]}]
+    assert logged.origins() == [
+        {
+            "log": str(path),
+            "started": logged.header["started"],
+            "fingerprint": {"cpu_capability": "AVX2"},
+            "cases": ["a-k1-x", "a-k2-x"],
+        }
+    ]
 
 
 def test_a_finished_run_whose_other_cases_were_skipped_is_finished(tmp_path: Path) -> None:
@@ -233,19 +257,23 @@ def test_carried_rows_keep_the_run_that_measured_them(tmp_path: Path) -> None:
     first.append(row("a-k1-x"))
     first.close()
     earlier = read_log(tmp_path / "first.jsonl")
-    second = ResultsLog(tmp_path / "second.jsonl", SETTINGS, fingerprint={"cpu_capability": "AVX2"},
-                        carried_from=earlier.origins())
+    second = ResultsLog(
+        tmp_path / "second.jsonl", SETTINGS, fingerprint={"cpu_capability": "AVX2"}, carried_from=earlier.origins()
+    )
     second.start(earlier.rows.values())
     second.append(row("a-k2-x"))
     second.close()
     origins = read_log(tmp_path / "second.jsonl").origins()
     assert [(group["fingerprint"]["cpu_capability"], group["cases"]) for group in origins] == [
-        ("AVX512", ["a-k1-x"]), ("AVX2", ["a-k2-x"])]
+        ("AVX512", ["a-k1-x"]),
+        ("AVX2", ["a-k2-x"]),
+    ]
     assert origins[0]["log"] == str(tmp_path / "first.jsonl")
 
 
-def test_a_full_disk_fails_the_write_that_hit_it_and_not_the_close(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_fails_the_write_that_hit_it_and_not_the_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import errno
     import os
 

@@ -35,10 +35,14 @@ def test_an_unfinished_runs_log_is_never_replaced_by_a_new_run(bench, pytester: 
 
     result = bench("-k", "k4")  # another run on the same log
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([
-        "*spec_results.jsonl is the results log of a run that did not finish (the run was interrupted "
-        "(KeyboardInterrupt) with 2 of 4 case(s) finished), and this run would replace it; this run was not started. "
-        "Finish that run: `pytest *--specbench-resume=spec_results.jsonl`*"])
+    result.stderr.fnmatch_lines(
+        [
+            "*spec_results.jsonl is the results log of a run that did not finish (the run was interrupted "
+            "(KeyboardInterrupt) with 2 of 4 case(s) finished), and this run would replace it; "
+            "this run was not started. "
+            "Finish that run: `pytest *--specbench-resume=spec_results.jsonl`*"
+        ]
+    )
     assert log.read_bytes() == interrupted
 
     result = bench("--specbench-resume=spec_results.jsonl")
@@ -57,8 +61,12 @@ def test_a_killed_runs_log_is_not_replaced_either(bench, held_run, pytester: pyt
     held_run.release()
     result = bench(prompts=held_run.PROMPTS)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*spec_results.jsonl is the results log of a run that did not finish (it holds 2 of "
-                                 "6 case(s) and no end (the run was killed, or is running))*"])
+    result.stderr.fnmatch_lines(
+        [
+            "*spec_results.jsonl is the results log of a run that did not finish (it holds 2 of "
+            "6 case(s) and no end (the run was killed, or is running))*"
+        ]
+    )
     assert held_run.logged_cases() == held_run.FINISHED
 
 
@@ -72,9 +80,13 @@ def test_resume_refuses_a_line_that_is_json_but_not_a_row(bench, pytester: pytes
 
     result = bench("--specbench-resume=spec_results.jsonl")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*spec_results.jsonl:2: not a result row: * required field(s) missing (config, pair, "
-                                 "target, *) (case 'tiny-k4-natural'); a results log written by "
-                                 "pytest-specbench*"])
+    result.stderr.fnmatch_lines(
+        [
+            "*spec_results.jsonl:2: not a result row: * required field(s) missing (config, pair, "
+            "target, *) (case 'tiny-k4-natural'); a results log written by "
+            "pytest-specbench*"
+        ]
+    )
     output = result.stdout.str() + result.stderr.str()
     assert "Traceback" not in output and "KeyError" not in output
     assert (pytester.path / "spec_results.csv").read_text() == csv_before
@@ -105,8 +117,10 @@ def test_a_resumed_row_keeps_the_fingerprint_it_was_measured_under(bench, pytest
     bench("--specbench-resume=spec_results.jsonl").assert_outcomes(passed=4)
     document = json.loads((pytester.path / "spec_results.json").read_text())
     groups = {group["fingerprint"]["cpu_model"]: group["cases"] for group in document["resumed_from"]}
-    assert groups == {"another machine": ["tiny-k1-natural"],
-                      here["cpu_model"]: ["tiny-k4-natural", "tiny-k1-code_json", "tiny-k4-code_json"]}
+    assert groups == {
+        "another machine": ["tiny-k1-natural"],
+        here["cpu_model"]: ["tiny-k4-natural", "tiny-k1-code_json", "tiny-k4-code_json"],
+    }
 
 
 @pytest.mark.slow
@@ -118,21 +132,27 @@ def test_a_run_without_options_on_an_unfinished_log_is_a_usage_error_too(bench, 
     log = (pytester.path / "spec_results.jsonl").read_bytes()
     result = bench("-k", "gpt2_large and k8", "-p", "no:randomly", "--benchmark-disable", defaults=False)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*spec_results.jsonl is the results log of a run that did not finish*"
-                                 "--specbench-resume=spec_results.jsonl*"])
+    result.stderr.fnmatch_lines(
+        ["*spec_results.jsonl is the results log of a run that did not finish*--specbench-resume=spec_results.jsonl*"]
+    )
     assert "error during collection" not in result.stdout.str()
     assert (pytester.path / "spec_results.jsonl").read_bytes() == log
 
 
 @pytest.mark.slow
-def test_resume_runs_again_the_cases_whose_pair_now_names_other_models(bench, weak_pairs_file: Path,
-                                                                        pytester: pytest.Pytester) -> None:
+def test_resume_runs_again_the_cases_whose_pair_now_names_other_models(
+    bench, weak_pairs_file: Path, pytester: pytest.Pytester
+) -> None:
     bench("-k", "k1 and natural").assert_outcomes(passed=1, deselected=3)
     # The same pair name in another pairs file, with another draft: the logged row is not this pair's.
     result = bench("--specbench-resume=spec_results.jsonl", pairs_file=weak_pairs_file)
     result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines(["*1 case(s) of spec_results.jsonl run again, not taken from it: their "
-                                 "inputs changed since it was logged: tiny-k1-natural (draft model)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*1 case(s) of spec_results.jsonl run again, not taken from it: their "
+            "inputs changed since it was logged: tiny-k1-natural (draft model)*"
+        ]
+    )
     assert "taken from spec_results.jsonl, not run again" not in result.stdout.str()
     document = json.loads((pytester.path / "spec_results.json").read_text())
     assert document["resumed_cases"] == [] and document["resumed_from"] == []

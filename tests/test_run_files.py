@@ -16,8 +16,15 @@ from pytest_specbench.settings.config import SpecbenchConfig, parse_settings
 
 
 def _config(tmp_path: Path, **changes: Any) -> SpecbenchConfig:
-    paths = {"csv_path": tmp_path / "r.csv", "json_path": tmp_path / "r.json", "log_path": tmp_path / "r.jsonl",
-             "history_dir": None, "plots_dir": None, "report_path": None, "save_baseline": None}
+    paths = {
+        "csv_path": tmp_path / "r.csv",
+        "json_path": tmp_path / "r.json",
+        "log_path": tmp_path / "r.jsonl",
+        "history_dir": None,
+        "plots_dir": None,
+        "report_path": None,
+        "save_baseline": None,
+    }
     return dataclasses.replace(parse_settings({}), **{**paths, **changes})
 
 
@@ -30,8 +37,9 @@ class _Writers:
     def outputs(self, paths: OutputPaths, document: dict[str, Any], command: str | None = None) -> list[Output]:
         return []
 
-    def write_outputs(self, paths: OutputPaths, document: dict[str, Any], command: str | None = None
-                      ) -> tuple[list[Path], list[str]]:
+    def write_outputs(
+        self, paths: OutputPaths, document: dict[str, Any], command: str | None = None
+    ) -> tuple[list[Path], list[str]]:
         self.paths.append(paths)
         return [], [f"could not write {paths.csv}: no space left on device"]
 

@@ -23,20 +23,30 @@ from pytest_specbench.measure.row import Measurement, build_result
 
 
 def _run(wall_s: float, prefill_s: float = 0.01, new_tokens: int = 11) -> GenerationResult:
-    stats = DecodeStats(new_tokens=new_tokens, wall_time_s=wall_s, prefill_time_s=prefill_s,
-                        target_forward_passes=new_tokens, drafted_per_step=[0] * new_tokens,
-                        accepted_per_step=[0] * new_tokens)
+    stats = DecodeStats(
+        new_tokens=new_tokens,
+        wall_time_s=wall_s,
+        prefill_time_s=prefill_s,
+        target_forward_passes=new_tokens,
+        drafted_per_step=[0] * new_tokens,
+        accepted_per_step=[0] * new_tokens,
+    )
     return GenerationResult(sequences=torch.zeros(1, 3 + new_tokens, dtype=torch.long), prompt_length=3, stats=stats)
 
 
 def _result(baseline_s: list, speculative_s: list, paired: bool = True):
     """A row from fabricated runs: each a wall time, or (wall time, prefill time)."""
     case = Case(PairSpec("tiny", "t", "d"), 4, Prompt("natural-01", "natural", "text"), "natural")
-    measurement = Measurement(input_ids=torch.zeros(1, 3, dtype=torch.long), reference=[0] * 11,
-                              baselines=[_run(*_times(s)) for s in baseline_s],
-                              speculative=[_run(*_times(s)) for s in speculative_s],
-                              paired=paired, verdict={"verdict": "lossless", "first_divergence": None},
-                              target_load_s=0.0, target_load_source="local")
+    measurement = Measurement(
+        input_ids=torch.zeros(1, 3, dtype=torch.long),
+        reference=[0] * 11,
+        baselines=[_run(*_times(s)) for s in baseline_s],
+        speculative=[_run(*_times(s)) for s in speculative_s],
+        paired=paired,
+        verdict={"verdict": "lossless", "first_divergence": None},
+        target_load_s=0.0,
+        target_load_source="local",
+    )
     return build_result(case, measurement, "cpu", "float32", ci_target=0.05)
 
 
@@ -135,8 +145,15 @@ def test_rows_carry_intervals_prefill_split_and_the_fingerprint(bench, pytester:
         assert row["interval_dof"] >= row["rounds"] - 1
         assert row["round_log_sd"] is None or row["round_log_sd"] > 0
     csv_header = (Path(pytester.path) / "spec_results.csv").read_text().splitlines()[0].split(",")
-    for column in ("ttft_ms", "decode_tps", "decode_speedup", "speedup_ci_low", "speedup_ci_high", "rounds",
-                   "unstable"):
+    for column in (
+        "ttft_ms",
+        "decode_tps",
+        "decode_speedup",
+        "speedup_ci_low",
+        "speedup_ci_high",
+        "rounds",
+        "unstable",
+    ):
         assert column in csv_header
 
 
@@ -172,21 +189,25 @@ ModelStore.target = target
 @pytest.mark.slow
 def test_a_noisy_machine_is_marked_unstable(bench, pytester: pytest.Pytester) -> None:
     pytester.makeconftest(NOISY_CONFTEST)
-    result = bench("--specbench-min-rounds=2", "--specbench-max-rounds=4", "--specbench-ci-target=0.05",
-                   "--specbench-race=off")  # racing would stop (eliminate) a noisy k on purpose
+    result = bench(
+        "--specbench-min-rounds=2", "--specbench-max-rounds=4", "--specbench-ci-target=0.05", "--specbench-race=off"
+    )  # racing would stop (eliminate) a noisy k on purpose
     result.assert_outcomes(passed=4)
     rows = _results(pytester)["results"]
-    assert all(row["unstable"] for row in rows), [(row["case"], row["speedup_ci_low"], row["speedup_ci_high"])
-                                                    for row in rows]
+    assert all(row["unstable"] for row in rows), [
+        (row["case"], row["speedup_ci_low"], row["speedup_ci_high"]) for row in rows
+    ]
     result.stdout.fnmatch_lines(["*4 case(s) unstable (!)*Try a quieter machine*"])
 
 
 def test_an_empty_selection_says_what_the_matrix_has(bench) -> None:
     result = bench("-k", "k8")
-    result.stdout.fnmatch_lines([
-        "*no specbench case matched the selection*k values 1, 4*pairs tiny ready to run*",
-        "*--specbench-k=1,2,4,8,16*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*no specbench case matched the selection*k values 1, 4*pairs tiny ready to run*",
+            "*--specbench-k=1,2,4,8,16*",
+        ]
+    )
 
 
 @pytest.mark.slow
@@ -221,11 +242,13 @@ def test_a_prompt_that_exactly_fills_the_window_runs(bench, short_target_pairs_f
 @pytest.mark.slow
 def test_a_prompt_past_the_targets_window_fails_naming_the_limit(fails_plainly, short_target_pairs_file: Path) -> None:
     result = fails_plainly(short_target_pairs_file, "k4 and natural", "--specbench-context-tokens=53")
-    result.stdout.fnmatch_lines([
-        "*tiny-k4-natural: the prompt (53 tokens) and 12 new tokens need 65 positions, more than the target "
-        "'*target' allows (n_positions = 64); cut the prompts with --specbench-context-tokens=52 (or fewer) "
-        "or lower --specbench-max-new-tokens to 11 or less",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*tiny-k4-natural: the prompt (53 tokens) and 12 new tokens need 65 positions, more than the target "
+            "'*target' allows (n_positions = 64); cut the prompts with --specbench-context-tokens=52 (or fewer) "
+            "or lower --specbench-max-new-tokens to 11 or less",
+        ]
+    )
 
 
 @pytest.mark.slow
@@ -266,7 +289,8 @@ def pytest_unconfigure(config):
 
 @pytest.mark.parametrize("pairing", ["interleaved", "rounds"])
 def test_the_default_pairing_runs_the_baseline_between_the_steps_and_rounds_runs_it_whole(
-        bench, pytester: pytest.Pytester, pairing: str) -> None:
+    bench, pytester: pytest.Pytester, pairing: str
+) -> None:
     pytester.makeconftest(COUNTING_CONFTEST)
     args = ("--specbench-min-rounds=2", "--specbench-max-rounds=2", "--specbench-race=off")
     result = bench(*args, *(() if pairing == "interleaved" else ("--specbench-pairing=rounds",)))
@@ -281,7 +305,6 @@ def test_the_default_pairing_runs_the_baseline_between_the_steps_and_rounds_runs
         assert counts["between"] == 0 and counts["whole"] > 2 * 2
 
 
-
 def test_a_prompt_longer_than_the_window_is_named_and_not_told_to_lower_the_new_tokens() -> None:
     """A 7,200-token prompt on a 2,048-position target: no --specbench-max-new-tokens could help, so the
     message says the prompt alone is too long, names it and the window, and says what would help."""
@@ -293,7 +316,9 @@ def test_a_prompt_longer_than_the_window_is_named_and_not_told_to_lower_the_new_
     with pytest.raises(UnrunnableCase) as error:
         check_context_windows(case, 7200, 128, {"target 't'": target})
     message = str(error.value)
-    assert "the prompt 'long-01' alone (7200 tokens) does not fit in the target 't' context window " \
-           "(max_position_embeddings = 2048)" in message
+    assert (
+        "the prompt 'long-01' alone (7200 tokens) does not fit in the target 't' context window "
+        "(max_position_embeddings = 2048)" in message
+    )
     assert "a shorter prompt, or cut the prompts with --specbench-context-tokens=1920 (or fewer)" in message
     assert "max-new-tokens" not in message

@@ -132,16 +132,20 @@ def test_sampling_params_reject_bad_values(kwargs, name):
 def test_processing_on_hand_computed_logits():
     logits = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
     # top-p keeps the smallest set of most likely tokens reaching 0.7: {0.5, 0.3}
-    assert torch.allclose(sampling_distribution(logits, SamplingParams(1.0, top_p=0.7)),
-                          torch.tensor([0.625, 0.375, 0.0, 0.0]))
-    assert torch.allclose(sampling_distribution(logits, SamplingParams(1.0, top_k=2)),
-                          torch.tensor([0.625, 0.375, 0.0, 0.0]))
+    assert torch.allclose(
+        sampling_distribution(logits, SamplingParams(1.0, top_p=0.7)), torch.tensor([0.625, 0.375, 0.0, 0.0])
+    )
+    assert torch.allclose(
+        sampling_distribution(logits, SamplingParams(1.0, top_k=2)), torch.tensor([0.625, 0.375, 0.0, 0.0])
+    )
     assert torch.allclose(sampling_distribution(logits, SamplingParams(2.0)), (logits / 2).softmax(-1))
     assert sampling_distribution(logits, SamplingParams()).tolist() == [1.0, 0.0, 0.0, 0.0]  # greedy: a point mass
     # Blocks of rows are processed row by row.
     block = torch.stack([logits, logits.flip(0)])
-    assert torch.allclose(sampling_distribution(block, SamplingParams(1.0, top_p=0.7))[1],
-                          sampling_distribution(logits.flip(0), SamplingParams(1.0, top_p=0.7)))
+    assert torch.allclose(
+        sampling_distribution(block, SamplingParams(1.0, top_p=0.7))[1],
+        sampling_distribution(logits.flip(0), SamplingParams(1.0, top_p=0.7)),
+    )
 
 
 @pytest.mark.parametrize("params", [SamplingParams(0.7, 0.9, 5), SamplingParams(1.3, 0.8), SamplingParams(0.9, 1.0, 4)])
@@ -150,9 +154,16 @@ def test_processing_matches_generate(params):
     model = tiny_model("gpt2")  # the factory's 96-token vocabulary
     ids = torch.tensor([[5, 17, 33, 9]])
     with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=1,
-                             output_scores=True, return_dict_in_generate=True, pad_token_id=0,
-                             **params_kwargs(params))
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            max_new_tokens=1,
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=0,
+            **params_kwargs(params),
+        )
         ours = sampling_distribution(model(input_ids=ids).logits[:, -1], params)
     theirs = out.scores[0].softmax(dim=-1)
     assert torch.equal(ours > 0, theirs > 0)
@@ -184,8 +195,9 @@ def test_rule_half_accepted_and_the_rest_resampled_to_the_other_token():
     rate = float(num_accepted.double().mean())
     assert abs(rate - 0.5) < 4 * math.sqrt(0.25 / n)
     assert set(tokens[num_accepted == 0].tolist()) == {1}
-    assert torch.equal(residual_distribution(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0])),
-                       torch.tensor([0.0, 1.0]))
+    assert torch.equal(
+        residual_distribution(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0])), torch.tensor([0.0, 1.0])
+    )
 
 
 def test_rule_certain_cases():
@@ -208,8 +220,9 @@ def test_rule_point_mass_drafter():
     # resamples from p without token 1, which leaves token 0 only.
     n = 20000
     target = torch.tensor([[0.2, 0.8, 0.0], [0.0, 0.0, 1.0]]).expand(n, 2, 3)
-    num_accepted, tokens = accept_drafts(target, None, torch.ones(n, 1, dtype=torch.long),
-                                         torch.Generator().manual_seed(4))
+    num_accepted, tokens = accept_drafts(
+        target, None, torch.ones(n, 1, dtype=torch.long), torch.Generator().manual_seed(4)
+    )
     assert abs(float(num_accepted.double().mean()) - 0.8) < 4 * math.sqrt(0.8 * 0.2 / n)
     assert set(tokens[num_accepted == 0].tolist()) == {0}
     assert set(tokens[num_accepted == 1].tolist()) == {2}
@@ -242,8 +255,9 @@ def test_rule_is_reproducible_with_a_seeded_generator():
 
 def _distribution(size: int) -> st.SearchStrategy[torch.Tensor]:
     # Zeros included: top-k and top-p leave exact zeros.
-    weights = st.lists(st.sampled_from([0.0, 0.0, 1e-6, 0.1, 0.5, 1.0, 3.0]) | st.floats(0, 10), min_size=size,
-                       max_size=size)
+    weights = st.lists(
+        st.sampled_from([0.0, 0.0, 1e-6, 0.1, 0.5, 1.0, 3.0]) | st.floats(0, 10), min_size=size, max_size=size
+    )
     return weights.filter(lambda w: sum(w) > 1e-3).map(lambda w: torch.tensor(w, dtype=torch.float64) / sum(w))
 
 
@@ -481,8 +495,9 @@ def seeded_runs(case: Case, runs: int = RUNS) -> Runs:
         if case.drafter == "none":
             result = greedy_generate(target, case.prompt, case.new_tokens, generator=generator, **kwargs)
         else:
-            result = speculative_generate(target, drafter, case.prompt, case.k, case.new_tokens, generator=generator,
-                                          **kwargs)
+            result = speculative_generate(
+                target, drafter, case.prompt, case.k, case.new_tokens, generator=generator, **kwargs
+            )
         counts[int(np.dot(result.token_ids, place_values))] += 1
         accepted += result.stats.accepted_tokens
         drafted += result.stats.drafted_tokens
@@ -558,17 +573,25 @@ def test_temperature_zero_is_the_greedy_path_and_draws_nothing():
     generator = torch.Generator().manual_seed(1)
     state = generator.get_state()
     greedy = greedy_generate(target_model(), MODEL_PROMPT, 12)
-    spec = speculative_generate(target_model(), draft_model(), MODEL_PROMPT, 3, 12, generator=generator, top_p=0.5,
-                                top_k=2)
+    spec = speculative_generate(
+        target_model(), draft_model(), MODEL_PROMPT, 3, 12, generator=generator, top_p=0.5, top_k=2
+    )
     assert spec.token_ids == greedy.token_ids
-    assert greedy_generate(target_model(), MODEL_PROMPT, 12, generator=generator, top_k=2).token_ids \
-        == greedy.token_ids
+    assert greedy_generate(target_model(), MODEL_PROMPT, 12, generator=generator, top_k=2).token_ids == greedy.token_ids
     assert torch.equal(generator.get_state(), state)
 
 
 def counts_of(stats) -> tuple:
-    return (stats.new_tokens, stats.drafted_tokens, stats.accepted_tokens, stats.bonus_tokens,
-            stats.drafted_per_step, stats.accepted_per_step, stats.target_forward_passes, stats.draft_forward_passes)
+    return (
+        stats.new_tokens,
+        stats.drafted_tokens,
+        stats.accepted_tokens,
+        stats.bonus_tokens,
+        stats.drafted_per_step,
+        stats.accepted_per_step,
+        stats.target_forward_passes,
+        stats.draft_forward_passes,
+    )
 
 
 @pytest.mark.slow
@@ -576,8 +599,16 @@ def counts_of(stats) -> tuple:
 def test_seeded_runs_repeat_and_stats_add_up(drafter):
     def run(seed: int):
         draft = draft_model() if drafter == "model" else PromptLookupDrafter(ngram_size=2)
-        return speculative_generate(target_model(), draft, LOOKUP_PROMPT, 3, 20, temperature=0.9, top_k=6,
-                                    generator=torch.Generator().manual_seed(seed))
+        return speculative_generate(
+            target_model(),
+            draft,
+            LOOKUP_PROMPT,
+            3,
+            20,
+            temperature=0.9,
+            top_k=6,
+            generator=torch.Generator().manual_seed(seed),
+        )
 
     first, again, other = run(5), run(5), run(6)
     assert first.token_ids == again.token_ids and counts_of(first.stats) == counts_of(again.stats)
@@ -627,8 +658,9 @@ def test_caches_stay_right_under_sampling(drafter, monkeypatch):
     monkeypatch.setattr(decoding, "accept_draft", recording_rule)
     draft = CheckingDrafter(draft_model(), params) if drafter == "model" else PromptLookupDrafter(ngram_size=2)
     generator = torch.Generator().manual_seed(8)
-    result = speculative_generate(target_model(), draft, LOOKUP_PROMPT, 3, 30, generator=generator,
-                                  **params_kwargs(params))
+    result = speculative_generate(
+        target_model(), draft, LOOKUP_PROMPT, 3, 30, generator=generator, **params_kwargs(params)
+    )
     sequence = result.sequences[0]
     position = len(LOOKUP_PROMPT) + 1  # after the prefill's token
     with torch.inference_mode():

@@ -13,8 +13,13 @@ import pytest
 
 pytestmark = pytest.mark.slow  # plugin runs that load the pair and draw thousands of samples
 
-SAMPLED = ("--specbench-temperature=0.8", "--specbench-top-p=0.9", "--specbench-k=2",
-           "--specbench-sampling-check-draws=4000", "--specbench-prompts=natural")
+SAMPLED = (
+    "--specbench-temperature=0.8",
+    "--specbench-top-p=0.9",
+    "--specbench-k=2",
+    "--specbench-sampling-check-draws=4000",
+    "--specbench-prompts=natural",
+)
 
 
 def _rows(pytester: pytest.Pytester, name: str) -> dict[str, dict]:
@@ -59,5 +64,9 @@ def test_a_planted_bug_in_the_rule_fails_the_case_with_the_check(bench, pytester
     """)
     result = bench(*SAMPLED, "--specbench-temperature=1.0", "--specbench-top-p=1")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*tiny-k2-natural: under sampling, the tokens the engine's accept/resample rule "
-                                 "commits do not follow the target's distribution*p = *"])
+    result.stdout.fnmatch_lines(
+        [
+            "*tiny-k2-natural: under sampling, the tokens the engine's accept/resample rule "
+            "commits do not follow the target's distribution*p = *"
+        ]
+    )

@@ -60,8 +60,7 @@ def test_cost_model_schedule_picks_the_predicted_best_k() -> None:
 def test_cost_model_schedule_stops_drafting_when_nothing_pays_and_probes_now_and_then() -> None:
     curve = [1.0, 1.2, 1.3, 1.4]
     # No decay here, so that only the probes can bring drafting back.
-    schedule = CostModelSchedule(curve, cost_ratio=0.1, prior_alpha=0.6, prior_weight=1.0, decay=1.0,
-                                 probe_every=3)
+    schedule = CostModelSchedule(curve, cost_ratio=0.1, prior_alpha=0.6, prior_weight=1.0, decay=1.0, probe_every=3)
     assert schedule.next_k() >= 1  # at the prior, k=1 predicts 1.6 / 1.3 = 1.23
     for _ in range(6):
         schedule.update(drafted=3, accepted=0)
@@ -75,8 +74,9 @@ def test_cost_model_schedule_stops_drafting_when_nothing_pays_and_probes_now_and
 
 
 def test_cost_model_schedule_decay_brings_drafting_back() -> None:
-    schedule = CostModelSchedule([1.0, 1.2, 1.3, 1.4], cost_ratio=0.1, prior_alpha=0.6, prior_weight=1.0, decay=0.5,
-                                 probe_every=100)
+    schedule = CostModelSchedule(
+        [1.0, 1.2, 1.3, 1.4], cost_ratio=0.1, prior_alpha=0.6, prior_weight=1.0, decay=0.5, probe_every=100
+    )
     for _ in range(6):
         schedule.update(drafted=3, accepted=0)
     assert schedule.next_k() == 0
@@ -116,13 +116,17 @@ def test_confidence_threshold_ends_a_block_after_the_unsure_token() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("schedule", [
-    HeuristicSchedule(),
-    HeuristicSchedule(start=2, confidence_threshold=None),
-    CostModelSchedule([1.0, 2.6, 2.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3], cost_ratio=0.1),
-    CostModelSchedule([1.0, 3.0, 5.0], cost_ratio=2.0),  # predicts no gain: plain steps, still lossless
-    CostModelSchedule.tuned([1.0, 2.6, 2.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3], 0.1, confidence_stop=True),  # k=auto's
-], ids=["heuristic", "heuristic-no-threshold", "cost-model", "cost-model-never-drafts", "cost-model-tuned"])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        HeuristicSchedule(),
+        HeuristicSchedule(start=2, confidence_threshold=None),
+        CostModelSchedule([1.0, 2.6, 2.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3], cost_ratio=0.1),
+        CostModelSchedule([1.0, 3.0, 5.0], cost_ratio=2.0),  # predicts no gain: plain steps, still lossless
+        CostModelSchedule.tuned([1.0, 2.6, 2.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3], 0.1, confidence_stop=True),  # k=auto's
+    ],
+    ids=["heuristic", "heuristic-no-threshold", "cost-model", "cost-model-never-drafts", "cost-model-tuned"],
+)
 def test_engine_is_lossless_under_every_schedule_and_records_its_choices(schedule) -> None:
     target, draft = pair()
     result = speculative_generate(target, draft, PROMPT, schedule, NEW_TOKENS)
@@ -136,8 +140,9 @@ def test_engine_is_lossless_under_every_schedule_and_records_its_choices(schedul
 @pytest.mark.slow
 def test_heuristic_schedule_grows_k_on_a_perfect_draft() -> None:
     target = tiny_model("gpt2")
-    result = speculative_generate(target, target, PROMPT, HeuristicSchedule(start=2, confidence_threshold=None),
-                                  NEW_TOKENS)
+    result = speculative_generate(
+        target, target, PROMPT, HeuristicSchedule(start=2, confidence_threshold=None), NEW_TOKENS
+    )
     assert result.stats.k_per_step[1:4] == [2, 4, 6]  # every block fully accepted: +2 each step
 
 
@@ -195,15 +200,17 @@ def test_engine_is_lossless_when_the_schedule_carries_over_and_probes_long_block
     for _ in range(2):  # the second generation starts from what the first learnt
         assert speculative_generate(target, draft, PROMPT, schedule, NEW_TOKENS).token_ids == expected
     # A perfect draft: every block accepted whole, so the blocks double up to the curve's end.
-    result = speculative_generate(target, target, PROMPT,
-                                  CostModelSchedule(curve, 0.389, confidence_threshold=None, grow=True), NEW_TOKENS)
+    result = speculative_generate(
+        target, target, PROMPT, CostModelSchedule(curve, 0.389, confidence_threshold=None, grow=True), NEW_TOKENS
+    )
     assert result.token_ids == expected and max(result.stats.k_per_step) == 16
 
 
 def test_cost_model_schedule_counts_the_unsure_token_that_ended_a_block_at_half_weight() -> None:
     curve = [1.0] * 6  # verifying is free: at alpha 0.8 the longest block, 5, pays most
-    schedule = CostModelSchedule(curve, cost_ratio=0.1, prior_alpha=0.8, prior_weight=1.0, decay=1.0, grow=False,
-                                 unsure_weight=0.5)
+    schedule = CostModelSchedule(
+        curve, cost_ratio=0.1, prior_alpha=0.8, prior_weight=1.0, decay=1.0, grow=False, unsure_weight=0.5
+    )
     assert schedule.next_k() == 5
     schedule.update(drafted=3, accepted=2)  # the confidence stop ended it at 3: the third token was the unsure one
     # the two sure tokens accepted in full, the unsure one's rejection at half weight

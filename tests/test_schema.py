@@ -9,11 +9,8 @@ import json
 
 import pytest
 
-from pytest_specbench.results import gate
-
 from pytest_specbench.report import summary as report
-
-from pytest_specbench.results import schema
+from pytest_specbench.results import gate, schema
 from pytest_specbench.results.schema import CaseResult
 
 
@@ -23,17 +20,36 @@ def _row(**overrides) -> dict:
         if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
             continue
         values[f.name] = {int: 4, float: 0.5, str: "x", bool: True}.get(
-            {"int": int, "float": float, "str": str, "bool": bool}.get(str(f.type)), 0.5)
-    values.update(case="tiny-k4-natural", config="tiny_k4", pair="tiny", k=4, prompt="natural", verdict="lossless",
-                  lossless=True, accepted_tokens=3, drafted_tokens=4, decode_speedup_ci_low=0.4,
-                  decode_speedup_ci_high=0.6, unstable=False)
+            {"int": int, "float": float, "str": str, "bool": bool}.get(str(f.type)), 0.5
+        )
+    values.update(
+        case="tiny-k4-natural",
+        config="tiny_k4",
+        pair="tiny",
+        k=4,
+        prompt="natural",
+        verdict="lossless",
+        lossless=True,
+        accepted_tokens=3,
+        drafted_tokens=4,
+        decode_speedup_ci_low=0.4,
+        decode_speedup_ci_high=0.6,
+        unstable=False,
+    )
     values.update(overrides)
     return CaseResult(**values).to_row()
 
 
 def test_every_field_has_a_meaning_and_a_group():
-    groups = {schema.IDENTITY, schema.TIMING, schema.ACCEPTANCE, schema.VERDICT, schema.ENVIRONMENT,
-              schema.COST_MODEL, schema.MEMORY}
+    groups = {
+        schema.IDENTITY,
+        schema.TIMING,
+        schema.ACCEPTANCE,
+        schema.VERDICT,
+        schema.ENVIRONMENT,
+        schema.COST_MODEL,
+        schema.MEMORY,
+    }
     for f in dataclasses.fields(CaseResult):
         assert f.metadata["meaning"] and f.metadata["group"] in groups, f.name
 
@@ -51,9 +67,22 @@ def test_a_row_is_plain_json():
 def test_a_field_added_to_the_schema_appears_in_the_csv_json_summary_gate_and_extra_info(monkeypatch):
     extended = dataclasses.make_dataclass(
         "Extended",
-        [("energy_j", float, schema._field("joules per generated token", schema.TIMING, default=0.25,
-                                           summary=("J/token", ".3f"), gate="info", extra_info=True))],
-        bases=(CaseResult,), kw_only=True,
+        [
+            (
+                "energy_j",
+                float,
+                schema._field(
+                    "joules per generated token",
+                    schema.TIMING,
+                    default=0.25,
+                    summary=("J/token", ".3f"),
+                    gate="info",
+                    extra_info=True,
+                ),
+            )
+        ],
+        bases=(CaseResult,),
+        kw_only=True,
     )
     monkeypatch.setattr(schema, "CaseResult", extended)
     base = _row()

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-HUB_OFFLINE = "model 'gpt2' is not in the local Hugging Face cache and the hub is unreachable (HF_HUB_OFFLINE=1); " \
-              "fetch it with: hf download gpt2"
+HUB_OFFLINE = (
+    "model 'gpt2' is not in the local Hugging Face cache and the hub is unreachable (HF_HUB_OFFLINE=1); "
+    "fetch it with: hf download gpt2"
+)
 
 
 @pytest.fixture
@@ -30,15 +32,21 @@ def test_a_named_pair_whose_model_is_missing_fails_and_leaves_no_stale_file(
     bench, pytester: pytest.Pytester, missing_models_pairs_file: Path
 ) -> None:
     (pytester.path / "out.csv").write_text("a stale row from an earlier run\n")
-    result = bench("--specbench-pairs=t3", "--specbench-csv=out.csv", "--specbench-save-baseline=b.json",
-                   pairs_file=missing_models_pairs_file)
+    result = bench(
+        "--specbench-pairs=t3",
+        "--specbench-csv=out.csv",
+        "--specbench-save-baseline=b.json",
+        pairs_file=missing_models_pairs_file,
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=4)
-    result.stdout.fnmatch_lines([
-        f"*t3: model '*modles/target' does not exist (no such file or directory) (the pair is declared in "
-        f"{missing_models_pairs_file})*",
-        "*did not save the baseline b.json: 4 case(s) have no result*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            f"*t3: model '*modles/target' does not exist (no such file or directory) (the pair is declared in "
+            f"{missing_models_pairs_file})*",
+            "*did not save the baseline b.json: 4 case(s) have no result*",
+        ]
+    )
     assert (pytester.path / "out.csv").read_text().splitlines()[0].startswith("config,")
     assert len((pytester.path / "out.csv").read_text().splitlines()) == 1  # the header: no case finished
     document = json.loads((pytester.path / "spec_results.json").read_text())
@@ -46,12 +54,18 @@ def test_a_named_pair_whose_model_is_missing_fails_and_leaves_no_stale_file(
     assert not (pytester.path / "b.json").exists()
 
 
-def test_a_declared_pair_whose_model_is_missing_fails_though_not_named(
-    bench, missing_models_pairs_file: Path
-) -> None:
-    result = bench(f"--specbench-pairs-file={missing_models_pairs_file}", "--specbench-k=1",
-                   "--specbench-prompts=natural", "-k", "t3", "-p", "no:randomly", "--benchmark-disable",
-                   defaults=False)
+def test_a_declared_pair_whose_model_is_missing_fails_though_not_named(bench, missing_models_pairs_file: Path) -> None:
+    result = bench(
+        f"--specbench-pairs-file={missing_models_pairs_file}",
+        "--specbench-k=1",
+        "--specbench-prompts=natural",
+        "-k",
+        "t3",
+        "-p",
+        "no:randomly",
+        "--benchmark-disable",
+        defaults=False,
+    )
     result.assert_outcomes(failed=1, deselected=6)  # the six built-in pairs are not selected
     result.stdout.fnmatch_lines(["*t3: model '*modles/target' does not exist*"])
 

@@ -108,8 +108,7 @@ SIGNAL_WHILE_WRITING = """
 
 
 @pytest.mark.slow
-def test_sigterm_while_the_files_are_written_completes_them_and_exits_interrupted(bench_process,
-                                                                                  pytester) -> None:
+def test_sigterm_while_the_files_are_written_completes_them_and_exits_interrupted(bench_process, pytester) -> None:
     pytester.makeconftest(SIGNAL_WHILE_WRITING)
     process = bench_process("-k", "k1 and natural")
     assert process.wait(300) == pytest.ExitCode.INTERRUPTED
@@ -154,6 +153,7 @@ def test_while_finishing_a_signal_is_noted_and_the_handlers_come_back() -> None:
 
 def _frame_without_a_line_number() -> tuple[types.FrameType, int]:
     """A live frame and an instruction offset of it that has no line number (CPython 3.11 exception cleanup)."""
+
     def cleanup_code() -> types.FrameType:
         with contextlib.nullcontext():
             try:
@@ -195,9 +195,11 @@ def test_only_the_first_signal_interrupts() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("signum", "gaps"), [(signal.SIGTERM, (0.05,)), (signal.SIGTERM, (0.5,)),
-                                              (signal.SIGINT, (0.2, 0.2, 0.2))],
-                         ids=["sigterm-twice-50ms-apart", "sigterm-twice-500ms-apart", "sigint-four-times"])
+@pytest.mark.parametrize(
+    ("signum", "gaps"),
+    [(signal.SIGTERM, (0.05,)), (signal.SIGTERM, (0.5,)), (signal.SIGINT, (0.2, 0.2, 0.2))],
+    ids=["sigterm-twice-50ms-apart", "sigterm-twice-500ms-apart", "sigint-four-times"],
+)
 def test_a_signal_repeated_while_the_run_ends_changes_nothing(held_run, signum: int, gaps: tuple[float, ...]) -> None:
     process = held_run.start()
     process.send_signal(signum)

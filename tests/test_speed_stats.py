@@ -10,8 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from pytest_specbench.results.statistics import (Interval, PooledSpread, coefficient_of_variation, pooled_spread,
-                                                  speedup_interval)
+from pytest_specbench.results.statistics import (
+    Interval,
+    PooledSpread,
+    coefficient_of_variation,
+    pooled_spread,
+    speedup_interval,
+)
 
 
 def test_paired_interval_matches_a_hand_computed_t_interval():

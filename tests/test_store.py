@@ -15,11 +15,14 @@ def wide_draft_pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_a_draft_vocabulary_larger_than_the_targets_fails_naming_both(fails_plainly, wide_draft_pairs_file: Path
-                                                                     ) -> None:
+def test_a_draft_vocabulary_larger_than_the_targets_fails_naming_both(
+    fails_plainly, wide_draft_pairs_file: Path
+) -> None:
     result = fails_plainly(wide_draft_pairs_file, "k4 and natural")
-    result.stdout.fnmatch_lines([
-        "*draft '*draft' has vocab_size 300, more than target '*target' with 257: the draft could propose ids "
-        "257 to 299, which the target has no embedding for; pair the target with a draft whose vocab_size is "
-        "at most 257",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*draft '*draft' has vocab_size 300, more than target '*target' with 257: the draft could propose ids "
+            "257 to 299, which the target has no embedding for; pair the target with a draft whose vocab_size is "
+            "at most 257",
+        ]
+    )

@@ -10,8 +10,18 @@ import pytest
 
 pytestmark = pytest.mark.slow  # xdist workers: processes of their own, each loading the pair
 
-COMPARED = ("case", "pair", "k", "prompt", "verdict", "lossless", "acceptance_rate", "tau", "new_tokens",
-            "accepted_per_step")
+COMPARED = (
+    "case",
+    "pair",
+    "k",
+    "prompt",
+    "verdict",
+    "lossless",
+    "acceptance_rate",
+    "tau",
+    "new_tokens",
+    "accepted_per_step",
+)
 
 
 def _rows(path: Path) -> list[dict]:
@@ -24,13 +34,17 @@ def test_xdist_gives_the_same_cases_and_verdicts(six_case_bench, pytester: pytes
         result = six_case_bench(f"--specbench-json={name}.json", f"--specbench-csv={name}.csv", *args)
         result.assert_outcomes(passed=6)
         assert result.stdout.str().count("specbench summary") == 1
-        runs[name] = sorted(({key: row[key] for key in COMPARED} for row in _rows(pytester.path / f"{name}.json")),
-                            key=lambda row: row["case"])
+        runs[name] = sorted(
+            ({key: row[key] for key in COMPARED} for row in _rows(pytester.path / f"{name}.json")),
+            key=lambda row: row["case"],
+        )
         assert len(runs[name]) == 6
     assert runs["serial"] == runs["n0"] == runs["n2"]
     # The CSVs hold the same cases too (timings aside).
-    cases = {name: sorted(line.split(",")[5] for line in (pytester.path / f"{name}.csv").read_text().splitlines()[1:])
-             for name in runs}
+    cases = {
+        name: sorted(line.split(",")[5] for line in (pytester.path / f"{name}.csv").read_text().splitlines()[1:])
+        for name in runs
+    }
     assert cases["serial"] == cases["n2"]
 
 

@@ -24,7 +24,7 @@ from .report import write_summaries
 
 def parent(args: argparse.Namespace) -> int:
     """The parent process: every part in a child, then the summaries; the exit status 0, 1, or 2 (usage)."""
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     start = time.monotonic()
     run = new_run(args, start)
     if run is None:
@@ -64,9 +64,7 @@ def new_run(args: argparse.Namespace, start: float) -> Run | None:
     if unknown:
         print(f"gpu_check: unknown check name(s) {unknown}; known: {', '.join(CHECKS)}", file=sys.stderr)
         return None
-    return Run(
-        out, device, form, only, args.qwen, args.with_gemma or form.name == "cuda", start + budget, budget
-    )
+    return Run(out, device, form, only, args.qwen, args.with_gemma or form.name == "cuda", start + budget, budget)
 
 
 def run_and_judge(run: Run) -> str | None:
@@ -122,12 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--out", required=True, help="folder for summary.json, summary.md and each part's output"
-    )
-    parser.add_argument(
-        "--device", default="cuda:0", help="cuda:N (default cuda:0) or cpu (the reduced CPU form)"
-    )
+    parser.add_argument("--out", required=True, help="folder for summary.json, summary.md and each part's output")
+    parser.add_argument("--device", default="cuda:0", help="cuda:N (default cuda:0) or cpu (the reduced CPU form)")
     parser.add_argument(
         "--budget",
         type=float,
@@ -140,12 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="the Qwen pairs: auto runs them on CUDA when the qwen extra is installed and converted",
     )
-    parser.add_argument(
-        "--with-gemma", action="store_true", help="CPU form: run the Gemma lossless check too"
-    )
-    parser.add_argument(
-        "--only", default="", help="comma list of checks to run; the others are reported skipped"
-    )
+    parser.add_argument("--with-gemma", action="store_true", help="CPU form: run the Gemma lossless check too")
+    parser.add_argument("--only", default="", help="comma list of checks to run; the others are reported skipped")
     parser.add_argument(
         "--plant-failure",
         default=None,

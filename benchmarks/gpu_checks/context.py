@@ -47,9 +47,7 @@ class Context:
 
 
 #: the byte tokenizer's ids (257, end-of-text 256) for the tiny models on disk
-BYTE_IDS = dict(
-    vocab_size=257, pad_token_id=256, bos_token_id=256, eos_token_id=256, max_position_embeddings=4096
-)
+BYTE_IDS = dict(vocab_size=257, pad_token_id=256, bos_token_id=256, eos_token_id=256, max_position_embeddings=4096)
 
 
 def write_tiny_pairs(folder: Path) -> Path:

@@ -63,15 +63,11 @@ def _model_facts(env: dict[str, Any]) -> None:
 
         env["embedded_installed"] = embedded.GEMMA3_270M.installed()
         if env["embedded_installed"]:
-            env["gemma_converted"] = (
-                gguf_cache.cached_entry(embedded.GEMMA3_270M.expected_sha256()) is not None
-            )
+            env["gemma_converted"] = gguf_cache.cached_entry(embedded.GEMMA3_270M.expected_sha256()) is not None
         qwen_models = (qwen.QWEN_CODER_1_5B, qwen.QWEN_CODER_0_5B)
         env["qwen_missing"] = qwen_chunks_missing(qwen_models)
         env["qwen_installed"] = not env["qwen_missing"]
-        env["qwen_converted"] = all(
-            gguf_cache.cached_entry(model.sha256) is not None for model in qwen_models
-        )
+        env["qwen_converted"] = all(gguf_cache.cached_entry(model.sha256) is not None for model in qwen_models)
     except Exception as error:  # noqa: BLE001 - reported, not fatal: the model checks say more
         env["model_lookup_error"] = f"{type(error).__name__}: {error}"
 
@@ -92,8 +88,7 @@ def check_environment(ctx: Context, models_folder: Path) -> tuple[str, str, dict
     _model_facts(env)
     if ctx.cuda and not env.get("embedded_installed"):
         problems.append(
-            "the embedded extra is not installed (pip install -e '.[embedded,test]'): the Gemma pairs "
-            "cannot run"
+            "the embedded extra is not installed (pip install -e '.[embedded,test]'): the Gemma pairs cannot run"
         )
     ctx.env = env
     if not problems or ctx.cuda and env["cuda_available"]:

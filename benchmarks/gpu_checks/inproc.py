@@ -9,8 +9,8 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .context import Context
 from .environment import check_environment

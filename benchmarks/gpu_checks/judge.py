@@ -23,9 +23,7 @@ def _row_key(row: dict[str, Any]) -> tuple[str, str, str, str]:
     )
 
 
-_CASE_ID = re.compile(
-    r"^(?P<pair>[A-Za-z][A-Za-z0-9_]*)-(?:(?P<engine>native|hf)-)?k(?P<k>[^-]+)-(?P<prompt>[^-]+)"
-)
+_CASE_ID = re.compile(r"^(?P<pair>[A-Za-z][A-Za-z0-9_]*)-(?:(?P<engine>native|hf)-)?k(?P<k>[^-]+)-(?P<prompt>[^-]+)")
 
 
 def _case_key(case_id: str) -> tuple[str, str, str, str] | None:
@@ -59,8 +57,15 @@ def _case_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{name: row.get(name) for name in keep} for row in rows]
 
 
-def judge_rows(leg: Leg | None, pairs: tuple[str, ...], engines: tuple[str, ...], ks: tuple,
-               prompts: tuple[str, ...], what: str, exit_zero: bool = True) -> Check:
+def judge_rows(
+    leg: Leg | None,
+    pairs: tuple[str, ...],
+    engines: tuple[str, ...],
+    ks: tuple,
+    prompts: tuple[str, ...],
+    what: str,
+    exit_zero: bool = True,
+) -> Check:
     """A bench leg's rows against the cases it should hold: all there, all lossless (or a near-tie), and (with
     ``exit_zero``) pytest's exit status 0."""
     problem = leg_problem(leg)
@@ -69,17 +74,24 @@ def judge_rows(leg: Leg | None, pairs: tuple[str, ...], engines: tuple[str, ...]
         if leg:
             details["rows"] = _case_table(leg.rows)
         return Check("", "fail", f"{what}: {problem}", leg.seconds if leg else 0.0, details)
-    expected = {(pair, engine, str(k), prompt)
-                for pair in pairs for engine in engines for k in ks for prompt in prompts}
+    expected = {
+        (pair, engine, str(k), prompt) for pair in pairs for engine in engines for k in ks for prompt in prompts
+    }
     rows = [row for row in leg.rows if _row_key(row) in expected]
     missing = sorted(expected - {_row_key(row) for row in rows})
     bad = [row for row in rows if row.get("verdict") not in ("lossless", "tie-divergence")]
-    failed_tests = {case: message for case, (outcome, message) in leg.cases.items()
-                    if outcome in ("failed", "error") and _case_key(case) in expected}
-    details = {"rows": _case_table(rows), "missing_cases": ["-".join(key) for key in missing],
-               "not_lossless": [row.get("case") for row in bad],
-               "failed_tests": {case: message[:1500] for case, message in failed_tests.items()},
-               "leg": leg.ended()}
+    failed_tests = {
+        case: message
+        for case, (outcome, message) in leg.cases.items()
+        if outcome in ("failed", "error") and _case_key(case) in expected
+    }
+    details = {
+        "rows": _case_table(rows),
+        "missing_cases": ["-".join(key) for key in missing],
+        "not_lossless": [row.get("case") for row in bad],
+        "failed_tests": {case: message[:1500] for case, message in failed_tests.items()},
+        "leg": leg.ended(),
+    }
     parts = []
     if exit_zero and leg.rc != 0:
         parts.append(f"pytest {leg.ended()}")
@@ -110,9 +122,7 @@ def judge(run: Run) -> None:
     form, legs = run.form, run.legs
     if run.wanted("bench_matrix"):
         run.checks["bench_matrix"] = named(
-            judge_rows(
-                legs.get("matrix"), form.bench_pairs, ("native",), form.bench_ks, form.bench_prompts, "matrix"
-            ),
+            judge_rows(legs.get("matrix"), form.bench_pairs, ("native",), form.bench_ks, form.bench_prompts, "matrix"),
             "bench_matrix",
         )
     if run.wanted("engines_native_vs_hf"):
@@ -147,9 +157,7 @@ def judge_engines(run: Run) -> Check:
     )
     if check.status == "pass":
         check.details["native_over_hf"] = native_over_hf(check.details["rows"])
-        ratios = [
-            entry["native_over_hf"] for entry in check.details["native_over_hf"] if entry["native_over_hf"]
-        ]
+        ratios = [entry["native_over_hf"] for entry in check.details["native_over_hf"] if entry["native_over_hf"]]
         if ratios:
             check.summary += f"; native / hf end to end {min(ratios):.2f} to {max(ratios):.2f}"
     return check
@@ -162,8 +170,7 @@ def judge_compiled(run: Run) -> Check:
         return Check(
             "bench_compiled",
             "skip",
-            "CPU form: inductor compiles for about a minute on a CPU, beyond "
-            "the reduced budget; the GPU form runs it",
+            "CPU form: inductor compiles for about a minute on a CPU, beyond the reduced budget; the GPU form runs it",
         )
     # exit_zero=False: the same run holds the sliding-window pair's refused (failing) cases.
     check = named(
@@ -179,9 +186,7 @@ def judge_compiled(run: Run) -> Check:
         "bench_compiled",
     )
     differs = [
-        row.get("case")
-        for row in check.details.get("rows", [])
-        if row.get("baseline_matches_reference") is False
+        row.get("case") for row in check.details.get("rows", []) if row.get("baseline_matches_reference") is False
     ]
     if differs:
         check.details["baseline_differs_from_generate"] = differs
@@ -237,11 +242,7 @@ def judge_refusal(run: Run) -> Check:
         for case, (outcome, message) in cases.items()
         if outcome in ("failed", "error") and SLIDING_REFUSAL in message
     ]
-    other = {
-        case: f"{outcome}: {message[:800]}"
-        for case, (outcome, message) in cases.items()
-        if case not in refused
-    }
+    other = {case: f"{outcome}: {message[:800]}" for case, (outcome, message) in cases.items() if case not in refused}
     details = {"pair": pair, "refused": refused, "otherwise": other}
     if other:
         passed = [case for case, (outcome, _) in cases.items() if outcome == "passed"]
@@ -282,9 +283,7 @@ def judge_memory(run: Run) -> Check:
         "peak_memory_mb": {str(row.get("case")): row.get("peak_memory_mb") for row in rows},
     }
     if not rows:
-        return Check(
-            "peak_memory_cuda", "fail", "no benchmark row to read (see bench_matrix)", details=details
-        )
+        return Check("peak_memory_cuda", "fail", "no benchmark row to read (see bench_matrix)", details=details)
     if not run.cuda:
         bad = [row.get("case") for row in rows if _lacks_peak(row, "process_rss", "")]
         if bad:

@@ -9,9 +9,7 @@ from .context import Context, shipped_prompt
 from .plan import GEMMA, TIE_TOLERANCE
 
 
-def _verdicts(
-    target, tokenizer, ids, reference, runs: dict[str, list[int]], half: bool
-) -> list[dict[str, Any]]:
+def _verdicts(target, tokenizer, ids, reference, runs: dict[str, list[int]], half: bool) -> list[dict[str, Any]]:
     """Each run's tokens against the reference, by the package's verdict (lossless, near-tie, diverged)."""
     from pytest_specbench.measure.verdicts import diagnose
 
@@ -31,10 +29,7 @@ def _verdicts(
 
 def _judge_verdicts(verdicts: list[dict[str, Any]], half: bool, what: str) -> tuple[str, str]:
     """Pass unless a run diverged (in float32: unless a run is not exactly lossless)."""
-    counts = {
-        v: sum(entry["verdict"] == v for entry in verdicts)
-        for v in ("lossless", "tie-divergence", "diverged")
-    }
+    counts = {v: sum(entry["verdict"] == v for entry in verdicts) for v in ("lossless", "tie-divergence", "diverged")}
     bad = [
         entry["run"]
         for entry in verdicts
@@ -61,9 +56,7 @@ def _decode_runs(
         for k in ks:
             result = speculative_generate(model, drafter, ids, k, n, **options)
             runs[f"{name} k={k}"] = result.token_ids
-            acceptance[f"{name} k={k}"] = round(
-                result.stats.accepted_tokens / max(result.stats.drafted_tokens, 1), 3
-            )
+            acceptance[f"{name} k={k}"] = round(result.stats.accepted_tokens / max(result.stats.drafted_tokens, 1), 3)
     return runs, acceptance
 
 
@@ -86,9 +79,7 @@ def check_lossless_tiny(ctx: Context, dtype_name: str) -> tuple[str, str, dict]:
     # The self-draft: int8 on a CPU (float32 only there), a bfloat16/float16 copy on CUDA.
     if ctx.cuda or not half:
         low = int8_copy(target)
-        drafters[f"self-draft ({'int8' if not ctx.cuda else next(low.parameters()).dtype})"] = ModelDrafter(
-            low
-        )
+        drafters[f"self-draft ({'int8' if not ctx.cuda else next(low.parameters()).dtype})"] = ModelDrafter(low)
     runs, acceptance = _decode_runs(target, drafters, ids, ctx.form.tiny_ks, n)
     verdicts = _verdicts(target, None, ids, reference, runs, half)
     status, summary = _judge_verdicts(
@@ -104,8 +95,7 @@ def check_lossless_gemma(ctx: Context) -> tuple[str, str, dict]:
     if not ctx.with_gemma:
         return (
             "skip",
-            "CPU form: tiny models only (Gemma at 8 tokens adds about a minute on a 2-core CPU); "
-            "--with-gemma runs it",
+            "CPU form: tiny models only (Gemma at 8 tokens adds about a minute on a 2-core CPU); --with-gemma runs it",
             {},
         )
     if not embedded.GEMMA3_270M.installed():

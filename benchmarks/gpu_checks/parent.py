@@ -120,8 +120,20 @@ def run_legs(run: Run) -> None:
     """Start the parts this run wants, in order, each with what is left of the budget."""
     form = run.form
     inproc = [name for name in INPROC_CHECKS if run.wanted(name)]
-    command = [sys.executable, str(SCRIPT), "--child", "inproc", "--out", str(run.leg_dir("inproc")),
-               "--device", run.device, "--form", form.name, "--checks", ",".join(inproc)]
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        "--child",
+        "inproc",
+        "--out",
+        str(run.leg_dir("inproc")),
+        "--device",
+        run.device,
+        "--form",
+        form.name,
+        "--checks",
+        ",".join(inproc),
+    ]
     if run.with_gemma:
         command.append("--with-gemma")
     run.start("inproc", command)
@@ -136,17 +148,29 @@ def run_legs(run: Run) -> None:
     compile_rows_wanted = bench_rows_wanted and form.compile_pairs
     if run.wanted("bench_compiled", "compile_refuses_sliding_window") or compile_rows_wanted:
         # Prompts cut to 64 tokens: prompt + new tokens stay in one static-cache block (no recompilation).
-        run.start("compile", pytest_bench(run, "compile", form.compile_pairs + (form.sliding_pair,),
-                                          form.compile_ks, form.compile_prompts, form.bench_tokens,
-                                          extra=("--specbench-compile", "--specbench-context-tokens=64")))
+        run.start(
+            "compile",
+            pytest_bench(
+                run,
+                "compile",
+                form.compile_pairs + (form.sliding_pair,),
+                form.compile_ks,
+                form.compile_prompts,
+                form.bench_tokens,
+                extra=("--specbench-compile", "--specbench-context-tokens=64"),
+            ),
+        )
     hf_in_matrix = form.hf_in_matrix and run.wanted("engines_native_vs_hf")
     if run.wanted("bench_matrix") or bench_rows_wanted or hf_in_matrix:
         engines = "native,hf" if form.hf_in_matrix else "native"
-        run.start("matrix", pytest_bench(run, "matrix", form.bench_pairs, form.bench_ks, form.bench_prompts,
-                                         form.bench_tokens, engines))
+        run.start(
+            "matrix",
+            pytest_bench(
+                run, "matrix", form.bench_pairs, form.bench_ks, form.bench_prompts, form.bench_tokens, engines
+            ),
+        )
     if not form.hf_in_matrix and run.wanted("engines_native_vs_hf"):
-        run.start("hf", pytest_bench(run, "hf", form.hf_pairs, (4,), form.hf_prompts, form.bench_tokens,
-                                     "native,hf"))
+        run.start("hf", pytest_bench(run, "hf", form.hf_pairs, (4,), form.hf_prompts, form.bench_tokens, "native,hf"))
     if run.wanted("qwen_pairs") and qwen_decision(run)[0]:
         run.start("qwen", pytest_bench(run, "qwen", QWEN_PAIRS, QWEN_KS, QWEN_PROMPTS, form.bench_tokens))
 

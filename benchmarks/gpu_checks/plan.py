@@ -30,14 +30,12 @@ CHECKS: dict[str, str] = {
     "lossless_float32": "tiny models on the device, float32: greedy and speculative equal generate() exactly",
     "lossless_bfloat16": "tiny models on the device, bfloat16: equal to generate() or a near-tie (tie rule)",
     "lossless_float16": "tiny models on the device, float16: equal to generate() or a near-tie (tie rule)",
-    "lossless_gemma":
-        "Gemma 3 270M on the device: speculative equal to generate() (float32; bfloat16 tie rule)",
+    "lossless_gemma": "Gemma 3 270M on the device: speculative equal to generate() (float32; bfloat16 tie rule)",
     "suite_cuda_tests": "the test suite's CUDA tests, run with pytest in a subprocess",
     "bench_matrix": "pytest bench_cases: the small benchmark matrix, every case lossless",
     "engines_native_vs_hf": "pytest bench_cases --specbench-engine=native,hf at k=4, both lossless",
     "bench_compiled": "pytest bench_cases --specbench-compile on a tiny Llama pair, lossless",
-    "compile_refuses_sliding_window":
-        "--specbench-compile refuses a sliding-window model (Gemma 3), as documented",
+    "compile_refuses_sliding_window": "--specbench-compile refuses a sliding-window model (Gemma 3), as documented",
     "peak_memory_cuda": "every benchmark row has peak_memory_kind cuda_allocated and a positive peak",
     "qwen_pairs": "the real Qwen2.5-Coder pairs through pytest bench_cases (with the qwen extra)",
 }

@@ -40,9 +40,7 @@ def nvidia_smi() -> str | None:
     return _first_output(query, timeout=15)
 
 
-def write_summaries(
-    run: Run, started: datetime.datetime, seconds: float, interrupted: str | None
-) -> list[str]:
+def write_summaries(run: Run, started: datetime.datetime, seconds: float, interrupted: str | None) -> list[str]:
     """Write summary.json and summary.md into the output folder; return the failed checks' names."""
     checks = [run.checks[name] for name in CHECKS]
     failed = [check.name for check in checks if check.status == "fail"]
@@ -63,9 +61,7 @@ def write_summaries(
         "checks": [check.to_json() for check in checks],
         "legs": {name: leg.to_json() for name, leg in run.legs.items()},
     }
-    (run.out / "summary.json").write_text(
-        json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8"
-    )
+    (run.out / "summary.json").write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
     (run.out / "summary.md").write_text(markdown(run, document, checks), encoding="utf-8")
     return failed
 
@@ -116,9 +112,7 @@ def _failure_section(check: Check) -> list[str]:
         CHECKS[check.name],
         "",
         "```",
-        json.dumps({k: v for k, v in check.details.items() if k != "output_tail"}, indent=1, default=str)[
-            :6000
-        ],
+        json.dumps({k: v for k, v in check.details.items() if k != "output_tail"}, indent=1, default=str)[:6000],
         "```",
     ]
     if check.details.get("output_tail"):
@@ -134,16 +128,13 @@ def _row_table(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
         "",
         "## Benchmark rows",
         "",
-        "| run | case | verdict | decode speedup [95%] | e2e speedup | acceptance | tau | rounds "
-        "| peak MiB (kind) |",
+        "| run | case | verdict | decode speedup [95%] | e2e speedup | acceptance | tau | rounds | peak MiB (kind) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in rows:
         low, high = row.get("decode_speedup_ci_low"), row.get("decode_speedup_ci_high")
         interval = (
-            f" [{low:.2f}, {high:.2f}]"
-            if isinstance(low, (int, float)) and isinstance(high, (int, float))
-            else ""
+            f" [{low:.2f}, {high:.2f}]" if isinstance(low, (int, float)) and isinstance(high, (int, float)) else ""
         )
         speedup = row.get("decode_speedup")
         lines.append(

@@ -49,8 +49,20 @@ def run_suite(run: Run) -> None:
     if not files:
         return
     folder = run.leg_dir("suite")
-    command = [sys.executable, "-m", "pytest", *map(str, files), "-k", SUITE_KEYWORD,
-               "-p", "no:cacheprovider", "-p", "no:randomly", "-rA", f"--junitxml={folder / 'junit.xml'}"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *map(str, files),
+        "-k",
+        SUITE_KEYWORD,
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "-rA",
+        f"--junitxml={folder / 'junit.xml'}",
+    ]
     # The CPU form hides any GPU: its tests must skip as they do on a CPU machine.
     env = _cuda_env_for_tests(run.device) if run.cuda else child_env({"CUDA_VISIBLE_DEVICES": ""})
     run.start("suite", command, env)
@@ -60,10 +72,8 @@ def judge_suite(run: Run) -> Check:
     """The suite's CUDA tests pass on CUDA; on a CPU (CUDA hidden) they all skip, and the check is skipped."""
     files = cuda_test_files()
     if not files:
-        why = "no tests/ folder next to this script" if not TESTS.is_dir() else \
-            "no test module skips without CUDA"
-        return Check("suite_cuda_tests", "fail",
-                     f"nothing to run: {why} (the suite changed? update this script)")
+        why = "no tests/ folder next to this script" if not TESTS.is_dir() else "no test module skips without CUDA"
+        return Check("suite_cuda_tests", "fail", f"nothing to run: {why} (the suite changed? update this script)")
     leg = run.legs.get("suite")
     problem = leg_problem(leg)
     details = {"files": [str(path.relative_to(REPO)) for path in files], "keyword": SUITE_KEYWORD}
@@ -72,8 +82,7 @@ def judge_suite(run: Run) -> Check:
         return Check("suite_cuda_tests", "fail", f"pytest: {problem}", leg.seconds if leg else 0.0, details)
     cases = leg.cases
     details["tests"] = {case: outcome for case, (outcome, _) in cases.items()}
-    failed = {case: message[:1500] for case, (outcome, message) in cases.items()
-              if outcome in ("failed", "error")}
+    failed = {case: message[:1500] for case, (outcome, message) in cases.items() if outcome in ("failed", "error")}
     skipped = {case: message[:300] for case, (outcome, message) in cases.items() if outcome == "skipped"}
 
     def verdict(status: str, summary: str) -> Check:
@@ -93,6 +102,9 @@ def judge_suite(run: Run) -> Check:
         return verdict("pass", f"{len(cases)} passed: {', '.join(cases)}")
     details["skipped"] = skipped
     if len(skipped) != len(cases):
-        return verdict("fail", f"{len(cases) - len(skipped)} of {len(cases)} selected test(s) ran with CUDA "
-                       "hidden: they are not the suite's CUDA tests")
+        return verdict(
+            "fail",
+            f"{len(cases) - len(skipped)} of {len(cases)} selected test(s) ran with CUDA "
+            "hidden: they are not the suite's CUDA tests",
+        )
     return verdict("skip", f"CUDA only: the {len(cases)} selected test(s) skip without CUDA, as they should")

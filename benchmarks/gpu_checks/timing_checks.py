@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .context import Context
 
@@ -96,11 +96,7 @@ def check_timing_sync_clock(ctx: Context) -> tuple[str, str, dict]:
         "unsynchronised_launch_ms": launch_ms,
     }
     asynchronous = launch_ms < 0.5 * events_ms
-    ok = (
-        events_ms >= 0.25 * target_ms
-        and clock_ms >= 0.98 * events_ms - 0.5
-        and clock_ms <= 1.10 * events_ms + 5.0
-    )
+    ok = events_ms >= 0.25 * target_ms and clock_ms >= 0.98 * events_ms - 0.5 and clock_ms <= 1.10 * events_ms + 5.0
     note = (
         ""
         if asynchronous
@@ -154,9 +150,7 @@ def check_timing_sync_calls(ctx: Context) -> tuple[str, str, dict]:
             lambda: speculative_generate(target, PromptLookupDrafter(3), ids, 4, 16),
         "hf_assisted_generate": lambda: hf_assisted_generate(target, ModelDrafter(draft), ids, 4, 16),
     })  # fmt: skip
-    summary = ", ".join(
-        f"{name}: {c['clock_reads']} reads, {c['reads_without_sync']} bare" for name, c in runs.items()
-    )
+    summary = ", ".join(f"{name}: {c['clock_reads']} reads, {c['reads_without_sync']} bare" for name, c in runs.items())
     if not ctx.cuda:
         unread = [name for name, counts in runs.items() if counts["clock_reads"] < 2]
         if unread:
@@ -275,8 +269,7 @@ def check_timing_sync_decode(ctx: Context) -> tuple[str, str, dict]:
         "measured_vs_planted_ms": {name: [round(m, 2), round(w, 2)] for name, (m, w) in checks.items()},
     }
     summary = "; ".join(
-        f"{name} {m:.0f} ms {'<' if name in short else '>='} {w:.0f} ms planted"
-        for name, (m, w) in checks.items()
+        f"{name} {m:.0f} ms {'<' if name in short else '>='} {w:.0f} ms planted" for name, (m, w) in checks.items()
     )
     if uncounted:
         summary += f"; target passes counted by the stats and seen by the hook differ: {passes}"

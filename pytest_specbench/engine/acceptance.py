@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def greedy_accepted(drafts: torch.Tensor, target_tokens: torch.Tensor, valid: torch.Tensor | None = None
-                    ) -> torch.Tensor:
+def greedy_accepted(
+    drafts: torch.Tensor, target_tokens: torch.Tensor, valid: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per row, how many leading drafts equal the target's greedy token at their position.
 
     ``drafts`` (rows, n), ``target_tokens`` (rows, n + 1) (the last is the token after the block);

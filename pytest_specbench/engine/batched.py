@@ -97,8 +97,9 @@ class _Row:
         return self.prompt + self.tokens
 
 
-def _finish(rows: list[_Row], batch: DecodeStats, start: float, end: float, layout: str,
-            padded_length: int) -> BatchedGenerationResult:
+def _finish(
+    rows: list[_Row], batch: DecodeStats, start: float, end: float, layout: str, padded_length: int
+) -> BatchedGenerationResult:
     results = []
     for row in rows:
         row.stats.new_tokens = len(row.tokens)
@@ -202,8 +203,10 @@ def _as_batch_drafter(draft, batch_size: int) -> BatchDrafter:
         return RowDrafters(drafters)
     if isinstance(draft, Drafter):
         raise TypeError(f"{type(draft).__name__} keeps per-sequence state: pass one instance per row (a list)")
-    raise TypeError(f"draft must be a PreTrainedModel, a BatchDrafter (ModelDrafter, PromptLookupDrafter) or a "
-                    f"list of Drafters, got {type(draft).__name__}")
+    raise TypeError(
+        f"draft must be a PreTrainedModel, a BatchDrafter (ModelDrafter, PromptLookupDrafter) or a "
+        f"list of Drafters, got {type(draft).__name__}"
+    )
 
 
 # --- speculative -------------------------------------------------------------------------
@@ -290,13 +293,16 @@ def batched_speculative_generate(
     return _finish(rows, batch, start, end, "compact" if cache.compact else "holes", ids.shape[1])
 
 
-def _verify_rows(cache: RowCache, live: list[_Row], proposals: list[list[int]], pad_token_id: int
-                 ) -> tuple[list[int], list[list[int]]]:
+def _verify_rows(
+    cache: RowCache, live: list[_Row], proposals: list[list[int]], pad_token_id: int
+) -> tuple[list[int], list[list[int]]]:
     """Score every row's block in one target pass; per row, the accepted drafts and the target's greedy tokens."""
     width = 1 + max(len(p) for p in proposals)
     # Each row's newest token, its drafts, then holes up to the widest block.
-    block = torch.tensor([row.sequence[-1:] + p + [pad_token_id] * (width - 1 - len(p))
-                          for row, p in zip(live, proposals)], dtype=torch.long)
+    block = torch.tensor(
+        [row.sequence[-1:] + p + [pad_token_id] * (width - 1 - len(p)) for row, p in zip(live, proposals)],
+        dtype=torch.long,
+    )
     block_valid = torch.tensor([[True] * (1 + len(p)) + [False] * (width - 1 - len(p)) for p in proposals])
     all_valid = bool(block_valid.all())
     device = cache.model.device
@@ -307,8 +313,9 @@ def _verify_rows(cache: RowCache, live: list[_Row], proposals: list[list[int]], 
     return accepted.tolist(), target_tokens.tolist()
 
 
-def _drop_finished(rows: list[_Row], active: list[int], cache: RowCache, drafter: BatchDrafter, clock: DeviceClock,
-                   start: float) -> list[int]:
+def _drop_finished(
+    rows: list[_Row], active: list[int], cache: RowCache, drafter: BatchDrafter, clock: DeviceClock, start: float
+) -> list[int]:
     keep = [position for position, b in enumerate(active) if not rows[b].done]
     for b in active:
         if rows[b].done and not rows[b].stats.wall_time_s:

@@ -103,8 +103,10 @@ def position_counts(drafted_per_step: Sequence[int], accepted_per_step: Sequence
     """Entry i - 1: (steps that drafted at least i tokens, those whose i-th token was accepted); pools across runs."""
     steps = _decode_steps(drafted_per_step, accepted_per_step)
     longest = max((d for d, _ in steps), default=0)
-    return [(sum(1 for d, _ in steps if d >= i), sum(1 for d, a in steps if d >= i and a >= i))
-            for i in range(1, longest + 1)]
+    return [
+        (sum(1 for d, _ in steps if d >= i), sum(1 for d, a in steps if d >= i and a >= i))
+        for i in range(1, longest + 1)
+    ]
 
 
 def accepted_length_histogram(drafted_per_step: Sequence[int], accepted_per_step: Sequence[int]) -> list[int]:
@@ -127,8 +129,9 @@ def decode_tokens_of_steps(accepted_per_step: Sequence[int]) -> int:
     return sum(a + 1 for a in accepted_per_step[1:])
 
 
-def observed_proposals(k: int, drafted_per_step: Sequence[int], accepted_per_step: Sequence[int]
-                       ) -> list[tuple[int, bool]]:
+def observed_proposals(
+    k: int, drafted_per_step: Sequence[int], accepted_per_step: Sequence[int]
+) -> list[tuple[int, bool]]:
     """What the drafter proposed at each decode step of a run at constant k: (length, reached k).
 
     A step that drafted fewer than min(k, tokens left - 1) tokens shows the drafter's whole
@@ -164,18 +167,23 @@ def proposals_at(k: int, observed: Sequence[tuple[int, bool]]) -> list[int]:
 def catch_up_passes(drafted_per_step: Sequence[int], accepted_per_step: Sequence[int]) -> int:
     """How many of a run's draft passes were two-position catch-ups: one after each block accepted whole that
     the next step drafts after (the draft has read neither its own last token nor the target's bonus token)."""
-    return sum(1 for step in range(len(drafted_per_step) - 1)
-               if drafted_per_step[step] > 0 and accepted_per_step[step] == drafted_per_step[step]
-               and drafted_per_step[step + 1] > 0)
+    return sum(
+        1
+        for step in range(len(drafted_per_step) - 1)
+        if drafted_per_step[step] > 0
+        and accepted_per_step[step] == drafted_per_step[step]
+        and drafted_per_step[step + 1] > 0
+    )
 
 
 def _catch_up_share(alpha: float, drafted: int) -> float:
     """The chance that a step which drafted ``drafted`` tokens was accepted whole, so the draft catches up next."""
-    return alpha ** drafted if drafted > 0 else 0.0
+    return alpha**drafted if drafted > 0 else 0.0
 
 
-def _step_cost(drafted: int, catch_up: float, cost_ratio: float, catch_up_extra: float, v: Sequence[float],
-               step_overhead: float) -> float:
+def _step_cost(
+    drafted: int, catch_up: float, cost_ratio: float, catch_up_extra: float, v: Sequence[float], step_overhead: float
+) -> float:
     """One verify step in units of v(1): o + v(d + 1) / v(1) + d c, and (c2 - c) times the chance of a catch-up."""
     if drafted == 0:  # a plain target step: nothing drafted, no draft pass
         return step_overhead + 1.0
@@ -203,12 +211,19 @@ class Prediction:
 
 def _check_curve(longest: int, verify_costs: Sequence[float]) -> None:
     if longest >= len(verify_costs):
-        raise ValueError(f"a block of {longest} drafted tokens needs v({longest + 1}); "
-                         f"the curve has {len(verify_costs)} points")
+        raise ValueError(
+            f"a block of {longest} drafted tokens needs v({longest + 1}); the curve has {len(verify_costs)} points"
+        )
 
 
-def predict_steps(alpha: float, drafted_per_step: Sequence[int], cost_ratio: float, verify_costs: Sequence[float],
-                  catch_up_ratio: float | None = None, step_overhead: float = 0.0) -> Prediction:
+def predict_steps(
+    alpha: float,
+    drafted_per_step: Sequence[int],
+    cost_ratio: float,
+    verify_costs: Sequence[float],
+    catch_up_ratio: float | None = None,
+    step_overhead: float = 0.0,
+) -> Prediction:
     """The run as it ran: each decode step (index 0, the prefill, left out) at its own drafted length d.
 
     Tokens: the sum of tau(d) over the steps. Time, in units of v(1): the sum of
@@ -229,8 +244,14 @@ def predict_steps(alpha: float, drafted_per_step: Sequence[int], cost_ratio: flo
     return Prediction(tokens, time, len(steps))
 
 
-def predict_proposals(alpha: float, proposals: Sequence[int], cost_ratio: float, verify_costs: Sequence[float],
-                      catch_up_ratio: float | None = None, step_overhead: float = 0.0) -> Prediction:
+def predict_proposals(
+    alpha: float,
+    proposals: Sequence[int],
+    cost_ratio: float,
+    verify_costs: Sequence[float],
+    catch_up_ratio: float | None = None,
+    step_overhead: float = 0.0,
+) -> Prediction:
     """A long run whose steps draft the lengths ``proposals``, each equally likely, one step each.
 
     Per step: mean tau(q) tokens, for a mean o + v(q + 1) / v(1) + q c, plus (c2 - c) times the chance that a
@@ -247,9 +268,14 @@ def predict_proposals(alpha: float, proposals: Sequence[int], cost_ratio: float,
     return Prediction(tokens, time, len(proposals))
 
 
-def recommended_k_for(alpha: float, cost_ratio: float, verify_costs: Sequence[float],
-                      observed: Sequence[tuple[int, bool]] | None = None, catch_up_ratio: float | None = None,
-                      step_overhead: float = 0.0) -> int:
+def recommended_k_for(
+    alpha: float,
+    cost_ratio: float,
+    verify_costs: Sequence[float],
+    observed: Sequence[tuple[int, bool]] | None = None,
+    catch_up_ratio: float | None = None,
+    step_overhead: float = 0.0,
+) -> int:
     """The k in 1 .. len(verify_costs) - 1 with the highest :func:`predict_proposals` speedup (the smallest on a tie).
 
     ``observed``: the drafter's proposals from a run (:func:`observed_proposals`), capped at each k by
@@ -260,8 +286,17 @@ def recommended_k_for(alpha: float, cost_ratio: float, verify_costs: Sequence[fl
     ks = range(1, len(verify_costs))
     if not ks:
         raise ValueError("the verify-cost curve needs v(1) and v(2) at least")
-    speedups = {k: predict_proposals(alpha, [k] if observed is None else proposals_at(k, observed), cost_ratio,
-                                     verify_costs, catch_up_ratio, step_overhead).speedup for k in ks}
+    speedups = {
+        k: predict_proposals(
+            alpha,
+            [k] if observed is None else proposals_at(k, observed),
+            cost_ratio,
+            verify_costs,
+            catch_up_ratio,
+            step_overhead,
+        ).speedup
+        for k in ks
+    }
     # A relative tolerance, so a k whose extra length is never used ties with the shorter k despite rounding.
     best = max(speedups.values())
     return min(k for k, speedup in speedups.items() if speedup >= best * (1 - 1e-12))

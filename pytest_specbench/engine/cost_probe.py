@@ -14,15 +14,14 @@ import statistics
 import torch
 from transformers import PreTrainedModel
 
-from .drafters import Drafter, ModelDrafter
 from .compiled_steps import one_token_step
+from .drafters import Drafter, ModelDrafter
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from .output_head import column_head
 from .timing import DeviceClock
 
 
-def _prefilled(model: PreTrainedModel, input_ids: torch.Tensor, static_length: int | None = None,
-               role: str = "target"):
+def _prefilled(model: PreTrainedModel, input_ids: torch.Tensor, static_length: int | None = None, role: str = "target"):
     cache = new_cache(model) if static_length is None else static_cache(model, static_length, role)
     model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
     enable_rollback(cache)
@@ -36,8 +35,14 @@ def _filler(input_ids: torch.Tensor, m: int) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def verify_costs(model: PreTrainedModel, input_ids: torch.Tensor, max_positions: int, repeats: int = 5,
-                 head_kernel: str = "auto", compile_length: int | None = None) -> list[float]:
+def verify_costs(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    max_positions: int,
+    repeats: int = 5,
+    head_kernel: str = "auto",
+    compile_length: int | None = None,
+) -> list[float]:
     """Seconds of one target pass over m new positions after the prompt, m = 1 .. max_positions (median).
 
     The output head runs as in the engine's verify pass (``head_kernel``, see
@@ -63,8 +68,9 @@ def verify_costs(model: PreTrainedModel, input_ids: torch.Tensor, max_positions:
 
 
 @torch.inference_mode()
-def draft_token_cost(drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5, compile_length: int | None = None
-                     ) -> float:
+def draft_token_cost(
+    drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5, compile_length: int | None = None
+) -> float:
     """Seconds of one drafted token: a draft model's one-token step on the prompt's cache; 0 without a model."""
     if not isinstance(drafter, ModelDrafter):
         return 0.0  # prompt lookup and other model-free drafters: microseconds of tensor search
@@ -98,8 +104,9 @@ def parameter_count(model: torch.nn.Module | None) -> int:
     for module in model.modules():
         weight = getattr(module, "weight", None)
         if callable(weight) and not isinstance(weight, torch.nn.Module):  # torch.ao dynamic quantised Linear
-            total += weight().numel() + (module.bias().numel() if callable(getattr(module, "bias", None))
-                                         and module.bias() is not None else 0)
+            total += weight().numel() + (
+                module.bias().numel() if callable(getattr(module, "bias", None)) and module.bias() is not None else 0
+            )
         elif hasattr(module, "qweight") and isinstance(module.qweight, torch.Tensor):
             total += module.qweight.numel() + (module.bias.numel() if isinstance(module.bias, torch.Tensor) else 0)
     return total

@@ -34,7 +34,7 @@ from .drafters import Drafter, ModelDrafter, as_drafter
 from .inputs import as_batch_of_one, check_lengths
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from .output_head import column_head
-from .sampling import SamplingParams, accept_draft, next_token, sampling_distribution
+from .sampling import GREEDY, SamplingParams, accept_draft, next_token, sampling_distribution
 from .schedules import ConstantSchedule, DraftSchedule
 from .stats import DecodeStats, GenerationResult, record_step, record_verify_step
 from .timing import DeviceClock
@@ -81,8 +81,15 @@ def greedy_generate(
     ``compile_steps=True`` runs the one-token steps through ``torch.compile`` on a static cache
     (:mod:`~pytest_specbench.engine.compiled_steps`).
     """
-    stepper = GreedyStepper(model, input_ids, max_new_tokens, SamplingParams(temperature, top_p, top_k),
-                            generator, eos_token_id, compile_steps)
+    stepper = GreedyStepper(
+        model,
+        input_ids,
+        max_new_tokens,
+        SamplingParams(temperature, top_p, top_k),
+        generator,
+        eos_token_id,
+        compile_steps,
+    )
     clock = DeviceClock(model.device)
     stats = DecodeStats()
     start = clock.now()
@@ -101,9 +108,16 @@ class GreedyStepper:
     """Target-only decoding one token a call: :func:`greedy_generate`'s loop, and the baseline that
     :mod:`~pytest_specbench.engine.interleave` runs between another run's steps. The first step is the prefill."""
 
-    def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor | Sequence[int], max_new_tokens: int,
-                 sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None,
-                 eos_token_id: int | None = None, compile_steps: bool = False) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        input_ids: torch.Tensor | Sequence[int],
+        max_new_tokens: int,
+        sampling: SamplingParams = GREEDY,
+        generator: torch.Generator | None = None,
+        eos_token_id: int | None = None,
+        compile_steps: bool = False,
+    ) -> None:
         check_lengths(max_new_tokens)
         self.ids = as_batch_of_one(input_ids, model.device)
         self.max_new_tokens = max_new_tokens
@@ -134,8 +148,9 @@ class GreedyStepper:
 
     def result(self, stats: DecodeStats) -> GenerationResult:
         """The prompt and the tokens so far, with ``stats``."""
-        return GenerationResult(sequences=torch.cat([self.ids, *self._tokens], dim=1), prompt_length=self.ids.shape[1],
-                                stats=stats)
+        return GenerationResult(
+            sequences=torch.cat([self.ids, *self._tokens], dim=1), prompt_length=self.ids.shape[1], stats=stats
+        )
 
 
 def _verify(target: PreTrainedModel, cache, block: torch.Tensor, proposal: torch.Tensor) -> tuple[int, torch.Tensor]:
@@ -189,9 +204,16 @@ class _Speculation:
 
     @classmethod
     def start(
-        cls, target: PreTrainedModel, draft: PreTrainedModel | Drafter, k: int | DraftSchedule,
-        input_ids: torch.Tensor | Sequence[int], max_new_tokens: int, sampling: SamplingParams,
-        generator: torch.Generator | None, eos_token_id: int | None, compile_steps: bool,
+        cls,
+        target: PreTrainedModel,
+        draft: PreTrainedModel | Drafter,
+        k: int | DraftSchedule,
+        input_ids: torch.Tensor | Sequence[int],
+        max_new_tokens: int,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+        eos_token_id: int | None,
+        compile_steps: bool,
     ) -> tuple[_Speculation, torch.Tensor]:
         """Check the arguments, reset the schedule and the drafter, and make the caches; returns the run
         and the prompt as a batch of one. The checks run in this order so a bad call names the same error."""
@@ -208,8 +230,18 @@ class _Speculation:
         if compile_steps and isinstance(drafter, ModelDrafter):
             drafter.compile_steps(max_length)
         enable_rollback(cache)
-        run = cls(target, cache, drafter, schedule, confidence, sampling, generator, eos_token_id,
-                  DeviceClock(target.device), DecodeStats())
+        run = cls(
+            target,
+            cache,
+            drafter,
+            schedule,
+            confidence,
+            sampling,
+            generator,
+            eos_token_id,
+            DeviceClock(target.device),
+            DecodeStats(),
+        )
         return run, ids
 
 
@@ -225,8 +257,9 @@ def _propose(run: _Speculation, ids: torch.Tensor, k: int) -> tuple[torch.Tensor
     return proposal.to(ids.device)[:k], None if draft_probs is None else draft_probs.to(ids.device)[:k]
 
 
-def _score(run: _Speculation, ids: torch.Tensor, proposal: torch.Tensor,
-           draft_probs: torch.Tensor | None) -> tuple[int, torch.Tensor]:
+def _score(
+    run: _Speculation, ids: torch.Tensor, proposal: torch.Tensor, draft_probs: torch.Tensor | None
+) -> tuple[int, torch.Tensor]:
     """Verify ``proposal`` in one target pass, led by the newest committed token (not fed to the target yet);
     returns what :func:`_verify` returns."""
     block = torch.cat([ids[0, -1:], proposal]).unsqueeze(0)
@@ -326,8 +359,9 @@ def speculative_generate(
     baseline (:mod:`~pytest_specbench.engine.interleave`) runs there, so both see the machine alike.
     """
     sampling = SamplingParams(temperature, top_p, top_k)
-    run, ids = _Speculation.start(target, draft, k, input_ids, max_new_tokens, sampling, generator, eos_token_id,
-                                  compile_steps)
+    run, ids = _Speculation.start(
+        target, draft, k, input_ids, max_new_tokens, sampling, generator, eos_token_id, compile_steps
+    )
     prompt_length = ids.shape[1]
     max_length = prompt_length + max_new_tokens
     stats = run.stats

@@ -116,8 +116,12 @@ class RowDrafters(BatchDrafter):
 
     def propose_rows(self, sequences: list[list[int]], limits: list[int], pad_token_id: int) -> list[list[int]]:
         self._proposed = [limit > 0 for limit in limits]
-        return [self.drafters[b].propose(torch.tensor([sequence], dtype=torch.long), limit).tolist()[:limit]
-                if limit > 0 else [] for b, sequence, limit in zip(self.active, sequences, limits)]
+        return [
+            self.drafters[b].propose(torch.tensor([sequence], dtype=torch.long), limit).tolist()[:limit]
+            if limit > 0
+            else []
+            for b, sequence, limit in zip(self.active, sequences, limits)
+        ]
 
     def commit_rows(self, accepted: list[int]) -> None:
         for b, proposed, a in zip(self.active, self._proposed, accepted):
@@ -171,8 +175,11 @@ class ModelDrafter(Drafter, BatchDrafter):
 
     def _ensure_cache(self) -> None:
         if self._cache is None:
-            self._cache = (new_cache(self.model) if self._static_length is None
-                           else static_cache(self.model, self._static_length, role="draft"))
+            self._cache = (
+                new_cache(self.model)
+                if self._static_length is None
+                else static_cache(self.model, self._static_length, role="draft")
+            )
             enable_rollback(self._cache)
 
     def prefill(self, prompt_ids: torch.Tensor) -> None:
@@ -190,7 +197,11 @@ class ModelDrafter(Drafter, BatchDrafter):
         return self._draft(committed_ids, k, sampling, generator)
 
     def _draft(
-        self, committed_ids: torch.Tensor, k: int, sampling: SamplingParams | None, generator: torch.Generator | None,
+        self,
+        committed_ids: torch.Tensor,
+        k: int,
+        sampling: SamplingParams | None,
+        generator: torch.Generator | None,
         min_confidence: float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``k`` tokens, each the argmax (``sampling`` None or greedy) or a sample of the processed

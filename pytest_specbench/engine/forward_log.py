@@ -71,8 +71,10 @@ class _Attached:
         def after(module, args, kwargs, output):
             self.log.calls[-1].end_s = self._clock.now()
 
-        self._handles = [self.model.register_forward_pre_hook(before, with_kwargs=True),
-                         self.model.register_forward_hook(after, with_kwargs=True)]
+        self._handles = [
+            self.model.register_forward_pre_hook(before, with_kwargs=True),
+            self.model.register_forward_hook(after, with_kwargs=True),
+        ]
         return self.log
 
     def __exit__(self, *exc) -> None:

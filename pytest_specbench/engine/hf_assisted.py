@@ -47,12 +47,18 @@ def hf_schedule_settings(k: int | str) -> dict[str, object] | None:
     if k == AUTO:
         return None
     if k == HEURISTIC:
-        return {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "heuristic_transient",
-                "assistant_confidence_threshold": 0.4}
+        return {
+            "num_assistant_tokens": 20,
+            "num_assistant_tokens_schedule": "heuristic_transient",
+            "assistant_confidence_threshold": 0.4,
+        }
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, {AUTO!r} or {HEURISTIC!r}, got {k!r}")
-    return {"num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant",
-            "assistant_confidence_threshold": 0.0}
+    return {
+        "num_assistant_tokens": k,
+        "num_assistant_tokens_schedule": "constant",
+        "assistant_confidence_threshold": 0.0,
+    }
 
 
 @contextlib.contextmanager
@@ -84,14 +90,16 @@ def _step_counts(calls: Sequence, prompt_length: int, final_length: int) -> tupl
 
 
 @torch.inference_mode()
-def _drafting_settings(config, draft_model, k: int | str, drafter_name: str
-                       ) -> tuple[dict[str, object] | None, dict[str, object]]:
+def _drafting_settings(
+    config, draft_model, k: int | str, drafter_name: str
+) -> tuple[dict[str, object] | None, dict[str, object]]:
     """Set prompt lookup's knobs on ``config``, or return the assistant's schedule settings and generate()'s
     ``assistant_model`` argument."""
     if isinstance(draft_model, PromptLookupDrafter):
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"transformers' prompt lookup has no draft-length schedule; k must be an integer "
-                             f">= 1, got {k!r}")
+            raise ValueError(
+                f"transformers' prompt lookup has no draft-length schedule; k must be an integer >= 1, got {k!r}"
+            )
         config.prompt_lookup_num_tokens = k
         config.max_matching_ngram_size = draft_model.ngram_size
         return None, {}
@@ -100,8 +108,9 @@ def _drafting_settings(config, draft_model, k: int | str, drafter_name: str
     raise TypeError(f"the hf engine needs a draft model or prompt lookup, got {drafter_name}")
 
 
-def _stats_from_logs(calls: list, draft_log: ForwardLog, prompt_length: int, length: int, start: float,
-                     end: float) -> DecodeStats:
+def _stats_from_logs(
+    calls: list, draft_log: ForwardLog, prompt_length: int, length: int, start: float, end: float
+) -> DecodeStats:
     """The run's statistics as the target's forward passes show them (transformers reports no per-step counts)."""
     drafted, accepted = _step_counts(calls, prompt_length, length)
     stats = DecodeStats()
@@ -150,8 +159,10 @@ def hf_assisted_generate(
     config = plain_generation_config(target, max_new_tokens, eos_token_id, sampling)
     draft_model = drafter.model if isinstance(drafter, ModelDrafter) else drafter
     if draft_model is target:
-        raise ValueError("the draft is the target itself (one model object): its forward passes could not be "
-                         "told from the target's; pass a copy of it as the draft")
+        raise ValueError(
+            "the draft is the target itself (one model object): its forward passes could not be "
+            "told from the target's; pass a copy of it as the draft"
+        )
     settings, kwargs = _drafting_settings(config, draft_model, k, type(drafter).__name__)
 
     clock = DeviceClock(target.device)
@@ -163,8 +174,12 @@ def hf_assisted_generate(
             draft_log = stack.enter_context(ForwardLog.attached(draft_model))
             # Saved and restored even under "auto", which sets nothing: transformers' heuristic schedule
             # writes its final draft length back into the assistant's config.
-            stack.enter_context(_temporarily(draft_model, settings or {knob: getattr(
-                draft_model.generation_config, knob, None) for knob in _ASSISTANT_KNOBS}))
+            stack.enter_context(
+                _temporarily(
+                    draft_model,
+                    settings or {knob: getattr(draft_model.generation_config, knob, None) for knob in _ASSISTANT_KNOBS},
+                )
+            )
         if seed is not None:
             torch.manual_seed(seed)
         start = clock.now()

@@ -47,8 +47,9 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int = 0) -> tuple[t
     return ids, mask
 
 
-def check_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def check_batch(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor | None, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A left-padded batch as ``(ids, mask)`` on ``device``; refuses other shapes, masks and right padding."""
     ids = torch.as_tensor(input_ids, dtype=torch.long)
     if ids.dim() != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:

@@ -65,10 +65,13 @@ class InterleavedBaseline:
         per_token = self.decode_time_s / self.decode_tokens if self.decode_tokens else 0.0
         new_tokens = run.stats.new_tokens
         decode_tokens = max(new_tokens - 1, 0)
-        stats = DecodeStats(new_tokens=new_tokens, target_forward_passes=new_tokens,
-                            prefill_time_s=self.prefill_time_s,
-                            wall_time_s=self.prefill_time_s + per_token * decode_tokens,
-                            verify_time_s=per_token * decode_tokens)
+        stats = DecodeStats(
+            new_tokens=new_tokens,
+            target_forward_passes=new_tokens,
+            prefill_time_s=self.prefill_time_s,
+            wall_time_s=self.prefill_time_s + per_token * decode_tokens,
+            verify_time_s=per_token * decode_tokens,
+        )
         stats.accepted_per_step = [0] * new_tokens
         stats.drafted_per_step = [0] * new_tokens
         stats.k_per_step = [0] * new_tokens

@@ -23,7 +23,8 @@ STATIC_LENGTH_STEP = 128
 
 # model -> {role: (positions, its static cache)}
 _static_caches: weakref.WeakKeyDictionary[PreTrainedModel, dict[str, tuple[int, StaticCache]]] = (
-    weakref.WeakKeyDictionary())
+    weakref.WeakKeyDictionary()
+)
 
 
 def new_cache(model: PreTrainedModel) -> DynamicCache:
@@ -45,10 +46,12 @@ def static_cache(model: PreTrainedModel, length: int, role: str = "target") -> S
         cache = StaticCache(config=model.config, max_cache_len=size)
         sliding = sum(isinstance(layer, StaticSlidingWindowLayer) for layer in cache.layers)
         if sliding:
-            raise ValueError(f"compiled steps need a model without sliding-window layers; this one has {sliding} of "
-                             f"{len(cache.layers)} (transformers' static sliding layer counts positions in a Python "
-                             "int, so torch.compile would compile again at every step): leave --specbench-compile "
-                             "(compile_steps) off for it")
+            raise ValueError(
+                f"compiled steps need a model without sliding-window layers; this one has {sliding} of "
+                f"{len(cache.layers)} (transformers' static sliding layer counts positions in a Python "
+                "int, so torch.compile would compile again at every step): leave --specbench-compile "
+                "(compile_steps) off for it"
+            )
         held[role] = (size, cache)
     cache.reset()
     return cache

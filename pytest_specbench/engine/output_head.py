@@ -45,8 +45,10 @@ def column_logits(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
 
 def _column_is_faster(head: torch.nn.Linear, hidden: torch.Tensor, repeats: int = 3) -> bool:
     clock = DeviceClock(head.weight.device)
-    forms = {"linear": lambda: torch.nn.functional.linear(hidden, head.weight, head.bias),
-             "column": lambda: column_logits(head, hidden)}
+    forms = {
+        "linear": lambda: torch.nn.functional.linear(hidden, head.weight, head.bias),
+        "column": lambda: column_logits(head, hidden),
+    }
     times: dict[str, list[float]] = {name: [] for name in forms}
     for repeat in range(repeats + 1):  # the first round warms up and is not kept
         for name, form in forms.items():
@@ -67,8 +69,7 @@ def head_choices(model: PreTrainedModel) -> dict[int, str]:
 def _patchable(head: torch.nn.Module | None) -> bool:
     # A forward already set on the instance (an enclosing block, or a wrapper such as accelerate's
     # hooks) owns the head: leave it alone.
-    return (type(head) is torch.nn.Linear and head.weight.is_floating_point()
-            and "forward" not in vars(head))
+    return type(head) is torch.nn.Linear and head.weight.is_floating_point() and "forward" not in vars(head)
 
 
 def _check_kernel(kernel: str) -> None:

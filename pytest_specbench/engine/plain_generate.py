@@ -46,8 +46,9 @@ def own_pad_token_id(model: PreTrainedModel) -> int | None:
     return None
 
 
-def plain_generation_config(model: PreTrainedModel, max_new_tokens: int, eos_token_id: int | None,
-                            sampling: SamplingParams | None = None) -> GenerationConfig:
+def plain_generation_config(
+    model: PreTrainedModel, max_new_tokens: int, eos_token_id: int | None, sampling: SamplingParams | None = None
+) -> GenerationConfig:
     """The model's generation config for exactly ``max_new_tokens`` (or to ``eos_token_id``): greedy, or
     sampled with ``sampling``'s temperature, top-p and top-k, and no other knob a checkpoint ships."""
     config = GenerationConfig.from_dict(model.generation_config.to_dict())
@@ -78,8 +79,13 @@ def generation_config_as(model: PreTrainedModel, config: GenerationConfig) -> It
         model.generation_config = saved
 
 
-def plain_generate(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   config: GenerationConfig, **kwargs: Any) -> torch.Tensor:
+def plain_generate(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    config: GenerationConfig,
+    **kwargs: Any,
+) -> torch.Tensor:
     """``model.generate`` on ``input_ids`` with this mask and exactly this config; returns the sequences."""
     if attention_mask is None or attention_mask.shape != input_ids.shape:
         raise ValueError("plain_generate needs the attention mask of input_ids (all ones for an unpadded prompt)")

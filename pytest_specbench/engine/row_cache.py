@@ -43,8 +43,10 @@ class RowCache:
         self.compact = sliding if layout == "auto" else layout == "compact"
         for layer in self.cache.layers:
             if self.compact and type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
-                raise ValueError(f"compacting a batched cache supports DynamicLayer and DynamicSlidingWindowLayer, "
-                                 f"not {type(layer).__name__}")
+                raise ValueError(
+                    f"compacting a batched cache supports DynamicLayer and DynamicSlidingWindowLayer, "
+                    f"not {type(layer).__name__}"
+                )
         # Sliding layers keep every state until the next crop, which the rollback always calls.
         self.cache.activate_past_recording()
         self.valid: torch.Tensor | None = None
@@ -56,8 +58,9 @@ class RowCache:
     def slots(self) -> int:
         return 0 if self.valid is None else self.valid.shape[1]
 
-    def forward(self, input_ids: torch.Tensor, new_valid: torch.Tensor | None = None,
-                logits_to_keep: int = 1) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, new_valid: torch.Tensor | None = None, logits_to_keep: int = 1
+    ) -> torch.Tensor:
         """Feed ``input_ids`` (rows, W), of which ``new_valid`` (rows, W) marks the real tokens (``None``: all
         of them); return the logits. The W new slots are appended; the invalid ones are holes from the start.
 
@@ -81,8 +84,14 @@ class RowCache:
             out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
         else:
             positions = (lengths.unsqueeze(1) + new_valid.long().cumsum(dim=1) - 1).clamp(min=0)
-            out = self.model(input_ids=input_ids, attention_mask=valid.long(), position_ids=positions,
-                             cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=valid.long(),
+                position_ids=positions,
+                cache=self.cache,
+                use_cache=True,
+                logits_to_keep=logits_to_keep,
+            )
         self.forward_passes += 1
         self.valid = valid
         self.lengths = lengths + new_valid.sum(dim=1)
@@ -146,7 +155,8 @@ class RowCache:
                 gather = layer_index[:, None, :, None].to(layer.keys.device)
                 layer.keys = layer.keys.gather(2, gather.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
                 layer.values = layer.values.gather(
-                    2, gather.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
+                    2, gather.expand(-1, layer.values.shape[1], -1, layer.values.shape[3])
+                )
                 if isinstance(layer, DynamicSlidingWindowLayer):
                     layer.cumulative_length = width
         self.valid = new_valid

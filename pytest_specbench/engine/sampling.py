@@ -85,6 +85,10 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+#: greedy decoding, the default of every engine (frozen, so one instance serves as a default argument)
+GREEDY = SamplingParams()
+
+
 def sampling_distribution(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """Next-token probabilities from ``logits`` (shape ``(V,)`` or ``(n, V)``) after ``params``' processing.
 
@@ -312,8 +316,9 @@ def check_acceptance_rule(
         else:
             proposals = sample_tokens(draft_probs.reshape(1, -1).expand(batch, -1), generator).unsqueeze(-1)
             batch_draft = draft_probs.reshape(1, 1, -1).expand(batch, 1, -1)
-        num_accepted, next_tokens = accept_drafts(block_target.expand(batch, 2, vocab), batch_draft, proposals,
-                                                  generator)
+        num_accepted, next_tokens = accept_drafts(
+            block_target.expand(batch, 2, vocab), batch_draft, proposals, generator
+        )
         committed = torch.where(num_accepted > 0, proposals[:, 0], next_tokens)
         counts += torch.bincount(committed, minlength=vocab)
     return chisquare_pooled(counts.cpu().numpy(), target_probs.detach().double().cpu().numpy(), significance)

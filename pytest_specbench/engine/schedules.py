@@ -110,10 +110,22 @@ class CostModelSchedule(DraftSchedule):
     No rule looks at the tokens: a schedule only chooses how many to draft, so the output stays the target's.
     """
 
-    def __init__(self, verify_costs: Sequence[float], cost_ratio: float, *, prior_alpha: float = 0.8,
-                 prior_weight: float = 1.0, decay: float = 0.8, probe_every: int = 4,
-                 confidence_threshold: float | None = 0.4, carry: float = 0.0, grow: bool | None = False,
-                 unsure_weight: float = 1.0, grow_factor: float = 2.0, open_long: bool = False) -> None:
+    def __init__(
+        self,
+        verify_costs: Sequence[float],
+        cost_ratio: float,
+        *,
+        prior_alpha: float = 0.8,
+        prior_weight: float = 1.0,
+        decay: float = 0.8,
+        probe_every: int = 4,
+        confidence_threshold: float | None = 0.4,
+        carry: float = 0.0,
+        grow: bool | None = False,
+        unsure_weight: float = 1.0,
+        grow_factor: float = 2.0,
+        open_long: bool = False,
+    ) -> None:
         if len(verify_costs) < 2 or min(verify_costs) <= 0:
             raise ValueError("verify_costs must hold v(1), v(2), ... (at least two positive times)")
         if cost_ratio < 0:
@@ -145,8 +157,16 @@ class CostModelSchedule(DraftSchedule):
         """
         if cost_ratio > 0 and confidence_stop:
             # Alpha of the sure tokens (0.92 measured) as the prior; blocks open long and grow while accepted.
-            return cls(verify_costs, cost_ratio, prior_alpha=0.9, prior_weight=2.0, decay=0.9, open_long=True,
-                       grow=True, unsure_weight=0.0)
+            return cls(
+                verify_costs,
+                cost_ratio,
+                prior_alpha=0.9,
+                prior_weight=2.0,
+                decay=0.9,
+                open_long=True,
+                grow=True,
+                unsure_weight=0.0,
+            )
         if cost_ratio == 0:
             # Prompt lookup proposes only what it matched: a weak prior it leaves quickly, probing often.
             return cls(verify_costs, cost_ratio, prior_alpha=0.6, prior_weight=0.5, probe_every=2)
@@ -174,8 +194,9 @@ class CostModelSchedule(DraftSchedule):
         longest = len(self.verify_costs) - 1
         if self.open_long and not self._observed:
             return longest
-        best_k = max(range(1, longest + 1),
-                     key=lambda k: (predicted_speedup(alpha, k, self.cost_ratio, self.verify_costs), -k))
+        best_k = max(
+            range(1, longest + 1), key=lambda k: (predicted_speedup(alpha, k, self.cost_ratio, self.verify_costs), -k)
+        )
         if self.grow and self._run:
             return max(best_k, min(longest, math.ceil(self.grow_factor * self._run)))
         if predicted_speedup(alpha, best_k, self.cost_ratio, self.verify_costs) > 1.0:

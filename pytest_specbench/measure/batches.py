@@ -63,8 +63,10 @@ def batch_refusal(case: Case, config: SpecbenchConfig) -> str | None:
     if case.batch <= 1:
         return None
     if config.temperature > 0:
-        return (f"the batched engine decodes greedily only, so batch {case.batch} does not run under sampling "
-                f"(--specbench-temperature={config.temperature:g})")
+        return (
+            f"the batched engine decodes greedily only, so batch {case.batch} does not run under sampling "
+            f"(--specbench-temperature={config.temperature:g})"
+        )
     if not isinstance(case.k, int):
         return f"the batched engine drafts a constant k, so batch {case.batch} does not run k={case.k}"
     if config.compile_steps:
@@ -95,13 +97,14 @@ class BatchSetup:
         return self.row_ids[0]
 
 
-def batched_reference(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
-                      eos_token_id: int | None) -> list[list[int]]:
+def batched_reference(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_token_id: int | None
+) -> list[list[int]]:
     """The target's batched greedy ``generate`` with the same left padding, per row (cut just after EOS)."""
     config = plain_generation_config(model, max_new_tokens, eos_token_id)
     with torch.inference_mode():
         output = plain_generate(model, input_ids, attention_mask, config)
-    rows = output[:, input_ids.shape[1]:].tolist()
+    rows = output[:, input_ids.shape[1] :].tolist()
     if eos_token_id is not None:
         rows = [row[: row.index(eos_token_id) + 1] if eos_token_id in row else row for row in rows]
     return rows
@@ -114,8 +117,9 @@ def _pad_token_id(tokenizer) -> int:
     return 0
 
 
-def prepare_batch(case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,
-                  all_prompts: list[Prompt]) -> BatchSetup:
+def prepare_batch(
+    case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig, all_prompts: list[Prompt]
+) -> BatchSetup:
     """Load the pair, build and pad the batch, check the context windows, and get both references and the costs."""
     refusal = batch_refusal(case, config)
     if refusal:
@@ -123,8 +127,15 @@ def prepare_batch(case: Case, store: ModelStore, shared: SharedMeasurements, con
     pair = case.pair
     target = store.target(pair)
     prompts = batch_prompts(case.prompt, all_prompts, case.batch)
-    row_ids = [shared.input_ids((pair.target, pair.revision, prompt.id), lambda prompt=prompt: prompt_input_ids(
-        target.tokenizer, prompt, all_prompts, config.context_tokens, store.device)) for prompt in prompts]
+    row_ids = [
+        shared.input_ids(
+            (pair.target, pair.revision, prompt.id),
+            lambda prompt=prompt: prompt_input_ids(
+                target.tokenizer, prompt, all_prompts, config.context_tokens, store.device
+            ),
+        )
+        for prompt in prompts
+    ]
     pad = _pad_token_id(target.tokenizer)
     ids, mask = left_pad([row[0].tolist() for row in row_ids], pad_token_id=pad)
     ids, mask = ids.to(store.device), mask.to(store.device)
@@ -139,14 +150,29 @@ def prepare_batch(case: Case, store: ModelStore, shared: SharedMeasurements, con
     check_context_windows(case, int(ids.shape[1]), n, models)
     references = shared.batched_reference(
         (pair.target, pair.revision, store.dtype_for(pair), tuple(prompt.id for prompt in prompts), n, eos),
-        lambda: batched_reference(target.model, ids, mask, n, eos))
+        lambda: batched_reference(target.model, ids, mask, n, eos),
+    )
     unbatched = [store.reference(pair, prompt.id, row, n, eos) for prompt, row in zip(prompts, row_ids)]
     window = context_window(target.model.config)
     longest = probed_k(config.ks, n, None if window is None else window[0] - int(ids.shape[1]))
-    costs = shared.costs((pair.name, longest, "batch", case.batch, case.prompt.id),
-                         lambda: measure_batched_costs(target.model, drafter, ids, mask, longest + 1))
-    return BatchSetup(target, drafter, ids, mask, row_ids, [prompt.id for prompt in prompts], n, eos, pad,
-                      references, unbatched, costs)
+    costs = shared.costs(
+        (pair.name, longest, "batch", case.batch, case.prompt.id),
+        lambda: measure_batched_costs(target.model, drafter, ids, mask, longest + 1),
+    )
+    return BatchSetup(
+        target,
+        drafter,
+        ids,
+        mask,
+        row_ids,
+        [prompt.id for prompt in prompts],
+        n,
+        eos,
+        pad,
+        references,
+        unbatched,
+        costs,
+    )
 
 
 def _batched_drafter(drafter: Any, size: int) -> Any:
@@ -155,25 +181,35 @@ def _batched_drafter(drafter: Any, size: int) -> Any:
     if isinstance(drafter, PromptLookupDrafter):
         # One per row: a lookup drafter keeps no state between proposals, but one instance per row makes that
         # no assumption of this module's.
-        return [PromptLookupDrafter(ngram_size=drafter.ngram_size, max_proposal=drafter.max_proposal)
-                for _ in range(size)]
+        return [
+            PromptLookupDrafter(ngram_size=drafter.ngram_size, max_proposal=drafter.max_proposal) for _ in range(size)
+        ]
     return drafter
 
 
 def speculative_run(case: Case, setup: BatchSetup) -> Callable[[], BatchedGenerationResult]:
     drafter = _batched_drafter(setup.drafter, case.batch)
-    return lambda: batched_speculative_generate(setup.target.model, drafter, setup.input_ids, setup.attention_mask,
-                                                int(case.k), setup.max_new_tokens, eos_token_id=setup.eos_token_id,
-                                                pad_token_id=setup.pad_token_id)
+    return lambda: batched_speculative_generate(
+        setup.target.model,
+        drafter,
+        setup.input_ids,
+        setup.attention_mask,
+        int(case.k),
+        setup.max_new_tokens,
+        eos_token_id=setup.eos_token_id,
+        pad_token_id=setup.pad_token_id,
+    )
 
 
 def baseline_run(setup: BatchSetup) -> Callable[[], BatchedGenerationResult]:
-    return lambda: batched_greedy_generate(setup.target.model, setup.input_ids, setup.attention_mask,
-                                           setup.max_new_tokens, eos_token_id=setup.eos_token_id)
+    return lambda: batched_greedy_generate(
+        setup.target.model, setup.input_ids, setup.attention_mask, setup.max_new_tokens, eos_token_id=setup.eos_token_id
+    )
 
 
-def _row_verdict(setup: BatchSetup, row: int, tokens: list[int], half_precision: bool,
-                 tie_tolerance: float) -> dict[str, Any]:
+def _row_verdict(
+    setup: BatchSetup, row: int, tokens: list[int], half_precision: bool, tie_tolerance: float
+) -> dict[str, Any]:
     """A row against its batched reference, then against its unbatched one: the first that differs decides."""
     tolerance = tie_tolerance if half_precision else FLOAT32_BATCH_TIE
     target = setup.target
@@ -187,11 +223,13 @@ def _row_verdict(setup: BatchSetup, row: int, tokens: list[int], half_precision:
     return {"verdict": "lossless", "first_divergence": None, "row": row}
 
 
-def batch_verdict(setup: BatchSetup, tokens: list[list[int]], half_precision: bool,
-                  tie_tolerance: float) -> dict[str, Any]:
+def batch_verdict(
+    setup: BatchSetup, tokens: list[list[int]], half_precision: bool, tie_tolerance: float
+) -> dict[str, Any]:
     """The case's verdict: its worst row's, with that row's divergence, and every row's verdict."""
-    rows = [_row_verdict(setup, row, row_tokens, half_precision, tie_tolerance)
-            for row, row_tokens in enumerate(tokens)]
+    rows = [
+        _row_verdict(setup, row, row_tokens, half_precision, tie_tolerance) for row, row_tokens in enumerate(tokens)
+    ]
     worst = max(rows, key=lambda info: (_SEVERITY[info["verdict"]], -info["row"]))
     verdict = {key: value for key, value in worst.items() if key not in ("against", "row")}
     verdict["row_verdicts"] = [info["verdict"] for info in rows]
@@ -217,8 +255,9 @@ def row_step_lists(result: BatchedGenerationResult) -> tuple[list[int], list[int
 
 def row_acceptance(result: BatchedGenerationResult) -> list[float | None]:
     """Each row's acceptance (accepted / drafted; None where the row drafted nothing)."""
-    return [row.stats.accepted_tokens / row.stats.drafted_tokens if row.stats.drafted_tokens else None
-            for row in result]
+    return [
+        row.stats.accepted_tokens / row.stats.drafted_tokens if row.stats.drafted_tokens else None for row in result
+    ]
 
 
 def row_tau(result: BatchedGenerationResult) -> float:

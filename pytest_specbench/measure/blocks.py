@@ -36,7 +36,13 @@ from .timing import NO_SPREADS, Spreads, block_spreads, precision
 RACE_ALPHA = 0.05
 #: why a case stopped being timed (the row's ``timing_stop``)
 TIGHT, ELIMINATED, CASE_BUDGET, BLOCK_BUDGET, RUN_BUDGET, MAX_ROUNDS = (
-    "tight", "eliminated", "case budget", "block budget", "run budget", "max rounds")
+    "tight",
+    "eliminated",
+    "case budget",
+    "block budget",
+    "run budget",
+    "max rounds",
+)
 
 
 @dataclass
@@ -83,10 +89,15 @@ def _rotated(items: list, shift: int) -> list:
     return items[shift:] + items[:shift]
 
 
-def time_block(cases: Sequence[TimedCase], run_baseline: Callable[[], GenerationResult], config: SpecbenchConfig,
-               budget_s: float | None, budget_reason: str = BLOCK_BUDGET,
-               after_round: Callable[[int, float], None] | None = None,
-               new_interleaved: Callable[[], InterleavedBaseline] | None = None) -> BlockTiming:
+def time_block(
+    cases: Sequence[TimedCase],
+    run_baseline: Callable[[], GenerationResult],
+    config: SpecbenchConfig,
+    budget_s: float | None,
+    budget_reason: str = BLOCK_BUDGET,
+    after_round: Callable[[int, float], None] | None = None,
+    new_interleaved: Callable[[], InterleavedBaseline] | None = None,
+) -> BlockTiming:
     """Time the block's rounds; ``budget_s`` is its share of the run's budget (None: no limit).
 
     ``after_round(round index, seconds it took)`` is called after each round (the run's estimate uses the first).
@@ -105,8 +116,7 @@ def time_block(cases: Sequence[TimedCase], run_baseline: Callable[[], Generation
         if block.rounds >= config.max_rounds:
             _stop_all(active, MAX_ROUNDS)
             break
-        if block.rounds >= config.min_rounds and budget_s is not None and \
-                elapsed + elapsed / block.rounds > budget_s:
+        if block.rounds >= config.min_rounds and budget_s is not None and elapsed + elapsed / block.rounds > budget_s:
             _stop_all(active, budget_reason)
             break
         index = block.rounds
@@ -131,8 +141,9 @@ def time_block(cases: Sequence[TimedCase], run_baseline: Callable[[], Generation
     return block
 
 
-def _run_round(block: BlockTiming, index: int, order: list[TimedCase], every: int,
-               run_baseline: Callable[[], GenerationResult]) -> None:
+def _run_round(
+    block: BlockTiming, index: int, order: list[TimedCase], every: int, run_baseline: Callable[[], GenerationResult]
+) -> None:
     """One paired round: a baseline before the first case, after every ``every`` cases (in groups as even as
     they can be: 10 cases by 3 are 3, 3, 2, 2) and after the last; each case's run is paired with the baseline
     interpolated between the two around it."""
@@ -151,7 +162,7 @@ def _run_round(block: BlockTiming, index: int, order: list[TimedCase], every: in
     baseline()
     at = 0
     for count in sizes:
-        for timed in order[at:at + count]:
+        for timed in order[at : at + count]:
             run = timed.run()
             case_points.append((timed, run, clock + run.stats.wall_time_s / 2, len(baselines) - 1))
             clock += run.stats.wall_time_s
@@ -161,20 +172,23 @@ def _run_round(block: BlockTiming, index: int, order: list[TimedCase], every: in
     for timed, run, point, before in case_points:
         timed.runs.append(run)
         timed.rounds.append(index)
-        timed.paired_baselines.append(_interpolated(baselines[before], baselines[before + 1],
-                                                    base_points[before], base_points[before + 1], point))
+        timed.paired_baselines.append(
+            _interpolated(baselines[before], baselines[before + 1], base_points[before], base_points[before + 1], point)
+        )
 
 
-def interleaved_pair(run: Callable[..., GenerationResult], new_interleaved: Callable[[], InterleavedBaseline]
-                     ) -> tuple[GenerationResult, GenerationResult]:
+def interleaved_pair(
+    run: Callable[..., GenerationResult], new_interleaved: Callable[[], InterleavedBaseline]
+) -> tuple[GenerationResult, GenerationResult]:
     """One speculative run with a fresh baseline timed between its steps: (the baseline, the run)."""
     baseline = new_interleaved()
     speculative = run(between_steps=baseline.after_step)
     return baseline.result(speculative), speculative
 
 
-def _run_interleaved_round(block: BlockTiming, index: int, order: list[TimedCase],
-                           new_interleaved: Callable[[], InterleavedBaseline]) -> None:
+def _run_interleaved_round(
+    block: BlockTiming, index: int, order: list[TimedCase], new_interleaved: Callable[[], InterleavedBaseline]
+) -> None:
     """One interleaved round: each case's run with its own baseline timed between its steps."""
     baselines = []
     for timed in order:
@@ -189,13 +203,15 @@ def _run_interleaved_round(block: BlockTiming, index: int, order: list[TimedCase
 _TIME_FIELDS = ("wall_time_s", "prefill_time_s", "draft_time_s", "verify_time_s")
 
 
-def _interpolated(before: GenerationResult, after: GenerationResult, at_before: float, at_after: float,
-                  at: float) -> GenerationResult:
+def _interpolated(
+    before: GenerationResult, after: GenerationResult, at_before: float, at_after: float, at: float
+) -> GenerationResult:
     """The baseline as it would have run at ``at`` (seconds into the round): its times linear in time between
     the runs on either side. Linear, so decode time and time per decode token interpolate alike."""
     weight = (at - at_before) / (at_after - at_before) if at_after > at_before else 0.5
-    times = {name: (1 - weight) * getattr(before.stats, name) + weight * getattr(after.stats, name)
-             for name in _TIME_FIELDS}
+    times = {
+        name: (1 - weight) * getattr(before.stats, name) + weight * getattr(after.stats, name) for name in _TIME_FIELDS
+    }
     return dataclasses.replace(before, stats=dataclasses.replace(before.stats, **times))
 
 
@@ -247,8 +263,9 @@ def _race(members: list[TimedCase], config: SpecbenchConfig, looks: int) -> None
     contenders = [timed for timed in members if timed.eliminated_by is None]
     times = {timed.case.k: dict(zip(timed.rounds, _relative_times(timed))) for timed in contenders}
     # The family is every k the race started with; each of the planned looks spends its share of the 5%.
-    beaten = eliminations(times, alpha=RACE_ALPHA, min_rounds=max(config.min_rounds, 2), max_looks=looks,
-                          family=len(members))
+    beaten = eliminations(
+        times, alpha=RACE_ALPHA, min_rounds=max(config.min_rounds, 2), max_looks=looks, family=len(members)
+    )
     for timed in contenders:
         if timed.case.k in beaten:
             timed.eliminated_by = beaten[timed.case.k]

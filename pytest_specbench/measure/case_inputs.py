@@ -28,8 +28,13 @@ from .matrix import Case
 from .prompts import Prompt, filler_text
 
 #: each part's name in words, for the line that says why a case runs again
-PART_NAMES = {"target": "target model", "draft": "draft model", "drafter": "drafter settings",
-              "prompt": "prompt text", "case": "case settings (engine, k, batch, dtype)"}
+PART_NAMES = {
+    "target": "target model",
+    "draft": "draft model",
+    "drafter": "drafter settings",
+    "prompt": "prompt text",
+    "case": "case settings (engine, k, batch, dtype)",
+}
 #: what a logged row without a fingerprint (a log of an older version) is run again for
 NOT_RECORDED = "inputs not recorded"
 
@@ -45,8 +50,9 @@ def case_inputs(case: Case, config: SpecbenchConfig, prompts: Sequence[Prompt]) 
     from .batches import batch_prompts
 
     pair = case.pair
-    texts = [prompt.text for prompt in (batch_prompts(case.prompt, prompts, case.batch) if case.batch > 1
-                                        else [case.prompt])]
+    texts = [
+        prompt.text for prompt in (batch_prompts(case.prompt, prompts, case.batch) if case.batch > 1 else [case.prompt])
+    ]
     if config.context_tokens is not None:
         texts.append(filler_text(prompts, exclude_id=case.prompt.id))
     parts = {"target": source_identity(pair.target, revision=pair.revision, cache_dir=config.cache_dir)}
@@ -55,8 +61,7 @@ def case_inputs(case: Case, config: SpecbenchConfig, prompts: Sequence[Prompt]) 
         parts["draft"] = source_identity(pair.draft, cache_dir=config.cache_dir)
     parts["drafter"] = {"kind": pair.drafter, "options": sorted(pair.drafter_options)}
     parts["prompt"] = texts
-    parts["case"] = {"engine": case.engine, "k": case.k, "batch": case.batch,
-                     "dtype": pair.dtype or config.dtype}
+    parts["case"] = {"engine": case.engine, "k": case.k, "batch": case.batch, "dtype": pair.dtype or config.dtype}
     return {name: _digest(value) for name, value in parts.items()}
 
 
@@ -65,12 +70,12 @@ def inputs_changes(logged: Mapping[str, Any] | None, now: Mapping[str, str]) -> 
     one."""
     if not isinstance(logged, Mapping) or not logged:
         return [NOT_RECORDED]
-    return [PART_NAMES.get(name, name) for name in dict.fromkeys([*now, *logged])
-            if logged.get(name) != now.get(name)]
+    return [PART_NAMES.get(name, name) for name in dict.fromkeys([*now, *logged]) if logged.get(name) != now.get(name)]
 
 
-def replayable(rows: Mapping[str, dict[str, Any]], cases: Sequence[Case], config: SpecbenchConfig,
-               prompts: Sequence[Prompt]) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+def replayable(
+    rows: Mapping[str, dict[str, Any]], cases: Sequence[Case], config: SpecbenchConfig, prompts: Sequence[Prompt]
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
     """The logged ``rows`` a resumed run may replay, and for each other case of ``cases`` what changed.
 
     A row of a case in ``cases`` is replayed only when its fingerprint equals the case's now; a row of a case
@@ -79,8 +84,9 @@ def replayable(rows: Mapping[str, dict[str, Any]], cases: Sequence[Case], config
     by_id = {case.id: case for case in cases}
     for case_id, row in rows.items():
         case = by_id.get(case_id)
-        changes = [] if case is None else inputs_changes(row.get("inputs_fingerprint"),
-                                                         case_inputs(case, config, prompts))
+        changes = (
+            [] if case is None else inputs_changes(row.get("inputs_fingerprint"), case_inputs(case, config, prompts))
+        )
         if changes:
             rerun[case_id] = changes
         else:

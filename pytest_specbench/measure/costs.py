@@ -11,8 +11,15 @@ from typing import Any
 import torch
 
 from ..engine.compiled_steps import one_token_step
-from ..engine.cost_model import (accepted_length_histogram, alpha_mle, catch_up_passes, observed_proposals,
-                                 position_acceptance, predict_steps, recommended_k_for)
+from ..engine.cost_model import (
+    accepted_length_histogram,
+    alpha_mle,
+    catch_up_passes,
+    observed_proposals,
+    position_acceptance,
+    predict_steps,
+    recommended_k_for,
+)
 from ..engine.cost_probe import verify_costs
 from ..engine.drafters import Drafter, ModelDrafter
 from ..engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
@@ -89,8 +96,9 @@ def _prefilled_cache(model, input_ids: torch.Tensor, static_length: int | None, 
 
 
 @torch.inference_mode()
-def draft_pass_costs(target_model, drafter: Drafter, input_ids: torch.Tensor, repeats: int = 7,
-                     compile_length: int | None = None) -> tuple[float, float | None, float | None]:
+def draft_pass_costs(
+    target_model, drafter: Drafter, input_ids: torch.Tensor, repeats: int = 7, compile_length: int | None = None
+) -> tuple[float, float | None, float | None]:
     """Seconds of the draft's one-position pass, its two-position pass and the target's one-position pass (medians),
     the three timed in turn within each repeat, so that their ratios compare passes of the same moment.
 
@@ -113,8 +121,9 @@ def draft_pass_costs(target_model, drafter: Drafter, input_ids: torch.Tensor, re
     step = draft if compile_length is None else one_token_step(draft)
     pair = draft_ids[0].repeat(2)[-2:].unsqueeze(0)  # two real tokens, even from a one-token prompt
     passes = {
-        "target": lambda: target_model(input_ids=target_ids[:, -1:], cache=target_cache, use_cache=True,
-                                       logits_to_keep=1),
+        "target": lambda: target_model(
+            input_ids=target_ids[:, -1:], cache=target_cache, use_cache=True, logits_to_keep=1
+        ),
         "one": lambda: step(input_ids=draft_ids[:, -1:], cache=draft_cache, use_cache=True, logits_to_keep=1),
         "two": lambda: step(input_ids=pair, cache=draft_cache, use_cache=True, logits_to_keep=1),
     }
@@ -128,29 +137,38 @@ def draft_pass_costs(target_model, drafter: Drafter, input_ids: torch.Tensor, re
             crop_to(draft_cache, draft_length)
             if repeat:
                 samples[name].append(elapsed)
-    return (statistics.median(samples["one"]), statistics.median(samples["two"]),
-            statistics.median(samples["target"]))
+    return (statistics.median(samples["one"]), statistics.median(samples["two"]), statistics.median(samples["target"]))
 
 
-def measure_costs(target_model, drafter, input_ids: torch.Tensor, max_positions: int,
-                  head_kernel: str = "auto", compile_length: int | None = None,
-                  head_rows: int | None = None) -> CostProfile:
+def measure_costs(
+    target_model,
+    drafter,
+    input_ids: torch.Tensor,
+    max_positions: int,
+    head_kernel: str = "auto",
+    compile_length: int | None = None,
+    head_rows: int | None = None,
+) -> CostProfile:
     """The cost model's inputs for one pair: v(1) .. v(max_positions), the draft's one- and two-position passes
     (with the target's one-position pass timed in turn with them), and the verify block sizes (2 .. ``head_rows``)
     whose head runs as weight @ hidden.T, every one measured here, before any timed run."""
-    curve = verify_costs(target_model, input_ids, max_positions, head_kernel=head_kernel,
-                         compile_length=compile_length)
+    curve = verify_costs(target_model, input_ids, max_positions, head_kernel=head_kernel, compile_length=compile_length)
     head_rows = max(head_rows or 0, max_positions)
     settle_head_forms(target_model, head_rows, head_kernel)
     one, two, reference = draft_pass_costs(target_model, drafter, input_ids, compile_length=compile_length)
-    return CostProfile(verify_costs_s=curve, draft_token_s=one,
-                       column_head_rows=column_head_rows(target_model, head_kernel, head_rows),
-                       draft_catch_up_s=two, draft_reference_s=reference)
+    return CostProfile(
+        verify_costs_s=curve,
+        draft_token_s=one,
+        column_head_rows=column_head_rows(target_model, head_kernel, head_rows),
+        draft_catch_up_s=two,
+        draft_reference_s=reference,
+    )
 
 
 @torch.inference_mode()
-def measure_batched_costs(target_model, drafter, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                          max_positions: int, repeats: int = 5) -> CostProfile:
+def measure_batched_costs(
+    target_model, drafter, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_positions: int, repeats: int = 5
+) -> CostProfile:
     """The cost model's inputs at batch B = ``input_ids.shape[0]``, as the batched engine runs its passes
     (:class:`~pytest_specbench.engine.batched.RowCache`, the model's own output head): v(m), one target pass over
     B x m positions on a warm cache of the left-padded prompts, m = 1 .. ``max_positions``; the draft's one- and
@@ -191,9 +209,13 @@ def measure_batched_costs(target_model, drafter, input_ids: torch.Tensor, attent
     verify = [statistics.median(curve[m]) for m in curve]
     if draft is None:
         return CostProfile(verify_costs_s=verify, draft_token_s=0.0, column_head_rows=[])
-    return CostProfile(verify_costs_s=verify, draft_token_s=statistics.median(passes["one"]), column_head_rows=[],
-                       draft_catch_up_s=statistics.median(passes["two"]),
-                       draft_reference_s=statistics.median(passes["target"]))
+    return CostProfile(
+        verify_costs_s=verify,
+        draft_token_s=statistics.median(passes["one"]),
+        column_head_rows=[],
+        draft_catch_up_s=statistics.median(passes["two"]),
+        draft_reference_s=statistics.median(passes["target"]),
+    )
 
 
 def calibrated_costs(costs: CostProfile, pairs: Sequence[tuple[GenerationResult, GenerationResult]]) -> CostProfile:
@@ -210,17 +232,23 @@ def calibrated_costs(costs: CostProfile, pairs: Sequence[tuple[GenerationResult,
     Unchanged where nothing was drafted or decoded, or for a drafter that costs nothing."""
     draft_s = sum(run.stats.draft_time_s for _, run in pairs)
     passes = sum(run.stats.draft_forward_passes for _, run in pairs)
-    catch_ups = min(sum(catch_up_passes(run.stats.drafted_per_step, run.stats.accepted_per_step)
-                        for _, run in pairs), passes)
+    catch_ups = min(
+        sum(catch_up_passes(run.stats.drafted_per_step, run.stats.accepted_per_step) for _, run in pairs), passes
+    )
     decode_s = sum(base.stats.decode_time_s for base, _ in pairs)
     decode_tokens = sum(base.stats.decode_tokens for base, _ in pairs)
     if min(draft_s, passes, decode_s, decode_tokens, costs.draft_token_s) <= 0:
         return costs
     two_to_one = (costs.draft_catch_up_s or costs.draft_token_s) / costs.draft_token_s
     one = draft_s / (passes - catch_ups + two_to_one * catch_ups)
-    return dataclasses.replace(costs, draft_token_s=one, draft_catch_up_s=two_to_one * one,
-                               draft_reference_s=decode_s / decode_tokens, draft_cost_source="runs",
-                               probe_draft_token_s=costs.draft_token_s)
+    return dataclasses.replace(
+        costs,
+        draft_token_s=one,
+        draft_catch_up_s=two_to_one * one,
+        draft_reference_s=decode_s / decode_tokens,
+        draft_cost_source="runs",
+        probe_draft_token_s=costs.draft_token_s,
+    )
 
 
 def case_column_head_rows(engine: str, k: int | str, costs: CostProfile | None) -> list[int]:
@@ -232,9 +260,15 @@ def case_column_head_rows(engine: str, k: int | str, costs: CostProfile | None) 
     return [m for m in rows if m <= k + 1] if isinstance(k, int) else rows
 
 
-def cost_model_fields(k: int | str, drafted_per_step: list[int], accepted_per_step: list[int],
-                      costs: CostProfile | None, decode_speedup: float, *,
-                      other_time_s: float | None = None) -> dict[str, Any]:
+def cost_model_fields(
+    k: int | str,
+    drafted_per_step: list[int],
+    accepted_per_step: list[int],
+    costs: CostProfile | None,
+    decode_speedup: float,
+    *,
+    other_time_s: float | None = None,
+) -> dict[str, Any]:
     """The row's cost-model fields from a run's per-step counts and the pair's measured costs.
 
     The prediction (:func:`~pytest_specbench.engine.cost_model.predict_steps`) prices the run's steps as they ran:
@@ -255,11 +289,15 @@ def cost_model_fields(k: int | str, drafted_per_step: list[int], accepted_per_st
     steps = max(len(drafted_per_step) - 1, 0)
     overhead_s = (other_time_s or 0.0) / steps if steps else 0.0
     probe = costs.probe_draft_token_s
-    fields.update(cost_ratio=c, draft_token_ms=1000 * costs.draft_token_s, verify_costs_ms=[1000 * v for v in curve],
-                  draft_cost_source=costs.draft_cost_source if costs.draft_token_s > 0 else None,
-                  draft_token_probe_ms=None if probe is None else 1000 * probe,
-                  draft_catch_up_ms=None if costs.draft_catch_up_s is None else 1000 * costs.draft_catch_up_s,
-                  step_overhead_ms=1000 * overhead_s if other_time_s is not None else None)
+    fields.update(
+        cost_ratio=c,
+        draft_token_ms=1000 * costs.draft_token_s,
+        verify_costs_ms=[1000 * v for v in curve],
+        draft_cost_source=costs.draft_cost_source if costs.draft_token_s > 0 else None,
+        draft_token_probe_ms=None if probe is None else 1000 * probe,
+        draft_catch_up_ms=None if costs.draft_catch_up_s is None else 1000 * costs.draft_catch_up_s,
+        step_overhead_ms=1000 * overhead_s if other_time_s is not None else None,
+    )
     if not isinstance(k, int) or k >= len(curve):  # a schedule's k changes step to step: one k's predictions fail
         return fields
     fields["verify_cost_ratio"] = curve[k] / curve[0]
@@ -267,9 +305,12 @@ def cost_model_fields(k: int | str, drafted_per_step: list[int], accepted_per_st
         overhead = overhead_s / curve[0]
         run = predict_steps(alpha, drafted_per_step, c, curve, c2, overhead)
         predicted = run.speedup
-        fields.update(predicted_tau=run.tau, predicted_speedup=predicted,
-                      efficiency=decode_speedup / predicted if predicted > 0 else None,
-                      recommended_k=recommended_k_for(alpha, c, curve,
-                                                      observed_proposals(k, drafted_per_step, accepted_per_step),
-                                                      c2, overhead))
+        fields.update(
+            predicted_tau=run.tau,
+            predicted_speedup=predicted,
+            efficiency=decode_speedup / predicted if predicted > 0 else None,
+            recommended_k=recommended_k_for(
+                alpha, c, curve, observed_proposals(k, drafted_per_step, accepted_per_step), c2, overhead
+            ),
+        )
     return fields

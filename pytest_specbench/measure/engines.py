@@ -62,28 +62,48 @@ def case_schedule(k: int | str, costs: CostProfile, greedy: bool = True) -> int 
 def _native(case: Case, run: RunInputs) -> SpeculativeRun:
     schedule = case_schedule(case.k, run.costs, run.sampling.greedy)
     return lambda between_steps=None: speculative_generate(
-        run.target_model, run.drafter, run.input_ids, schedule, run.max_new_tokens, eos_token_id=run.eos_token_id,
-        generator=run.generator, head_kernel=run.head_kernel, compile_steps=run.compile_steps,
-        between_steps=between_steps, **sampling_kwargs(run.sampling))
+        run.target_model,
+        run.drafter,
+        run.input_ids,
+        schedule,
+        run.max_new_tokens,
+        eos_token_id=run.eos_token_id,
+        generator=run.generator,
+        head_kernel=run.head_kernel,
+        compile_steps=run.compile_steps,
+        between_steps=between_steps,
+        **sampling_kwargs(run.sampling),
+    )
 
 
 def _hf(case: Case, run: RunInputs) -> SpeculativeRun:
     def run_hf() -> GenerationResult:
         # transformers samples from torch's global generator: seed it from this case's generator.
         seed = None if run.sampling.greedy else int(torch.randint(2**31 - 1, (1,), generator=run.generator))
-        return hf_assisted_generate(run.target_model, run.drafter, run.input_ids, case.k, run.max_new_tokens,
-                                    eos_token_id=run.eos_token_id, sampling=run.sampling, seed=seed)
+        return hf_assisted_generate(
+            run.target_model,
+            run.drafter,
+            run.input_ids,
+            case.k,
+            run.max_new_tokens,
+            eos_token_id=run.eos_token_id,
+            sampling=run.sampling,
+            seed=seed,
+        )
+
     return run_hf
 
 
 #: why the hf engine skips a case of batch > 1
-HF_BATCH_REFUSAL = ("transformers' assisted generation does not support batches (huggingface/transformers#32165)")
+HF_BATCH_REFUSAL = "transformers' assisted generation does not support batches (huggingface/transformers#32165)"
 
 
 #: why the hf engine skips a pair whose draft is its target (the store loads one model object for both)
-HF_SELF_DRAFT_REFUSAL = ("its draft is its target, one model object: transformers' assisted generation would "
-                         "run both on it, and the target's passes could not be told from the draft's; the "
-                         "native engine runs it")
+HF_SELF_DRAFT_REFUSAL = (
+    "its draft is its target, one model object: transformers' assisted generation would "
+    "run both on it, and the target's passes could not be told from the draft's; the "
+    "native engine runs it"
+)
 
 
 def _hf_refusal(case: Case, drafter: Any) -> str | None:
@@ -93,8 +113,10 @@ def _hf_refusal(case: Case, drafter: Any) -> str | None:
     if pair.drafter == "model" and pair.draft == pair.target:
         return f"pair {pair.name}: {HF_SELF_DRAFT_REFUSAL}"
     if isinstance(drafter, PromptLookupDrafter) and not isinstance(case.k, int):
-        return (f"transformers' prompt lookup has no draft-length schedule, so the hf engine runs "
-                f"pair {case.pair.name} at integer k only, not k={case.k}")
+        return (
+            f"transformers' prompt lookup has no draft-length schedule, so the hf engine runs "
+            f"pair {case.pair.name} at integer k only, not k={case.k}"
+        )
     return None
 
 

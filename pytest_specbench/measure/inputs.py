@@ -12,13 +12,14 @@ from .matrix import Case
 from .prompts import Prompt, filler_text, fit_context
 
 
-def prompt_input_ids(tokenizer, prompt: Prompt, all_prompts: list[Prompt], context_tokens: int | None,
-                     device: str) -> torch.Tensor:
+def prompt_input_ids(
+    tokenizer, prompt: Prompt, all_prompts: list[Prompt], context_tokens: int | None, device: str
+) -> torch.Tensor:
     """Tokenise a prompt, padded or cut to ``context_tokens`` (special tokens included) when asked."""
     plain = tokenizer(prompt.text, add_special_tokens=False).input_ids
     full = tokenizer(prompt.text).input_ids
     # Leading special tokens (a BOS) stay in front of any padding.
-    lead = full[: len(full) - len(plain)] if full[len(full) - len(plain):] == plain else []
+    lead = full[: len(full) - len(plain)] if full[len(full) - len(plain) :] == plain else []
     if context_tokens is not None:
         filler = tokenizer(filler_text(all_prompts, exclude_id=prompt.id), add_special_tokens=False).input_ids
         plain = fit_context(plain, max(context_tokens - len(lead), 1), filler)
@@ -40,19 +41,28 @@ def check_context_windows(case: Case, prompt_tokens: int, new_tokens: int, model
             continue
         limit, attribute = window
         if prompt_tokens >= limit:  # not one new token fits: no --specbench-max-new-tokens alone would help
-            prompt = (f"the prompt {case.prompt.id!r}" if case.batch <= 1
-                      else f"the prompts of batch {case.batch}, padded to its longest row,")
-            helps = (f"cut the prompts with --specbench-context-tokens={limit - new_tokens} (or fewer)"
-                     if limit > new_tokens else
-                     f"lower --specbench-max-new-tokens below {limit} and cut the prompts with "
-                     "--specbench-context-tokens")
+            prompt = (
+                f"the prompt {case.prompt.id!r}"
+                if case.batch <= 1
+                else f"the prompts of batch {case.batch}, padded to its longest row,"
+            )
+            helps = (
+                f"cut the prompts with --specbench-context-tokens={limit - new_tokens} (or fewer)"
+                if limit > new_tokens
+                else f"lower --specbench-max-new-tokens below {limit} and cut the prompts with "
+                "--specbench-context-tokens"
+            )
             raise UnrunnableCase(
                 f"case {case.id}: {prompt} alone ({prompt_tokens} tokens) does not fit in the {role} context "
                 f"window ({attribute} = {limit}), which leaves no position for a new token; use a shorter "
-                f"prompt, or {helps}")
+                f"prompt, or {helps}"
+            )
         longest_prompt = limit - new_tokens
-        shorten = (f"cut the prompts with --specbench-context-tokens={longest_prompt} (or fewer)"
-                   if longest_prompt >= 1 else "")
+        shorten = (
+            f"cut the prompts with --specbench-context-tokens={longest_prompt} (or fewer)"
+            if longest_prompt >= 1
+            else ""
+        )
         fewer = f"lower --specbench-max-new-tokens to {limit - prompt_tokens} or less"
         raise UnrunnableCase(
             f"case {case.id}: the prompt ({prompt_tokens} tokens) and {new_tokens} new tokens need {needed} "

@@ -44,8 +44,13 @@ def target_of(pair: PairSpec) -> str:
     return f"{pair.target}{'@' + pair.revision if pair.revision else ''}{'/' + pair.dtype if pair.dtype else ''}"
 
 
-def build_matrix(pairs: Sequence[PairSpec], ks: Sequence[int | str], prompts: Sequence[Prompt],
-                 engines: Sequence[str] = ("native",), batches: Sequence[int] = (1,)) -> list[Case]:
+def build_matrix(
+    pairs: Sequence[PairSpec],
+    ks: Sequence[int | str],
+    prompts: Sequence[Prompt],
+    engines: Sequence[str] = ("native",),
+    batches: Sequence[int] = (1,),
+) -> list[Case]:
     """Block by block (a target, a prompt and a batch size: see :attr:`Case.block`), targets in the order their
     first pair comes, prompts in file order, batch sizes in the order given; within a block pairs, then k, then
     engine. A block's cases run back to back, so its rows reach the results log together, and every worker sees
@@ -59,8 +64,16 @@ def build_matrix(pairs: Sequence[PairSpec], ks: Sequence[int | str], prompts: Se
     for pair in pairs:
         targets.setdefault(target_of(pair), len(targets))
     cases = [
-        Case(pair=pair, k=k, prompt=prompt, prompt_label=label, engine=engine, engine_in_id=len(engines) > 1,
-             batch=batch, batch_in_id=len(batches) > 1)
+        Case(
+            pair=pair,
+            k=k,
+            prompt=prompt,
+            prompt_label=label,
+            engine=engine,
+            engine_in_id=len(engines) > 1,
+            batch=batch,
+            batch_in_id=len(batches) > 1,
+        )
         for pair in pairs
         for prompt, label in zip(prompts, labels)
         for batch in batches
@@ -70,8 +83,9 @@ def build_matrix(pairs: Sequence[PairSpec], ks: Sequence[int | str], prompts: Se
     order = {prompt.id: position for position, prompt in enumerate(prompts)}
     batch_order = {batch: position for position, batch in enumerate(batches)}
     # sorted() is stable: within a block, pairs, k and engines keep the order above.
-    return sorted(cases, key=lambda case: (targets[target_of(case.pair)], order[case.prompt.id],
-                                           batch_order[case.batch]))
+    return sorted(
+        cases, key=lambda case: (targets[target_of(case.pair)], order[case.prompt.id], batch_order[case.batch])
+    )
 
 
 def shard_pairs(pairs: Sequence[PairSpec], index: int, count: int) -> list[PairSpec]:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.names import DEFAULT_NGRAM_SIZE, DEFAULT_TRUNCATED_LAYERS
-from ..models.base import DTYPE_NAMES as DTYPES, GEMMA3_270M_NAME, QWEN_CODER_0_5B_NAME, QWEN_CODER_1_5B_NAME
+from ..models.base import DTYPE_NAMES as DTYPES
+from ..models.base import GEMMA3_270M_NAME, QWEN_CODER_0_5B_NAME, QWEN_CODER_1_5B_NAME
 
 DRAFTER_KINDS = ("model", "truncated", "int8", "prompt_lookup")
 EMBEDDED_GEMMA = GEMMA3_270M_NAME
@@ -74,15 +75,30 @@ BUILTIN_PAIRS: dict[str, PairSpec] = {
     pair.name: pair
     for pair in (
         PairSpec("gpt2_distil", "gpt2", "distilgpt2", description="gpt2 verified, distilgpt2 drafts"),
-        PairSpec("gpt2_tiny", "gpt2", drafter="truncated", drafter_options=(("num_layers", DEFAULT_TRUNCATED_LAYERS),),
-                 description="gpt2 verified, its own first 2 layers draft (untrained as a draft)"),
+        PairSpec(
+            "gpt2_tiny",
+            "gpt2",
+            drafter="truncated",
+            drafter_options=(("num_layers", DEFAULT_TRUNCATED_LAYERS),),
+            description="gpt2 verified, its own first 2 layers draft (untrained as a draft)",
+        ),
         PairSpec("gpt2_medium", "gpt2-medium", "gpt2", description="gpt2-medium verified, gpt2 drafts"),
         PairSpec("gpt2_large", "gpt2-large", "gpt2", description="gpt2-large verified, gpt2 drafts"),
-        PairSpec("gemma3_int8", EMBEDDED_GEMMA, drafter="int8", embedded=True,
-                 description="Gemma 3 270M verified, its int8 copy drafts"),
-        PairSpec("gemma3_pld", EMBEDDED_GEMMA, drafter="prompt_lookup",
-                 drafter_options=(("ngram_size", DEFAULT_NGRAM_SIZE),), embedded=True,
-                 description="Gemma 3 270M verified, prompt lookup drafts"),
+        PairSpec(
+            "gemma3_int8",
+            EMBEDDED_GEMMA,
+            drafter="int8",
+            embedded=True,
+            description="Gemma 3 270M verified, its int8 copy drafts",
+        ),
+        PairSpec(
+            "gemma3_pld",
+            EMBEDDED_GEMMA,
+            drafter="prompt_lookup",
+            drafter_options=(("ngram_size", DEFAULT_NGRAM_SIZE),),
+            embedded=True,
+            description="Gemma 3 270M verified, prompt lookup drafts",
+        ),
     )
 }
 
@@ -94,19 +110,51 @@ BUILTIN_PAIRS: dict[str, PairSpec] = {
 OPT_IN_PAIRS: dict[str, PairSpec] = {
     pair.name: pair
     for pair in (
-        PairSpec("qwen_coder", QWEN_1_5B, QWEN_0_5B, embedded=True,
-                 description="Qwen2.5-Coder 1.5B verified, Qwen2.5-Coder 0.5B drafts (a separate draft model)"),
-        PairSpec("qwen_coder_int8", QWEN_1_5B, drafter="int8", embedded=True,
-                 description="Qwen2.5-Coder 1.5B verified, its int8 copy drafts"),
-        PairSpec("qwen_coder_2layer", QWEN_1_5B, drafter="truncated", drafter_options=(("num_layers", DEFAULT_TRUNCATED_LAYERS),),
-                 embedded=True,
-                 description="Qwen2.5-Coder 1.5B verified, its own first 2 layers draft (untrained as a draft)"),
-        PairSpec("qwen_coder_pld", QWEN_1_5B, drafter="prompt_lookup", drafter_options=(("ngram_size", DEFAULT_NGRAM_SIZE),),
-                 embedded=True, description="Qwen2.5-Coder 1.5B verified, prompt lookup drafts"),
-        PairSpec("qwen_coder_05b_int8", QWEN_0_5B, drafter="int8", embedded=True,
-                 description="Qwen2.5-Coder 0.5B verified, its int8 copy drafts"),
-        PairSpec("qwen_coder_05b_pld", QWEN_0_5B, drafter="prompt_lookup", drafter_options=(("ngram_size", DEFAULT_NGRAM_SIZE),),
-                 embedded=True, description="Qwen2.5-Coder 0.5B verified, prompt lookup drafts"),
+        PairSpec(
+            "qwen_coder",
+            QWEN_1_5B,
+            QWEN_0_5B,
+            embedded=True,
+            description="Qwen2.5-Coder 1.5B verified, Qwen2.5-Coder 0.5B drafts (a separate draft model)",
+        ),
+        PairSpec(
+            "qwen_coder_int8",
+            QWEN_1_5B,
+            drafter="int8",
+            embedded=True,
+            description="Qwen2.5-Coder 1.5B verified, its int8 copy drafts",
+        ),
+        PairSpec(
+            "qwen_coder_2layer",
+            QWEN_1_5B,
+            drafter="truncated",
+            drafter_options=(("num_layers", DEFAULT_TRUNCATED_LAYERS),),
+            embedded=True,
+            description="Qwen2.5-Coder 1.5B verified, its own first 2 layers draft (untrained as a draft)",
+        ),
+        PairSpec(
+            "qwen_coder_pld",
+            QWEN_1_5B,
+            drafter="prompt_lookup",
+            drafter_options=(("ngram_size", DEFAULT_NGRAM_SIZE),),
+            embedded=True,
+            description="Qwen2.5-Coder 1.5B verified, prompt lookup drafts",
+        ),
+        PairSpec(
+            "qwen_coder_05b_int8",
+            QWEN_0_5B,
+            drafter="int8",
+            embedded=True,
+            description="Qwen2.5-Coder 0.5B verified, its int8 copy drafts",
+        ),
+        PairSpec(
+            "qwen_coder_05b_pld",
+            QWEN_0_5B,
+            drafter="prompt_lookup",
+            drafter_options=(("ngram_size", DEFAULT_NGRAM_SIZE),),
+            embedded=True,
+            description="Qwen2.5-Coder 0.5B verified, prompt lookup drafts",
+        ),
     )
 }
 
@@ -115,21 +163,30 @@ def pair_from_mapping(name: str, data: Mapping[str, Any], where: str) -> PairSpe
     """Validate one ``[pairs.NAME]`` table."""
     if not _PAIR_NAME.match(name):
         raise PairError(f"{where}: pair name {name!r} must start with a letter and hold only letters, digits and _")
-    known = {"target", "draft", "drafter", "revision", "dtype", "description",
-             "num_layers", "ngram_size", "max_proposal"}
+    known = {
+        "target",
+        "draft",
+        "drafter",
+        "revision",
+        "dtype",
+        "description",
+        "num_layers",
+        "ngram_size",
+        "max_proposal",
+    }
     unknown = sorted(set(data) - known)
     if unknown:
         raise PairError(f"{where}: pair {name!r} has unknown keys {unknown}; accepted: {sorted(known)}")
     if not isinstance(data.get("target"), str) or not data["target"]:
-        raise PairError(f"{where}: pair {name!r} needs target = \"<hub id or local path>\"")
+        raise PairError(f'{where}: pair {name!r} needs target = "<hub id or local path>"')
     drafter = data.get("drafter", "model")
     if drafter not in DRAFTER_KINDS:
         raise PairError(f"{where}: pair {name!r} has drafter = {drafter!r}; accepted: {', '.join(DRAFTER_KINDS)}")
     draft = data.get("draft")
     if drafter == "model" and not (isinstance(draft, str) and draft):
-        raise PairError(f"{where}: pair {name!r} uses drafter = \"model\" and needs draft = \"<hub id or local path>\"")
+        raise PairError(f'{where}: pair {name!r} uses drafter = "model" and needs draft = "<hub id or local path>"')
     if drafter != "model" and draft is not None:
-        raise PairError(f"{where}: pair {name!r}: draft is only for drafter = \"model\", not {drafter!r}")
+        raise PairError(f'{where}: pair {name!r}: draft is only for drafter = "model", not {drafter!r}')
     options = []
     for key in ("num_layers", "ngram_size", "max_proposal"):
         if key in data:

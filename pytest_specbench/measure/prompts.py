@@ -134,7 +134,9 @@ def _read_text(path: Path) -> str:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise PromptFileError(path, line, f"invalid UTF-8 ({exc.reason})", "prompt files must be UTF-8 encoded") from None
+        raise PromptFileError(
+            path, line, f"invalid UTF-8 ({exc.reason})", "prompt files must be UTF-8 encoded"
+        ) from None
     # Normalise line endings ourselves; str.splitlines would also split on
     # characters such as U+2028 that may legally appear inside a JSON string.
     return text.replace("\r\n", "\n").replace("\r", "\n")
@@ -153,7 +155,7 @@ def _parse_line(path: Path, lineno: int, line: str) -> dict[str, object]:
 
 
 _UNICODE_RULE = (
-    'prompt text must be valid Unicode: write the character itself, or a full surrogate pair such as '
+    "prompt text must be valid Unicode: write the character itself, or a full surrogate pair such as "
     '"\\ud83d\\ude00" for one character outside the Basic Multilingual Plane'
 )
 

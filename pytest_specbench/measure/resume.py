@@ -41,8 +41,10 @@ def load_resume(config: SpecbenchConfig, cases: Sequence[Case], prompts: Sequenc
     log = read_log(config.resume)  # each row checked against the schema: a bad line is a usage error
     differences = settings_differences(log.settings, result_settings(config))
     if differences:
-        raise ValueError(f"--specbench-resume={config.resume}: the log was measured with other settings "
-                         f"({'; '.join(differences)}); resume with the options of the run it logged")
+        raise ValueError(
+            f"--specbench-resume={config.resume}: the log was measured with other settings "
+            f"({'; '.join(differences)}); resume with the options of the run it logged"
+        )
     # Only a row whose case has the same inputs now (models, prompt text, ...) is replayed.
     rows, rerun = replayable(log.rows, cases, config, prompts)
     return Resume(rows=rows, rerun=rerun, log=log)

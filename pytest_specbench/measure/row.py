@@ -58,14 +58,27 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 def _identity_fields(case: Case, measurement: Measurement) -> dict[str, Any]:
     pair = case.pair
-    config = (f"{pair.name}_k{case.k}" + ("" if case.engine == "native" else f"_{case.engine}")
-              + (f"_b{case.batch}" if case.batch > 1 else ""))
-    return dict(case=case.id, config=config,
-                pair=pair.name, target=pair.target, draft=pair.draft_label, drafter=pair.drafter, engine=case.engine,
-                k=case.k, batch=case.batch, prompt=case.prompt_label, prompt_id=case.prompt.id,
-                category=case.prompt.category,
-                **sampling_kwargs(measurement.sampling or SamplingParams()),
-                prompt_tokens=int(measurement.input_ids.shape[1]))
+    config = (
+        f"{pair.name}_k{case.k}"
+        + ("" if case.engine == "native" else f"_{case.engine}")
+        + (f"_b{case.batch}" if case.batch > 1 else "")
+    )
+    return dict(
+        case=case.id,
+        config=config,
+        pair=pair.name,
+        target=pair.target,
+        draft=pair.draft_label,
+        drafter=pair.drafter,
+        engine=case.engine,
+        k=case.k,
+        batch=case.batch,
+        prompt=case.prompt_label,
+        prompt_id=case.prompt.id,
+        category=case.prompt.category,
+        **sampling_kwargs(measurement.sampling or SamplingParams()),
+        prompt_tokens=int(measurement.input_ids.shape[1]),
+    )
 
 
 def _speed_fields(measurement: Measurement, ci_target: float) -> dict[str, Any]:
@@ -82,45 +95,70 @@ def _speed_fields(measurement: Measurement, ci_target: float) -> dict[str, Any]:
 
     return dict(
         latency_ms=1000 * median(speculative, "wall_time_s") / new_tokens,
-        throughput_tps=speculative_tps["median"], baseline_tps=baseline_tps["median"],
-        baseline_tps_min=baseline_tps["min"], baseline_tps_max=baseline_tps["max"],
-        speculative_tps=speculative_tps["median"], speculative_tps_min=speculative_tps["min"],
+        throughput_tps=speculative_tps["median"],
+        baseline_tps=baseline_tps["median"],
+        baseline_tps_min=baseline_tps["min"],
+        baseline_tps_max=baseline_tps["max"],
+        speculative_tps=speculative_tps["median"],
+        speculative_tps_min=speculative_tps["min"],
         speculative_tps_max=speculative_tps["max"],
-        speedup=end_to_end.estimate, speedup_ci_low=end_to_end.low, speedup_ci_high=end_to_end.high,
-        ttft_ms=1000 * median(speculative, "prefill_time_s"), baseline_ttft_ms=1000 * median(baselines, "prefill_time_s"),
+        speedup=end_to_end.estimate,
+        speedup_ci_low=end_to_end.low,
+        speedup_ci_high=end_to_end.high,
+        ttft_ms=1000 * median(speculative, "prefill_time_s"),
+        baseline_ttft_ms=1000 * median(baselines, "prefill_time_s"),
         decode_tps=median(speculative, "decode_tokens_per_second"),
         baseline_decode_tps=median(baselines, "decode_tokens_per_second"),
-        decode_speedup=decode.estimate, decode_speedup_ci_low=decode.low, decode_speedup_ci_high=decode.high,
+        decode_speedup=decode.estimate,
+        decode_speedup_ci_low=decode.low,
+        decode_speedup_ci_high=decode.high,
         baseline_cv=coefficient_of_variation([run.stats.wall_time_s for run in baselines]),
         speculative_cv=coefficient_of_variation([run.stats.wall_time_s for run in speculative]),
-        rounds=len(speculative), baseline_runs=len(baselines),
+        rounds=len(speculative),
+        baseline_runs=len(baselines),
         interval_dof=pooled.dof if pooled else (len(speculative) - 1 if measurement.paired else None),
         round_log_sd=pooled.sd if pooled else None,
         round_decode_token_s=[run.stats.time_per_decode_token_s for run in speculative],
         round_wall_s=[run.stats.wall_time_s for run in speculative],
         baseline_round_decode_token_s=[run.stats.time_per_decode_token_s for run in baselines],
         # An eliminated case was stopped on purpose, with an interval that sufficed to rank it.
-        unstable=(max(end_to_end.relative_half_width, decode.relative_half_width) > ci_target
-                  and (measurement.block is None or measurement.block.eliminated_by is None)),
+        unstable=(
+            max(end_to_end.relative_half_width, decode.relative_half_width) > ci_target
+            and (measurement.block is None or measurement.block.eliminated_by is None)
+        ),
     )
 
 
 def _block_fields(block: BlockRecord | None) -> dict[str, Any]:
     if block is None:
         return {}
-    return dict(block=block.block, block_rounds=list(block.rounds), eliminated_by=block.eliminated_by,
-                timing_stop=block.stop, block_round_count=block.block_rounds)
+    return dict(
+        block=block.block,
+        block_rounds=list(block.rounds),
+        eliminated_by=block.eliminated_by,
+        timing_stop=block.stop,
+        block_round_count=block.block_rounds,
+    )
 
 
 def _step_fields(last: DecodeStats, median_run: DecodeStats) -> dict[str, Any]:
     """Where the median run's time went, and the last run's per-step counts (the same in every greedy run)."""
-    return dict(new_tokens=last.new_tokens, prefill_tokens=median_run.prefill_tokens,
-                draft_time_s=median_run.draft_time_s, verify_time_s=median_run.verify_time_s,
-                other_time_s=median_run.other_time_s, acceptance_rate=last.acceptance_rate, tau=last.tokens_per_step,
-                drafted_tokens=last.drafted_tokens, accepted_tokens=last.accepted_tokens,
-                target_forward_passes=last.target_forward_passes, draft_forward_passes=last.draft_forward_passes,
-                accepted_per_step=list(last.accepted_per_step), drafted_per_step=list(last.drafted_per_step),
-                k_per_step=list(last.k_per_step))
+    return dict(
+        new_tokens=last.new_tokens,
+        prefill_tokens=median_run.prefill_tokens,
+        draft_time_s=median_run.draft_time_s,
+        verify_time_s=median_run.verify_time_s,
+        other_time_s=median_run.other_time_s,
+        acceptance_rate=last.acceptance_rate,
+        tau=last.tokens_per_step,
+        drafted_tokens=last.drafted_tokens,
+        accepted_tokens=last.accepted_tokens,
+        target_forward_passes=last.target_forward_passes,
+        draft_forward_passes=last.draft_forward_passes,
+        accepted_per_step=list(last.accepted_per_step),
+        drafted_per_step=list(last.drafted_per_step),
+        k_per_step=list(last.k_per_step),
+    )
 
 
 def _flat(tokens: list) -> list:
@@ -133,17 +171,18 @@ def _begins(tokens: list, reference: list) -> bool:
     tokens as fit in its run's time."""
     if tokens and isinstance(tokens[0], list) or len(tokens) >= len(reference):
         return tokens == reference
-    return tokens == reference[:len(tokens)]
+    return tokens == reference[: len(tokens)]
 
 
 def _verdict_fields(measurement: Measurement) -> dict[str, Any]:
     reference, verdict = measurement.reference, measurement.verdict
     tokens = _flat(measurement.speculative[-1].token_ids)
-    return dict(quality_score=quality_score(tokens, _flat(reference)) if reference else None,
-                lossless=None if verdict["verdict"] == "not-checked" else verdict["verdict"] == "lossless",
-                baseline_matches_reference=(_begins(measurement.baselines[-1].token_ids, reference)
-                                            if reference else None),
-                **verdict)
+    return dict(
+        quality_score=quality_score(tokens, _flat(reference)) if reference else None,
+        lossless=None if verdict["verdict"] == "not-checked" else verdict["verdict"] == "lossless",
+        baseline_matches_reference=(_begins(measurement.baselines[-1].token_ids, reference) if reference else None),
+        **verdict,
+    )
 
 
 def _batch_fields(case: Case, measurement: Measurement, speed: dict[str, Any]) -> dict[str, Any]:
@@ -153,12 +192,16 @@ def _batch_fields(case: Case, measurement: Measurement, speed: dict[str, Any]) -
     last = measurement.speculative[-1]
     acceptance = row_acceptance(last)
     known = [value for value in acceptance if value is not None]
-    return dict(batch_prompt_ids=list(measurement.batch_prompt_ids or []),
-                batch_prompt_tokens=[row.prompt_length for row in last],
-                batch_new_tokens=[row.stats.new_tokens for row in last],
-                batch_decode_tps=speed["decode_tps"], batch_baseline_decode_tps=speed["baseline_decode_tps"],
-                row_acceptance=acceptance, row_acceptance_min=min(known) if known else None,
-                row_acceptance_max=max(known) if known else None)
+    return dict(
+        batch_prompt_ids=list(measurement.batch_prompt_ids or []),
+        batch_prompt_tokens=[row.prompt_length for row in last],
+        batch_new_tokens=[row.stats.new_tokens for row in last],
+        batch_decode_tps=speed["decode_tps"],
+        batch_baseline_decode_tps=speed["baseline_decode_tps"],
+        row_acceptance=acceptance,
+        row_acceptance_min=min(known) if known else None,
+        row_acceptance_max=max(known) if known else None,
+    )
 
 
 def build_result(case: Case, measurement: Measurement, device: str, dtype: str, ci_target: float) -> CaseResult:
@@ -185,13 +228,20 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         if last.decode_steps:
             other_time_s *= (len(drafted) - 1) / last.decode_steps
     return CaseResult(
-        **_identity_fields(case, measurement), **speed, **steps,
-        **_verdict_fields(measurement), **_block_fields(measurement.block), **batch,
-        device=device, dtype=dtype, threads=torch.get_num_threads(),
+        **_identity_fields(case, measurement),
+        **speed,
+        **steps,
+        **_verdict_fields(measurement),
+        **_block_fields(measurement.block),
+        **batch,
+        device=device,
+        dtype=dtype,
+        threads=torch.get_num_threads(),
         target_load_s=measurement.target_load_s,  # includes a GGUF conversion on a first run
         target_load_source=measurement.target_load_source,
-        **cost_model_fields(case.k, drafted, accepted, measurement.costs,
-                            speed["decode_speedup"], other_time_s=other_time_s),
+        **cost_model_fields(
+            case.k, drafted, accepted, measurement.costs, speed["decode_speedup"], other_time_s=other_time_s
+        ),
         column_head_rows=case_column_head_rows(case.engine, case.k, measurement.costs),
         **(measurement.sizes or {}),
         **(dict(zip(("peak_memory_mb", "peak_memory_kind"), memory)) if memory else {}),

@@ -18,8 +18,8 @@ import torch
 
 from ..engine.cost_probe import parameter_count
 from ..engine.decoding import GreedyStepper, greedy_generate
-from ..engine.interleave import InterleavedBaseline
 from ..engine.drafters import ModelDrafter
+from ..engine.interleave import InterleavedBaseline
 from ..engine.names import HEURISTIC
 from ..engine.sampling import SamplingParams
 from ..engine.stats import GenerationResult
@@ -29,14 +29,14 @@ from ..models.loading import LoadedModel
 from ..results.schema import CaseResult
 from ..settings.config import SpecbenchConfig
 from ..settings.options import INTERLEAVED
+from . import batches
+from .blocks import BLOCK_BUDGET, MAX_ROUNDS, TimedCase, interleaved_pair, time_block
 from .costs import CostProfile, calibrated_costs, measure_costs, probed_k
 from .engines import ENGINES, RunInputs, sampling_kwargs, sampling_params, speculative_runner
 from .inputs import check_context_windows, prompt_input_ids
 from .matrix import Case
 from .memory import peak_memory_mb, reset_peak_memory
 from .prompts import Prompt
-from . import batches
-from .blocks import BLOCK_BUDGET, MAX_ROUNDS, TimedCase, interleaved_pair, time_block
 from .row import BlockRecord, Measurement, build_result
 from .shared import SharedMeasurements
 from .store import ModelStore
@@ -58,16 +58,19 @@ class CaseSetup:
     costs_key: tuple  # the profile's key in SharedMeasurements, under which the warm-up's runs replace it
 
 
-def prepare_case(case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,
-                 all_prompts: list[Prompt]) -> CaseSetup:
+def prepare_case(
+    case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig, all_prompts: list[Prompt]
+) -> CaseSetup:
     """Load the pair, tokenise the prompt, check the context windows, and get the reference and the costs."""
     pair = case.pair
     target, drafter = store.target(pair), store.drafter(pair)
     refusal = ENGINES[case.engine].refusal(case, drafter)
     if refusal:
         raise NotApplicable(refusal)
-    input_ids = shared.input_ids((pair.target, pair.revision, case.prompt.id), lambda: prompt_input_ids(
-        target.tokenizer, case.prompt, all_prompts, config.context_tokens, store.device))
+    input_ids = shared.input_ids(
+        (pair.target, pair.revision, case.prompt.id),
+        lambda: prompt_input_ids(target.tokenizer, case.prompt, all_prompts, config.context_tokens, store.device),
+    )
     eos = target.tokenizer.eos_token_id if config.stop_at_eos else None
     n = config.max_new_tokens
     models = {f"target {pair.target!r}": target.model}
@@ -83,17 +86,32 @@ def prepare_case(case: Case, store: ModelStore, shared: SharedMeasurements, conf
     head_rows = max(longest + 1, n if HEURISTIC in config.ks else 0)
     compile_length = int(input_ids.shape[1]) + n if config.compile_steps else None
     costs_key = (pair.name, longest, head_rows, config.head_kernel, compile_length)
-    costs = shared.costs(costs_key, lambda: measure_costs(target.model, drafter, input_ids, longest + 1,
-                                                          config.head_kernel, compile_length, head_rows))
+    costs = shared.costs(
+        costs_key,
+        lambda: measure_costs(
+            target.model, drafter, input_ids, longest + 1, config.head_kernel, compile_length, head_rows
+        ),
+    )
     return CaseSetup(target, drafter, input_ids, n, eos, sampling, reference, costs, costs_key)
 
 
 def _speculative_run(case: Case, setup: CaseSetup, config: SpecbenchConfig) -> Callable[[], GenerationResult]:
     # Seeded per case, so a sampled case repeats on one machine whatever ran before it.
-    return speculative_runner(case, RunInputs(setup.target.model, setup.drafter, setup.input_ids, setup.max_new_tokens,
-                                              setup.eos_token_id, setup.costs, setup.sampling,
-                                              torch.Generator().manual_seed(config.seed + 1), config.head_kernel,
-                                              config.compile_steps))
+    return speculative_runner(
+        case,
+        RunInputs(
+            setup.target.model,
+            setup.drafter,
+            setup.input_ids,
+            setup.max_new_tokens,
+            setup.eos_token_id,
+            setup.costs,
+            setup.sampling,
+            torch.Generator().manual_seed(config.seed + 1),
+            config.head_kernel,
+            config.compile_steps,
+        ),
+    )
 
 
 def _run_of(case: Case, setup, config: SpecbenchConfig) -> Callable[[], GenerationResult]:
@@ -102,9 +120,15 @@ def _run_of(case: Case, setup, config: SpecbenchConfig) -> Callable[[], Generati
 
 def _baseline_run(setup: CaseSetup, config: SpecbenchConfig) -> Callable[[], GenerationResult]:
     generator = torch.Generator().manual_seed(config.seed)
-    return lambda: greedy_generate(setup.target.model, setup.input_ids, setup.max_new_tokens,
-                                   eos_token_id=setup.eos_token_id, generator=generator,
-                                   compile_steps=config.compile_steps, **sampling_kwargs(setup.sampling))
+    return lambda: greedy_generate(
+        setup.target.model,
+        setup.input_ids,
+        setup.max_new_tokens,
+        eos_token_id=setup.eos_token_id,
+        generator=generator,
+        compile_steps=config.compile_steps,
+        **sampling_kwargs(setup.sampling),
+    )
 
 
 def _interleaved_baseline(setup: CaseSetup, config: SpecbenchConfig) -> Callable[[], InterleavedBaseline]:
@@ -113,22 +137,46 @@ def _interleaved_baseline(setup: CaseSetup, config: SpecbenchConfig) -> Callable
     model = setup.target.model
 
     def new_stepper() -> GreedyStepper:
-        return GreedyStepper(model, setup.input_ids, setup.max_new_tokens, setup.sampling, generator,
-                             setup.eos_token_id, config.compile_steps)
+        return GreedyStepper(
+            model,
+            setup.input_ids,
+            setup.max_new_tokens,
+            setup.sampling,
+            generator,
+            setup.eos_token_id,
+            config.compile_steps,
+        )
+
     return lambda: InterleavedBaseline(new_stepper, DeviceClock(model.device))
 
 
-def _verdict(case: Case, setup: CaseSetup, tokens: list[int], store: ModelStore, shared: SharedMeasurements,
-             config: SpecbenchConfig) -> dict[str, Any]:
+def _verdict(
+    case: Case,
+    setup: CaseSetup,
+    tokens: list[int],
+    store: ModelStore,
+    shared: SharedMeasurements,
+    config: SpecbenchConfig,
+) -> dict[str, Any]:
     """Token-equal to the reference (a near-tie allowed under half precision), or the sampling check."""
     pair, target = case.pair, setup.target
     if setup.sampling.greedy:
-        return diagnose(target.model, target.tokenizer, setup.input_ids, tokens, setup.reference,
-                        store.dtype_for(pair) != "float32", config.tie_tolerance)
+        return diagnose(
+            target.model,
+            target.tokenizer,
+            setup.input_ids,
+            tokens,
+            setup.reference,
+            store.dtype_for(pair) != "float32",
+            config.tie_tolerance,
+        )
     key = (pair.name, case.prompt.id, setup.sampling, config.sampling_check_draws, config.seed)
-    check = shared.sampling_check(key, lambda: sampling_check(target.model, setup.drafter, setup.input_ids,
-                                                              setup.sampling, config.sampling_check_draws,
-                                                              config.seed))
+    check = shared.sampling_check(
+        key,
+        lambda: sampling_check(
+            target.model, setup.drafter, setup.input_ids, setup.sampling, config.sampling_check_draws, config.seed
+        ),
+    )
     return sampling_verdict(case.engine, check)
 
 
@@ -146,9 +194,14 @@ class BlockPlan:
 CALIBRATION_PAIRS = 2
 
 
-def _warm_up(cases: Sequence[Case], setups: dict[str, Any], run_baseline: Callable[[], GenerationResult],
-             shared: SharedMeasurements, config: SpecbenchConfig,
-             new_interleaved: Callable[[], InterleavedBaseline] | None = None) -> None:
+def _warm_up(
+    cases: Sequence[Case],
+    setups: dict[str, Any],
+    run_baseline: Callable[[], GenerationResult],
+    shared: SharedMeasurements,
+    config: SpecbenchConfig,
+    new_interleaved: Callable[[], InterleavedBaseline] | None = None,
+) -> None:
     """Pay first-call costs (allocations, kernel choice) untimed, once per (pair, engine, batch). After a native
     warm-up with a draft model, :data:`CALIBRATION_PAIRS` untimed pairs of runs re-time the pair's draft costs, and
     every case set up on that profile (this block's, and later blocks' through ``shared``) reads the new one, so
@@ -159,12 +212,19 @@ def _warm_up(cases: Sequence[Case], setups: dict[str, Any], run_baseline: Callab
     for case in cases:
         setup = setups[case.id]
         run = _run_of(case, setup, config)
-        warmed = shared.warm_up((case.pair.name, case.engine, case.batch),
-                                lambda: [(run_baseline(), run()) for _ in range(config.warmup)])
-        if (warmed and case.engine == "native" and isinstance(setup, CaseSetup)
-                and isinstance(setup.drafter, ModelDrafter)):
-            pairs = [interleaved_pair(run, new_interleaved) if new_interleaved else (run_baseline(), run())
-                     for _ in range(CALIBRATION_PAIRS)]
+        warmed = shared.warm_up(
+            (case.pair.name, case.engine, case.batch), lambda: [(run_baseline(), run()) for _ in range(config.warmup)]
+        )
+        if (
+            warmed
+            and case.engine == "native"
+            and isinstance(setup, CaseSetup)
+            and isinstance(setup.drafter, ModelDrafter)
+        ):
+            pairs = [
+                interleaved_pair(run, new_interleaved) if new_interleaved else (run_baseline(), run())
+                for _ in range(CALIBRATION_PAIRS)
+            ]
             shared.replace_costs(setup.costs_key, calibrated_costs(setup.costs, pairs))
     for case in cases:
         setup = setups[case.id]
@@ -172,9 +232,14 @@ def _warm_up(cases: Sequence[Case], setups: dict[str, Any], run_baseline: Callab
             setups[case.id] = dataclasses.replace(setup, costs=shared.costs(setup.costs_key, lambda: setup.costs))
 
 
-def measure_block(cases: Sequence[Case], store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,
-                  all_prompts: list[Prompt], plan: BlockPlan | None = None
-                  ) -> dict[str, Measurement | BaseException]:
+def measure_block(
+    cases: Sequence[Case],
+    store: ModelStore,
+    shared: SharedMeasurements,
+    config: SpecbenchConfig,
+    all_prompts: list[Prompt],
+    plan: BlockPlan | None = None,
+) -> dict[str, Measurement | BaseException]:
     """Time the cases of one block in shared rounds and judge each one's output; by case id, its measurement or
     the error that stopped it before timing (a missing model, an engine that refuses the case)."""
     plan = plan or BlockPlan()
@@ -198,48 +263,73 @@ def measure_block(cases: Sequence[Case], store: ModelStore, shared: SharedMeasur
     ready = [case for case in cases if case.id in setups]
     # A block holds one batch size (Case.block), so its cases share the baseline.
     first = ready[0]
-    run_baseline = (batches.baseline_run(setups[first.id]) if first.batch > 1
-                    else _baseline_run(setups[first.id], config))
+    run_baseline = (
+        batches.baseline_run(setups[first.id]) if first.batch > 1 else _baseline_run(setups[first.id], config)
+    )
     # Under --specbench-compile a compiled baseline step between the run's steps changed the run's output in
     # tests/test_compiled_steps.py (a near tie came out the other way), so compiled runs keep whole baselines.
-    interleave = (config.pairing == INTERLEAVED and first.batch == 1 and not config.baseline_once
-                  and not config.compile_steps)
+    interleave = (
+        config.pairing == INTERLEAVED and first.batch == 1 and not config.baseline_once and not config.compile_steps
+    )
     new_interleaved = _interleaved_baseline(setups[first.id], config) if interleave else None
     _warm_up(ready, setups, run_baseline, shared, config, new_interleaved)
-    timed = [TimedCase(case, _run_of(case, setups[case.id], config),
-                       interleavable=case.batch == 1 and ENGINES[case.engine].interleavable) for case in ready]
+    timed = [
+        TimedCase(
+            case,
+            _run_of(case, setups[case.id], config),
+            interleavable=case.batch == 1 and ENGINES[case.engine].interleavable,
+        )
+        for case in ready
+    ]
     reset_peak_memory(store.device)
-    block = time_block(timed, run_baseline, config, plan.budget_s, plan.budget_reason, plan.after_round,
-                       new_interleaved)
+    block = time_block(
+        timed, run_baseline, config, plan.budget_s, plan.budget_reason, plan.after_round, new_interleaved
+    )
     memory = peak_memory_mb(store.device)
     paired = not config.baseline_once
     spreads = block.spreads(paired)
     for member in timed:
         case, setup = member.case, setups[member.case.id]
-        sizes = shared.sizes(case.pair.name, lambda: {
-            "target_params": parameter_count(setup.target.model),
-            "draft_params": parameter_count(getattr(setup.drafter, "model", None))})
+        sizes = shared.sizes(
+            case.pair.name,
+            lambda: {
+                "target_params": parameter_count(setup.target.model),
+                "draft_params": parameter_count(getattr(setup.drafter, "model", None)),
+            },
+        )
         if case.batch > 1:
-            verdict = batches.batch_verdict(setup, member.runs[-1].token_ids, store.dtype_for(case.pair) != "float32",
-                                            config.tie_tolerance)
+            verdict = batches.batch_verdict(
+                setup, member.runs[-1].token_ids, store.dtype_for(case.pair) != "float32", config.tie_tolerance
+            )
             input_ids, reference = setup.own_ids, setup.references
         else:
             verdict = _verdict(case, setup, member.runs[-1].token_ids, store, shared, config)
             input_ids, reference = setup.input_ids, setup.reference
         outcome[case.id] = Measurement(
-            input_ids=input_ids, reference=reference, baselines=block.case_baselines(member, paired),
-            speculative=member.runs, paired=paired, spreads=spreads,
+            input_ids=input_ids,
+            reference=reference,
+            baselines=block.case_baselines(member, paired),
+            speculative=member.runs,
+            paired=paired,
+            spreads=spreads,
             verdict=verdict,
-            target_load_s=setup.target.load_time_s, target_load_source=setup.target.source, costs=setup.costs,
-            sizes=sizes, peak_memory=memory, sampling=setup.sampling,
-            block=BlockRecord(case.block, list(member.rounds), member.eliminated_by, member.stop or MAX_ROUNDS,
-                              block.rounds),
-            batch_prompt_ids=list(setup.prompt_ids) if case.batch > 1 else None)
+            target_load_s=setup.target.load_time_s,
+            target_load_source=setup.target.source,
+            costs=setup.costs,
+            sizes=sizes,
+            peak_memory=memory,
+            sampling=setup.sampling,
+            block=BlockRecord(
+                case.block, list(member.rounds), member.eliminated_by, member.stop or MAX_ROUNDS, block.rounds
+            ),
+            batch_prompt_ids=list(setup.prompt_ids) if case.batch > 1 else None,
+        )
     return outcome
 
 
-def measure_case(case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,
-                 all_prompts: list[Prompt]) -> Measurement:
+def measure_case(
+    case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig, all_prompts: list[Prompt]
+) -> Measurement:
     """Time one case as a block of its own, and judge its output against the reference."""
     measured = measure_block([case], store, shared, config, all_prompts)[case.id]
     if isinstance(measured, BaseException):
@@ -247,8 +337,9 @@ def measure_case(case: Case, store: ModelStore, shared: SharedMeasurements, conf
     return measured
 
 
-def run_case(case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig,
-             all_prompts: list[Prompt]) -> CaseResult:
+def run_case(
+    case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig, all_prompts: list[Prompt]
+) -> CaseResult:
     """Measure one case and build its result (verdict included; asserting is the caller's job)."""
     measurement = measure_case(case, store, shared, config, all_prompts)
     return build_result(case, measurement, store.device, store.dtype_for(case.pair), config.ci_target)

@@ -1,7 +1,8 @@
 """What one worker measures once and shares between the cases that need it.
 
 Every cache here has its own name and key, so what a case reuses (and what it must not) can be read off:
-the tokenised prompt per target, the batched reference per target and batch, the pair's cost profile, the warm-up per pair and engine, the models'
+the tokenised prompt per target, the batched reference per target and batch, the pair's cost profile, the
+warm-up per pair and engine, the models'
 sizes, the once-timed baseline of ``--specbench-baseline-once``, and the sampling check per case input.
 """
 

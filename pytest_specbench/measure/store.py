@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 
 from ..engine.drafters import Drafter, ModelDrafter, PromptLookupDrafter
-from .verdicts import reference_tokens
 from ..models.loading import LoadedModel, load_model
 from .pairs import PairSpec
+from .verdicts import reference_tokens
 
 
 class ModelStore:
@@ -73,8 +73,9 @@ class ModelStore:
             )
         raise ValueError(f"pair {pair.name!r}: unknown drafter {pair.drafter!r}")
 
-    def reference(self, pair: PairSpec, prompt_key: str, input_ids: torch.Tensor, max_new_tokens: int,
-                  eos_token_id: int | None) -> list[int]:
+    def reference(
+        self, pair: PairSpec, prompt_key: str, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None
+    ) -> list[int]:
         """The target's ``generate(do_sample=False)`` tokens, shared by every k of a prompt."""
         target = self.target(pair)
         key = (pair.target, pair.revision, self.dtype_for(pair), prompt_key, max_new_tokens, eos_token_id)

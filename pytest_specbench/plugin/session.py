@@ -61,8 +61,9 @@ class SpecbenchSession:
         self.tally = CaseTally([case.id for case in self.cases])
 
     @classmethod
-    def build(cls, config: SpecbenchConfig, rootdir: Path, controller: bool = True,
-              command: str | None = None) -> "SpecbenchSession":
+    def build(
+        cls, config: SpecbenchConfig, rootdir: Path, controller: bool = True, command: str | None = None
+    ) -> SpecbenchSession:
         """Raise ValueError (a usage error) for unknown pairs, categories, bad files or a log of other
         settings. ``rootdir`` is pytest's (its git commit names the run in the history), ``command`` the
         pytest command line."""
@@ -83,10 +84,17 @@ class SpecbenchSession:
             baseline = load_baseline(config.baseline)
             check_baseline_settings(baseline, config, config.baseline)  # other settings: refused before any model loads
         cases = build_matrix(pairs, config.ks, prompts, config.engines, config.batches)
-        return cls(config=config, pairs=pairs, prompts=all_prompts, cases=cases,
-                   availability=PairAvailability(config, defined), files=RunFiles(config, command, rootdir),
-                   signals=SignalStop(active=controller), baseline=baseline,
-                   resume=load_resume(config, cases, all_prompts))
+        return cls(
+            config=config,
+            pairs=pairs,
+            prompts=all_prompts,
+            cases=cases,
+            availability=PairAvailability(config, defined),
+            files=RunFiles(config, command, rootdir),
+            signals=SignalStop(active=controller),
+            baseline=baseline,
+            resume=load_resume(config, cases, all_prompts),
+        )
 
     def release(self) -> None:
         """The end of the pytest run (also after a failure or a signal): put the signal handlers back and let the
@@ -126,8 +134,15 @@ class SpecbenchSession:
         if self.tally.selected:
             self.signals.install()
 
-    def add_report(self, case_id: str, when: str, outcome: str, is_case: bool,
-                   properties: Sequence[tuple[str, Any]], skip_reason: str | None = None) -> None:
+    def add_report(
+        self,
+        case_id: str,
+        when: str,
+        outcome: str,
+        is_case: bool,
+        properties: Sequence[tuple[str, Any]],
+        skip_reason: str | None = None,
+    ) -> None:
         """One test report: count the case, remember a failure or skip, keep (and log) the result row it carries."""
         with self.signals.held():
             self.tally.record(case_id, when, outcome, is_case, skip_reason)
@@ -144,8 +159,11 @@ class SpecbenchSession:
     def _start_log(self) -> None:
         """The log's first line, with the selected cases and the resumed rows, at the run's first result."""
         if self.files.log_to_start:
-            self.files.start_log([case.id for case in self.cases if case.id in self.tally.selected],
-                                 self.resume.rows.values(), self.resume.origins(set(self.resume.rows)))
+            self.files.start_log(
+                [case.id for case in self.cases if case.id in self.tally.selected],
+                self.resume.rows.values(),
+                self.resume.origins(set(self.resume.rows)),
+            )
 
     def replay(self, case_id: str) -> dict[str, Any] | None:
         """The row --specbench-resume took from its log for ``case_id``: the case reports it instead of running."""
@@ -195,8 +213,14 @@ class SpecbenchSession:
         from ..report import outputs
         from ..report.summary import environment, run_document
 
-        document = run_document(self.results, self.config.raw, environment(), self.tally.missing(self.rows),
-                                interrupted=self.interrupted, resumed=self.replayed)
+        document = run_document(
+            self.results,
+            self.config.raw,
+            environment(),
+            self.tally.missing(self.rows),
+            interrupted=self.interrupted,
+            resumed=self.replayed,
+        )
         # Which machine measured which rows: the replayed ones keep the fingerprint of the run that measured them.
         document["resumed_from"] = self.resume.origins(set(self.replayed))
         return self.files.write(document, self.measured_here, outputs)
@@ -205,19 +229,34 @@ class SpecbenchSession:
         from ..results.gate import run_gate
 
         settings = self.config
-        self.gate = run_gate(self.baseline, self.results, settings.baseline,
-                             max_acceptance_drop=settings.max_acceptance_drop,
-                             max_speedup_drop=settings.max_speedup_drop, allow_missing=settings.allow_missing,
-                             config=settings)
+        self.gate = run_gate(
+            self.baseline,
+            self.results,
+            settings.baseline,
+            max_acceptance_drop=settings.max_acceptance_drop,
+            max_speedup_drop=settings.max_speedup_drop,
+            allow_missing=settings.allow_missing,
+            config=settings,
+        )
         return self.gate.failed
 
     def summary_sections(self) -> list[tuple[str, list[tuple[str, bool]]]]:
         """``(title, [(line, is_error), ...])`` sections for the terminal; none when nothing was benchmarked."""
         from ..report.run_summary import RunSnapshot, summary_sections
 
-        return summary_sections(RunSnapshot(
-            config=self.config, cases=self.cases, tally=self.tally, results=self.results,
-            replayed=self.replayed,
-            rerun=self.resume.rerun, measured_here=self.measured_here, interrupted=self.interrupted,
-            interrupted_while_writing=self.interrupted_while_writing, files=self.files, gate=self.gate,
-            empty_selection=lambda: self.availability.empty_selection_lines(self.pairs, self.cases)))
+        return summary_sections(
+            RunSnapshot(
+                config=self.config,
+                cases=self.cases,
+                tally=self.tally,
+                results=self.results,
+                replayed=self.replayed,
+                rerun=self.resume.rerun,
+                measured_here=self.measured_here,
+                interrupted=self.interrupted,
+                interrupted_while_writing=self.interrupted_while_writing,
+                files=self.files,
+                gate=self.gate,
+                empty_selection=lambda: self.availability.empty_selection_lines(self.pairs, self.cases),
+            )
+        )

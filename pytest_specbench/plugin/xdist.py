@@ -24,8 +24,11 @@ def wants_block_scheduling(config: pytest.Config) -> bool:
         return False
     if dist == "loadgroup":
         return True
-    given = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
-             *config.getini("addopts")]
+    given = [
+        *config.invocation_params.args,
+        *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+        *config.getini("addopts"),
+    ]
     return dist in ("no", "load") and not any(arg == "-d" or arg.startswith("--dist") for arg in given)
 
 

@@ -75,14 +75,25 @@ def compare_engines(results: Sequence[dict[str, Any]]) -> list[EngineComparison]
     by_case = {(row["pair"], row["k"], row["prompt"], row_value(row, "engine")): row for row in results}
     comparisons = []
     for pair, k in dict.fromkeys((row["pair"], row["k"]) for row in results):
-        prompts = [prompt for (p, kk, prompt, engine) in by_case if (p, kk, engine) == (pair, k, "native")
-                   and (pair, k, prompt, "hf") in by_case]
+        prompts = [
+            prompt
+            for (p, kk, prompt, engine) in by_case
+            if (p, kk, engine) == (pair, k, "native") and (pair, k, prompt, "hf") in by_case
+        ]
         if not prompts:
             continue
         native = [by_case[pair, k, prompt, "native"]["speedup"] for prompt in prompts]
         hf = [by_case[pair, k, prompt, "hf"]["speedup"] for prompt in prompts]
-        comparisons.append(EngineComparison(pair, k, len(prompts), geometric_mean(native), geometric_mean(hf),
-                                            geometric_mean([n / h for n, h in zip(native, hf) if h > 0])))
+        comparisons.append(
+            EngineComparison(
+                pair,
+                k,
+                len(prompts),
+                geometric_mean(native),
+                geometric_mean(hf),
+                geometric_mean([n / h for n, h in zip(native, hf) if h > 0]),
+            )
+        )
     return sorted(comparisons, key=lambda c: (c.pair, k_order(c.k)))
 
 
@@ -90,8 +101,9 @@ def pooled_position_acceptance(rows: Sequence[dict[str, Any]]) -> list[tuple[int
     """``(position, steps that drafted that far, share accepted)`` pooled over the rows' decode steps."""
     totals: list[list[int]] = []
     for row in rows:
-        for i, (reached, accepted) in enumerate(position_counts(row_value(row, "drafted_per_step"),
-                                                                row_value(row, "accepted_per_step"))):
+        for i, (reached, accepted) in enumerate(
+            position_counts(row_value(row, "drafted_per_step"), row_value(row, "accepted_per_step"))
+        ):
             if i == len(totals):
                 totals.append([0, 0])
             totals[i][0] += reached
@@ -123,8 +135,11 @@ def predicted_curve(rows: Sequence[dict[str, Any]]) -> list[tuple[int, float]]:
     pair and prompt) and what the drafter proposed in the largest-k run: the same per-step model as each row's
     prediction, so the recommendation means the same for prompt lookup as for a draft model."""
     alpha = pooled_alpha(rows)
-    costed = [row for row in rows if isinstance(row["k"], int) and row_value(row, "verify_costs_ms")
-              and row_value(row, "cost_ratio") is not None]
+    costed = [
+        row
+        for row in rows
+        if isinstance(row["k"], int) and row_value(row, "verify_costs_ms") and row_value(row, "cost_ratio") is not None
+    ]
     if alpha is None or not costed:
         return []
     source = max(costed, key=lambda row: row["k"])
@@ -135,8 +150,10 @@ def predicted_curve(rows: Sequence[dict[str, Any]]) -> list[tuple[int, float]]:
     c2 = c * catch_up / token if catch_up is not None and token else None
     overhead = (row_value(source, "step_overhead_ms") or 0.0) / curve[0]
     observed = observed_proposals(source["k"], source["drafted_per_step"], source["accepted_per_step"])
-    return [(k, predict_proposals(alpha, proposals_at(k, observed), c, curve, c2, overhead).speedup)
-            for k in range(1, len(curve))]
+    return [
+        (k, predict_proposals(alpha, proposals_at(k, observed), c, curve, c2, overhead).speedup)
+        for k in range(1, len(curve))
+    ]
 
 
 def recommended_among(curve: Sequence[tuple[int, float]], ks: Sequence[int] | None = None) -> int | None:
@@ -154,8 +171,9 @@ def analyse_prompts(results: Sequence[dict[str, Any]]) -> list[PromptAnalysis]:
         rows = [row for row in results if row["pair"] == pair and row["prompt"] == prompt]
         best = max(rows, key=lambda row: row["decode_speedup"])
         curve = predicted_curve(rows)
-        analyses.append(PromptAnalysis(pair, prompt, best["k"], best, pooled_alpha(rows), recommended_among(curve),
-                                       curve))
+        analyses.append(
+            PromptAnalysis(pair, prompt, best["k"], best, pooled_alpha(rows), recommended_among(curve), curve)
+        )
     return analyses
 
 
@@ -192,14 +210,21 @@ def category_speedups(results: Sequence[dict[str, Any]]) -> list[CategorySpeedup
     for (pair, category, k), rows in groups.items():
         if len(rows) == 1:
             row = rows[0]
-            speedups.append(CategorySpeedup(pair, category, k, 1, row["decode_speedup"],
-                                            row_value(row, "decode_speedup_ci_low"),
-                                            row_value(row, "decode_speedup_ci_high")))
+            speedups.append(
+                CategorySpeedup(
+                    pair,
+                    category,
+                    k,
+                    1,
+                    row["decode_speedup"],
+                    row_value(row, "decode_speedup_ci_low"),
+                    row_value(row, "decode_speedup_ci_high"),
+                )
+            )
             continue
         # A paired interval of 1 against 1/speedup is the t interval of the mean log speedup.
         interval = speedup_interval([1.0] * len(rows), [1.0 / row["decode_speedup"] for row in rows], paired=True)
-        speedups.append(CategorySpeedup(pair, category, k, len(rows), interval.estimate, interval.low,
-                                        interval.high))
+        speedups.append(CategorySpeedup(pair, category, k, len(rows), interval.estimate, interval.low, interval.high))
     return speedups
 
 

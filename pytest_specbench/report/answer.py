@@ -1,5 +1,6 @@
 """The answer of a run: per (pair, engine, prompt) the best constant k, the k tied with it, the k slower than it,
-and what the cost model's recommended k (the best predicted among the k run) gives up; then, per pair, the k best or tied-best on most prompts.
+and what the cost model's recommended k (the best predicted among the k run) gives up; then, per pair, the k
+best or tied-best on most prompts.
 
 Rows are plain dicts of the schema's fields; what comes back is plain built-in types (the JSON takes it as it is).
 "Slower" is decided by test, never by intervals that fail to overlap: a k the race eliminated is slower (its row
@@ -45,8 +46,11 @@ def _constant_k(row: dict[str, Any]) -> bool:
 
 
 def _interval(row: dict[str, Any]) -> dict[str, Any]:
-    return {"decode_speedup": row["decode_speedup"], "decode_speedup_ci_low": row_value(row, "decode_speedup_ci_low"),
-            "decode_speedup_ci_high": row_value(row, "decode_speedup_ci_high")}
+    return {
+        "decode_speedup": row["decode_speedup"],
+        "decode_speedup_ci_low": row_value(row, "decode_speedup_ci_low"),
+        "decode_speedup_ci_high": row_value(row, "decode_speedup_ci_high"),
+    }
 
 
 def prompt_answer(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -62,8 +66,11 @@ def prompt_answer(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     standing = [row for row in constant.values() if row_value(row, "eliminated_by") is None] or list(constant.values())
     best = max(standing, key=lambda row: row["decode_speedup"])
     status: dict[int, str] = {}
-    eliminated = {k: row_value(row, "eliminated_by") for k, row in constant.items()
-                  if k != best["k"] and row_value(row, "eliminated_by") is not None}
+    eliminated = {
+        k: row_value(row, "eliminated_by")
+        for k, row in constant.items()
+        if k != best["k"] and row_value(row, "eliminated_by") is not None
+    }
     status.update(dict.fromkeys(eliminated, SLOWER))
     timed = {k: round_times(row) for k, row in constant.items() if k not in eliminated}
     # Rows of different runs (some replayed by --specbench-resume) were never timed in shared rounds.
@@ -79,23 +86,30 @@ def prompt_answer(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     recommended = recommended_among(predicted_curve(list(constant.values())), list(constant))
     at_recommended = constant.get(recommended)
     return {
-        "pair": best["pair"], "engine": row_value(best, "engine"), "prompt": best["prompt"],
-        "best_k": best["k"], **_interval(best),
+        "pair": best["pair"],
+        "engine": row_value(best, "engine"),
+        "prompt": best["prompt"],
+        "best_k": best["k"],
+        **_interval(best),
         "tied": [k for k in ordered if status[k] == TIED],
         "slower": [{"k": k, "eliminated_by": eliminated.get(k)} for k in ordered if status[k] == SLOWER],
         "unknown": [k for k in ordered if status[k] == UNKNOWN],
         "ranking": UNKNOWN if any(status[k] == UNKNOWN for k in ordered) else "tested",
         # why the k in "unknown" were not ranked; None when every k was
         "not_ranked_reason": (SPLIT_ACROSS_RUNS if split else NO_ROUND_DATA)
-        if any(status[k] == UNKNOWN for k in ordered) else None,
+        if any(status[k] == UNKNOWN for k in ordered)
+        else None,
         "recommended_k": recommended,
         "recommended_decode_speedup": at_recommended["decode_speedup"] if at_recommended else None,
         # measured speedup at the recommended k / the best's: 1 when the model picks the best, None when not run
         "regret": at_recommended["decode_speedup"] / best["decode_speedup"] if at_recommended else None,
         # each schedule's decode speedup / the best's, paired over the rounds both ran (see regret.py: the best
         # is picked after the fact from the same data, so the ratio is a conservative figure)
-        "schedules": [{"k": row["k"], "decode_speedup": row["decode_speedup"], **ratio_to_best(row, best)}
-                      for row in sorted(rows, key=lambda row: k_order(row["k"])) if not _constant_k(row)],
+        "schedules": [
+            {"k": row["k"], "decode_speedup": row["decode_speedup"], **ratio_to_best(row, best)}
+            for row in sorted(rows, key=lambda row: k_order(row["k"]))
+            if not _constant_k(row)
+        ],
     }
 
 
@@ -111,15 +125,17 @@ def prompt_answers(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return answers
 
 
-def _against_hf(answer: dict[str, Any], groups: dict[tuple[str, str, str], list[dict[str, Any]]]
-                ) -> dict[str, Any] | None:
+def _against_hf(
+    answer: dict[str, Any], groups: dict[tuple[str, str, str], list[dict[str, Any]]]
+) -> dict[str, Any] | None:
     """For the native engine's answer: its k=auto against the hf engine's k=auto (transformers' default schedule)
     on the same prompt, end to end (:func:`.regret.ratio_to_hf`); None where either did not run."""
     if answer["engine"] != "native":
         return None
     native = [row for row in groups[answer["pair"], "native", answer["prompt"]] if row["k"] == AUTO and _measured(row)]
-    hf = [row for row in groups.get((answer["pair"], "hf", answer["prompt"]), []) if row["k"] == AUTO
-          and _measured(row)]
+    hf = [
+        row for row in groups.get((answer["pair"], "hf", answer["prompt"]), []) if row["k"] == AUTO and _measured(row)
+    ]
     return ratio_to_hf(native[0], hf[0]) if native and hf else None
 
 
@@ -134,13 +150,24 @@ def pair_answers(prompts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         best = Counter(answer["best_k"] for answer in answers)
         top = Counter(k for answer in answers for k in (answer["best_k"], *answer["tied"]))
         ks = sorted(top, key=lambda k: (-top[k], -best[k], k_order(k)))
-        lines.append({"pair": pair, "engine": engine, "k": ks[0], "best_or_tied": top[ks[0]], "best": best[ks[0]],
-                      "prompts": len(answers), "undecided_prompts": sum(a["ranking"] == UNKNOWN for a in answers),
-                      "undecided_reasons": sorted({a.get("not_ranked_reason") or NO_ROUND_DATA
-                                                   for a in answers if a["ranking"] == UNKNOWN}),
-                      "counts": [{"k": k, "best_or_tied": top[k], "best": best[k]} for k in ks],
-                      # over prompts: each schedule's ratio to the best constant k, native k=auto over hf k=auto
-                      "schedules": schedule_summaries(answers), "against_hf": hf_summary(answers)})
+        lines.append(
+            {
+                "pair": pair,
+                "engine": engine,
+                "k": ks[0],
+                "best_or_tied": top[ks[0]],
+                "best": best[ks[0]],
+                "prompts": len(answers),
+                "undecided_prompts": sum(a["ranking"] == UNKNOWN for a in answers),
+                "undecided_reasons": sorted(
+                    {a.get("not_ranked_reason") or NO_ROUND_DATA for a in answers if a["ranking"] == UNKNOWN}
+                ),
+                "counts": [{"k": k, "best_or_tied": top[k], "best": best[k]} for k in ks],
+                # over prompts: each schedule's ratio to the best constant k, native k=auto over hf k=auto
+                "schedules": schedule_summaries(answers),
+                "against_hf": hf_summary(answers),
+            }
+        )
     return lines
 
 
@@ -158,8 +185,13 @@ def _ks(values: Sequence[Any]) -> str:
 
 
 def _slower(answer: dict[str, Any]) -> str:
-    return ", ".join(f"{s['k']} (eliminated by {s['eliminated_by']})" if s["eliminated_by"] is not None
-                     else str(s["k"]) for s in answer["slower"]) or "-"
+    return (
+        ", ".join(
+            f"{s['k']} (eliminated by {s['eliminated_by']})" if s["eliminated_by"] is not None else str(s["k"])
+            for s in answer["slower"]
+        )
+        or "-"
+    )
 
 
 def prompt_table(answers: Sequence[dict[str, Any]], engines: bool) -> tuple[list[list[str]], list[str]]:
@@ -169,13 +201,34 @@ def prompt_table(answers: Sequence[dict[str, Any]], engines: bool) -> tuple[list
     for a in answers:
         recommended = "" if a["recommended_k"] is None else str(a["recommended_k"])
         regret = ("not run" if a["regret"] is None else f"{a['regret']:.2f}") if recommended else ""
-        cells.append([a["prompt"], *([a["engine"]] if engines else []), str(a["best_k"]), with_interval(a),
-                      _ks(a["tied"]), _slower(a), _not_ranked(a), recommended, regret,
-                      ", ".join(f"{s['k']} {_schedule_ratio(s)}" for s in a["schedules"]) or "-",
-                      *([_hf_cell(a.get("against_hf"))] if hf else [])])
-    headers = ["prompt", *(["engine"] if engines else []), "best k", "decode speedup", "tied", "slower",
-               "not ranked", "recommended k", "its speedup / best", "schedules / best [95% CI]",
-               *(["auto / hf auto (end to end)"] if hf else [])]
+        cells.append(
+            [
+                a["prompt"],
+                *([a["engine"]] if engines else []),
+                str(a["best_k"]),
+                with_interval(a),
+                _ks(a["tied"]),
+                _slower(a),
+                _not_ranked(a),
+                recommended,
+                regret,
+                ", ".join(f"{s['k']} {_schedule_ratio(s)}" for s in a["schedules"]) or "-",
+                *([_hf_cell(a.get("against_hf"))] if hf else []),
+            ]
+        )
+    headers = [
+        "prompt",
+        *(["engine"] if engines else []),
+        "best k",
+        "decode speedup",
+        "tied",
+        "slower",
+        "not ranked",
+        "recommended k",
+        "its speedup / best",
+        "schedules / best [95% CI]",
+        *(["auto / hf auto (end to end)"] if hf else []),
+    ]
     return cells, headers
 
 
@@ -186,40 +239,53 @@ def _not_ranked(answer: dict[str, Any]) -> str:
 
 
 def _schedule_ratio(schedule: dict[str, Any]) -> str:
-    return interval_text(schedule["ratio_to_best"], schedule.get("ratio_to_best_ci_low"),
-                         schedule.get("ratio_to_best_ci_high"))
+    return interval_text(
+        schedule["ratio_to_best"], schedule.get("ratio_to_best_ci_low"), schedule.get("ratio_to_best_ci_high")
+    )
 
 
 def _hf_cell(against: dict[str, Any] | None) -> str:
     if against is None:
         return "-"
     return interval_text(against["ratio"], against["ci_low"], against["ci_high"]) + (
-        "" if against["paired"] else " (unpaired)")
+        "" if against["paired"] else " (unpaired)"
+    )
 
 
 def pair_sentence(pair: dict[str, Any], engines: bool) -> str:
     """The across-prompts answer of one pair (and engine), in words."""
     engine = f" ({pair['engine']} engine)" if engines else ""
     reasons = "; ".join(pair.get("undecided_reasons") or [NO_ROUND_DATA])
-    undecided = (f"; on {pair['undecided_prompts']} prompt(s) the ties are unknown ({reasons})"
-                 if pair["undecided_prompts"] else "")
-    return (f"Across {pair['prompts']} prompt(s){engine}: k={pair['k']} is best or tied with the best on "
-            f"{pair['best_or_tied']} (best on {pair['best']}); per k, best or tied: "
-            + ", ".join(f"{c['k']}: {c['best_or_tied']}" for c in pair["counts"]) + f"{undecided}."
-            + "".join(f" {line}" for line in regret_sentences(pair)))
+    undecided = (
+        f"; on {pair['undecided_prompts']} prompt(s) the ties are unknown ({reasons})"
+        if pair["undecided_prompts"]
+        else ""
+    )
+    return (
+        f"Across {pair['prompts']} prompt(s){engine}: k={pair['k']} is best or tied with the best on "
+        f"{pair['best_or_tied']} (best on {pair['best']}); per k, best or tied: "
+        + ", ".join(f"{c['k']}: {c['best_or_tied']}" for c in pair["counts"])
+        + f"{undecided}."
+        + "".join(f" {line}" for line in regret_sentences(pair))
+    )
 
 
 def regret_sentences(pair: dict[str, Any]) -> list[str]:
     """The pair's schedules over its prompts, in words: each one's share of the best constant k, and native k=auto
     over transformers' default schedule."""
-    sentences = [f"k={s['k']} reaches {interval_text(s['ratio'], s['ci_low'], s['ci_high'])} of the best constant "
-                 f"k's decode speedup (geometric mean over {s['prompts']} prompt(s), 95% CI; the best is chosen "
-                 "after the fact, so this is conservative)." for s in pair.get("schedules") or []]
+    sentences = [
+        f"k={s['k']} reaches {interval_text(s['ratio'], s['ci_low'], s['ci_high'])} of the best constant "
+        f"k's decode speedup (geometric mean over {s['prompts']} prompt(s), 95% CI; the best is chosen "
+        "after the fact, so this is conservative)."
+        for s in pair.get("schedules") or []
+    ]
     hf = pair.get("against_hf")
     if hf:
         unpaired = hf["prompts"] - hf["paired_prompts"]
-        sentences.append(f"Native k={hf['k']} against transformers' default schedule (hf k={hf['k']}), end to end: "
-                         f"{interval_text(hf['ratio'], hf['ci_low'], hf['ci_high'])} over {hf['prompts']} prompt(s)"
-                         + (f" ({unpaired} without per-round wall times: unpaired, no interval of their own)"
-                            if unpaired else "") + ".")
+        sentences.append(
+            f"Native k={hf['k']} against transformers' default schedule (hf k={hf['k']}), end to end: "
+            f"{interval_text(hf['ratio'], hf['ci_low'], hf['ci_high'])} over {hf['prompts']} prompt(s)"
+            + (f" ({unpaired} without per-round wall times: unpaired, no interval of their own)" if unpaired else "")
+            + "."
+        )
     return sentences

@@ -60,13 +60,18 @@ def _break_even(by_batch: dict[int, list[dict[str, Any]]], gains) -> dict[str, A
 
 
 def _point(row: dict[str, Any]) -> dict[str, Any]:
-    return {"batch": row_value(row, "batch"), "k": row["k"], "case": row["case"],
-            "decode_speedup": row["decode_speedup"],
-            "decode_speedup_ci_low": row_value(row, "decode_speedup_ci_low"),
-            "decode_speedup_ci_high": row_value(row, "decode_speedup_ci_high"),
-            "predicted_speedup": row_value(row, "predicted_speedup"), "verdict": row["verdict"],
-            "row_acceptance_min": row_value(row, "row_acceptance_min"),
-            "row_acceptance_max": row_value(row, "row_acceptance_max")}
+    return {
+        "batch": row_value(row, "batch"),
+        "k": row["k"],
+        "case": row["case"],
+        "decode_speedup": row["decode_speedup"],
+        "decode_speedup_ci_low": row_value(row, "decode_speedup_ci_low"),
+        "decode_speedup_ci_high": row_value(row, "decode_speedup_ci_high"),
+        "predicted_speedup": row_value(row, "predicted_speedup"),
+        "verdict": row["verdict"],
+        "row_acceptance_min": row_value(row, "row_acceptance_min"),
+        "row_acceptance_max": row_value(row, "row_acceptance_max"),
+    }
 
 
 def _best_at(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -75,13 +80,20 @@ def _best_at(rows: list[dict[str, Any]]) -> dict[str, Any]:
     from .answer import prompt_answer
 
     stated = prompt_answer(rows)
-    top = next(row for row in rows if row["k"] == stated["best_k"]) if stated else max(
-        rows, key=lambda row: row["decode_speedup"])
+    top = (
+        next(row for row in rows if row["k"] == stated["best_k"])
+        if stated
+        else max(rows, key=lambda row: row["decode_speedup"])
+    )
     predicted = [row for row in rows if row_value(row, "predicted_speedup") is not None]
     top_predicted = max(predicted, key=lambda row: row["predicted_speedup"]) if predicted else None
-    return {**_point(top), "gains": _gains(top), "tied": stated["tied"] if stated else [],
-            "predicted_best_k": top_predicted["k"] if top_predicted else None,
-            "predicted_best_speedup": top_predicted["predicted_speedup"] if top_predicted else None}
+    return {
+        **_point(top),
+        "gains": _gains(top),
+        "tied": stated["tied"] if stated else [],
+        "predicted_best_k": top_predicted["k"] if top_predicted else None,
+        "predicted_best_speedup": top_predicted["predicted_speedup"] if top_predicted else None,
+    }
 
 
 def batch_answer(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -101,14 +113,19 @@ def batch_answer(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if len(by_batch) < 2:
             continue
         best = [_best_at(by_batch[size]) for size in sorted(by_batch)]
-        answers.append({
-            "pair": pair, "prompt": prompt, "engine": engine, "batches": sorted(by_batch),
-            "ks": sorted({row["k"] for row in rows}),
-            "points": [_point(row) for row in sorted(rows, key=lambda row: (row_value(row, "batch"), row["k"]))],
-            "best": best,
-            "break_even": _break_even(by_batch, _gains),
-            "predicted_break_even": _break_even(by_batch, _predicted_gains),
-        })
+        answers.append(
+            {
+                "pair": pair,
+                "prompt": prompt,
+                "engine": engine,
+                "batches": sorted(by_batch),
+                "ks": sorted({row["k"] for row in rows}),
+                "points": [_point(row) for row in sorted(rows, key=lambda row: (row_value(row, "batch"), row["k"]))],
+                "best": best,
+                "break_even": _break_even(by_batch, _gains),
+                "predicted_break_even": _break_even(by_batch, _predicted_gains),
+            }
+        )
     return answers
 
 
@@ -129,10 +146,16 @@ def _table_rows(answer: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
         spread = ""
         if item["row_acceptance_min"] is not None:
             spread = f"{item['row_acceptance_min']:.2f}-{item['row_acceptance_max']:.2f}"
-        cells.append([str(size), *(_cell(points.get((size, k))) for k in answer["ks"]),
-                      f"{item['k']}" + ("" if item["gains"] else " (no gain)"),
-                      ", ".join(str(k) for k in item["tied"]) or "-",
-                      "" if item["predicted_best_k"] is None else str(item["predicted_best_k"]), spread])
+        cells.append(
+            [
+                str(size),
+                *(_cell(points.get((size, k))) for k in answer["ks"]),
+                f"{item['k']}" + ("" if item["gains"] else " (no gain)"),
+                ", ".join(str(k) for k in item["tied"]) or "-",
+                "" if item["predicted_best_k"] is None else str(item["predicted_best_k"]),
+                spread,
+            ]
+        )
     return cells, headers
 
 
@@ -150,9 +173,11 @@ def _break_even_sentence(answer: dict[str, Any]) -> str:
     return sentence + f"; the cost model predicts {predicted['text']}"
 
 
-_INTRO = ("decode speedup by batch size (each batch against the target's batched greedy decoding; 95% interval; "
-          "pred: the cost model's prediction from the batch's own v(m) and draft costs). Break-even: the largest batch "
-          "run at which some k still gains, its interval's low end above 1.")
+_INTRO = (
+    "decode speedup by batch size (each batch against the target's batched greedy decoding; 95% interval; "
+    "pred: the cost model's prediction from the batch's own v(m) and draft costs). Break-even: the largest batch "
+    "run at which some k still gains, its interval's low end above 1."
+)
 
 
 def batch_lines(results: Sequence[dict[str, Any]]) -> list[str]:
@@ -166,9 +191,12 @@ def batch_lines(results: Sequence[dict[str, Any]]) -> list[str]:
     lines = [_INTRO]
     for answer in answers:
         cells, headers = _table_rows(answer)
-        lines += ["", f"{_title(answer, engines)}:",
-                  *tabulate(cells, headers=headers, disable_numparse=True).splitlines(),
-                  _break_even_sentence(answer)]
+        lines += [
+            "",
+            f"{_title(answer, engines)}:",
+            *tabulate(cells, headers=headers, disable_numparse=True).splitlines(),
+            _break_even_sentence(answer),
+        ]
     return lines + [""]
 
 
@@ -182,10 +210,16 @@ def batch_markdown(results: Sequence[dict[str, Any]], figures: dict[str, str] | 
     lines = ["## Batch size", "", _INTRO[0].upper() + _INTRO[1:], ""]
     for answer in answers:
         cells, headers = _table_rows(answer)
-        lines += [f"### {_title(answer, engines)}", "",
-                  "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers),
-                  *("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in cells), "",
-                  _break_even_sentence(answer)[0].upper() + _break_even_sentence(answer)[1:] + ".", ""]
+        lines += [
+            f"### {_title(answer, engines)}",
+            "",
+            "| " + " | ".join(headers) + " |",
+            "|" + "---|" * len(headers),
+            *("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in cells),
+            "",
+            _break_even_sentence(answer)[0].upper() + _break_even_sentence(answer)[1:] + ".",
+            "",
+        ]
     for pair, link in (figures or {}).items():
         lines += [f"![decode speedup against batch size for {pair}]({link})", ""]
     return lines

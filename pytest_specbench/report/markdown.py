@@ -14,13 +14,24 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .analysis import (FIGURES, PromptAnalysis, analyse_prompts, best_category_speedups, compare_engines,
-                       constant_k_rows, geometric_mean, median, pooled_position_acceptance, row_order, rows_by_pair,
-                       several_engines)
+from ..results.schema import row_value
+from .analysis import (
+    FIGURES,
+    PromptAnalysis,
+    analyse_prompts,
+    best_category_speedups,
+    compare_engines,
+    constant_k_rows,
+    geometric_mean,
+    median,
+    pooled_position_acceptance,
+    row_order,
+    rows_by_pair,
+    several_engines,
+)
 from .answer import pair_sentence, prompt_table, run_answer
 from .batch import per_k_rows
 from .formatting import new_tokens_text, number, with_interval
-from ..results.schema import row_value
 
 #: efficiency below this is called low in the findings
 LOW_EFFICIENCY = 0.8
@@ -49,8 +60,9 @@ def _schedule_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[s
     best = {a.prompt: a.best_row["decode_speedup"] for a in analyses}
     sentences = []
     for k in dict.fromkeys(row["k"] for row in rows if isinstance(row["k"], str)):
-        scheduled = [row for row in rows if row["k"] == k and row_value(row, "engine") == "native"
-                     and row["prompt"] in best]
+        scheduled = [
+            row for row in rows if row["k"] == k and row_value(row, "engine") == "native" and row["prompt"] in best
+        ]
         if scheduled:
             steps = [row_value(row, "k_per_step")[1:] for row in scheduled]
             mean_k = [sum(chosen) / max(len(chosen), 1) for chosen in steps]
@@ -58,7 +70,8 @@ def _schedule_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[s
                 f"k={k}: decode speedup {geometric_mean([row['decode_speedup'] for row in scheduled]):.2f} "
                 f"(geometric mean over {len(scheduled)} prompts) against "
                 f"{geometric_mean([best[row['prompt']] for row in scheduled]):.2f} at each prompt's best constant k "
-                f"chosen after the fact; mean k chosen per step {sum(mean_k) / len(mean_k):.1f}.")
+                f"chosen after the fact; mean k chosen per step {sum(mean_k) / len(mean_k):.1f}."
+            )
     return sentences
 
 
@@ -67,50 +80,81 @@ def pair_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[str, A
     sentences = []
     by_verdict: dict[str, list[str]] = {"gain": [], "loss": [], "undecided": []}
     for analysis in analyses:
-        by_verdict[_verdict(analysis.best_row)].append(f"{analysis.prompt} ({with_interval(analysis.best_row)} "
-                                                       f"at k={analysis.best_k})")
+        by_verdict[_verdict(analysis.best_row)].append(
+            f"{analysis.prompt} ({with_interval(analysis.best_row)} at k={analysis.best_k})"
+        )
     if by_verdict["gain"]:
-        sentences.append("Gains (the 95% interval of the decode speedup above 1 at the best k): "
-                         + ", ".join(by_verdict["gain"]) + ".")
+        sentences.append(
+            "Gains (the 95% interval of the decode speedup above 1 at the best k): "
+            + ", ".join(by_verdict["gain"])
+            + "."
+        )
     if by_verdict["loss"]:
-        sentences.append("Losses (even the best k is slower than the target alone, interval below 1): "
-                         + ", ".join(by_verdict["loss"]) + ".")
+        sentences.append(
+            "Losses (even the best k is slower than the target alone, interval below 1): "
+            + ", ".join(by_verdict["loss"])
+            + "."
+        )
     if by_verdict["undecided"]:
-        sentences.append("Undecided (the interval at the best k straddles 1): "
-                         + ", ".join(by_verdict["undecided"]) + ".")
+        sentences.append(
+            "Undecided (the interval at the best k straddles 1): " + ", ".join(by_verdict["undecided"]) + "."
+        )
     compared = [a for a in analyses if a.recommended_k is not None]
     if compared:
         agree = [a for a in compared if a.recommended_k == a.best_k]
-        sentences.append(f"The cost model's recommended k equals the measured best k for {len(agree)} of "
-                         f"{len(compared)} prompt types"
-                         + (": " + ", ".join(f"{a.prompt} (best {a.best_k}, recommended {a.recommended_k})"
-                                             for a in compared if a not in agree) + " differ." if
-                            len(agree) < len(compared) else "."))
+        sentences.append(
+            f"The cost model's recommended k equals the measured best k for {len(agree)} of "
+            f"{len(compared)} prompt types"
+            + (
+                ": "
+                + ", ".join(
+                    f"{a.prompt} (best {a.best_k}, recommended {a.recommended_k})" for a in compared if a not in agree
+                )
+                + " differ."
+                if len(agree) < len(compared)
+                else "."
+            )
+        )
     efficiencies = [row_value(row, "efficiency") for row in rows if row_value(row, "efficiency") is not None]
     if efficiencies:
-        sentences.append(f"Median efficiency (measured / predicted decode speedup): {median(efficiencies):.2f} "
-                         f"over {len(efficiencies)} cases.")
+        sentences.append(
+            f"Median efficiency (measured / predicted decode speedup): {median(efficiencies):.2f} "
+            f"over {len(efficiencies)} cases."
+        )
         low = [efficiency for efficiency in efficiencies if efficiency < LOW_EFFICIENCY]
         if low:
-            sentences.append(f"{len(low)} case(s) reach less than {LOW_EFFICIENCY:.0%} of the prediction: "
-                             "the model leaves out bookkeeping, cache rollback and timing noise, which weigh most "
-                             "where a step is cheap.")
+            sentences.append(
+                f"{len(low)} case(s) reach less than {LOW_EFFICIENCY:.0%} of the prediction: "
+                "the model leaves out bookkeeping, cache rollback and timing noise, which weigh most "
+                "where a step is cheap."
+            )
     sentences += _schedule_findings(analyses, rows)
     first = rows[0]
     curve = row_value(first, "verify_costs_ms")
     if len(curve) > 1:
         worst_m = max(range(len(curve)), key=lambda i: curve[i]) + 1
         ratio = curve[-1] / curve[0]
-        sentences.append(f"A verify pass over {len(curve)} positions costs {ratio:.2f} times a one-token step "
-                         f"(the costliest length is m={worst_m}, {curve[worst_m - 1] / curve[0]:.2f} times); "
-                         + ("so long blocks are cheap to verify here and k is limited by acceptance."
-                            if ratio < 1.5 else "so verify cost, not acceptance alone, limits how far k pays."))
+        sentences.append(
+            f"A verify pass over {len(curve)} positions costs {ratio:.2f} times a one-token step "
+            f"(the costliest length is m={worst_m}, {curve[worst_m - 1] / curve[0]:.2f} times); "
+            + (
+                "so long blocks are cheap to verify here and k is limited by acceptance."
+                if ratio < 1.5
+                else "so verify cost, not acceptance alone, limits how far k pays."
+            )
+        )
     c = row_value(first, "cost_ratio")
     if c is not None:
-        sentences.append(f"Drafting costs c = {c:.3f} of a target step per token"
-                         + (" (no draft model: prompt lookup drafts for free)." if c == 0 else
-                            "; every drafted token that is rejected costs that much for nothing."
-                            if c > 0.2 else "."))
+        sentences.append(
+            f"Drafting costs c = {c:.3f} of a target step per token"
+            + (
+                " (no draft model: prompt lookup drafts for free)."
+                if c == 0
+                else "; every drafted token that is rejected costs that much for nothing."
+                if c > 0.2
+                else "."
+            )
+        )
     return sentences
 
 
@@ -120,12 +164,18 @@ _INTRODUCTION = (
     "al. 2023, with the measured verify-cost curve v(m) in place of one target step) predicts it from alpha, the "
     "per-token acceptance estimated from every step, the draft's cost per token c, and v(k+1)/v(1): predicted "
     "speedup = tau(k) v(1) / (k c v(1) + v(k+1)), tau(k) = (1 - alpha^(k+1)) / (1 - alpha). Efficiency is "
-    "measured / predicted.")
+    "measured / predicted."
+)
 
 
-def report_markdown(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],
-                    figures_dir: Path | None = None, report_path: Path | None = None,
-                    command: str | None = None) -> str:
+def report_markdown(
+    results: Sequence[dict[str, Any]],
+    options: dict[str, Any],
+    env: dict[str, Any],
+    figures_dir: Path | None = None,
+    report_path: Path | None = None,
+    command: str | None = None,
+) -> str:
     """The whole report. Figures (from :func:`plots.figure_names`) are linked relative to the report."""
     lines = ["# Speculative decoding benchmark report", "", _INTRODUCTION, ""]
     if command:
@@ -146,8 +196,10 @@ def report_markdown(results: Sequence[dict[str, Any]], options: dict[str, Any], 
     if constant_k_rows(results):
         lines += ["## Decode speedup by prompt category", "", *_category_lines(per_k_rows(results))]
     if figures_dir is not None and constant_k_rows(results):
-        lines += [f"![decode speedup by category at the best k]"
-                  f"({_relative(figures_dir / 'speedup_by_category.png', start)})", ""]
+        lines += [
+            f"![decode speedup by category at the best k]({_relative(figures_dir / 'speedup_by_category.png', start)})",
+            "",
+        ]
     lines += _batch_section(results, figures_dir, start)
     lines += _regret_section(answer, figures_dir, start)
     lines += _whole_run_lines(analyses, results)
@@ -169,82 +221,153 @@ def _regret_section(answer: dict[str, Any], figures_dir: Path | None, start: Pat
     """k=auto (and k=heuristic) against the best constant k, with intervals (report/regret.py): when both ran."""
     from .regret import regret_markdown, regret_pairs
 
-    figures = {} if figures_dir is None else {
-        pair: _relative(figures_dir / f"schedule_regret_{pair}.png", start) for pair in regret_pairs(answer)}
+    figures = (
+        {}
+        if figures_dir is None
+        else {pair: _relative(figures_dir / f"schedule_regret_{pair}.png", start) for pair in regret_pairs(answer)}
+    )
     return regret_markdown(answer, figures)
 
 
 def _category_lines(results: Sequence[dict[str, Any]]) -> list[str]:
     """Per pair and category, the best k's decode speedup over the category's prompts."""
-    return ["At each category's best k: with several prompts, the geometric mean of their decode speedups (each "
-            "prompt weighted equally) and a 95% t interval over their log speedups, which holds the spread between "
-            "prompts as well as the timing noise; with one prompt, its own speedup and interval.", "",
-            _table([[item.pair, item.category, item.prompts, item.k,
-                     with_interval({"decode_speedup": item.speedup, "decode_speedup_ci_low": item.low,
-                                    "decode_speedup_ci_high": item.high})]
-                    for item in best_category_speedups(results)],
-                   ["pair", "category", "prompts", "best k", "decode speedup [95% CI]"]), ""]
+    return [
+        "At each category's best k: with several prompts, the geometric mean of their decode speedups (each "
+        "prompt weighted equally) and a 95% t interval over their log speedups, which holds the spread between "
+        "prompts as well as the timing noise; with one prompt, its own speedup and interval.",
+        "",
+        _table(
+            [
+                [
+                    item.pair,
+                    item.category,
+                    item.prompts,
+                    item.k,
+                    with_interval(
+                        {
+                            "decode_speedup": item.speedup,
+                            "decode_speedup_ci_low": item.low,
+                            "decode_speedup_ci_high": item.high,
+                        }
+                    ),
+                ]
+                for item in best_category_speedups(results)
+            ],
+            ["pair", "category", "prompts", "best k", "decode speedup [95% CI]"],
+        ),
+        "",
+    ]
 
 
 def _machine_lines(options: dict[str, Any], env: dict[str, Any]) -> list[str]:
     fingerprint = env.get("fingerprint", {})
-    return ["## Machine and options", "",
-            _table([[key, str(value)] for key, value in fingerprint.items()]
-                   + [[name, str(version)] for name, version in env.get("versions", {}).items()
-                      if name not in fingerprint],
-                   ["machine", "value"]), "",
-            _table([[key, str(value)] for key, value in sorted(options.items())], ["option", "value"]), ""]
+    return [
+        "## Machine and options",
+        "",
+        _table(
+            [[key, str(value)] for key, value in fingerprint.items()]
+            + [[name, str(version)] for name, version in env.get("versions", {}).items() if name not in fingerprint],
+            ["machine", "value"],
+        ),
+        "",
+        _table([[key, str(value)] for key, value in sorted(options.items())], ["option", "value"]),
+        "",
+    ]
 
 
 def _headline_lines(results: Sequence[dict[str, Any]]) -> list[str]:
     best = max(results, key=lambda row: row["decode_speedup"])
-    return ["## Headline", "",
-            f"Best decode speedup: **{with_interval(best)}** with pair `{best['pair']}` (target {best['target']}, "
-            f"draft {best['draft']}) at k={best['k']} on the `{best['prompt']}` prompt; end to end, prefill "
-            f"included, {with_interval(best, 'speedup')}. {len(results)} cases, "
-            f"{sum(1 for row in results if row['verdict'] == 'diverged')} diverged from the target's greedy "
-            "output.", ""]
+    return [
+        "## Headline",
+        "",
+        f"Best decode speedup: **{with_interval(best)}** with pair `{best['pair']}` (target {best['target']}, "
+        f"draft {best['draft']}) at k={best['k']} on the `{best['prompt']}` prompt; end to end, prefill "
+        f"included, {with_interval(best, 'speedup')}. {len(results)} cases, "
+        f"{sum(1 for row in results if row['verdict'] == 'diverged')} diverged from the target's greedy "
+        "output.",
+        "",
+    ]
 
 
-def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], analyses: Sequence[PromptAnalysis],
-                engines: bool, answer: dict[str, Any]) -> list[str]:
+def _pair_lines(
+    pair: str, rows: Sequence[dict[str, Any]], analyses: Sequence[PromptAnalysis], engines: bool, answer: dict[str, Any]
+) -> list[str]:
     """One pair's section, its figures aside: what ran, every case, the engines, the answer, the cost model's
     view of the best k, the findings."""
     first = rows[0]
-    lines = [f"## Pair `{pair}`", "",
-             f"Target {first['target']}, draft {first['draft']} ({first['drafter']}); {first['device']}, "
-             f"{first['dtype']}, {new_tokens_text(rows, ' per run')}. Parameters: target "
-             f"{number(row_value(first, 'target_params'), ',')}, "
-             f"draft {number(row_value(first, 'draft_params'), ',')}. "
-             f"Peak memory {number(row_value(first, 'peak_memory_mb'), '.0f')} MiB "
-             f"({row_value(first, 'peak_memory_kind') or 'n/a'}).", ""]
+    lines = [
+        f"## Pair `{pair}`",
+        "",
+        f"Target {first['target']}, draft {first['draft']} ({first['drafter']}); {first['device']}, "
+        f"{first['dtype']}, {new_tokens_text(rows, ' per run')}. Parameters: target "
+        f"{number(row_value(first, 'target_params'), ',')}, "
+        f"draft {number(row_value(first, 'draft_params'), ',')}. "
+        f"Peak memory {number(row_value(first, 'peak_memory_mb'), '.0f')} MiB "
+        f"({row_value(first, 'peak_memory_kind') or 'n/a'}).",
+        "",
+    ]
     lines += [_case_table(rows, engines), ""]
     comparisons = compare_engines(rows)
     if comparisons:
-        lines += ["Engines side by side: end-to-end speedup over the same greedy baseline (prefill included, "
-                  "since transformers' first target pass also verifies a draft block), geometric mean over "
-                  "prompts.", "",
-                  _table([[c.k, c.prompts, number(c.native_speedup), number(c.hf_speedup), number(c.ratio)]
-                          for c in comparisons], ["k", "prompts", "native", "hf", "native / hf"]), ""]
+        lines += [
+            "Engines side by side: end-to-end speedup over the same greedy baseline (prefill included, "
+            "since transformers' first target pass also verifies a draft block), geometric mean over "
+            "prompts.",
+            "",
+            _table(
+                [
+                    [c.k, c.prompts, number(c.native_speedup), number(c.hf_speedup), number(c.ratio)]
+                    for c in comparisons
+                ],
+                ["k", "prompts", "native", "hf", "native / hf"],
+            ),
+            "",
+        ]
     lines += _answer_lines(pair, answer, engines)
-    lines += [_table([[a.prompt, a.best_k, with_interval(a.best_row), number(a.alpha, ".3f"),
-                       number(a.recommended_k, "d"), number(dict(a.predicted_curve).get(a.recommended_k))]
-                      for a in analyses],
-                     ["prompt", "measured best k", "its decode speedup", "alpha (all k pooled)",
-                      "recommended k", "predicted speedup there"]), ""]
+    lines += [
+        _table(
+            [
+                [
+                    a.prompt,
+                    a.best_k,
+                    with_interval(a.best_row),
+                    number(a.alpha, ".3f"),
+                    number(a.recommended_k, "d"),
+                    number(dict(a.predicted_curve).get(a.recommended_k)),
+                ]
+                for a in analyses
+            ],
+            [
+                "prompt",
+                "measured best k",
+                "its decode speedup",
+                "alpha (all k pooled)",
+                "recommended k",
+                "predicted speedup there",
+            ],
+        ),
+        "",
+    ]
     curve = row_value(first, "verify_costs_ms")
     if curve:
         probe = row_value(first, "draft_token_probe_ms")
         source = "" if probe is None else f" (timed in runs after the warm-up; the probe read {probe:.2f} ms)"
-        lines += [f"Cost model inputs: v(1) = {curve[0]:.2f} ms, draft token "
-                  f"{number(row_value(first, 'draft_token_ms'))} ms{source}, "
-                  f"c = {number(row_value(first, 'cost_ratio'), '.3f')}; "
-                  f"v(m)/v(1) for m = 1..{len(curve)}: " + ", ".join(f"{v / curve[0]:.2f}" for v in curve) + ".", ""]
+        lines += [
+            f"Cost model inputs: v(1) = {curve[0]:.2f} ms, draft token "
+            f"{number(row_value(first, 'draft_token_ms'))} ms{source}, "
+            f"c = {number(row_value(first, 'cost_ratio'), '.3f')}; "
+            f"v(m)/v(1) for m = 1..{len(curve)}: " + ", ".join(f"{v / curve[0]:.2f}" for v in curve) + ".",
+            "",
+        ]
     positions = pooled_position_acceptance(constant_k_rows(rows))
     if positions:
-        lines += ["Per-position acceptance (of the steps that drafted at least i tokens, the share whose i-th "
-                  "was accepted; all cases pooled): "
-                  + ", ".join(f"{i}: {share:.2f} (n={n})" for i, n, share in positions) + ".", ""]
+        lines += [
+            "Per-position acceptance (of the steps that drafted at least i tokens, the share whose i-th "
+            "was accepted; all cases pooled): "
+            + ", ".join(f"{i}: {share:.2f} (n={n})" for i, n, share in positions)
+            + ".",
+            "",
+        ]
     return lines + ["Findings:", ""] + [f"- {sentence}" for sentence in pair_findings(analyses, rows)] + [""]
 
 
@@ -253,28 +376,54 @@ def _answer_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]
     if not answers:
         return []
     cells, headers = prompt_table(answers, engines)
-    return ["The answer. Per prompt, the best constant k (highest decode speedup); the k tied with it and those "
-            "slower, by a one-sided paired t test over the rounds of their block (family-wise 95%, a k the race "
-            "eliminated named with the k that beat it; not ranked, with the reason: no round data to test "
-            "with, or cases measured in different runs, whose rounds never pair); the cost model's "
-            "recommended k (the most common among the prompt's cases) and its measured speedup over the best's.",
-            "", _table(cells, headers), "",
-            *(line for p in answer["pairs"] if p["pair"] == pair for line in (pair_sentence(p, engines), ""))]
+    return [
+        "The answer. Per prompt, the best constant k (highest decode speedup); the k tied with it and those "
+        "slower, by a one-sided paired t test over the rounds of their block (family-wise 95%, a k the race "
+        "eliminated named with the k that beat it; not ranked, with the reason: no round data to test "
+        "with, or cases measured in different runs, whose rounds never pair); the cost model's "
+        "recommended k (the most common among the prompt's cases) and its measured speedup over the best's.",
+        "",
+        _table(cells, headers),
+        "",
+        *(line for p in answer["pairs"] if p["pair"] == pair for line in (pair_sentence(p, engines), "")),
+    ]
 
 
 #: the case table's numeric columns after the decode speedup: (header, field, format)
-_CASE_COLUMNS = (("accept", "acceptance_rate", ".3f"), ("tau", "tau", ".2f"), ("alpha", "alpha", ".3f"),
-                 ("predicted tau", "predicted_tau", ".2f"), ("v(k+1)/v(1)", "verify_cost_ratio", ".2f"),
-                 ("predicted speedup", "predicted_speedup", ".2f"), ("efficiency", "efficiency", ".2f"))
+_CASE_COLUMNS = (
+    ("accept", "acceptance_rate", ".3f"),
+    ("tau", "tau", ".2f"),
+    ("alpha", "alpha", ".3f"),
+    ("predicted tau", "predicted_tau", ".2f"),
+    ("v(k+1)/v(1)", "verify_cost_ratio", ".2f"),
+    ("predicted speedup", "predicted_speedup", ".2f"),
+    ("efficiency", "efficiency", ".2f"),
+)
 
 
 def _case_table(rows: Sequence[dict[str, Any]], engines: bool) -> str:
     """Every case of a pair, in table order; an engine column only when the run had more than one engine."""
-    return _table([[row["prompt"], row["k"], *([row_value(row, "engine")] if engines else []), with_interval(row),
-                    *(number(row_value(row, name), fmt) for _, name, fmt in _CASE_COLUMNS), row["verdict"]]
-                   for row in sorted(rows, key=row_order)],
-                  ["prompt", "k", *(["engine"] if engines else []), "decode speedup [95% CI]",
-                   *(header for header, _, _ in _CASE_COLUMNS), "verdict"])
+    return _table(
+        [
+            [
+                row["prompt"],
+                row["k"],
+                *([row_value(row, "engine")] if engines else []),
+                with_interval(row),
+                *(number(row_value(row, name), fmt) for _, name, fmt in _CASE_COLUMNS),
+                row["verdict"],
+            ]
+            for row in sorted(rows, key=row_order)
+        ],
+        [
+            "prompt",
+            "k",
+            *(["engine"] if engines else []),
+            "decode speedup [95% CI]",
+            *(header for header, _, _ in _CASE_COLUMNS),
+            "verdict",
+        ],
+    )
 
 
 def _whole_run_lines(analyses: Sequence[PromptAnalysis], results: Sequence[dict[str, Any]]) -> list[str]:
@@ -283,6 +432,12 @@ def _whole_run_lines(analyses: Sequence[PromptAnalysis], results: Sequence[dict[
         return []
     agree = sum(1 for a in all_compared if a.recommended_k == a.best_k)
     efficiencies = [row_value(row, "efficiency") for row in results if row_value(row, "efficiency") is not None]
-    return ["## Over the whole run", "",
-            f"Recommended k equals the measured best k for {agree} of {len(all_compared)} (pair, prompt) "
-            f"combinations; median efficiency {median(efficiencies):.2f}." if efficiencies else "", ""]
+    return [
+        "## Over the whole run",
+        "",
+        f"Recommended k equals the measured best k for {agree} of {len(all_compared)} (pair, prompt) "
+        f"combinations; median efficiency {median(efficiencies):.2f}."
+        if efficiencies
+        else "",
+        "",
+    ]

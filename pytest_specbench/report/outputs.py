@@ -9,6 +9,7 @@ from typing import Any
 
 from ..atomic import write_atomic
 from ..results.gate import save_baseline
+
 # OutputPaths and Output are named here too: the table below and ``merge`` use them with it.
 from ..results.run_files import Output, OutputPaths, write_each
 from ..results.strict_json import strict_json
@@ -34,16 +35,25 @@ def outputs(paths: OutputPaths, document: dict[str, Any], command: str | None = 
         Output("CSV", paths.csv, lambda path: write_atomic(path, csv_text(results))),
         Output("JSON", paths.json, lambda path: write_atomic(path, strict_json(document))),
         # The baseline records the run's result-changing settings, from its options, for the gate to check.
-        Output("baseline", paths.baseline, lambda path: save_baseline(
-            path, results, {**env, "options": document.get("options", {})})),
+        Output(
+            "baseline",
+            paths.baseline,
+            lambda path: save_baseline(path, results, {**env, "options": document.get("options", {})}),
+        ),
         Output("figures", paths.figures, lambda path: write_figures(path, results)),
-        Output("report", paths.report, lambda path: write_atomic(path, report_markdown(
-            results, document.get("options", {}), env, paths.figures, path, command))),
+        Output(
+            "report",
+            paths.report,
+            lambda path: write_atomic(
+                path, report_markdown(results, document.get("options", {}), env, paths.figures, path, command)
+            ),
+        ),
     )
 
 
-def write_outputs(paths: OutputPaths, document: dict[str, Any], command: str | None = None
-                  ) -> tuple[list[Path], list[str]]:
+def write_outputs(
+    paths: OutputPaths, document: dict[str, Any], command: str | None = None
+) -> tuple[list[Path], list[str]]:
     """Write every output that has a path; returns the paths written and, for each that failed, the error.
 
     One failed file (a full disk, a NaN refused as strict JSON, matplotlib missing) must not cost the others.

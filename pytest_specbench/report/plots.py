@@ -16,17 +16,26 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from .analysis import (FIGURES, analyse_prompts, best_category_speedups, constant_k_rows,  # noqa: E402
-                       pooled_position_acceptance, rows_by_pair)
 from ..engine.cost_model import predicted_tau  # noqa: E402
 from ..results.schema import row_value  # noqa: E402
+from .analysis import (  # noqa: E402
+    FIGURES,
+    analyse_prompts,
+    best_category_speedups,
+    constant_k_rows,
+    pooled_position_acceptance,
+    rows_by_pair,
+)
 
 
 def figure_names(pairs: Sequence[str], batched_pairs: Sequence[str] = ()) -> list[str]:
     """File names of every figure for these pairs, in the order the report shows them; ``batched_pairs``, those
     that ran more than one batch size, also have ``speedup_vs_batch_<pair>.png``."""
-    return ([f"{figure}_{pair}.png" for pair in pairs for figure in FIGURES] + ["speedup_by_category.png"]
-            + [f"{BATCH_FIGURE}_{pair}.png" for pair in batched_pairs])
+    return (
+        [f"{figure}_{pair}.png" for pair in pairs for figure in FIGURES]
+        + ["speedup_by_category.png"]
+        + [f"{BATCH_FIGURE}_{pair}.png" for pair in batched_pairs]
+    )
 
 
 def _save(fig, directory: Path, name: str) -> Path:
@@ -44,8 +53,10 @@ def _prompts(rows: Sequence[dict[str, Any]]) -> list[str]:
 def _error_bars(rows: Sequence[dict[str, Any]], name: str) -> list[list[float]]:
     """Distances from the value to its interval's ends; none drawn for a row without an interval."""
     bounds = [(row[name], row_value(row, f"{name}_ci_low"), row_value(row, f"{name}_ci_high")) for row in rows]
-    return [[value - low if low is not None else 0.0 for value, low, _ in bounds],
-            [high - value if high is not None else 0.0 for value, _, high in bounds]]
+    return [
+        [value - low if low is not None else 0.0 for value, low, _ in bounds],
+        [high - value if high is not None else 0.0 for value, _, high in bounds],
+    ]
 
 
 def speedup_vs_k(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path:
@@ -56,13 +67,20 @@ def speedup_vs_k(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> 
         points = sorted((row for row in rows if row["prompt"] == prompt), key=lambda row: row["k"])
         # Each prompt's points nudged sideways so their intervals do not hide each other.
         dodge = 2 ** (0.06 * (i - (len(_prompts(rows)) - 1) / 2))
-        ax.errorbar([row["k"] * dodge for row in points], [row["decode_speedup"] for row in points],
-                    yerr=_error_bars(points, "decode_speedup"), fmt="o", color=color, capsize=3,
-                    label=f"{prompt} measured (95% CI)")
+        ax.errorbar(
+            [row["k"] * dodge for row in points],
+            [row["decode_speedup"] for row in points],
+            yerr=_error_bars(points, "decode_speedup"),
+            fmt="o",
+            color=color,
+            capsize=3,
+            label=f"{prompt} measured (95% CI)",
+        )
         curve = analyses[prompt].predicted_curve
         if curve:
-            ax.plot([k for k, _ in curve], [s for _, s in curve], "--", color=color, alpha=0.8,
-                    label=f"{prompt} predicted")
+            ax.plot(
+                [k for k, _ in curve], [s for _, s in curve], "--", color=color, alpha=0.8, label=f"{prompt} predicted"
+            )
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
     # Labels on the measured k only: every k of the predicted curve on a log axis would overlap.
@@ -84,8 +102,9 @@ def acceptance_heatmap(rows: Sequence[dict[str, Any]], pair: str, directory: Pat
     image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
     for i, line in enumerate(grid):
         for j, value in enumerate(line):
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white" if value < 0.6 else "black",
-                    fontsize=8)
+            ax.text(
+                j, i, f"{value:.2f}", ha="center", va="center", color="white" if value < 0.6 else "black", fontsize=8
+            )
     ax.set_xticks(range(len(ks)), [str(k) for k in ks])
     ax.set_yticks(range(len(prompts)), prompts)
     ax.set_xlabel("k (draft tokens per step)")
@@ -105,8 +124,14 @@ def tau_vs_k(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path
         ax.plot(ks, [row["tau"] for row in points], "o-", color=color, label=f"{prompt} measured")
         alpha = analyses[prompt].alpha
         if alpha is not None:
-            ax.plot(ks, [predicted_tau(alpha, k) for k in ks], "--", color=color, alpha=0.8,
-                    label=f"{prompt} predicted (alpha {alpha:.2f})")
+            ax.plot(
+                ks,
+                [predicted_tau(alpha, k) for k in ks],
+                "--",
+                color=color,
+                alpha=0.8,
+                label=f"{prompt} predicted (alpha {alpha:.2f})",
+            )
     ks = sorted({row["k"] for row in rows})
     ax.plot(ks, [k + 1 for k in ks], ":", color="grey", label="k + 1 (every draft accepted)")
     ax.set_xticks(ks, [str(k) for k in ks])
@@ -162,11 +187,14 @@ def speedup_by_category(results: Sequence[dict[str, Any]], directory: Path) -> P
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(categories) + 2), 4.8))
     for i, pair in enumerate(pairs):
         by_category = {item.category: item for item in best if item.pair == pair}
-        xs = [j + (i - (len(pairs) - 1) / 2) * width for j, category in enumerate(categories)
-              if category in by_category]
+        xs = [
+            j + (i - (len(pairs) - 1) / 2) * width for j, category in enumerate(categories) if category in by_category
+        ]
         items = [by_category[category] for category in categories if category in by_category]
-        errors = [[item.speedup - item.low if item.low is not None else 0.0 for item in items],
-                  [item.high - item.speedup if item.high is not None else 0.0 for item in items]]
+        errors = [
+            [item.speedup - item.low if item.low is not None else 0.0 for item in items],
+            [item.high - item.speedup if item.high is not None else 0.0 for item in items],
+        ]
         ax.bar(xs, [item.speedup for item in items], width, yerr=errors, capsize=3, label=pair, color=f"C{i % 10}")
         for x, item in zip(xs, items):
             label = f"k={item.k}" + (f"\n{item.prompts} prompts" if item.prompts > 1 else "")
@@ -200,12 +228,25 @@ def speedup_vs_batch(results: Sequence[dict[str, Any]], pair: str, directory: Pa
             points = [point for point in answer["points"] if point["k"] == k]
             label = f"k={k}" + (f", {answer['prompt']}" if several else "")
             errors = _error_bars(points, "decode_speedup")
-            ax.errorbar([point["batch"] for point in points], [point["decode_speedup"] for point in points],
-                        yerr=errors, fmt="o-", color=f"C{color % 10}", capsize=3, label=f"{label} measured")
+            ax.errorbar(
+                [point["batch"] for point in points],
+                [point["decode_speedup"] for point in points],
+                yerr=errors,
+                fmt="o-",
+                color=f"C{color % 10}",
+                capsize=3,
+                label=f"{label} measured",
+            )
             predicted = [point for point in points if point["predicted_speedup"] is not None]
             if predicted:
-                ax.plot([point["batch"] for point in predicted], [point["predicted_speedup"] for point in predicted],
-                        "--", color=f"C{color % 10}", alpha=0.6, label=f"{label} predicted")
+                ax.plot(
+                    [point["batch"] for point in predicted],
+                    [point["predicted_speedup"] for point in predicted],
+                    "--",
+                    color=f"C{color % 10}",
+                    alpha=0.6,
+                    label=f"{label} predicted",
+                )
             color += 1
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
@@ -228,24 +269,36 @@ def schedule_regret(answers: Sequence[dict[str, Any]], pair: str, directory: Pat
     for a in answers:
         for s in a["schedules"]:
             series.setdefault(f"{a['engine']} k={s['k']} / best constant k", []).append(
-                (a["prompt"], s["ratio_to_best"], s["ratio_to_best_ci_low"], s["ratio_to_best_ci_high"]))
+                (a["prompt"], s["ratio_to_best"], s["ratio_to_best_ci_low"], s["ratio_to_best_ci_high"])
+            )
         hf = a.get("against_hf")
         if hf and hf["ratio"] is not None:
             series.setdefault(f"native k={hf['k']} / hf k={hf['k']} (end to end)", []).append(
-                (a["prompt"], hf["ratio"], hf["ci_low"], hf["ci_high"]))
+                (a["prompt"], hf["ratio"], hf["ci_low"], hf["ci_high"])
+            )
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(prompts) + 2.5), 4.8))
     for i, (label, points) in enumerate(series.items()):
         offset = 0.12 * (i - (len(series) - 1) / 2)
-        ax.errorbar([prompts.index(p) + offset for p, _, _, _ in points], [r for _, r, _, _ in points],
-                    yerr=[[r - low if low is not None else 0.0 for _, r, low, _ in points],
-                          [high - r if high is not None else 0.0 for _, r, _, high in points]],
-                    fmt="o" if "best" in label else "s", color=f"C{i % 10}", capsize=3, label=label)
+        ax.errorbar(
+            [prompts.index(p) + offset for p, _, _, _ in points],
+            [r for _, r, _, _ in points],
+            yerr=[
+                [r - low if low is not None else 0.0 for _, r, low, _ in points],
+                [high - r if high is not None else 0.0 for _, r, _, high in points],
+            ],
+            fmt="o" if "best" in label else "s",
+            color=f"C{i % 10}",
+            capsize=3,
+            label=label,
+        )
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(range(len(prompts)), prompts, rotation=20)
     ax.set_xlabel("prompt")
     ax.set_ylabel("ratio of speedups (x, 95% CI paired over rounds)")
-    ax.set_title(f"{pair}: schedules against the best constant k\n(best k chosen after the fact: conservative; "
-                 "above 1 wins)", fontsize=10)
+    ax.set_title(
+        f"{pair}: schedules against the best constant k\n(best k chosen after the fact: conservative; above 1 wins)",
+        fontsize=10,
+    )
     ax.legend(fontsize=7)
     return _save(fig, directory, f"schedule_regret_{pair}.png")
 
@@ -258,9 +311,8 @@ def write_plots(results: Sequence[dict[str, Any]], directory: Path) -> list[Path
     """
     directory.mkdir(parents=True, exist_ok=True)
     from .answer import prompt_answers
-    from .regret import regret_pairs
-
     from .batch import per_k_rows
+    from .regret import regret_pairs
 
     # Several batch sizes: the figures against k show the smallest; speedup_vs_batch shows them all.
     # The schedules against the best constant k: before the rows are narrowed to constant k.

@@ -32,8 +32,7 @@ from ..results.schema import row_value
 from ..results.statistics import speedup_interval
 
 
-def round_times(row: dict[str, Any], field: str = "round_decode_token_s"
-                ) -> dict[tuple[Any, ...], float] | None:
+def round_times(row: dict[str, Any], field: str = "round_decode_token_s") -> dict[tuple[Any, ...], float] | None:
     """The row's per-round ``field`` keyed by (run, block, round); None without usable round data. Round i of
     one run and round i of another (a row replayed by --specbench-resume beside one measured now) never pair.
 
@@ -63,8 +62,9 @@ def _positive(value: Any) -> bool:
 _SCHEMA_FIELDS = ("round_decode_token_s",)
 
 
-def paired_ratio(faster_if_above: dict[tuple[Any, ...], float] | None,
-                 reference: dict[tuple[Any, ...], float] | None) -> dict[str, Any] | None:
+def paired_ratio(
+    faster_if_above: dict[tuple[Any, ...], float] | None, reference: dict[tuple[Any, ...], float] | None
+) -> dict[str, Any] | None:
     """Reference seconds over ``faster_if_above``'s, paired over the (run, block, round) keys both hold; None
     when they share none (two blocks or two runs never pair). Above 1: the first is faster."""
     if faster_if_above is None or reference is None:
@@ -72,8 +72,9 @@ def paired_ratio(faster_if_above: dict[tuple[Any, ...], float] | None,
     common = [key for key in reference if key in faster_if_above]
     if not common:
         return None
-    interval = speedup_interval([reference[key] for key in common], [faster_if_above[key] for key in common],
-                                paired=True)
+    interval = speedup_interval(
+        [reference[key] for key in common], [faster_if_above[key] for key in common], paired=True
+    )
     return {"ratio": interval.estimate, "ci_low": interval.low, "ci_high": interval.high, "rounds": len(common)}
 
 
@@ -86,10 +87,18 @@ def ratio_to_best(schedule: dict[str, Any], best: dict[str, Any]) -> dict[str, A
     """
     paired = paired_ratio(round_times(schedule), round_times(best))
     if paired is None:
-        return {"ratio_to_best": schedule["decode_speedup"] / best["decode_speedup"], "ratio_to_best_ci_low": None,
-                "ratio_to_best_ci_high": None, "ratio_to_best_rounds": 0}
-    return {"ratio_to_best": paired["ratio"], "ratio_to_best_ci_low": paired["ci_low"],
-            "ratio_to_best_ci_high": paired["ci_high"], "ratio_to_best_rounds": paired["rounds"]}
+        return {
+            "ratio_to_best": schedule["decode_speedup"] / best["decode_speedup"],
+            "ratio_to_best_ci_low": None,
+            "ratio_to_best_ci_high": None,
+            "ratio_to_best_rounds": 0,
+        }
+    return {
+        "ratio_to_best": paired["ratio"],
+        "ratio_to_best_ci_low": paired["ci_low"],
+        "ratio_to_best_ci_high": paired["ci_high"],
+        "ratio_to_best_rounds": paired["rounds"],
+    }
 
 
 def ratio_to_hf(native: dict[str, Any], hf: dict[str, Any]) -> dict[str, Any]:
@@ -107,14 +116,19 @@ def ratio_to_hf(native: dict[str, Any], hf: dict[str, Any]) -> dict[str, Any]:
 def over_prompts(ratios: Sequence[dict[str, Any]], prefix: str = "") -> dict[str, Any] | None:
     """Geometric mean of per-prompt ratios (keys ``{prefix}ratio``, ``{prefix}ci_low``, ``{prefix}ci_high``),
     with a t interval over the prompts' log ratios; one prompt keeps its own interval. None without any."""
-    items = [item for item in ratios if isinstance(item.get(f"{prefix}ratio"), (int, float))
-             and item[f"{prefix}ratio"] > 0]
+    items = [
+        item for item in ratios if isinstance(item.get(f"{prefix}ratio"), (int, float)) and item[f"{prefix}ratio"] > 0
+    ]
     if not items:
         return None
     if len(items) == 1:
         (item,) = items
-        return {"prompts": 1, "ratio": item[f"{prefix}ratio"], "ci_low": item.get(f"{prefix}ci_low"),
-                "ci_high": item.get(f"{prefix}ci_high")}
+        return {
+            "prompts": 1,
+            "ratio": item[f"{prefix}ratio"],
+            "ci_low": item.get(f"{prefix}ci_low"),
+            "ci_high": item.get(f"{prefix}ci_high"),
+        }
     # A paired interval of 1 against 1/ratio is the t interval of the mean log ratio.
     interval = speedup_interval([1.0] * len(items), [1.0 / item[f"{prefix}ratio"] for item in items], paired=True)
     return {"prompts": len(items), "ratio": interval.estimate, "ci_low": interval.low, "ci_high": interval.high}
@@ -128,8 +142,16 @@ def schedule_summaries(answers: Sequence[dict[str, Any]]) -> list[dict[str, Any]
             by_k.setdefault(schedule["k"], []).append(schedule)
     summaries = []
     for k, items in by_k.items():
-        summary = over_prompts([{"ratio": s["ratio_to_best"], "ci_low": s["ratio_to_best_ci_low"],
-                                 "ci_high": s["ratio_to_best_ci_high"]} for s in items])
+        summary = over_prompts(
+            [
+                {
+                    "ratio": s["ratio_to_best"],
+                    "ci_low": s["ratio_to_best_ci_low"],
+                    "ci_high": s["ratio_to_best_ci_high"],
+                }
+                for s in items
+            ]
+        )
         if summary is not None:
             summaries.append({"k": k, **summary})
     return summaries
@@ -164,35 +186,80 @@ def regret_markdown(answer: dict[str, Any], figures: dict[str, str] | None = Non
     with_schedules = [a for a in answer["prompts"] if a["schedules"]]
     if not with_schedules:
         return []
-    lines = ["## k=auto against the best constant k", "",
-             "Each schedule's decode speedup as a share of the best constant k's on the same prompt, paired over the "
-             "rounds both ran in their block (geometric mean of the per-round ratios, 95% t interval). The best "
-             "constant k is chosen after the fact from the same data, so the ratio is biased against the schedule: "
-             "a conservative figure; 1 or more means the schedule did as well as the sweep, without the sweep. "
-             "Where both engines ran k=auto, native k=auto against transformers' default schedule (hf k=auto), end "
-             "to end, paired over rounds. Over prompts: geometric mean, t interval over the prompts.", ""]
+    lines = [
+        "## k=auto against the best constant k",
+        "",
+        "Each schedule's decode speedup as a share of the best constant k's on the same prompt, paired over the "
+        "rounds both ran in their block (geometric mean of the per-round ratios, 95% t interval). The best "
+        "constant k is chosen after the fact from the same data, so the ratio is biased against the schedule: "
+        "a conservative figure; 1 or more means the schedule did as well as the sweep, without the sweep. "
+        "Where both engines ran k=auto, native k=auto against transformers' default schedule (hf k=auto), end "
+        "to end, paired over rounds. Over prompts: geometric mean, t interval over the prompts.",
+        "",
+    ]
     for pair in dict.fromkeys(a["pair"] for a in with_schedules):
         answers = sorted((a for a in with_schedules if a["pair"] == pair), key=lambda a: (a["prompt"], a["engine"]))
         hf = any(a.get("against_hf") for a in answers)
-        cells = [[a["prompt"], a["engine"], s["k"], interval_text(s["ratio_to_best"], s["ratio_to_best_ci_low"],
-                                                                   s["ratio_to_best_ci_high"]),
-                  s["ratio_to_best_rounds"] or "unpaired", a["best_k"],
-                  *([_hf_text(a.get("against_hf")) if s["k"] == "auto" else "-"] if hf else [])]
-                 for a in answers for s in a["schedules"]]
-        lines += [f"### Pair `{pair}`", "",
-                  tabulate(cells, headers=["prompt", "engine", "schedule", "/ best constant k [95% CI]",
-                                           "rounds paired", "best k", *(["native auto / hf auto"] if hf else [])],
-                           tablefmt="github", disable_numparse=True), ""]
-        summary = [[p["engine"], s["k"], s["prompts"], interval_text(s["ratio"], s["ci_low"], s["ci_high"])]
-                   for p in answer["pairs"] if p["pair"] == pair for s in p.get("schedules") or []]
-        summary += [[p["engine"], f"{p['against_hf']['k']} / hf {p['against_hf']['k']} (end to end)",
-                     p["against_hf"]["prompts"], interval_text(p["against_hf"]["ratio"], p["against_hf"]["ci_low"],
-                                                               p["against_hf"]["ci_high"])]
-                    for p in answer["pairs"] if p["pair"] == pair and p.get("against_hf")]
+        cells = [
+            [
+                a["prompt"],
+                a["engine"],
+                s["k"],
+                interval_text(s["ratio_to_best"], s["ratio_to_best_ci_low"], s["ratio_to_best_ci_high"]),
+                s["ratio_to_best_rounds"] or "unpaired",
+                a["best_k"],
+                *([_hf_text(a.get("against_hf")) if s["k"] == "auto" else "-"] if hf else []),
+            ]
+            for a in answers
+            for s in a["schedules"]
+        ]
+        lines += [
+            f"### Pair `{pair}`",
+            "",
+            tabulate(
+                cells,
+                headers=[
+                    "prompt",
+                    "engine",
+                    "schedule",
+                    "/ best constant k [95% CI]",
+                    "rounds paired",
+                    "best k",
+                    *(["native auto / hf auto"] if hf else []),
+                ],
+                tablefmt="github",
+                disable_numparse=True,
+            ),
+            "",
+        ]
+        summary = [
+            [p["engine"], s["k"], s["prompts"], interval_text(s["ratio"], s["ci_low"], s["ci_high"])]
+            for p in answer["pairs"]
+            if p["pair"] == pair
+            for s in p.get("schedules") or []
+        ]
+        summary += [
+            [
+                p["engine"],
+                f"{p['against_hf']['k']} / hf {p['against_hf']['k']} (end to end)",
+                p["against_hf"]["prompts"],
+                interval_text(p["against_hf"]["ratio"], p["against_hf"]["ci_low"], p["against_hf"]["ci_high"]),
+            ]
+            for p in answer["pairs"]
+            if p["pair"] == pair and p.get("against_hf")
+        ]
         if summary:
-            lines += ["Over prompts:", "", tabulate(summary, headers=["engine", "schedule", "prompts",
-                                                                      "geometric mean [95% CI]"],
-                                                    tablefmt="github", disable_numparse=True), ""]
+            lines += [
+                "Over prompts:",
+                "",
+                tabulate(
+                    summary,
+                    headers=["engine", "schedule", "prompts", "geometric mean [95% CI]"],
+                    tablefmt="github",
+                    disable_numparse=True,
+                ),
+                "",
+            ]
         if figures and pair in figures:
             lines += [f"![schedules against the best constant k for {pair}]({figures[pair]})", ""]
     return lines
@@ -202,7 +269,8 @@ def _hf_text(against: dict[str, Any] | None) -> str:
     if against is None:
         return "-"
     return interval_text(against["ratio"], against["ci_low"], against["ci_high"]) + (
-        "" if against["paired"] else " (unpaired: no per-round wall times)")
+        "" if against["paired"] else " (unpaired: no per-round wall times)"
+    )
 
 
 def regret_pairs(answer: dict[str, Any]) -> list[str]:

@@ -49,8 +49,7 @@ class RunSnapshot:
 def summary_sections(run: RunSnapshot) -> list[tuple[str, list[Line]]]:
     """``(title, [(line, is_error), ...])`` sections for the terminal; none when nothing was benchmarked."""
     tally, files = run.tally, run.files
-    if not (tally.collected or tally.began or run.results or run.gate is not None or files.refusals
-            or tally.skipped):
+    if not (tally.collected or tally.began or run.results or run.gate is not None or files.refusals or tally.skipped):
         return []
     lines = _headline(run) + _plain(_budget_lines(run))
     if run.replayed:
@@ -74,9 +73,13 @@ def _headline(run: RunSnapshot) -> list[Line]:
     skipped_pairs = _skipped_pair_lines(run)
     measured_nothing = tally.measured_nothing([row["case"] for row in run.results])
     if measured_nothing and tally.all_skipped and not run.interrupted:
-        return _plain([f"no specbench case ran: all {len(tally.selected)} selected case(s) were skipped",
-                       *skipped_pairs,
-                       "no file was written: the results files and log of an earlier run are left as they were"])
+        return _plain(
+            [
+                f"no specbench case ran: all {len(tally.selected)} selected case(s) were skipped",
+                *skipped_pairs,
+                "no file was written: the results files and log of an earlier run are left as they were",
+            ]
+        )
     if tally.collected and not tally.began and not run.interrupted:
         return _plain(run.empty_selection() + skipped_pairs)
     from .summary import summary_lines
@@ -89,14 +92,18 @@ def _ending(run: RunSnapshot) -> list[Line]:
     lines = []
     if run.interrupted:
         when = " while its files were written," if run.interrupted_while_writing else ""
-        lines.append((f"run interrupted ({run.interrupted}){when} with {len(run.results)} of "
-                      f"{len(run.tally.selected) or len(run.results)} case(s) finished", True))
+        lines.append(
+            (
+                f"run interrupted ({run.interrupted}){when} with {len(run.results)} of "
+                f"{len(run.tally.selected) or len(run.results)} case(s) finished",
+                True,
+            )
+        )
     missing = run.missing
     if missing:
         lines.append((f"no result for {len(missing)} case(s): {', '.join(missing)}", bool(run.interrupted)))
         if run.config.log_path is not None and run.results:
-            lines.append((f"to run only those: the same command with --specbench-resume={run.config.log_path}",
-                          False))
+            lines.append((f"to run only those: the same command with --specbench-resume={run.config.log_path}", False))
     return lines
 
 
@@ -107,8 +114,11 @@ def _file_lines(run: RunSnapshot) -> list[str]:
     if files.history_entry is not None:
         from ..results.history import compare_last_command, number_of
 
-        before = f" (compare it with the run before: {compare_last_command(config.history_dir)})" \
-            if number_of(files.history_entry) > 1 else ""
+        before = (
+            f" (compare it with the run before: {compare_last_command(config.history_dir)})"
+            if number_of(files.history_entry) > 1
+            else ""
+        )
         lines.append(f"run saved in the history: {files.history_entry}{before}")
     elif run.replayed and not run.measured_here and config.history_dir is not None:
         lines.append(f"not saved in the history: every result was taken from {config.resume}, none was measured")
@@ -124,8 +134,10 @@ def _rerun_lines(run: RunSnapshot) -> list[str]:
     for case in changed:
         by_change.setdefault(", ".join(run.rerun[case]), []).append(case)
     named = "; ".join(f"{', '.join(cases)} ({change})" for change, cases in by_change.items())
-    return [f"{len(changed)} case(s) of {run.config.resume} run again, not taken from it: their inputs "
-            f"changed since it was logged: {named}"]
+    return [
+        f"{len(changed)} case(s) of {run.config.resume} run again, not taken from it: their inputs "
+        f"changed since it was logged: {named}"
+    ]
 
 
 def _budget_lines(run: RunSnapshot) -> list[str]:
@@ -138,9 +150,11 @@ def _budget_lines(run: RunSnapshot) -> list[str]:
     if not short or config.run_budget is None:
         return []
     blocks = len({row.get("block") for row in short})
-    return [f"the run's budget (--specbench-budget, {describe_duration(config.run_budget)[6:]}) was spent: "
-            f"{len(short)} case(s) in {blocks} block(s) ran only their {config.min_rounds} minimum rounds; "
-            "a longer --specbench-budget (or off) times them to the interval target"]
+    return [
+        f"the run's budget (--specbench-budget, {describe_duration(config.run_budget)[6:]}) was spent: "
+        f"{len(short)} case(s) in {blocks} block(s) ran only their {config.min_rounds} minimum rounds; "
+        "a longer --specbench-budget (or off) times them to the interval target"
+    ]
 
 
 def _skipped_pair_lines(run: RunSnapshot) -> list[str]:
@@ -159,8 +173,10 @@ def _skipped_pair_lines(run: RunSnapshot) -> list[str]:
         if len(reasons) == 1:
             lines.append(f"{pair}: {len(cases)} case(s) skipped: {next(iter(reasons))}")
         else:
-            lines.append(f"{pair}: {len(cases)} case(s) skipped: " +
-                         "; ".join(f"{reason} ({count} case(s))" for reason, count in reasons.most_common()))
+            lines.append(
+                f"{pair}: {len(cases)} case(s) skipped: "
+                + "; ".join(f"{reason} ({count} case(s))" for reason, count in reasons.most_common())
+            )
     return lines
 
 

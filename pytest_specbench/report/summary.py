@@ -9,14 +9,21 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .answer import pair_sentence, prompt_table, run_answer
-from .analysis import (compare_engines, constant_k_rows, geometric_mean, k_order,
-                       pooled_position_acceptance, row_order, rows_by_pair, several_engines)
-from .batch import batch_answer, batch_lines, per_k_rows
-from .formatting import new_tokens_text, with_interval
 from ..results.schema import csv_columns, row_value, summary_columns
 from ..results.strict_json import strict_json
-
+from .analysis import (
+    compare_engines,
+    constant_k_rows,
+    geometric_mean,
+    k_order,
+    pooled_position_acceptance,
+    row_order,
+    rows_by_pair,
+    several_engines,
+)
+from .answer import pair_sentence, prompt_table, run_answer
+from .batch import batch_answer, batch_lines, per_k_rows
+from .formatting import new_tokens_text, with_interval
 
 _MARK = {"lossless": "yes", "tie-divergence": "tie", "diverged": "NO"}
 UNSTABLE_MARK = "!"
@@ -50,29 +57,41 @@ def summary_lines(results: Sequence[dict[str, Any]], ci_target: float = 0.05) ->
 def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], engines: bool, answer: dict[str, Any]) -> list[str]:
     """One pair: its cases, the per-k means, the engines side by side, the answer."""
     first = rows[0]
-    lines = [f"{pair}: target {first['target']}, draft {first['draft']} "
-             f"({first['device']}, {first['dtype']}, {new_tokens_text(rows)}; "
-             f"speedups with their 95% interval, {UNSTABLE_MARK} = unstable)"]
+    lines = [
+        f"{pair}: target {first['target']}, draft {first['draft']} "
+        f"({first['device']}, {first['dtype']}, {new_tokens_text(rows)}; "
+        f"speedups with their 95% interval, {UNSTABLE_MARK} = unstable)"
+    ]
     batches = len({row_value(row, "batch") for row in rows}) > 1
-    columns = tuple(column for column in summary_columns()
-                    if (engines or column[0] != "engine") and (batches or column[0] != "batch"))
-    table = [[_cell(row, name, fmt, interval) for name, _, fmt, interval in columns]
-             for row in sorted(rows, key=row_order)]
+    columns = tuple(
+        column
+        for column in summary_columns()
+        if (engines or column[0] != "engine") and (batches or column[0] != "batch")
+    )
+    table = [
+        [_cell(row, name, fmt, interval) for name, _, fmt, interval in columns] for row in sorted(rows, key=row_order)
+    ]
     # Cells come formatted (a value with its interval is text): tabulate must not parse them again.
     lines += tabulate(table, headers=[header for _, header, _, _ in columns], disable_numparse=True).splitlines()
     lines += ["", *_per_k_lines(per_k_rows(rows), engines)]  # several batch sizes: the smallest
     comparisons = compare_engines(rows)
     if comparisons:
-        lines += ["", "engines side by side (end-to-end speedup over the same greedy baseline, geometric mean "
-                      "over prompts):"]
-        lines += tabulate([(c.k, c.prompts, c.native_speedup, c.hf_speedup, c.ratio) for c in comparisons],
-                          headers=("k", "prompts", "native", "hf", "native / hf"),
-                          floatfmt=("", "", ".2f", ".2f", ".2f")).splitlines()
+        lines += [
+            "",
+            "engines side by side (end-to-end speedup over the same greedy baseline, geometric mean over prompts):",
+        ]
+        lines += tabulate(
+            [(c.k, c.prompts, c.native_speedup, c.hf_speedup, c.ratio) for c in comparisons],
+            headers=("k", "prompts", "native", "hf", "native / hf"),
+            floatfmt=("", "", ".2f", ".2f", ".2f"),
+        ).splitlines()
     lines += ["", *_answer_lines(pair, answer, engines)]
     positions = pooled_position_acceptance(constant_k_rows(rows))
     if positions:
-        lines.append("per-position acceptance (of the steps that drafted at least i tokens, the share whose "
-                     "i-th was accepted; all cases pooled):")
+        lines.append(
+            "per-position acceptance (of the steps that drafted at least i tokens, the share whose "
+            "i-th was accepted; all cases pooled):"
+        )
         lines.append("  " + "  ".join(f"{i}: {share:.2f}" for i, _, share in positions))
     return lines + [""]
 
@@ -80,19 +99,28 @@ def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], engines: bool, answer
 def _per_k_lines(rows: Sequence[dict[str, Any]], engines: bool) -> list[str]:
     """Per k (and engine, when more than one ran): geometric mean speedups, mean acceptance and tau."""
     per_k = []
-    groups = dict.fromkeys((row["k"], row_value(row, "engine"))
-                           for row in sorted(rows, key=lambda row: (k_order(row["k"]), row_value(row, "engine"))))
+    groups = dict.fromkeys(
+        (row["k"], row_value(row, "engine"))
+        for row in sorted(rows, key=lambda row: (k_order(row["k"]), row_value(row, "engine")))
+    )
     for k, engine in groups:
         at_k = [row for row in rows if row["k"] == k and row_value(row, "engine") == engine]
-        per_k.append(([k, engine] if engines else [k])
-                     + [len(at_k), geometric_mean([row["decode_speedup"] for row in at_k]),
-                        geometric_mean([row["speedup"] for row in at_k]),
-                        sum(row["acceptance_rate"] for row in at_k) / len(at_k),
-                        sum(row["tau"] for row in at_k) / len(at_k)])
+        per_k.append(
+            ([k, engine] if engines else [k])
+            + [
+                len(at_k),
+                geometric_mean([row["decode_speedup"] for row in at_k]),
+                geometric_mean([row["speedup"] for row in at_k]),
+                sum(row["acceptance_rate"] for row in at_k) / len(at_k),
+                sum(row["tau"] for row in at_k) / len(at_k),
+            ]
+        )
     lead = ("k", "engine") if engines else ("k",)
-    return tabulate(per_k, headers=(*lead, "cases", "geomean decode speedup", "geomean e2e speedup",
-                                    "mean accept", "mean tau"),
-                    floatfmt=("",) * len(lead) + ("", ".2f", ".2f", ".3f", ".2f")).splitlines()
+    return tabulate(
+        per_k,
+        headers=(*lead, "cases", "geomean decode speedup", "geomean e2e speedup", "mean accept", "mean tau"),
+        floatfmt=("",) * len(lead) + ("", ".2f", ".2f", ".3f", ".2f"),
+    ).splitlines()
 
 
 def _answer_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]:
@@ -102,8 +130,10 @@ def _answer_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]
     if not answers:
         return []
     cells, headers = prompt_table(sorted(answers, key=lambda a: (a["prompt"], a["engine"])), engines)
-    lines = ["the answer (best constant k per prompt; tied / slower: tested within the block's rounds, "
-             "family-wise 95%):", *tabulate(cells, headers=headers, disable_numparse=True).splitlines()]
+    lines = [
+        "the answer (best constant k per prompt; tied / slower: tested within the block's rounds, family-wise 95%):",
+        *tabulate(cells, headers=headers, disable_numparse=True).splitlines(),
+    ]
     return lines + [pair_sentence(p, engines) for p in answer["pairs"] if p["pair"] == pair]
 
 
@@ -111,8 +141,10 @@ def _closing_lines(results: Sequence[dict[str, Any]], ci_target: float) -> list[
     """The verdict counts, and what to do about cases with no interval or too wide a one."""
     failed = [row["case"] for row in results if row["verdict"] == "diverged"]
     ties = [row["case"] for row in results if row["verdict"] == "tie-divergence"]
-    lines = [f"{len(results)} case(s): {len(results) - len(failed) - len(ties)} lossless, "
-             f"{len(ties)} tie-divergence, {len(failed)} diverged"]
+    lines = [
+        f"{len(results)} case(s): {len(results) - len(failed) - len(ties)} lossless, "
+        f"{len(ties)} tie-divergence, {len(failed)} diverged"
+    ]
     single = [row for row in results if row_value(row, "rounds") < 2]
     if single:
         lines.append(f"{len(single)} case(s) timed in one round: no interval (raise --specbench-max-rounds)")
@@ -152,21 +184,41 @@ def environment() -> dict[str, Any]:
     return {"fingerprint": machine_fingerprint(), "versions": versions}
 
 
-def run_document(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],
-                 missing: Sequence[str] = (), *, interrupted: str | None = None,
-                 resumed: Sequence[str] = ()) -> dict[str, Any]:
+def run_document(
+    results: Sequence[dict[str, Any]],
+    options: dict[str, Any],
+    env: dict[str, Any],
+    missing: Sequence[str] = (),
+    *,
+    interrupted: str | None = None,
+    resumed: Sequence[str] = (),
+) -> dict[str, Any]:
     """The JSON record of a run: the environment, the options used, how the run ended, missing cases, the answer
     (:func:`.answer.run_answer`) and the rows.
 
     ``interrupted`` says what stopped the run early (a signal, a failure limit), ``resumed`` lists the
     cases taken from a results log instead of being run again.
     """
-    return {**env, "options": options, "interrupted": interrupted, "missing_cases": list(missing),
-            "resumed_cases": list(resumed), "answer": run_answer(per_k_rows(results)), "batch": batch_answer(results),
-            "results": list(results)}
+    return {
+        **env,
+        "options": options,
+        "interrupted": interrupted,
+        "missing_cases": list(missing),
+        "resumed_cases": list(resumed),
+        "answer": run_answer(per_k_rows(results)),
+        "batch": batch_answer(results),
+        "results": list(results),
+    }
 
 
-def json_text(results: Sequence[dict[str, Any]], options: dict[str, Any], env: dict[str, Any],
-              missing: Sequence[str] = (), *, interrupted: str | None = None, resumed: Sequence[str] = ()) -> str:
+def json_text(
+    results: Sequence[dict[str, Any]],
+    options: dict[str, Any],
+    env: dict[str, Any],
+    missing: Sequence[str] = (),
+    *,
+    interrupted: str | None = None,
+    resumed: Sequence[str] = (),
+) -> str:
     """:func:`run_document` as strict JSON (no NaN)."""
     return strict_json(run_document(results, options, env, missing, interrupted=interrupted, resumed=resumed))

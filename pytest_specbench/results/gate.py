@@ -10,7 +10,7 @@ import json
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -30,9 +30,14 @@ READABLE_FORMATS = (2, 3)
 #: What each case entry records of the settings it ran under, from its row: they may differ case to case (a pair's
 #: own dtype, the engine, the device) or follow from a run's option, named here, which is then checked per case.
 CASE_SETTINGS: dict[str, str | None] = {
-    "engine": None, "new_tokens": "--specbench-max-new-tokens", "prompt_tokens": "--specbench-context-tokens",
-    "temperature": "--specbench-temperature", "top_p": "--specbench-top-p", "top_k": "--specbench-top-k",
-    "dtype": "--specbench-dtype", "device": "--specbench-gpu",
+    "engine": None,
+    "new_tokens": "--specbench-max-new-tokens",
+    "prompt_tokens": "--specbench-context-tokens",
+    "temperature": "--specbench-temperature",
+    "top_p": "--specbench-top-p",
+    "top_k": "--specbench-top-k",
+    "dtype": "--specbench-dtype",
+    "device": "--specbench-gpu",
 }
 #: A schedule's case (k=auto, heuristic) also depends on how far the cost probe measured: the k list and new tokens.
 _SCHEDULE_SETTING = "verify_positions"
@@ -117,8 +122,9 @@ def case_settings(row: Mapping[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def baseline_document(results: Sequence[dict[str, Any]], environment: dict[str, Any], *,
-                      created: str | None = None) -> dict[str, Any]:
+def baseline_document(
+    results: Sequence[dict[str, Any]], environment: dict[str, Any], *, created: str | None = None
+) -> dict[str, Any]:
     """The baseline of a run: one entry per case key, sorted, with the settings each ran under, plus the run's
     result-changing settings and the fingerprint of the machine it ran on.
 
@@ -147,7 +153,7 @@ def baseline_document(results: Sequence[dict[str, Any]], environment: dict[str, 
         settings = result_settings_from_raw(environment["options"] or {})
     return {
         "format": BASELINE_FORMAT,
-        "created": created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": created or datetime.now(UTC).isoformat(timespec="seconds"),
         "fingerprint": environment.get("fingerprint", {}),
         "versions": environment.get("versions", {}),
         "settings": dict(settings or {}),
@@ -175,28 +181,39 @@ def load_baseline(path: StrPath) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
-        raise BaselineError(f"baseline {path}: not valid JSON ({error.msg} at line {error.lineno}, "
-                            f"column {error.colno}); {expected}") from None
+        raise BaselineError(
+            f"baseline {path}: not valid JSON ({error.msg} at line {error.lineno}, column {error.colno}); {expected}"
+        ) from None
     if not isinstance(document, dict):
-        raise BaselineError(f"baseline {path}: the top level is {type(document).__name__}, "
-                            f"expected an object; {expected}")
+        raise BaselineError(
+            f"baseline {path}: the top level is {type(document).__name__}, expected an object; {expected}"
+        )
     found = document.get("format")
     if isinstance(found, bool) or found not in READABLE_FORMATS:
         shown = "no format" if "format" not in document else f"format {found!r}"
-        raise BaselineError(f"baseline {path}: has {shown}, expected format {BASELINE_FORMAT} "
-                            f"(write a new one with this version of pytest-specbench)")
+        raise BaselineError(
+            f"baseline {path}: has {shown}, expected format {BASELINE_FORMAT} "
+            f"(write a new one with this version of pytest-specbench)"
+        )
     if found >= 3 and not isinstance(document.get("settings"), dict):
-        shown = "no settings" if "settings" not in document else f"settings of type {type(document['settings']).__name__}"
-        raise BaselineError(f"baseline {path}: has {shown}, expected \"settings\" to be an object mapping options "
-                            f"to the values the baseline was measured with (format {found})")
+        shown = (
+            "no settings" if "settings" not in document else f"settings of type {type(document['settings']).__name__}"
+        )
+        raise BaselineError(
+            f'baseline {path}: has {shown}, expected "settings" to be an object mapping options '
+            f"to the values the baseline was measured with (format {found})"
+        )
     cases = document.get("cases")
     if not isinstance(cases, dict):
         shown = "no cases" if "cases" not in document else f"cases of type {type(cases).__name__}"
-        raise BaselineError(f"baseline {path}: has {shown}, expected \"cases\" to be an object "
-                            f"mapping case keys to results")
+        raise BaselineError(
+            f'baseline {path}: has {shown}, expected "cases" to be an object mapping case keys to results'
+        )
     if not cases:
-        raise BaselineError(f"baseline {path}: has no cases, so it would gate nothing; expected a baseline saved "
-                            "from a run with results (--specbench-save-baseline)")
+        raise BaselineError(
+            f"baseline {path}: has no cases, so it would gate nothing; expected a baseline saved "
+            "from a run with results (--specbench-save-baseline)"
+        )
     for key, entry in cases.items():
         problem = _case_problem(entry)
         if problem:
@@ -260,8 +277,9 @@ def _verdict(row: Mapping[str, Any]) -> str:
     return str(verdict)
 
 
-def _missing_cause(entry: Mapping[str, Any], results: Sequence[Mapping[str, Any]],
-                   run_ks: Sequence[int | str] | None) -> tuple[str, str]:
+def _missing_cause(
+    entry: Mapping[str, Any], results: Sequence[Mapping[str, Any]], run_ks: Sequence[int | str] | None
+) -> tuple[str, str]:
     """(two words, the sentence) of why a baseline case has no result in this run."""
     pairs = {row.get("pair") for row in results}
     prompts = {row.get("prompt") for row in results}
@@ -270,20 +288,32 @@ def _missing_cause(entry: Mapping[str, Any], results: Sequence[Mapping[str, Any]
     if run_ks is not None and k is not None and str(k) not in {str(item) for item in run_ks}:
         causes.append(("other k", f"k={k} is not in this run's --specbench-k"))
     if pair is not None and pair not in pairs:
-        causes.append(("other pairs", f"pair {pair} has no result in this run (not selected, skipped, failed or "
-                                      "on another shard)"))
+        causes.append(
+            (
+                "other pairs",
+                f"pair {pair} has no result in this run (not selected, skipped, failed or on another shard)",
+            )
+        )
     if prompt is not None and prompt not in prompts:
         causes.append(("other prompts", f"prompt {prompt} did not run (other --specbench-prompts or prompt file)"))
     if not causes:
-        causes.append(("no result", "the case has no result (it failed, was skipped or deselected, or the run "
-                                    "stopped before it)"))
+        causes.append(
+            ("no result", "the case has no result (it failed, was skipped or deselected, or the run stopped before it)")
+        )
     return ", ".join(short for short, _ in causes), "; ".join(long for _, long in causes)
 
 
-def compare(baseline: dict[str, Any], results: Sequence[dict[str, Any]], *,
-            max_acceptance_drop: float = 0.02, max_speedup_drop: float | None = None,
-            allow_missing: bool = False, same_machine: bool = True,
-            run_ks: Sequence[int | str] | None = None, excluded: Collection[str] = ()) -> list[Regression]:
+def compare(
+    baseline: dict[str, Any],
+    results: Sequence[dict[str, Any]],
+    *,
+    max_acceptance_drop: float = 0.02,
+    max_speedup_drop: float | None = None,
+    allow_missing: bool = False,
+    same_machine: bool = True,
+    run_ks: Sequence[int | str] | None = None,
+    excluded: Collection[str] = (),
+) -> list[Regression]:
     """The regressions of ``results`` against ``baseline`` (a ``load_baseline`` document), by case key.
 
     - lossless: lossless in the baseline, verdict "diverged" now (a tie-divergence under
@@ -312,16 +342,18 @@ def compare(baseline: dict[str, Any], results: Sequence[dict[str, Any]], *,
         old = cases.get(key)
         if old is None:
             continue
-        regressions += _check_case(key, old, row, max_acceptance_drop if same_machine else None,
-                                   max_speedup_drop if same_machine else None)
+        regressions += _check_case(
+            key, old, row, max_acceptance_drop if same_machine else None, max_speedup_drop if same_machine else None
+        )
     if not same_machine:
         regressions += _check_pairs(cases, gated, max_acceptance_drop)
     if not allow_missing:
         for key in cases:
             if key not in seen:
                 short, sentence = _missing_cause(cases[key], results, run_ks)
-                regressions.append(Regression(key, "missing", None, None,
-                                              f"in the baseline, not in this run: {sentence}", cause=short))
+                regressions.append(
+                    Regression(key, "missing", None, None, f"in the baseline, not in this run: {sentence}", cause=short)
+                )
     # Stable sort: deterministic whatever order the results arrived in (xdist finishes at random).
     return sorted(regressions, key=lambda r: (r.case, _KIND_ORDER.get(r.kind, len(_KIND_ORDER))))
 
@@ -342,8 +374,9 @@ def pooled_acceptance(rows: Iterable[Mapping[str, Any]]) -> tuple[float, int]:
     return (accepted / drafted if drafted else 0.0), drafted
 
 
-def _check_pairs(cases: Mapping[str, Mapping[str, Any]], results: Sequence[Mapping[str, Any]],
-                 floor: float) -> list[Regression]:
+def _check_pairs(
+    cases: Mapping[str, Mapping[str, Any]], results: Sequence[Mapping[str, Any]], floor: float
+) -> list[Regression]:
     found = []
     both = [row for row in results if row["case"] in cases]
     for pair in sorted({row["pair"] for row in both}):
@@ -352,41 +385,76 @@ def _check_pairs(cases: Mapping[str, Mapping[str, Any]], results: Sequence[Mappi
         new_rate, _ = pooled_acceptance(now_rows)
         limit = pair_tolerance(old_rate, old_drafted, floor)
         if old_rate - new_rate > limit + _EPSILON:
-            found.append(Regression(f"{pair} (pair, {len(now_rows)} cases)", "pair acceptance", old_rate, new_rate,
-                                    f"drop {old_rate - new_rate:.3f} > allowed {limit:.3f}", limit))
+            found.append(
+                Regression(
+                    f"{pair} (pair, {len(now_rows)} cases)",
+                    "pair acceptance",
+                    old_rate,
+                    new_rate,
+                    f"drop {old_rate - new_rate:.3f} > allowed {limit:.3f}",
+                    limit,
+                )
+            )
     return found
 
 
-def _check_case(key: str, old: Mapping[str, Any], row: Mapping[str, Any],
-                max_acceptance_drop: float, max_speedup_drop: float | None) -> list[Regression]:
+def _check_case(
+    key: str, old: Mapping[str, Any], row: Mapping[str, Any], max_acceptance_drop: float, max_speedup_drop: float | None
+) -> list[Regression]:
     found: list[Regression] = []
     verdict = _verdict(row)
     if old["lossless"] and verdict == "diverged":
         where = row.get("first_divergence")
         at = f" at token {where}" if where is not None else ""
-        found.append(Regression(key, "lossless", True, False,
-                                f"lossless in the baseline, now diverged{at}"))
+        found.append(Regression(key, "lossless", True, False, f"lossless in the baseline, now diverged{at}"))
     old_rate = float(old["acceptance_rate"])
     new_rate = row.get("acceptance_rate")
     if max_acceptance_drop is None:
         pass  # judged per pair (another machine)
     elif not _is_number(new_rate):
-        found.append(Regression(key, "acceptance", old_rate, None,
-                                f"no usable acceptance rate now ({new_rate!r})", max_acceptance_drop))
+        found.append(
+            Regression(
+                key, "acceptance", old_rate, None, f"no usable acceptance rate now ({new_rate!r})", max_acceptance_drop
+            )
+        )
     elif old_rate - new_rate > max_acceptance_drop + _EPSILON:
         drop = old_rate - new_rate
-        found.append(Regression(key, "acceptance", old_rate, float(new_rate),
-                                f"drop {drop:.3f} > allowed {max_acceptance_drop:.3f}", max_acceptance_drop))
+        found.append(
+            Regression(
+                key,
+                "acceptance",
+                old_rate,
+                float(new_rate),
+                f"drop {drop:.3f} > allowed {max_acceptance_drop:.3f}",
+                max_acceptance_drop,
+            )
+        )
     old_speedup = old.get("speedup")
     if max_speedup_drop is not None and _is_number(old_speedup) and old_speedup > 0:
         new_speedup = row.get("speedup")
         if not _is_number(new_speedup):
-            found.append(Regression(key, "speedup", float(old_speedup), None,
-                                    f"no usable speedup now ({new_speedup!r})", max_speedup_drop))
+            found.append(
+                Regression(
+                    key,
+                    "speedup",
+                    float(old_speedup),
+                    None,
+                    f"no usable speedup now ({new_speedup!r})",
+                    max_speedup_drop,
+                )
+            )
         elif old_speedup - new_speedup > max_speedup_drop * old_speedup + _EPSILON:
             fraction = (old_speedup - new_speedup) / old_speedup
-            found.append(Regression(key, "speedup", float(old_speedup), float(new_speedup),
-                                    f"drop {fraction:.1%} > allowed {max_speedup_drop:.1%}", max_speedup_drop))
+            found.append(
+                Regression(
+                    key,
+                    "speedup",
+                    float(old_speedup),
+                    float(new_speedup),
+                    f"drop {fraction:.1%} > allowed {max_speedup_drop:.1%}",
+                    max_speedup_drop,
+                )
+            )
     return found
 
 
@@ -417,8 +485,9 @@ class SettingDifference:
         return f"{self.name} {self.baseline!r} in the baseline, {self.now!r} now"
 
 
-def settings_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> tuple[list[SettingDifference],
-                                                                                             list[str]]:
+def settings_differences(
+    recorded: Mapping[str, Any], current: Mapping[str, Any]
+) -> tuple[list[SettingDifference], list[str]]:
     """The run settings that differ, and the options of this run the baseline did not record (not checked)."""
     differences, unrecorded = [], []
     for name, value in current.items():
@@ -436,13 +505,18 @@ def _case_differences(entry: Mapping[str, Any], row: Mapping[str, Any]) -> list[
     if not isinstance(recorded, dict):
         return []
     now = case_settings(row)
-    return [SettingDifference(name, recorded[name], now[name]) for name in now
-            if name in recorded and recorded[name] != now[name]]
+    return [
+        SettingDifference(name, recorded[name], now[name])
+        for name in now
+        if name in recorded and recorded[name] != now[name]
+    ]
 
 
-_ADVICE = ("gate against a baseline saved with this run's settings (--specbench-save-baseline), run with the "
-           "baseline's, or pass --specbench-gate-differing=compare-matching to gate only the cases whose settings "
-           "agree")
+_ADVICE = (
+    "gate against a baseline saved with this run's settings (--specbench-save-baseline), run with the "
+    "baseline's, or pass --specbench-gate-differing=compare-matching to gate only the cases whose settings "
+    "agree"
+)
 
 
 def settings_refusal(baseline: Mapping[str, Any], config: Any, baseline_path: StrPath) -> str | None:
@@ -454,9 +528,11 @@ def settings_refusal(baseline: Mapping[str, Any], config: Any, baseline_path: St
     differences, _ = settings_differences(recorded, result_settings(config))
     if not differences:
         return None
-    return (f"--specbench-baseline={baseline_path}: the baseline was measured with other settings "
-            f"({'; '.join(difference.describe() for difference in differences)}), so its numbers are not this "
-            f"run's to compare with; {_ADVICE}")
+    return (
+        f"--specbench-baseline={baseline_path}: the baseline was measured with other settings "
+        f"({'; '.join(difference.describe() for difference in differences)}), so its numbers are not this "
+        f"run's to compare with; {_ADVICE}"
+    )
 
 
 def check_baseline_settings(baseline: Mapping[str, Any], config: Any, baseline_path: StrPath) -> None:
@@ -471,37 +547,56 @@ def _listed(items: Sequence[str], shown: int = 10) -> str:
     return ", ".join(items[:shown]) + more
 
 
-def gate_summary_lines(regressions: Sequence[Regression], new_cases: Sequence[str], compared: int,
-                       baseline_path: StrPath, machine_differences: Sequence[str] = (), *,
-                       notes: Sequence[str] = (), refusals: Sequence[str] = (),
-                       excluded: Mapping[str, Sequence[SettingDifference]] | None = None) -> list[str]:
+def gate_summary_lines(
+    regressions: Sequence[Regression],
+    new_cases: Sequence[str],
+    compared: int,
+    baseline_path: StrPath,
+    machine_differences: Sequence[str] = (),
+    *,
+    notes: Sequence[str] = (),
+    refusals: Sequence[str] = (),
+    excluded: Mapping[str, Sequence[SettingDifference]] | None = None,
+) -> list[str]:
     """The terminal section of the gate: what could not be checked and what differs, the machine check, the
     verdict (a refusal, or a count and a table of regressions), the missing cases' causes, the ungated cases."""
     lines = list(notes)
     if machine_differences:
-        lines.append(f"the baseline was recorded on another machine ({'; '.join(machine_differences)}): "
-                     "acceptance is compared per pair, pooled over its cases, within "
-                     f"{CROSS_MACHINE_Z:g} binomial standard errors; losslessness per case; speed not at all")
+        lines.append(
+            f"the baseline was recorded on another machine ({'; '.join(machine_differences)}): "
+            "acceptance is compared per pair, pooled over its cases, within "
+            f"{CROSS_MACHINE_Z:g} binomial standard errors; losslessness per case; speed not at all"
+        )
     lines += refusals
     if refusals:
         return lines
     if compared == 0:
-        lines.append(f"compared 0 case(s) with {baseline_path}: the gate checked nothing, which fails it, "
-                     "--specbench-allow-missing or not (no case of this run has a result and a baseline entry "
-                     "measured alike): gate against a baseline of this matrix, or leave --specbench-baseline off")
+        lines.append(
+            f"compared 0 case(s) with {baseline_path}: the gate checked nothing, which fails it, "
+            "--specbench-allow-missing or not (no case of this run has a result and a baseline entry "
+            "measured alike): gate against a baseline of this matrix, or leave --specbench-baseline off"
+        )
     elif not regressions:
         lines.append(f"compared {compared} case(s) with {baseline_path}: no regression")
     else:
         failing = len({regression.case for regression in regressions})
-        lines.append(f"compared {compared} case(s) with {baseline_path}: "
-                     f"{len(regressions)} regression(s) in {failing} case(s)")
+        lines.append(
+            f"compared {compared} case(s) with {baseline_path}: {len(regressions)} regression(s) in {failing} case(s)"
+        )
     if regressions:
-        table = [(r.case, r.kind, *((("present", r.cause or "-") if r.kind == "missing" else
-                                     (_show(r.kind, r.old), _show(r.kind, r.new)))), _allowed(r))
-                 for r in regressions]
+        table = [
+            (
+                r.case,
+                r.kind,
+                *(("present", r.cause or "-") if r.kind == "missing" else (_show(r.kind, r.old), _show(r.kind, r.new))),
+                _allowed(r),
+            )
+            for r in regressions
+        ]
         # disable_numparse: values are already formatted; tabulate must not reformat "0.640".
-        lines += tabulate(table, headers=("case", "check", "baseline", "now", "allowed"),
-                          disable_numparse=True).splitlines()
+        lines += tabulate(
+            table, headers=("case", "check", "baseline", "now", "allowed"), disable_numparse=True
+        ).splitlines()
     missing = [r for r in regressions if r.kind == "missing"]
     if missing:
         causes: dict[str, int] = {}
@@ -509,13 +604,17 @@ def gate_summary_lines(regressions: Sequence[Regression], new_cases: Sequence[st
             for cause in regression.cause.split(", "):
                 causes[cause] = causes.get(cause, 0) + 1
         counted = ", ".join(f"{cause}: {count}" for cause, count in causes.items())
-        lines.append(f"{len(missing)} baseline case(s) have no result in this run ({counted}): "
-                     f"{'; '.join(r.describe() for r in missing[:3])}{' ...' if len(missing) > 3 else ''}; "
-                     "pass --specbench-allow-missing to gate only the cases both runs have")
+        lines.append(
+            f"{len(missing)} baseline case(s) have no result in this run ({counted}): "
+            f"{'; '.join(r.describe() for r in missing[:3])}{' ...' if len(missing) > 3 else ''}; "
+            "pass --specbench-allow-missing to gate only the cases both runs have"
+        )
     if excluded:
         shown = [f"{case} ({', '.join(d.describe() for d in differences)})" for case, differences in excluded.items()]
-        lines.append(f"{len(excluded)} case(s) not compared, measured with other settings than the baseline's "
-                     f"(--specbench-gate-differing=compare-matching): {_listed(shown, 3)}")
+        lines.append(
+            f"{len(excluded)} case(s) not compared, measured with other settings than the baseline's "
+            f"(--specbench-gate-differing=compare-matching): {_listed(shown, 3)}"
+        )
     if new_cases:
         lines.append(f"{len(new_cases)} case(s) not in the baseline, not gated: {_listed(list(new_cases))}")
     return lines
@@ -535,8 +634,9 @@ class GateOutcome:
         return bool(self.regressions or self.refusals)
 
 
-def _settings_check(baseline: Mapping[str, Any], results: Sequence[Mapping[str, Any]], baseline_path: StrPath,
-                    config: Any) -> tuple[list[str], list[str], list[Regression], dict[str, list[SettingDifference]]]:
+def _settings_check(
+    baseline: Mapping[str, Any], results: Sequence[Mapping[str, Any]], baseline_path: StrPath, config: Any
+) -> tuple[list[str], list[str], list[Regression], dict[str, list[SettingDifference]]]:
     """The settings part of the gate: notes, refusals, per-case "settings" regressions (under ``refuse``), and
     the cases left out of the comparison with their differences (under ``compare-matching``)."""
     policy = getattr(config, "gate_differing", "refuse")
@@ -545,9 +645,11 @@ def _settings_check(baseline: Mapping[str, Any], results: Sequence[Mapping[str, 
     recorded = baseline.get("settings")
     run_differences: list[SettingDifference] = []
     if not recorded:
-        notes.append(f"the baseline {baseline_path} records no settings (format {baseline.get('format')}, written "
-                     "by an older pytest-specbench): whether it was measured with this run's settings cannot be "
-                     "checked; save it again with --specbench-save-baseline to have them checked")
+        notes.append(
+            f"the baseline {baseline_path} records no settings (format {baseline.get('format')}, written "
+            "by an older pytest-specbench): whether it was measured with this run's settings cannot be "
+            "checked; save it again with --specbench-save-baseline to have them checked"
+        )
     elif config is not None:
         run_differences, unrecorded = settings_differences(recorded, result_settings(config))
         if unrecorded:
@@ -557,18 +659,28 @@ def _settings_check(baseline: Mapping[str, Any], results: Sequence[Mapping[str, 
     excluded: dict[str, list[SettingDifference]] = {}
     regressions: list[Regression] = []
     if run_differences and policy == "refuse":
-        refusals.append(f"the baseline {baseline_path} was measured with other settings "
-                        f"({'; '.join(d.describe() for d in run_differences)}): not compared; {_ADVICE}")
+        refusals.append(
+            f"the baseline {baseline_path} was measured with other settings "
+            f"({'; '.join(d.describe() for d in run_differences)}): not compared; {_ADVICE}"
+        )
     elif policy == "refuse":
-        regressions += [Regression(case, "settings", ", ".join(f"{d.name} {d.baseline!r}" for d in differences),
-                                   ", ".join(f"{d.name} {d.now!r}" for d in differences),
-                                   "; ".join(d.describe() for d in differences))
-                        for case, differences in per_case.items()]
+        regressions += [
+            Regression(
+                case,
+                "settings",
+                ", ".join(f"{d.name} {d.baseline!r}" for d in differences),
+                ", ".join(f"{d.name} {d.now!r}" for d in differences),
+                "; ".join(d.describe() for d in differences),
+            )
+            for case, differences in per_case.items()
+        ]
     else:
         if run_differences:
-            notes.append(f"the baseline {baseline_path} was measured with other settings "
-                         f"({'; '.join(d.describe() for d in run_differences)}): only the cases whose own settings "
-                         "agree are compared (--specbench-gate-differing=compare-matching)")
+            notes.append(
+                f"the baseline {baseline_path} was measured with other settings "
+                f"({'; '.join(d.describe() for d in run_differences)}): only the cases whose own settings "
+                "agree are compared (--specbench-gate-differing=compare-matching)"
+            )
         # A run setting that no case records (the seed, the head kernel, ...) leaves no case in agreement.
         everywhere = [d for d in run_differences if d.name not in CASE_SETTINGS.values()]
         for row in results:
@@ -577,9 +689,16 @@ def _settings_check(baseline: Mapping[str, Any], results: Sequence[Mapping[str, 
     return notes, refusals, regressions, excluded
 
 
-def run_gate(baseline: Mapping[str, Any], results: Sequence[Mapping[str, Any]], baseline_path: StrPath, *,
-             max_acceptance_drop: float | None = None, max_speedup_drop: float | None = None,
-             allow_missing: bool | None = None, config: Any = None) -> GateOutcome:
+def run_gate(
+    baseline: Mapping[str, Any],
+    results: Sequence[Mapping[str, Any]],
+    baseline_path: StrPath,
+    *,
+    max_acceptance_drop: float | None = None,
+    max_speedup_drop: float | None = None,
+    allow_missing: bool | None = None,
+    config: Any = None,
+) -> GateOutcome:
     """Compare a finished run with its baseline, across machines when the fingerprints differ.
 
     With ``config`` (the run's SpecbenchConfig), the settings are checked too: the run's result-changing settings
@@ -601,15 +720,34 @@ def run_gate(baseline: Mapping[str, Any], results: Sequence[Mapping[str, Any]], 
     compared = 0
     if not refusals:
         settings_cases = {r.case for r in regressions}
-        regressions += compare(baseline, results, max_acceptance_drop=max_acceptance_drop,
-                               max_speedup_drop=max_speedup_drop, allow_missing=bool(allow_missing),
-                               same_machine=not differences, run_ks=getattr(config, "ks", None),
-                               excluded=[*excluded, *settings_cases])
+        regressions += compare(
+            baseline,
+            results,
+            max_acceptance_drop=max_acceptance_drop,
+            max_speedup_drop=max_speedup_drop,
+            allow_missing=bool(allow_missing),
+            same_machine=not differences,
+            run_ks=getattr(config, "ks", None),
+            excluded=[*excluded, *settings_cases],
+        )
         regressions.sort(key=lambda r: (r.case, _KIND_ORDER.get(r.kind, len(_KIND_ORDER))))
-        compared = len({row["case"] for row in results if row["case"] in cases
-                        and row["case"] not in excluded and row["case"] not in settings_cases})
-    lines = gate_summary_lines(regressions, new_cases(baseline, results), compared, baseline_path, differences,
-                               notes=notes, refusals=refusals, excluded=excluded)
+        compared = len(
+            {
+                row["case"]
+                for row in results
+                if row["case"] in cases and row["case"] not in excluded and row["case"] not in settings_cases
+            }
+        )
+    lines = gate_summary_lines(
+        regressions,
+        new_cases(baseline, results),
+        compared,
+        baseline_path,
+        differences,
+        notes=notes,
+        refusals=refusals,
+        excluded=excluded,
+    )
     if not refusals and compared == 0 and not regressions:
         refusals.append(f"compared 0 case(s) with {baseline_path}: the gate checked nothing")
     return GateOutcome(list(regressions), lines, refusals)

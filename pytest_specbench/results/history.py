@@ -13,7 +13,7 @@ import os
 import re
 import shlex
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..atomic import write_atomic
@@ -37,8 +37,9 @@ class HistoryError(ValueError):
 def short_commit(folder: Path) -> str:
     """The short git commit of the checkout ``folder`` is in, or ``nogit``."""
     try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=folder, capture_output=True, text=True,
-                              timeout=10, check=False)
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return "nogit"
     commit = done.stdout.strip()
@@ -65,8 +66,7 @@ def entries(history: Path) -> list[Path]:
         return []
     except OSError as error:
         raise HistoryError(f"the history {history} cannot be read ({error.strerror or error})") from None
-    runs = [(int(match[1]), child) for child in children
-            if child.is_dir() and (match := _ENTRY.match(child.name))]
+    runs = [(int(match[1]), child) for child in children if child.is_dir() and (match := _ENTRY.match(child.name))]
     return [child for _, child in sorted(runs)]
 
 
@@ -83,7 +83,7 @@ def new_entry(history: Path, commit: str, when: datetime | None = None) -> Path:
     (:data:`COUNTER`) and the highest folder: never given twice, even after its folder was deleted."""
     history = Path(history)
     history.mkdir(parents=True, exist_ok=True)
-    stamp = (when or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = (when or datetime.now(UTC)).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
     fd = os.open(history / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         if fcntl is not None:
@@ -133,8 +133,10 @@ def last_runs(history: Path, count: int = 2) -> list[Path]:
     """The JSON of the ``count`` latest runs, oldest first."""
     runs = [entry for entry in entries(history) if (entry / JSON).is_file()]
     if len(runs) < count:
-        raise HistoryError(f"the history {history} holds {len(runs)} run(s) with a JSON, fewer than {count}; "
-                           "each pytest run that measures a case adds one (--specbench-history)")
+        raise HistoryError(
+            f"the history {history} holds {len(runs)} run(s) with a JSON, fewer than {count}; "
+            "each pytest run that measures a case adds one (--specbench-history)"
+        )
     return [entry / JSON for entry in runs[-count:]]
 
 

@@ -13,7 +13,7 @@ import json
 import os
 import socket
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +59,12 @@ class RunLock:
     """The locks of one run on its files, taken together by :meth:`acquire` and let go by :meth:`release`."""
 
     def __init__(self, command: str | None = None) -> None:
-        self.holder = {"pid": os.getpid(), "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       "host": socket.gethostname(), "command": command}
+        self.holder = {
+            "pid": os.getpid(),
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+            "host": socket.gethostname(),
+            "command": command,
+        }
         self._held: dict[Path, int] = {}  # lock file -> its descriptor
 
     @property

@@ -8,7 +8,8 @@ only the cases that did not finish. Its first line describes the run::
      "fingerprint": {...}, "cases": ["tiny-k1-natural", ...], "carried": [...], "command": "pytest ..."}
 
 ``fingerprint`` is the machine that measured this run's rows, ``cases`` the cases the run selected,
-``command`` its command line (to resume it with), and ``carried`` the rows it took from earlier logs (``--specbench-resume``), grouped by the run that
+``command`` its command line (to resume it with), and ``carried`` the rows it took from earlier logs
+(``--specbench-resume``), grouped by the run that
 measured them: ``{"log": ..., "started": ..., "fingerprint": ..., "cases": [...]}``. Every other line
 is one result row (the schema's fields), and a run that reached its end adds a last line::
 
@@ -27,7 +28,7 @@ import os
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def _line(record: dict[str, Any]) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def new_run_id() -> str:
@@ -66,9 +67,15 @@ class ResultsLog:
     fail again at :meth:`close`.
     """
 
-    def __init__(self, path: Path, settings: dict[str, Any], fingerprint: dict[str, Any] | None = None,
-                 cases: Sequence[str] = (), carried_from: Sequence[dict[str, Any]] = (), command: str | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        path: Path,
+        settings: dict[str, Any],
+        fingerprint: dict[str, Any] | None = None,
+        cases: Sequence[str] = (),
+        carried_from: Sequence[dict[str, Any]] = (),
+        command: str | None = None,
+    ) -> None:
         self.path = path
         self.settings = settings
         self.command = command  # the pytest command line: a run that did not finish is resumed with it
@@ -81,9 +88,15 @@ class ResultsLog:
     def start(self, carried: Iterable[dict[str, Any]] = ()) -> None:
         """Begin a new log (replacing any file at ``path``): the run's line, then the ``carried`` rows."""
         carried = list(carried)
-        header = {"specbench_log": LOG_FORMAT, "started": _now(), "settings": self.settings,
-                  "fingerprint": self.fingerprint, "cases": self.cases, "carried": self.carried_from,
-                  "command": self.command}
+        header = {
+            "specbench_log": LOG_FORMAT,
+            "started": _now(),
+            "settings": self.settings,
+            "fingerprint": self.fingerprint,
+            "cases": self.cases,
+            "carried": self.carried_from,
+            "command": self.command,
+        }
         # Atomic, so the log being resumed (often this very file) is never half rewritten.
         write_atomic(self.path, "".join(_line(record) for record in (header, *carried)))
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
@@ -96,7 +109,7 @@ class ResultsLog:
     def _write(self, text: str) -> None:
         data = text.encode("utf-8")
         while data:
-            data = data[os.write(self._fd, data):]
+            data = data[os.write(self._fd, data) :]
         os.fsync(self._fd)
 
     def append(self, row: dict[str, Any]) -> None:
@@ -106,8 +119,17 @@ class ResultsLog:
 
     def end(self, missing: Sequence[str], interrupted: str | None) -> None:
         """The run reached its end: the last line says whether it finished every case."""
-        self._write(_line({END_KEY: LOG_FORMAT, "ended": _now(), "rows": self.rows, "missing_cases": list(missing),
-                           "interrupted": interrupted}))
+        self._write(
+            _line(
+                {
+                    END_KEY: LOG_FORMAT,
+                    "ended": _now(),
+                    "rows": self.rows,
+                    "missing_cases": list(missing),
+                    "interrupted": interrupted,
+                }
+            )
+        )
 
     def close(self) -> None:
         if self._fd is not None:
@@ -146,8 +168,14 @@ class ResumedLog:
                     groups.append({**group, "cases": cases})
         own = [case for case in self.rows if case not in seen]
         if own:
-            groups.append({"log": str(self.path), "started": self.header.get("started"),
-                           "fingerprint": self.fingerprint, "cases": own})
+            groups.append(
+                {
+                    "log": str(self.path),
+                    "started": self.header.get("started"),
+                    "fingerprint": self.fingerprint,
+                    "cases": own,
+                }
+            )
         return groups
 
 
@@ -162,8 +190,10 @@ def unfinished_reason(log: ResumedLog) -> str | None:
         counted = f"{len(log.rows)} of {len(planned)} case(s)" if planned else f"{len(log.rows)} case(s)"
         return f"it holds {counted} and no end (the run was killed, or is running)"
     if log.end.get("interrupted"):
-        return f"the run was interrupted ({log.end['interrupted']}) with {len(log.rows)} of {len(planned) or '?'} " \
-               "case(s) finished"
+        return (
+            f"the run was interrupted ({log.end['interrupted']}) with {len(log.rows)} of {len(planned) or '?'} "
+            "case(s) finished"
+        )
     if "missing_cases" in log.end:  # the run's own count: cases it skipped (a missing model) are not missing
         missing = log.end["missing_cases"]
     if missing:
@@ -172,8 +202,14 @@ def unfinished_reason(log: ResumedLog) -> str | None:
 
 
 _ACCEPTED = "a results log written by pytest-specbench (--specbench-log): a run line, then one result per line"
-_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
-                                       "list": (list,), "dict": (dict,)}
+_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (int, float),
+    "str": (str,),
+    "bool": (bool,),
+    "list": (list,),
+    "dict": (dict,),
+}
 
 
 def _accepts(annotation: str, value: Any) -> bool:
@@ -196,8 +232,9 @@ def row_problem(record: dict[str, Any], schema: type = CaseResult) -> str | None
     """
     missing, wrong = [], []
     for schema_field in dataclasses.fields(schema):
-        has_default = (schema_field.default is not dataclasses.MISSING
-                       or schema_field.default_factory is not dataclasses.MISSING)
+        has_default = (
+            schema_field.default is not dataclasses.MISSING or schema_field.default_factory is not dataclasses.MISSING
+        )
         if schema_field.name not in record:
             if not has_default:
                 missing.append(schema_field.name)
@@ -242,11 +279,14 @@ def read_log(path: Path) -> ResumedLog:
             raise ResultsLogError(f"{path}:{number}: a {type(record).__name__}, not an object; {_ACCEPTED}")
         if "specbench_log" in record:
             if record["specbench_log"] != LOG_FORMAT or not isinstance(record.get("settings"), dict):
-                raise ResultsLogError(f"{path}:{number}: a run line of another format "
-                                      f"({record['specbench_log']!r}); {_ACCEPTED}, format {LOG_FORMAT}")
+                raise ResultsLogError(
+                    f"{path}:{number}: a run line of another format "
+                    f"({record['specbench_log']!r}); {_ACCEPTED}, format {LOG_FORMAT}"
+                )
             if settings is not None and record["settings"] != settings:
-                raise ResultsLogError(f"{path}:{number}: a second run with other settings; {_ACCEPTED}, "
-                                      "all with the same settings")
+                raise ResultsLogError(
+                    f"{path}:{number}: a second run with other settings; {_ACCEPTED}, all with the same settings"
+                )
             settings, header, end = record["settings"], record, None
         elif settings is None:
             raise ResultsLogError(f"{path}:{number}: a result before the run line; {_ACCEPTED}")
@@ -277,6 +317,8 @@ def settings_differences(logged: dict[str, Any], current: dict[str, Any]) -> lis
             return sorted(value, key=repr)
         return value
 
-    return [f"{name}={logged.get(name)!r} in the log, {current.get(name)!r} now"
-            for name in sorted(set(logged) | set(current))
-            if meaning(name, logged.get(name)) != meaning(name, current.get(name))]
+    return [
+        f"{name}={logged.get(name)!r} in the log, {current.get(name)!r} now"
+        for name in sorted(set(logged) | set(current))
+        if meaning(name, logged.get(name)) != meaning(name, current.get(name))
+    ]

@@ -37,7 +37,7 @@ same data with the same step-down, at its own ``alpha``.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -140,8 +140,11 @@ def _p_values(logs: Mapping[K, Mapping[Hashable, float]], best: K, min_rounds: i
         if case == best:
             continue
         common = sum(1 for r in values if r in logs[best])
-        p_values[case] = (_one_sided_p(fit, case, best)
-                          if common >= max(min_rounds, 2) and fit.dof > 0 and case in fit.cases else None)
+        p_values[case] = (
+            _one_sided_p(fit, case, best)
+            if common >= max(min_rounds, 2) and fit.dof > 0 and case in fit.cases
+            else None
+        )
     return p_values
 
 
@@ -156,8 +159,14 @@ def _step_down(p_values: Mapping[K, float | None], alpha: float, looks: int, fam
     return rejected
 
 
-def eliminations(times: Mapping[K, Mapping[int, float]], *, alpha: float = 0.05, min_rounds: int = 3,
-                 max_looks: int, family: int | None = None) -> dict[K, K]:
+def eliminations(
+    times: Mapping[K, Mapping[int, float]],
+    *,
+    alpha: float = 0.05,
+    min_rounds: int = 3,
+    max_looks: int,
+    family: int | None = None,
+) -> dict[K, K]:
     """The contenders to stop timing now, each with the leader that beat it.
 
     ``times[case][round]``: seconds per decode token of each contender (those not yet eliminated) in each block
@@ -177,8 +186,9 @@ def eliminations(times: Mapping[K, Mapping[int, float]], *, alpha: float = 0.05,
     return {case: leader for case in logs if case in beaten}
 
 
-def rank_against_best(times: Mapping[K, Mapping[Hashable, float]], best: K, *, alpha: float = 0.05,
-                      min_rounds: int = 2) -> dict[K, str]:
+def rank_against_best(
+    times: Mapping[K, Mapping[Hashable, float]], best: K, *, alpha: float = 0.05, min_rounds: int = 2
+) -> dict[K, str]:
     """Each case but ``best``: "slower" (the step-down of :func:`eliminations` in one look at ``alpha``, over
     the same additive fit), "tied" (the test cannot tell them apart) or "unknown" (fewer than
     ``min_rounds`` rounds in common, or no times)."""
@@ -187,5 +197,4 @@ def rank_against_best(times: Mapping[K, Mapping[Hashable, float]], best: K, *, a
         raise ValueError(f"best case {best!r} has no times")
     p_values = _p_values(logs, best, min_rounds)
     slower = _step_down(p_values, alpha, 1, len(logs))
-    return {case: SLOWER if case in slower else TIED if p is not None else UNKNOWN
-            for case, p in p_values.items()}
+    return {case: SLOWER if case in slower else TIED if p is not None else UNKNOWN for case, p in p_values.items()}

@@ -47,15 +47,16 @@ class Output:
 class Writers(Protocol):
     """The outputs' table and its writer (the module :mod:`..report.outputs`)."""
 
-    def outputs(self, paths: OutputPaths, document: dict[str, Any], command: str | None = None
-                ) -> Sequence[Output]: ...
+    def outputs(self, paths: OutputPaths, document: dict[str, Any], command: str | None = None) -> Sequence[Output]: ...
 
-    def write_outputs(self, paths: OutputPaths, document: dict[str, Any], command: str | None = None
-                      ) -> tuple[list[Path], list[str]]: ...
+    def write_outputs(
+        self, paths: OutputPaths, document: dict[str, Any], command: str | None = None
+    ) -> tuple[list[Path], list[str]]: ...
 
 
-def write_each(outputs: Iterable[Output], failure: str = "could not write {path}: {error}"
-               ) -> tuple[list[Path], list[str]]:
+def write_each(
+    outputs: Iterable[Output], failure: str = "could not write {path}: {error}"
+) -> tuple[list[Path], list[str]]:
     """Write every output that has a path; returns the paths written and, for each that failed, ``failure``
     filled in. One failed file (a full disk, a NaN refused as strict JSON, matplotlib missing) must not cost
     the others."""
@@ -74,8 +75,7 @@ def write_each(outputs: Iterable[Output], failure: str = "could not write {path}
 class RunFiles:
     """The files one run writes (the config's paths), what it wrote, what it could not write or refused."""
 
-    def __init__(self, config: SpecbenchConfig, command: str | None = None, rootdir: Path | None = None
-                 ) -> None:
+    def __init__(self, config: SpecbenchConfig, command: str | None = None, rootdir: Path | None = None) -> None:
         self.config = config
         self.command = command  # the pytest command line: the lock's holder, the log's header, the report
         self.rootdir = rootdir  # its git commit names the run in the history
@@ -92,27 +92,35 @@ class RunFiles:
         """Lock every file this run writes, and refuse to replace the log of a run that did not finish.
         ValueError (a usage error) names the other run or the log."""
         config = self.config
-        writers = [(option, getattr(config, option.field)) for option in OPTIONS
-                   if option.writes and getattr(config, option.field) is not None]
+        writers = [
+            (option, getattr(config, option.field))
+            for option in OPTIONS
+            if option.writes and getattr(config, option.field) is not None
+        ]
         if config.history_dir is not None:
             from .history import unusable_reason
 
             problem = unusable_reason(config.history_dir)
             if problem:
-                raise ValueError(f"--specbench-history={config.history_dir}: {problem}; accepted: a folder this user "
-                                 "can create and write, or --specbench-history= (empty) to turn the history off")
+                raise ValueError(
+                    f"--specbench-history={config.history_dir}: {problem}; accepted: a folder this user "
+                    "can create and write, or --specbench-history= (empty) to turn the history off"
+                )
         self._lock = RunLock(self.command)
         try:
             for option, path in writers:
                 try:
                     self._lock.acquire([path])
                 except LockedByAnotherRun as error:
-                    raise ValueError(f"{option.cli}={path} is in use by {describe_holder(error.holder)}: two runs "
-                                     f"on one file would overwrite each other's results; wait for that run to end, "
-                                     f"or give this run other output paths (lock file {error.lock_file})") from None
+                    raise ValueError(
+                        f"{option.cli}={path} is in use by {describe_holder(error.holder)}: two runs "
+                        f"on one file would overwrite each other's results; wait for that run to end, "
+                        f"or give this run other output paths (lock file {error.lock_file})"
+                    ) from None
                 except OSError as error:
-                    raise ValueError(f"{option.cli}={path}: its lock file cannot be created "
-                                     f"({error.strerror or error})") from None
+                    raise ValueError(
+                        f"{option.cli}={path}: its lock file cannot be created ({error.strerror or error})"
+                    ) from None
             self._refuse_to_replace_an_unfinished_log()
         except BaseException:
             self.release()
@@ -135,11 +143,16 @@ class RunFiles:
         if reason is None:
             return
         command = logged.header.get("command")
-        how = f"`{command} --specbench-resume={path}`" if command else \
-            f"that run's command with --specbench-resume={path}"
-        raise ValueError(f"{path} is the results log of a run that did not finish ({reason}), and this run would "
-                         f"replace it; this run was not started. Finish that run: {how}. Or start afresh with "
-                         f"another --specbench-log=PATH, or after moving {path} away")
+        how = (
+            f"`{command} --specbench-resume={path}`"
+            if command
+            else f"that run's command with --specbench-resume={path}"
+        )
+        raise ValueError(
+            f"{path} is the results log of a run that did not finish ({reason}), and this run would "
+            f"replace it; this run was not started. Finish that run: {how}. Or start afresh with "
+            f"another --specbench-log=PATH, or after moving {path} away"
+        )
 
     def release(self) -> None:
         """Let the files' locks go (the run's end, also after a failure or a signal). Safe to call twice."""
@@ -154,8 +167,9 @@ class RunFiles:
         """A log is kept and has not been started yet (no result so far, or a failed write stopped it)."""
         return self._log is not None and not self._log.started
 
-    def start_log(self, cases: Sequence[str], carried: Iterable[dict[str, Any]],
-                  carried_from: Sequence[dict[str, Any]]) -> None:
+    def start_log(
+        self, cases: Sequence[str], carried: Iterable[dict[str, Any]], carried_from: Sequence[dict[str, Any]]
+    ) -> None:
         """The first result of the run: a new log of the selected ``cases``, holding the ``carried`` (resumed)
         rows, so it alone can resume this run. Until then an earlier log stays as it was (a run that measures
         nothing never replaces it)."""
@@ -189,8 +203,10 @@ class RunFiles:
             write()
             return True
         except OSError as error:
-            self.errors.append(f"could not write the results log {self._log.path}: {error}; "
-                               "it stops here, the CSV and JSON still hold every finished case")
+            self.errors.append(
+                f"could not write the results log {self._log.path}: {error}; "
+                "it stops here, the CSV and JSON still hold every finished case"
+            )
             self._log.close()
             self._log = None
             return False
@@ -205,9 +221,13 @@ class RunFiles:
         refusal = config.save_baseline and self._baseline_refusal(document)
         if refusal:
             self.refusals.append(refusal)
-        paths = OutputPaths(csv=config.csv_path, json=config.json_path,
-                            baseline=None if refusal else config.save_baseline,
-                            figures=config.plots_dir, report=config.report_path)
+        paths = OutputPaths(
+            csv=config.csv_path,
+            json=config.json_path,
+            baseline=None if refusal else config.save_baseline,
+            figures=config.plots_dir,
+            report=config.report_path,
+        )
         if measured_here and config.history_dir is not None:
             self._new_history_entry()
         document["history_entry"] = str(self.history_entry) if self.history_entry is not None else None
@@ -227,9 +247,11 @@ class RunFiles:
             return None
         why = [f"{len(missing)} case(s) have no result"] if missing else []
         why += [f"the run was interrupted ({interrupted})"] if interrupted else []
-        return (f"did not save the baseline {config.save_baseline}: {' and '.join(why) or 'no case has a result'}"
-                "; a partial baseline would stop gating the cases it lacks. Finish the run (--specbench-resume="
-                f"{config.log_path or 'the results log'}) or pass --specbench-allow-missing to save it anyway")
+        return (
+            f"did not save the baseline {config.save_baseline}: {' and '.join(why) or 'no case has a result'}"
+            "; a partial baseline would stop gating the cases it lacks. Finish the run (--specbench-resume="
+            f"{config.log_path or 'the results log'}) or pass --specbench-allow-missing to save it anyway"
+        )
 
     def _new_history_entry(self) -> None:
         from .history import new_entry, short_commit
@@ -246,17 +268,26 @@ class RunFiles:
 
         entry, config = self.history_entry, self.config
         figures = entry / history.FIGURES if config.plots_dir is not None else None
-        paths = OutputPaths(csv=entry / history.CSV, json=entry / history.JSON, figures=figures,
-                            report=entry / history.REPORT if config.report_path is not None else None)
+        paths = OutputPaths(
+            csv=entry / history.CSV,
+            json=entry / history.JSON,
+            figures=figures,
+            report=entry / history.REPORT if config.report_path is not None else None,
+        )
         # The figures are copied below, not drawn again.
-        _, errors = write_each((output for output in writers.outputs(paths, document, self.command)
-                                if output.name != "figures"), "could not save {path} in the history: {error}")
+        _, errors = write_each(
+            (output for output in writers.outputs(paths, document, self.command) if output.name != "figures"),
+            "could not save {path} in the history: {error}",
+        )
         copies = []
         if config.log_path is not None and config.log_path in self.written:
             copies.append((config.log_path, entry / history.LOG))
         if figures is not None and config.plots_dir in self.written:
-            copies += [(png, figures / png.name) for png in sorted(config.plots_dir.glob("*.png"))
-                       if png.stat().st_mtime >= int(started)]  # this run's figures, not an earlier run's
+            copies += [
+                (png, figures / png.name)
+                for png in sorted(config.plots_dir.glob("*.png"))
+                if png.stat().st_mtime >= int(started)
+            ]  # this run's figures, not an earlier run's
         for source, target in copies:
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)

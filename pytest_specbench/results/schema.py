@@ -21,19 +21,36 @@ Metadata of a field (all optional but ``meaning``):
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 IDENTITY, TIMING, ACCEPTANCE, VERDICT, ENVIRONMENT = "case identity", "timing", "acceptance", "verdict", "environment"
 COST_MODEL, MEMORY = "cost model", "memory and size"
 
 
-def _field(meaning: str, group: str, *, default: Any = dataclasses.MISSING, csv: bool = True, seed: int | None = None,
-           summary: tuple[str, str] | None = None, interval: bool = False, gate: str | None = None,
-           extra_info: bool = False) -> Any:
-    metadata = {"meaning": meaning, "group": group, "csv": csv, "seed": seed, "summary": summary,
-                "interval": interval, "gate": gate, "extra_info": extra_info}
+def _field(
+    meaning: str,
+    group: str,
+    *,
+    default: Any = dataclasses.MISSING,
+    csv: bool = True,
+    seed: int | None = None,
+    summary: tuple[str, str] | None = None,
+    interval: bool = False,
+    gate: str | None = None,
+    extra_info: bool = False,
+) -> Any:
+    metadata = {
+        "meaning": meaning,
+        "group": group,
+        "csv": csv,
+        "seed": seed,
+        "summary": summary,
+        "interval": interval,
+        "gate": gate,
+        "extra_info": extra_info,
+    }
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -44,240 +61,449 @@ class CaseResult:
     """One finished benchmark case."""
 
     # --- case identity
-    case: str = _field("case id, {pair}-k{k}-{prompt}; {pair}-{engine}-k{k}-{prompt} when more than one engine "
-                       "ran; -b{batch} after k{k} when more than one batch size ran", IDENTITY)
-    config: str = _field("the first seed's config name, {pair}_k{k} (_{engine} for hf, _b{batch} at batch > 1)",
-                         IDENTITY, seed=1)
+    case: str = _field(
+        "case id, {pair}-k{k}-{prompt}; {pair}-{engine}-k{k}-{prompt} when more than one engine "
+        "ran; -b{batch} after k{k} when more than one batch size ran",
+        IDENTITY,
+    )
+    config: str = _field(
+        "the first seed's config name, {pair}_k{k} (_{engine} for hf, _b{batch} at batch > 1)", IDENTITY, seed=1
+    )
     pair: str = _field("model pair id", IDENTITY, gate="compared", extra_info=True)
     target: str = _field("target model source", IDENTITY)
     draft: str = _field("what drafts, in words", IDENTITY)
     drafter: str = _field("drafter kind: model, truncated, int8 or prompt_lookup", IDENTITY)
-    engine: str = _field("decoding engine: native (this package's loop) or hf (transformers' assisted "
-                         "generation)", IDENTITY, default="native", summary=("engine", ""), extra_info=True)
-    k: int | str = _field("draft tokens per step, or the schedule that chose them at each step: auto (native: "
-                          "the cost model's choice; hf: transformers' default) or heuristic (transformers' "
-                          "+2/-1 schedule)", IDENTITY, summary=("k", ""), gate="compared", extra_info=True)
-    prompt: str = _field("prompt label in the case id (category, or prompt id)", IDENTITY,
-                         summary=("prompt", ""), gate="compared", extra_info=True)
+    engine: str = _field(
+        "decoding engine: native (this package's loop) or hf (transformers' assisted generation)",
+        IDENTITY,
+        default="native",
+        summary=("engine", ""),
+        extra_info=True,
+    )
+    k: int | str = _field(
+        "draft tokens per step, or the schedule that chose them at each step: auto (native: "
+        "the cost model's choice; hf: transformers' default) or heuristic (transformers' "
+        "+2/-1 schedule)",
+        IDENTITY,
+        summary=("k", ""),
+        gate="compared",
+        extra_info=True,
+    )
+    prompt: str = _field(
+        "prompt label in the case id (category, or prompt id)",
+        IDENTITY,
+        summary=("prompt", ""),
+        gate="compared",
+        extra_info=True,
+    )
     prompt_id: str = _field("prompt id in the prompt file", IDENTITY)
-    batch: int = _field("batch size: prompts decoded at once (the prompt and others of its category, left padded); "
-                        "at batch > 1 every speed, speedup and count is the whole batch's, against the target's "
-                        "batched greedy decoding; the case id gains -b{batch} when more than one batch size ran",
-                        IDENTITY, default=1, summary=("batch", ""), extra_info=True)
-    batch_prompt_ids: list = _field("the prompt id of each row of the batch, the case's own first (batch > 1)",
-                                    IDENTITY, default=[], csv=False)
-    batch_prompt_tokens: list = _field("each row's prompt length in tokens before padding (batch > 1; "
-                                       "prompt_tokens is the first row's)", IDENTITY, default=[], csv=False)
-    batch_new_tokens: list = _field("each row's new tokens (batch > 1; new_tokens is the first row's, the "
-                                    "batch's total is their sum)", IDENTITY, default=[], csv=False)
+    batch: int = _field(
+        "batch size: prompts decoded at once (the prompt and others of its category, left padded); "
+        "at batch > 1 every speed, speedup and count is the whole batch's, against the target's "
+        "batched greedy decoding; the case id gains -b{batch} when more than one batch size ran",
+        IDENTITY,
+        default=1,
+        summary=("batch", ""),
+        extra_info=True,
+    )
+    batch_prompt_ids: list = _field(
+        "the prompt id of each row of the batch, the case's own first (batch > 1)", IDENTITY, default=[], csv=False
+    )
+    batch_prompt_tokens: list = _field(
+        "each row's prompt length in tokens before padding (batch > 1; prompt_tokens is the first row's)",
+        IDENTITY,
+        default=[],
+        csv=False,
+    )
+    batch_new_tokens: list = _field(
+        "each row's new tokens (batch > 1; new_tokens is the first row's, the batch's total is their sum)",
+        IDENTITY,
+        default=[],
+        csv=False,
+    )
     temperature: float = _field("sampling temperature (0: greedy decoding)", IDENTITY, default=0.0)
     top_p: float = _field("top-p of the sampling (1: off)", IDENTITY, default=1.0)
     top_k: int = _field("top-k of the sampling (0: off)", IDENTITY, default=0)
     category: str = _field("prompt category", IDENTITY)
     prompt_tokens: int = _field("prompt length in tokens", IDENTITY)
     new_tokens: int = _field("tokens generated per run (batch > 1: by the case's own row)", IDENTITY)
-    inputs_fingerprint: dict = _field("what the case measured from, a digest per part: target, draft "
-                                      "(the models' files, or hub id and revision), drafter (its "
-                                      "settings), prompt (its text), case (engine, k, batch, dtype); "
-                                      "--specbench-resume replays a logged row only when every part is "
-                                      "the same now", IDENTITY, default={}, csv=False)
+    inputs_fingerprint: dict = _field(
+        "what the case measured from, a digest per part: target, draft "
+        "(the models' files, or hub id and revision), drafter (its "
+        "settings), prompt (its text), case (engine, k, batch, dtype); "
+        "--specbench-resume replays a logged row only when every part is "
+        "the same now",
+        IDENTITY,
+        default={},
+        csv=False,
+    )
 
     # --- timing
-    latency_ms: float = _field("milliseconds per generated token of the speculative run (median run)", TIMING,
-                               seed=2)
+    latency_ms: float = _field("milliseconds per generated token of the speculative run (median run)", TIMING, seed=2)
     throughput_tps: float = _field("speculative tokens per second (median), the seed's name", TIMING, seed=3)
-    baseline_decode_tps: float = _field("target-only greedy decoding speed: tokens after the first over the "
-                                        "time after the first (median)", TIMING, summary=("base tok/s", ".1f"))
-    decode_tps: float = _field("speculative decoding speed, prefill excluded (median)", TIMING,
-                               summary=("spec tok/s", ".1f"))
-    decode_speedup: float = _field("decoding speedup, prefill excluded: geometric mean of the per-round "
-                                   "ratios of time per decoded token", TIMING, summary=("decode speedup", ".2f"),
-                                   interval=True, gate="info", extra_info=True)
-    decode_speedup_ci_low: float | None = _field("95% interval of decode_speedup, low end (null when no spread is known: one round alone)",
-                                                 TIMING, default=None)
+    baseline_decode_tps: float = _field(
+        "target-only greedy decoding speed: tokens after the first over the time after the first (median)",
+        TIMING,
+        summary=("base tok/s", ".1f"),
+    )
+    decode_tps: float = _field(
+        "speculative decoding speed, prefill excluded (median)", TIMING, summary=("spec tok/s", ".1f")
+    )
+    decode_speedup: float = _field(
+        "decoding speedup, prefill excluded: geometric mean of the per-round ratios of time per decoded token",
+        TIMING,
+        summary=("decode speedup", ".2f"),
+        interval=True,
+        gate="info",
+        extra_info=True,
+    )
+    decode_speedup_ci_low: float | None = _field(
+        "95% interval of decode_speedup, low end (null when no spread is known: one round alone)", TIMING, default=None
+    )
     decode_speedup_ci_high: float | None = _field("95% interval of decode_speedup, high end", TIMING, default=None)
-    speedup: float = _field("end-to-end speedup, prefill included: geometric mean of the per-round wall-time "
-                            "ratios", TIMING, summary=("e2e speedup", ".2f"), gate="info", extra_info=True)
-    speedup_ci_low: float | None = _field("95% interval of speedup, low end (null when no spread is known: one round alone)", TIMING,
-                                          default=None)
+    speedup: float = _field(
+        "end-to-end speedup, prefill included: geometric mean of the per-round wall-time ratios",
+        TIMING,
+        summary=("e2e speedup", ".2f"),
+        gate="info",
+        extra_info=True,
+    )
+    speedup_ci_low: float | None = _field(
+        "95% interval of speedup, low end (null when no spread is known: one round alone)", TIMING, default=None
+    )
     speedup_ci_high: float | None = _field("95% interval of speedup, high end", TIMING, default=None)
     ttft_ms: float = _field("speculative time to first token: the prefill of target and draft (median)", TIMING)
     baseline_ttft_ms: float = _field("target-only time to first token (median)", TIMING)
-    prefill_tokens: int = _field("tokens the prefill step commits: 1 for native; for hf, whose first target "
-                                 "pass also verifies a draft block, 1 + what it accepted", TIMING, default=1)
-    baseline_tps: float = _field("target-only tokens per second, prefill included (median)", TIMING, gate="info",
-                                 extra_info=True)
-    speculative_tps: float = _field("speculative tokens per second, prefill included (median)", TIMING,
-                                    gate="info", extra_info=True)
+    prefill_tokens: int = _field(
+        "tokens the prefill step commits: 1 for native; for hf, whose first target "
+        "pass also verifies a draft block, 1 + what it accepted",
+        TIMING,
+        default=1,
+    )
+    baseline_tps: float = _field(
+        "target-only tokens per second, prefill included (median)", TIMING, gate="info", extra_info=True
+    )
+    speculative_tps: float = _field(
+        "speculative tokens per second, prefill included (median)", TIMING, gate="info", extra_info=True
+    )
     baseline_tps_min: float = _field("slowest baseline run, tokens per second", TIMING)
     baseline_tps_max: float = _field("fastest baseline run, tokens per second", TIMING)
     speculative_tps_min: float = _field("slowest speculative run, tokens per second", TIMING)
     speculative_tps_max: float = _field("fastest speculative run, tokens per second", TIMING)
-    baseline_cv: float | None = _field("coefficient of variation of the baseline's wall times", TIMING,
-                                       default=None)
-    speculative_cv: float | None = _field("coefficient of variation of the speculative wall times", TIMING,
-                                          default=None)
+    baseline_cv: float | None = _field("coefficient of variation of the baseline's wall times", TIMING, default=None)
+    speculative_cv: float | None = _field(
+        "coefficient of variation of the speculative wall times", TIMING, default=None
+    )
     rounds: int = _field("timed speculative runs (rounds)", TIMING)
-    baseline_runs: int = _field("baselines its speedups compare with: one per round, each interpolated between the "
-                                "baseline runs around its run (all of the block's baseline runs under "
-                                "--specbench-baseline-once)", TIMING)
-    interval_dof: int | None = _field("degrees of freedom of the decode interval's t quantile: the block's "
-                                      "cases' rounds pooled (null for an unpaired interval)", TIMING, default=None)
-    round_log_sd: float | None = _field("per-round standard deviation of the log decode ratio, pooled over the "
-                                        "block's cases: the noise the interval was built from", TIMING,
-                                        default=None)
-    unstable: bool = _field("an interval wider than the target (--specbench-ci-target) after the rounds the "
-                            "budget allowed, and not eliminated by the race", TIMING)
-    block: str = _field("the block it was timed in: the cases sharing its target and prompt, timed in shared "
-                        "rounds with baselines between its cases ({target}:{prompt id})", TIMING, default="")
-    block_rounds: list = _field("the block rounds (0-based) the case ran in; its speedups pair each with the "
-                                "baseline around its run in that round", TIMING, default=[], csv=False)
+    baseline_runs: int = _field(
+        "baselines its speedups compare with: one per round, each interpolated between the "
+        "baseline runs around its run (all of the block's baseline runs under "
+        "--specbench-baseline-once)",
+        TIMING,
+    )
+    interval_dof: int | None = _field(
+        "degrees of freedom of the decode interval's t quantile: the block's "
+        "cases' rounds pooled (null for an unpaired interval)",
+        TIMING,
+        default=None,
+    )
+    round_log_sd: float | None = _field(
+        "per-round standard deviation of the log decode ratio, pooled over the "
+        "block's cases: the noise the interval was built from",
+        TIMING,
+        default=None,
+    )
+    unstable: bool = _field(
+        "an interval wider than the target (--specbench-ci-target) after the rounds the "
+        "budget allowed, and not eliminated by the race",
+        TIMING,
+    )
+    block: str = _field(
+        "the block it was timed in: the cases sharing its target and prompt, timed in shared "
+        "rounds with baselines between its cases ({target}:{prompt id})",
+        TIMING,
+        default="",
+    )
+    block_rounds: list = _field(
+        "the block rounds (0-based) the case ran in; its speedups pair each with the "
+        "baseline around its run in that round",
+        TIMING,
+        default=[],
+        csv=False,
+    )
     block_round_count: int = _field("rounds the whole block ran", TIMING, default=0)
-    run_id: str = _field("the run that measured the row (its start time and a random suffix): only rows of "
-                         "one run were timed in shared rounds, so the answer pairs the rounds of one run's "
-                         "rows alone; a row --specbench-resume replays keeps its own run's", TIMING,
-                         default="", csv=False)
-    round_decode_token_s: list = _field("the speculative run's seconds per decode token in each of those rounds",
-                                        TIMING, default=[], csv=False)
-    round_wall_s: list = _field("the speculative run's wall seconds (prefill included) in each of those rounds",
-                                TIMING, default=[], csv=False)
-    baseline_round_decode_token_s: list = _field("the baseline's seconds per decode token each round's run "
-                                                 "compared with: interpolated in time between the baseline runs "
-                                                 "before and after it (every baseline run under "
-                                                 "--specbench-baseline-once)",
-                                                 TIMING, default=[], csv=False)
-    eliminated_by: int | str | None = _field("the k whose decode speed beat this one in the race (paired over "
-                                             "the rounds both ran; a step-down correction over the comparisons "
-                                             "and the looks keeps the false eliminations of a (pair, engine, "
-                                             "prompt) within 5%), after which it stopped being timed; null if "
-                                             "not eliminated", TIMING, default=None)
-    timing_stop: str = _field("why it stopped being timed: tight (interval within the target), eliminated, case "
-                              "budget, block budget, run budget (the run's budget was spent) or max rounds",
-                              TIMING, default="")
-    batch_decode_tps: float | None = _field("batch > 1: speculative decoding speed of the whole batch, tokens "
-                                            "after each row's first summed over the rows per second (median run; "
-                                            "decode_tps holds the same)", TIMING, default=None)
-    batch_baseline_decode_tps: float | None = _field("batch > 1: the target's batched greedy decoding speed over the "
-                                                     "whole batch, likewise", TIMING, default=None)
+    run_id: str = _field(
+        "the run that measured the row (its start time and a random suffix): only rows of "
+        "one run were timed in shared rounds, so the answer pairs the rounds of one run's "
+        "rows alone; a row --specbench-resume replays keeps its own run's",
+        TIMING,
+        default="",
+        csv=False,
+    )
+    round_decode_token_s: list = _field(
+        "the speculative run's seconds per decode token in each of those rounds", TIMING, default=[], csv=False
+    )
+    round_wall_s: list = _field(
+        "the speculative run's wall seconds (prefill included) in each of those rounds", TIMING, default=[], csv=False
+    )
+    baseline_round_decode_token_s: list = _field(
+        "the baseline's seconds per decode token each round's run "
+        "compared with: interpolated in time between the baseline runs "
+        "before and after it (every baseline run under "
+        "--specbench-baseline-once)",
+        TIMING,
+        default=[],
+        csv=False,
+    )
+    eliminated_by: int | str | None = _field(
+        "the k whose decode speed beat this one in the race (paired over "
+        "the rounds both ran; a step-down correction over the comparisons "
+        "and the looks keeps the false eliminations of a (pair, engine, "
+        "prompt) within 5%), after which it stopped being timed; null if "
+        "not eliminated",
+        TIMING,
+        default=None,
+    )
+    timing_stop: str = _field(
+        "why it stopped being timed: tight (interval within the target), eliminated, case "
+        "budget, block budget, run budget (the run's budget was spent) or max rounds",
+        TIMING,
+        default="",
+    )
+    batch_decode_tps: float | None = _field(
+        "batch > 1: speculative decoding speed of the whole batch, tokens "
+        "after each row's first summed over the rows per second (median run; "
+        "decode_tps holds the same)",
+        TIMING,
+        default=None,
+    )
+    batch_baseline_decode_tps: float | None = _field(
+        "batch > 1: the target's batched greedy decoding speed over the whole batch, likewise", TIMING, default=None
+    )
     draft_time_s: float = _field("seconds spent drafting in the decode phase (median speculative run)", TIMING)
     verify_time_s: float = _field("seconds in target verify passes in the decode phase (median run)", TIMING)
     other_time_s: float = _field("decode seconds neither drafting nor verifying (median run)", TIMING)
 
     # --- acceptance
-    acceptance_rate: float = _field("accepted draft tokens / drafted tokens", ACCEPTANCE, seed=4,
-                                    summary=("accept", ".3f"), gate="compared", extra_info=True)
-    tau: float = _field("mean tokens committed per decode step (verify pass), bonus token included (batch > 1: a "
-                        "row's, averaged over the rows)", ACCEPTANCE,
-                        summary=("tau", ".2f"), gate="compared", extra_info=True)
+    acceptance_rate: float = _field(
+        "accepted draft tokens / drafted tokens",
+        ACCEPTANCE,
+        seed=4,
+        summary=("accept", ".3f"),
+        gate="compared",
+        extra_info=True,
+    )
+    tau: float = _field(
+        "mean tokens committed per decode step (verify pass), bonus token included (batch > 1: a "
+        "row's, averaged over the rows)",
+        ACCEPTANCE,
+        summary=("tau", ".2f"),
+        gate="compared",
+        extra_info=True,
+    )
     drafted_tokens: int = _field("draft tokens proposed", ACCEPTANCE, gate="compared")
     accepted_tokens: int = _field("draft tokens accepted", ACCEPTANCE, gate="compared")
-    row_acceptance: list = _field("batch > 1: each row's acceptance (accepted / drafted; null where the row "
-                                  "drafted nothing), rows in batch order", ACCEPTANCE, default=[], csv=False)
+    row_acceptance: list = _field(
+        "batch > 1: each row's acceptance (accepted / drafted; null where the row "
+        "drafted nothing), rows in batch order",
+        ACCEPTANCE,
+        default=[],
+        csv=False,
+    )
     row_acceptance_min: float | None = _field("batch > 1: the lowest row acceptance", ACCEPTANCE, default=None)
     row_acceptance_max: float | None = _field("batch > 1: the highest row acceptance", ACCEPTANCE, default=None)
     target_forward_passes: int = _field("target forward passes of one speculative run", ACCEPTANCE)
     draft_forward_passes: int = _field("draft model forward passes of one speculative run", ACCEPTANCE)
-    accepted_per_step: list = _field("accepted tokens at each step (batch > 1: every row's decode steps in "
-                                     "turn after one prefill entry, a step of one sequence each)", ACCEPTANCE,
-                                     default=[], csv=False)
-    drafted_per_step: list = _field("drafted tokens at each step (batch > 1: per sequence, as "
-                                    "accepted_per_step)", ACCEPTANCE, default=[], csv=False)
-    k_per_step: list = _field("the draft length chosen at each step (for hf, what it drafted; 0 at the "
-                              "prefill; batch > 1: per sequence, as accepted_per_step)", ACCEPTANCE,
-                              default=[], csv=False)
-    position_acceptance: list = _field("entry i-1: of the steps that drafted at least i tokens, the share whose "
-                                       "i-th token was accepted (null where none drafted that many)", ACCEPTANCE,
-                                       default=[], csv=False)
-    accepted_length_histogram: list = _field("entry a: decode steps that drafted something and accepted exactly a "
-                                             "tokens", ACCEPTANCE, default=[], csv=False)
+    accepted_per_step: list = _field(
+        "accepted tokens at each step (batch > 1: every row's decode steps in "
+        "turn after one prefill entry, a step of one sequence each)",
+        ACCEPTANCE,
+        default=[],
+        csv=False,
+    )
+    drafted_per_step: list = _field(
+        "drafted tokens at each step (batch > 1: per sequence, as accepted_per_step)", ACCEPTANCE, default=[], csv=False
+    )
+    k_per_step: list = _field(
+        "the draft length chosen at each step (for hf, what it drafted; 0 at the "
+        "prefill; batch > 1: per sequence, as accepted_per_step)",
+        ACCEPTANCE,
+        default=[],
+        csv=False,
+    )
+    position_acceptance: list = _field(
+        "entry i-1: of the steps that drafted at least i tokens, the share whose "
+        "i-th token was accepted (null where none drafted that many)",
+        ACCEPTANCE,
+        default=[],
+        csv=False,
+    )
+    accepted_length_histogram: list = _field(
+        "entry a: decode steps that drafted something and accepted exactly a tokens", ACCEPTANCE, default=[], csv=False
+    )
 
     # --- cost model (cost_model.py; Leviathan et al. 2023 with a measured verify-cost curve)
-    alpha: float | None = _field("per-token acceptance, maximum likelihood under the i.i.d. model with each step "
-                                 "censored at its drafted count (null when nothing was drafted)", COST_MODEL,
-                                 default=None, summary=("alpha", ".3f"))
-    expected_alpha: float | None = _field("under sampling with a draft model: sum over the vocabulary of "
-                                          "min(p, q) at the prompt, the per-token acceptance the rule implies",
-                                          COST_MODEL, default=None)
-    cost_ratio: float | None = _field("c: the draft's cost per drafted token over a target one-token step "
-                                      "(draft_cost_source says how both were timed; 0 for prompt lookup)",
-                                      COST_MODEL, default=None)
-    draft_cost_source: str | None = _field("where draft_token_ms, draft_catch_up_ms and c come from: runs (two "
-                                           "untimed native (baseline, speculative) pairs after the pair's warm-up: "
-                                           "draft time per pass over the baseline's time per token) or probe "
-                                           "(single passes timed in turn before any run: --specbench-warmup=0, no "
-                                           "native case of the pair, batch > 1); null for prompt lookup",
-                                           COST_MODEL, default=None)
-    draft_token_probe_ms: float | None = _field("the probe's draft one-position pass, milliseconds, where the "
-                                                "runs' replaced it", COST_MODEL, default=None)
-    verify_cost_ratio: float | None = _field("v(k+1)/v(1): a verify pass over k+1 positions against a 1-token "
-                                             "target step", COST_MODEL, default=None)
-    predicted_tau: float | None = _field("predicted tokens per verify pass: the mean over the run's decode steps of "
-                                         "(1 - alpha^(d+1)) / (1 - alpha) at each step's drafted length d",
-                                         COST_MODEL, default=None)
-    predicted_speedup: float | None = _field("predicted decode speedup: sum tau(d) / sum (o + v(d+1)/v(1) + d c + "
-                                             "alpha^(d before) (c2 - c)) over the steps as they ran (d drafted, o the "
-                                             "step overhead, c2 the draft's catch-up pass)", COST_MODEL, default=None,
-                                             summary=("predicted", ".2f"))
-    efficiency: float | None = _field("measured decode_speedup / predicted_speedup", COST_MODEL, default=None,
-                                      summary=("efficiency", ".2f"))
-    recommended_k: int | None = _field("the k maximising that per-step prediction over the drafter's proposal "
-                                       "lengths capped at k (for every drafter), over every k whose verify cost was "
-                                       "measured", COST_MODEL, default=None)
-    draft_catch_up_ms: float | None = _field("the draft's two-position pass, milliseconds: its catch-up after a "
-                                             "block accepted whole (its last drafted token and the target's bonus "
-                                             "token), at the probe's ratio to the one-position pass; null for "
-                                             "prompt lookup", COST_MODEL, default=None)
-    step_overhead_ms: float | None = _field("the median run's decode time outside drafting and verifying, per decode "
-                                            "step, milliseconds (the model charges it once per step)", COST_MODEL,
-                                            default=None)
-    draft_token_ms: float | None = _field("the draft's cost per drafted token, milliseconds (a draft model's "
-                                          "one-position pass; 0 for prompt lookup)", COST_MODEL, default=None)
-    verify_costs_ms: list = _field("entry m-1: v(m), milliseconds of one target pass over m new positions on a "
-                                   "warm cache of the prompt (median of repeats; measured once per pair and worker)",
-                                   COST_MODEL, default=[], csv=False)
-    column_head_rows: list = _field("native engine: the verify block sizes (rows; up to k + 1 at a constant k) whose "
-                                    "target output head ran as weight @ hidden.T, measured faster than linear there "
-                                    "(--specbench-head-kernel); the others ran the model's own linear", COST_MODEL,
-                                    default=[], csv=False)
+    alpha: float | None = _field(
+        "per-token acceptance, maximum likelihood under the i.i.d. model with each step "
+        "censored at its drafted count (null when nothing was drafted)",
+        COST_MODEL,
+        default=None,
+        summary=("alpha", ".3f"),
+    )
+    expected_alpha: float | None = _field(
+        "under sampling with a draft model: sum over the vocabulary of "
+        "min(p, q) at the prompt, the per-token acceptance the rule implies",
+        COST_MODEL,
+        default=None,
+    )
+    cost_ratio: float | None = _field(
+        "c: the draft's cost per drafted token over a target one-token step "
+        "(draft_cost_source says how both were timed; 0 for prompt lookup)",
+        COST_MODEL,
+        default=None,
+    )
+    draft_cost_source: str | None = _field(
+        "where draft_token_ms, draft_catch_up_ms and c come from: runs (two "
+        "untimed native (baseline, speculative) pairs after the pair's warm-up: "
+        "draft time per pass over the baseline's time per token) or probe "
+        "(single passes timed in turn before any run: --specbench-warmup=0, no "
+        "native case of the pair, batch > 1); null for prompt lookup",
+        COST_MODEL,
+        default=None,
+    )
+    draft_token_probe_ms: float | None = _field(
+        "the probe's draft one-position pass, milliseconds, where the runs' replaced it", COST_MODEL, default=None
+    )
+    verify_cost_ratio: float | None = _field(
+        "v(k+1)/v(1): a verify pass over k+1 positions against a 1-token target step", COST_MODEL, default=None
+    )
+    predicted_tau: float | None = _field(
+        "predicted tokens per verify pass: the mean over the run's decode steps of "
+        "(1 - alpha^(d+1)) / (1 - alpha) at each step's drafted length d",
+        COST_MODEL,
+        default=None,
+    )
+    predicted_speedup: float | None = _field(
+        "predicted decode speedup: sum tau(d) / sum (o + v(d+1)/v(1) + d c + "
+        "alpha^(d before) (c2 - c)) over the steps as they ran (d drafted, o the "
+        "step overhead, c2 the draft's catch-up pass)",
+        COST_MODEL,
+        default=None,
+        summary=("predicted", ".2f"),
+    )
+    efficiency: float | None = _field(
+        "measured decode_speedup / predicted_speedup", COST_MODEL, default=None, summary=("efficiency", ".2f")
+    )
+    recommended_k: int | None = _field(
+        "the k maximising that per-step prediction over the drafter's proposal "
+        "lengths capped at k (for every drafter), over every k whose verify cost was "
+        "measured",
+        COST_MODEL,
+        default=None,
+    )
+    draft_catch_up_ms: float | None = _field(
+        "the draft's two-position pass, milliseconds: its catch-up after a "
+        "block accepted whole (its last drafted token and the target's bonus "
+        "token), at the probe's ratio to the one-position pass; null for "
+        "prompt lookup",
+        COST_MODEL,
+        default=None,
+    )
+    step_overhead_ms: float | None = _field(
+        "the median run's decode time outside drafting and verifying, per decode "
+        "step, milliseconds (the model charges it once per step)",
+        COST_MODEL,
+        default=None,
+    )
+    draft_token_ms: float | None = _field(
+        "the draft's cost per drafted token, milliseconds (a draft model's one-position pass; 0 for prompt lookup)",
+        COST_MODEL,
+        default=None,
+    )
+    verify_costs_ms: list = _field(
+        "entry m-1: v(m), milliseconds of one target pass over m new positions on a "
+        "warm cache of the prompt (median of repeats; measured once per pair and worker)",
+        COST_MODEL,
+        default=[],
+        csv=False,
+    )
+    column_head_rows: list = _field(
+        "native engine: the verify block sizes (rows; up to k + 1 at a constant k) whose "
+        "target output head ran as weight @ hidden.T, measured faster than linear there "
+        "(--specbench-head-kernel); the others ran the model's own linear",
+        COST_MODEL,
+        default=[],
+        csv=False,
+    )
 
     # --- memory and size
     target_params: int | None = _field("target parameters", MEMORY, default=None)
     draft_params: int | None = _field("draft model parameters (0 without a draft model)", MEMORY, default=None)
-    peak_memory_mb: float | None = _field("on CUDA: peak memory allocated by torch during the case's timed rounds; "
-                                          "on CPU: peak resident memory of the process so far (ru_maxrss), MiB",
-                                          MEMORY, default=None)
+    peak_memory_mb: float | None = _field(
+        "on CUDA: peak memory allocated by torch during the case's timed rounds; "
+        "on CPU: peak resident memory of the process so far (ru_maxrss), MiB",
+        MEMORY,
+        default=None,
+    )
     peak_memory_kind: str = _field("cuda_allocated or process_rss", MEMORY, default="")
 
     # --- verdict
-    quality_score: float | None = _field("share of positions equal to the target's greedy output (null under "
-                                         "sampling)", VERDICT, seed=5)
-    lossless: bool | None = _field("greedy: output equals the target's greedy output; sampling: the engine's "
-                                   "acceptance rule passed the distribution check (null: not checked)", VERDICT,
-                                   gate="compared")
-    verdict: str = _field("lossless, tie-divergence or diverged; under sampling lossless or diverged by the "
-                          "distribution check, not-checked for the hf engine", VERDICT, summary=("lossless", ""),
-                          gate="compared", extra_info=True)
-    baseline_matches_reference: bool | None = _field("the baseline equals generate(do_sample=False) too, or "
-                                                     "begins it where an interleaved baseline decoded fewer tokens "
-                                                     "(null under sampling)", VERDICT, csv=False)
-    sampling_check_p_value: float | None = _field("under sampling: p-value of the chi-square test of the engine's "
-                                                  "accept/resample rule on the case's distributions at the prompt",
-                                                  VERDICT, default=None)
+    quality_score: float | None = _field(
+        "share of positions equal to the target's greedy output (null under sampling)", VERDICT, seed=5
+    )
+    lossless: bool | None = _field(
+        "greedy: output equals the target's greedy output; sampling: the engine's "
+        "acceptance rule passed the distribution check (null: not checked)",
+        VERDICT,
+        gate="compared",
+    )
+    verdict: str = _field(
+        "lossless, tie-divergence or diverged; under sampling lossless or diverged by the "
+        "distribution check, not-checked for the hf engine",
+        VERDICT,
+        summary=("lossless", ""),
+        gate="compared",
+        extra_info=True,
+    )
+    baseline_matches_reference: bool | None = _field(
+        "the baseline equals generate(do_sample=False) too, or "
+        "begins it where an interleaved baseline decoded fewer tokens "
+        "(null under sampling)",
+        VERDICT,
+        csv=False,
+    )
+    sampling_check_p_value: float | None = _field(
+        "under sampling: p-value of the chi-square test of the engine's "
+        "accept/resample rule on the case's distributions at the prompt",
+        VERDICT,
+        default=None,
+    )
     sampling_check_statistic: float | None = _field("its chi-square statistic", VERDICT, default=None)
-    sampling_check_dof: int | None = _field("its degrees of freedom, after pooling cells expected below 5",
-                                            VERDICT, default=None, csv=False)
+    sampling_check_dof: int | None = _field(
+        "its degrees of freedom, after pooling cells expected below 5", VERDICT, default=None, csv=False
+    )
     sampling_check_draws: int | None = _field("simulated draft tokens it tested", VERDICT, default=None)
-    row_verdicts: list = _field("batch > 1: each row's verdict against both its references (the target's batched "
-                                "generate with the same padding, and the prompt's unbatched greedy output); the "
-                                "case's verdict is its worst row's", VERDICT, default=[], csv=False)
-    divergent_row: int | None = _field("batch > 1: the row whose divergence the fields below describe", VERDICT,
-                                       default=None)
-    divergence_against: str | None = _field("batch > 1: the reference that row differs from: batched or unbatched",
-                                            VERDICT, default=None)
-    batched_reference_matches_unbatched: bool | None = _field("batch > 1: the target's batched generate equals its "
-                                                              "unbatched greedy output in every row (false: batching "
-                                                              "moved its own argmax at a near-tie)", VERDICT,
-                                                              default=None)
+    row_verdicts: list = _field(
+        "batch > 1: each row's verdict against both its references (the target's batched "
+        "generate with the same padding, and the prompt's unbatched greedy output); the "
+        "case's verdict is its worst row's",
+        VERDICT,
+        default=[],
+        csv=False,
+    )
+    divergent_row: int | None = _field(
+        "batch > 1: the row whose divergence the fields below describe", VERDICT, default=None
+    )
+    divergence_against: str | None = _field(
+        "batch > 1: the reference that row differs from: batched or unbatched", VERDICT, default=None
+    )
+    batched_reference_matches_unbatched: bool | None = _field(
+        "batch > 1: the target's batched generate equals its "
+        "unbatched greedy output in every row (false: batching "
+        "moved its own argmax at a near-tie)",
+        VERDICT,
+        default=None,
+    )
     first_divergence: int | None = _field("first differing new token, if any", VERDICT, default=None)
     top2_margin: float | None = _field("target's top-2 logit margin at the divergence", VERDICT, default=None)
     expected_token: int | None = _field("target's token at the divergence", VERDICT, default=None, csv=False)
@@ -290,13 +516,12 @@ class CaseResult:
     device: str = _field("device the case ran on", ENVIRONMENT, default="")
     dtype: str = _field("model dtype", ENVIRONMENT, default="")
     threads: int = _field("torch CPU threads of the process that ran the case", ENVIRONMENT, default=0)
-    target_load_s: float = _field("seconds to load the target (a GGUF conversion included)", ENVIRONMENT,
-                                  default=0.0, csv=False)
+    target_load_s: float = _field(
+        "seconds to load the target (a GGUF conversion included)", ENVIRONMENT, default=0.0, csv=False
+    )
     target_load_source: str = _field("where the target came from", ENVIRONMENT, default="", csv=False)
-    worker: str = _field("xdist worker that ran the case (main without xdist)", ENVIRONMENT, default="main",
-                         csv=False)
-    model_loads: dict = _field("models loaded so far by that worker, with counts", ENVIRONMENT, default={},
-                               csv=False)
+    worker: str = _field("xdist worker that ran the case (main without xdist)", ENVIRONMENT, default="main", csv=False)
+    model_loads: dict = _field("models loaded so far by that worker, with counts", ENVIRONMENT, default={}, csv=False)
 
     def to_row(self) -> dict[str, Any]:
         """Plain built-in types, in field order: what travels and what is written."""
@@ -318,8 +543,9 @@ def csv_columns(schema: type | None = None) -> tuple[str, ...]:
 def summary_columns(schema: type | None = None) -> tuple[tuple[str, str, str, bool], ...]:
     """``(field, header, format, has interval)`` of each summary-table column, schema order, prompt, k and engine
     first."""
-    columns = [(f.name, *f.metadata["summary"], f.metadata["interval"]) for f in _fields(schema)
-               if f.metadata.get("summary")]
+    columns = [
+        (f.name, *f.metadata["summary"], f.metadata["interval"]) for f in _fields(schema) if f.metadata.get("summary")
+    ]
     first = [column for name in ("prompt", "k", "engine") for column in columns if column[0] == name]
     return tuple(first + [column for column in columns if column not in first])
 

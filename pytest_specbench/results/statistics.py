@@ -57,8 +57,9 @@ class PooledSpread:
 HOMOGENEITY_ALPHA = 0.01
 
 
-def pooled_spread(samples: Sequence[Sequence[float]], homogeneity_alpha: float = HOMOGENEITY_ALPHA
-                  ) -> PooledSpread | None:
+def pooled_spread(
+    samples: Sequence[Sequence[float]], homogeneity_alpha: float = HOMOGENEITY_ALPHA
+) -> PooledSpread | None:
     """The spread of several cases' values, each around its own mean. None with no degree of freedom, or when
     Bartlett's test says the cases' variances differ (p below ``homogeneity_alpha``): then each keeps its own."""
     import warnings
@@ -89,8 +90,14 @@ def log_ratios(baseline_s: Sequence[float], speculative_s: Sequence[float]) -> l
     return [math.log(b) - math.log(s) for b, s in zip(baseline_s, speculative_s)]
 
 
-def speedup_interval(baseline_s: Sequence[float], speculative_s: Sequence[float], *, paired: bool,
-                     confidence: float = CONFIDENCE, spread: PooledSpread | None = None) -> Interval:
+def speedup_interval(
+    baseline_s: Sequence[float],
+    speculative_s: Sequence[float],
+    *,
+    paired: bool,
+    confidence: float = CONFIDENCE,
+    spread: PooledSpread | None = None,
+) -> Interval:
     """Speedup of ``speculative_s`` over ``baseline_s`` (seconds for the same work) with its interval.
 
     ``paired``: round i of one side ran beside round i of the other (equal lengths). ``spread`` (paired only):

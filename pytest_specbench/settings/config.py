@@ -15,8 +15,9 @@ from typing import Any
 
 from .options import MAX_POSITIONS, OPTIONS, ConfigError, Option, pairing_that_runs, parse_devices
 
-_PAIRING, _BASELINE_ONCE = (next(option for option in OPTIONS if option.name == name)
-                            for name in ("pairing", "baseline-once"))
+_PAIRING, _BASELINE_ONCE = (
+    next(option for option in OPTIONS if option.name == name) for name in ("pairing", "baseline-once")
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,9 @@ class SpecbenchConfig:
     given: frozenset[str] = field(default_factory=frozenset, compare=False)
 
 
-def parse_settings(values: dict[str, tuple[Any, str]], cuda_available: Callable[[], bool] = lambda: False
-                   ) -> SpecbenchConfig:
+def parse_settings(
+    values: dict[str, tuple[Any, str]], cuda_available: Callable[[], bool] = lambda: False
+) -> SpecbenchConfig:
     """Build the config from ``{option name: (raw value, where it came from)}``.
 
     Options not given take their default, or their CPU default when the run
@@ -112,18 +114,24 @@ def parse_settings(values: dict[str, tuple[Any, str]], cuda_available: Callable[
     for option in OPTIONS:
         fields.setdefault(option.field, False if option.flag else option.unset)
     if fields["min_rounds"] > fields["max_rounds"]:
-        raise ConfigError(f"--specbench-min-rounds={fields['min_rounds']} is above --specbench-max-rounds="
-                          f"{fields['max_rounds']}; accepted: min rounds <= max rounds")
+        raise ConfigError(
+            f"--specbench-min-rounds={fields['min_rounds']} is above --specbench-max-rounds="
+            f"{fields['max_rounds']}; accepted: min rounds <= max rounds"
+        )
     if (fields["context_tokens"] or 0) + fields["max_new_tokens"] > MAX_POSITIONS:
-        raise ConfigError(f"--specbench-context-tokens={fields['context_tokens']} and --specbench-max-new-tokens="
-                          f"{fields['max_new_tokens']} need more positions than any context window holds "
-                          f"({MAX_POSITIONS}); accepted: prompt tokens + new tokens <= {MAX_POSITIONS}")
+        raise ConfigError(
+            f"--specbench-context-tokens={fields['context_tokens']} and --specbench-max-new-tokens="
+            f"{fields['max_new_tokens']} need more positions than any context window holds "
+            f"({MAX_POSITIONS}); accepted: prompt tokens + new tokens <= {MAX_POSITIONS}"
+        )
     if fields["baseline_once"]:
         if "pairing" in given:  # a pairing given beside it would be recorded, yet not run
-            raise ConfigError(f"{values['pairing'][1]}={values['pairing'][0]} and --specbench-baseline-once "
-                              "contradict each other: --specbench-baseline-once times the baseline in "
-                              "a block's first rounds only and compares the speedups unpaired; accepted: "
-                              "one of the two")
+            raise ConfigError(
+                f"{values['pairing'][1]}={values['pairing'][0]} and --specbench-baseline-once "
+                "contradict each other: --specbench-baseline-once times the baseline in "
+                "a block's first rounds only and compares the speedups unpaired; accepted: "
+                "one of the two"
+            )
         fields["pairing"] = raw_record[_PAIRING.dest] = pairing_that_runs(fields["pairing"], True)
     if "log" not in values:  # its default follows the CSV (or the JSON) wherever that goes
         beside = fields["csv_path"] or fields["json_path"]
@@ -182,14 +190,18 @@ def check_files(config: SpecbenchConfig) -> None:
         allowed = {option.name for option in writers} | {option.may_share for option in writers}
         if writers and (len(writers) > 1 or not {option.name for option in options} <= allowed):
             listed = " and ".join(option.cli for option in options)
-            raise ConfigError(f"{listed} name the same file, {path}, and one would overwrite the other; "
-                              "accepted: a separate file for each output")
+            raise ConfigError(
+                f"{listed} name the same file, {path}, and one would overwrite the other; "
+                "accepted: a separate file for each output"
+            )
     for option in OPTIONS:
         path = getattr(config, option.field) if option.writes else None
         problem = path is not None and unwritable_reason(path)
         if problem:
-            raise ConfigError(f"{option.cli}={path}: {problem}; accepted: a path in a folder this user can create "
-                              f"and write, or {option.cli}= (empty) to turn it off")
+            raise ConfigError(
+                f"{option.cli}={path}: {problem}; accepted: a path in a folder this user can create "
+                f"and write, or {option.cli}= (empty) to turn it off"
+            )
 
 
 def check_cache_dir(config: SpecbenchConfig, sources: Iterable[str]) -> None:
@@ -214,9 +226,11 @@ def check_cache_dir(config: SpecbenchConfig, sources: Iterable[str]) -> None:
         named = f"SPECBENCH_CACHE_DIR={path}"
     else:
         named = f"the default cache folder {path}"
-    raise ConfigError(f"{named}: {problem}; accepted: a folder this user can create and write, or a "
-                      "read-only one that already holds the converted models (--specbench-cache-dir or "
-                      "SPECBENCH_CACHE_DIR)")
+    raise ConfigError(
+        f"{named}: {problem}; accepted: a folder this user can create and write, or a "
+        "read-only one that already holds the converted models (--specbench-cache-dir or "
+        "SPECBENCH_CACHE_DIR)"
+    )
 
 
 def _on_gpu(values: dict[str, tuple[Any, str]], cuda_available: Callable[[], bool]) -> bool:

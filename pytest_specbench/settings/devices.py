@@ -19,7 +19,9 @@ def check_devices(devices: Sequence[str]) -> None:
         count = torch.cuda.device_count()
         for device in wanted:
             if ":" in device and int(device.split(":")[1]) >= count:
-                raise ValueError(f"{device} requested but only {count} CUDA device(s) are visible: cuda:0..cuda:{count - 1}")
+                raise ValueError(
+                    f"{device} requested but only {count} CUDA device(s) are visible: cuda:0..cuda:{count - 1}"
+                )
     if "mps" in devices:
         import torch
 

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
 # SCHEDULE_KS: the k values that name a schedule instead of a constant draft length (engine/schedules.py).
-from ..engine.names import HEAD_KERNELS, SCHEDULES as SCHEDULE_KS
+from ..engine.names import HEAD_KERNELS
+from ..engine.names import SCHEDULES as SCHEDULE_KS
 from ..models.base import DTYPE_NAMES as DTYPES
 
 DEFAULT_KS = "1,2,4,8,16"
@@ -33,8 +35,9 @@ _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
 def parse_devices(raw: str) -> tuple[str, ...]:
-    devices = _comma_list("a comma list of devices (cpu, cuda, cuda:N, mps); leave the option out for the "
-                          "default device")(raw)
+    devices = _comma_list(
+        "a comma list of devices (cpu, cuda, cuda:N, mps); leave the option out for the default device"
+    )(raw)
     for device in devices:
         if not _DEVICE.match(device):
             raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N, mps, or a comma list of them")
@@ -90,8 +93,10 @@ _K_BOUND = f"a verify block of k + 1 positions must fit in a context window, and
 
 
 def _ks(raw: str) -> tuple[int | str, ...]:
-    accepted = (f"a comma list of integers >= 1 and <= {MAX_POSITIONS - 1} and the schedules "
-                f"{' and '.join(SCHEDULE_KS)}, e.g. 1,2,4,8,16,auto")
+    accepted = (
+        f"a comma list of integers >= 1 and <= {MAX_POSITIONS - 1} and the schedules "
+        f"{' and '.join(SCHEDULE_KS)}, e.g. 1,2,4,8,16,auto"
+    )
     items = _comma_list(accepted)(raw)
     try:
         return tuple(item if item in SCHEDULE_KS else _int(1, MAX_POSITIONS - 1, _K_BOUND)(item) for item in items)
@@ -108,8 +113,9 @@ def _batches(raw: str) -> tuple[int, ...]:
     accepted = f"a comma list of batch sizes, integers >= 1 and <= {MAX_BATCH}, e.g. 1,4,16"
     items = _comma_list(accepted)(raw)
     try:
-        sizes = tuple(_int(1, MAX_BATCH, "a batch of B prompts is B rows of every forward pass")(item)
-                      for item in items)
+        sizes = tuple(
+            _int(1, MAX_BATCH, "a batch of B prompts is B rows of every forward pass")(item) for item in items
+        )
     except ValueError as error:
         raise ValueError(f"{error} (in the comma list {raw!r}; {accepted})") from None
     duplicates = sorted({size for size in sizes if sizes.count(size) > 1})
@@ -120,8 +126,11 @@ def _batches(raw: str) -> tuple[int, ...]:
 
 def _threads(raw: str) -> int:
     cores = os.cpu_count()
-    return _int(1, cores, f"this machine has {cores} logical CPUs; more threads only contend for them")(raw) \
-        if cores else _int(1)(raw)
+    return (
+        _int(1, cores, f"this machine has {cores} logical CPUs; more threads only contend for them")(raw)
+        if cores
+        else _int(1)(raw)
+    )
 
 
 def _engines(raw: str) -> tuple[str, ...]:
@@ -211,8 +220,10 @@ def _path_problem(path: Path) -> str | None:
     except (OSError, ValueError):
         path_max = 4096
     if len(encoded) >= path_max:
-        return (f"the path is {len(encoded)} bytes long, and this system takes at most {path_max - 1} "
-                "(PATH_MAX); accepted: a shorter path")
+        return (
+            f"the path is {len(encoded)} bytes long, and this system takes at most {path_max - 1} "
+            "(PATH_MAX); accepted: a shorter path"
+        )
     existing = next((parent for parent in path.absolute().parents if _is_dir(parent)), Path("/"))
     try:
         name_max = os.pathconf(existing, "PC_NAME_MAX")
@@ -220,8 +231,10 @@ def _path_problem(path: Path) -> str | None:
         name_max = 255
     for part in path.parts:
         if len(os.fsencode(part)) > name_max:
-            return (f"the name {part[:40]!r}... is {len(os.fsencode(part))} bytes long, and the file system takes "
-                    f"at most {name_max} (NAME_MAX); accepted: a shorter name")
+            return (
+                f"the name {part[:40]!r}... is {len(os.fsencode(part))} bytes long, and the file system takes "
+                f"at most {name_max} (NAME_MAX); accepted: a shorter name"
+            )
     return None
 
 
@@ -256,8 +269,10 @@ def _output_path(raw: str) -> Path | None:
         return None
     # Path() drops a trailing slash: "dir/" would become a file named dir.
     if raw.endswith(("/", os.sep)) or _is_dir(_checked(raw)):
-        raise ValueError(f"{raw} is a folder, and a file path is needed; accepted: a file path (e.g. "
-                         f"{raw.rstrip('/' + os.sep) or '.'}/results.csv), or empty to disable")
+        raise ValueError(
+            f"{raw} is a folder, and a file path is needed; accepted: a file path (e.g. "
+            f"{raw.rstrip('/' + os.sep) or '.'}/results.csv), or empty to disable"
+        )
     return _checked(raw)
 
 
@@ -390,140 +405,444 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("gpu", "devices", "device(s): cpu, cuda, cuda:N, or a comma list (one per xdist worker); "
-           "default: cuda:0 when available, else cpu", parse_devices, metavar="DEVICE", unset=(), changes_results=True),
-    Option("pairs", "pairs", "comma list of model pair ids to run (default: every defined pair except the "
-           "opt-in Qwen pairs, which run only when named). A pair named here or declared in a pairs file fails "
-           "when its model is missing; a built-in pair nobody named is skipped with the reason",
-           _comma_list("a comma list of pair ids; leave the option out to run every defined pair"),
-           metavar="IDS", unset=()),
-    Option("pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH",
-           reads=True),
-    Option("k", "ks", f"comma list of draft lengths k (default {DEFAULT_KS}); 'auto' and 'heuristic' name "
-           "schedules that choose k at each step", _ks, DEFAULT_KS, metavar="LIST"),
-    Option("batch", "batches", "comma list of batch sizes (default 1): a case of batch B decodes B prompts of its "
-           "category at once (left padded; the prompt's own first, repeated when the category has fewer), with the "
-           "batched engine, against the target's batched greedy decoding; greedy only, constant k only, native "
-           "engine only (other cases of batch > 1 are skipped with the reason)", _batches, "1", metavar="SIZES",
-           unset=(1,), changes_results=True,  # unset: what a record from before the option means
-           order_free=True),
-    Option("engine", "engines", "comma list of decoding engines: native (this package's loop) and hf "
-           "(transformers' assisted generation), run side by side (default native)", _engines, "native",
-           metavar="ENGINES"),
-    Option("head-kernel", "head_kernel", "how the native engine computes the target's output head over a verify "
-           "block: auto (per row count, whichever of linear and weight @ hidden.T measured faster), column "
-           "(always the latter) or linear (the model's own) (default auto)", _head_kernel, "auto",
-           metavar="KERNEL", changes_results=True),
-    Option("compile", "compile_steps", "native engine and baseline: static KV caches and torch.compile for the "
-           "one-token steps (the draft's proposals, the greedy baseline's tokens; CUDA graphs on CUDA); verify "
-           "passes stay eager. For GPUs, where a small model's step is mostly launch overhead; warm-up rounds "
-           "absorb the compilation", changes_results=True),
-    Option("prompts", "prompt_categories", "comma list of prompt categories (default: all; on CPU, of the "
-           f"shipped suite, {CPU_PROMPTS})",
-           _comma_list("a comma list of prompt categories; leave the option out for the default categories"),
-           cpu_default=CPU_PROMPTS, metavar="CATEGORIES", unset=()),
-    Option("prompt-file", "prompt_file", "JSON Lines prompt file to use instead of the shipped suite",
-           _existing_file, metavar="PATH", reads=True, changes_results=True),
-    Option("prompts-per-category", "prompts_per_category", "prompts run per category (default 1)", _int(1), "1",
-           metavar="N"),
-    Option("context-tokens", "context_tokens", "pad or cut every prompt to exactly N tokens",
-           _int(1, MAX_POSITIONS - 1, f"a prompt and its new tokens must fit in a context window, and none holds "
-                f"more than {MAX_POSITIONS} positions"), metavar="N",
-           changes_results=True),
-    Option("max-new-tokens", "max_new_tokens", "tokens generated per run (default 128; on CPU 32)",
-           _int(1, MAX_POSITIONS - 1, f"a prompt and its new tokens must fit in a context window, and none holds "
-                f"more than {MAX_POSITIONS} positions"), "128",
-           cpu_default="32", metavar="N", changes_results=True),
-    Option("dtype", "dtype", f"model dtype: {', '.join(DTYPES)} (default float32)", _dtype, "float32",
-           changes_results=True),
-    Option("warmup", "warmup", "untimed warm-up runs of baseline and speculative decoding before the first case "
-           "of each pair (default 1)", _int(0), "1", metavar="N", changes_results=True),
-    Option("min-rounds", "min_rounds", "timed rounds per case at least (a round runs baseline and speculative "
-           "decoding side by side; default 3)", _int(1), "3", metavar="N", changes_results=True),
-    Option("max-rounds", "max_rounds", "timed rounds per case at most (default 30)", _int(1), "30", metavar="N",
-           changes_results=True),
-    Option("ci-target", "ci_target", "stop timing a case once the 95% interval of its speedups is within "
-           "+/- this fraction, in (0, 1) (default 0.05); a case still wider is marked unstable", _ci_target, "0.05",
-           metavar="FRACTION", changes_results=True),
-    Option("budget", "run_budget", "the whole run's timing budget, divided over its blocks (a block: the cases "
-           "sharing a target and a prompt): 15m, 900s, 1h or plain seconds; off for none (default 15m). Loading "
-           "and warm-up count against it; a block never runs fewer than --specbench-min-rounds, and once it is "
-           "spent the blocks left run only those", _duration, "15m", metavar="DURATION"),
-    Option("race", "race", "on: within a (pair, engine, prompt), a constant k slower than the leader at 95% "
-           "(paired, Holm-corrected) stops being timed and is marked eliminated; off: every case is timed to the "
-           "interval target (default on)", _on_off, "on", metavar="on|off", changes_results=True),
-    Option("case-budget", "case_budget", "seconds of timed rounds per case (its speculative runs and the "
-           "baselines of its rounds) before it stops short of the interval target (default: none, the run's "
-           "--specbench-budget decides)", _positive_float, metavar="SECONDS", changes_results=True),
-    Option("threads", "threads", "torch CPU threads (default: torch's own choice; under xdist on CPU, "
-           "cores / workers; at most this machine's logical CPUs)", _threads, metavar="N", changes_results=True),
-    Option("pairing", "pairing", "how each speculative run's baseline is timed: interleaved (default: target-only "
-           "steps run between the run's own steps until their time has caught up with its time, so both see the "
-           "machine alike; native engine, batch 1) or rounds (whole baseline runs between the cases of a round, "
-           "see --specbench-baseline-every; what the hf engine, batches and --specbench-compile always use)",
-           _pairing, INTERLEAVED, metavar="interleaved|rounds", changes_results=True,
-           unset=ROUNDS),  # what a run recorded before the option existed used
-    Option("baseline-every", "baseline_every", "with --specbench-pairing=rounds, within a round, run the "
-           "target-only baseline before the first case, after every N cases and after the last; each case's "
-           "speedup compares with the baseline interpolated in time between the two around it, so the machine's "
-           "drift cancels (default 2)", _int(1), "2", metavar="N", changes_results=True),
-    Option("baseline-once", "baseline_once", "time the target-only baseline only in a block's first "
-           "--specbench-min-rounds rounds instead of in every round (speedups then compare unpaired, and the "
-           "run records its pairing as unpaired; refused beside --specbench-pairing)", changes_results=True),
-    Option("tie-tolerance", "tie_tolerance", "under float16/bfloat16, a divergence where the target's top-2 logit "
-           "margin is below this is a tie-divergence, not a failure (default 0.1)", _non_negative_float, "0.1",
-           metavar="LOGITS", changes_results=True),
-    Option("stop-at-eos", "stop_at_eos", "stop generating at EOS instead of generating a fixed length",
-           changes_results=True),
-    Option("temperature", "temperature", "sample with this temperature instead of decoding greedily (default 0: "
-           "greedy); each case then checks the engine's acceptance rule on its real distributions instead of "
-           "comparing tokens", _finite_non_negative_float, "0", metavar="T", changes_results=True),
-    Option("top-p", "top_p", "nucleus sampling: keep the smallest set of tokens with this much probability "
-           "(default 1: off; with --specbench-temperature)", _probability, "1", metavar="P", changes_results=True),
-    Option("top-k", "top_k", "keep the k most likely tokens (default 0: off; with --specbench-temperature)",
-           _int(0), "0", metavar="K", changes_results=True),
-    Option("seed", "seed", "seed of the sampling generators: the same seed repeats a sampled run on one machine "
-           "(default 0)", _int(0, MAX_SEED, "torch's generators take 64-bit seeds, and the speculative run uses seed + 1"),
-           "0", metavar="N", changes_results=True),
-    Option("sampling-check-draws", "sampling_check_draws", "under sampling, simulated draft tokens of each case's "
-           "distribution check (default 20000)", _int(100), "20000", metavar="N", changes_results=True),
-    Option("csv", "csv_path", "CSV results file (default spec_results.csv; empty to disable)", _output_path,
-           "spec_results.csv", metavar="PATH", writes=True),
-    Option("json", "json_path", "JSON results file (default spec_results.json; empty to disable)", _output_path,
-           "spec_results.json", metavar="PATH", writes=True),
-    Option("log", "log_path", "results log: each finished case appended as one JSON line, flushed to disk at once "
-           "(default: the CSV's path with .jsonl, spec_results.jsonl, or the JSON's when the CSV is off; "
-           "empty to disable)", _output_path, metavar="PATH", writes=True, may_share="resume"),
-    Option("history", "history_dir", "run history: every run that measured a case also keeps its CSV, JSON, log, "
-           "report and figures in DIR/NNNN-<UTC time>-<short git commit>/, for python -m pytest_specbench compare "
-           "--last or NNNN (default .specbench/runs; empty to disable)", _output_dir, ".specbench/runs",
-           metavar="DIR"),
-    Option("resume", "resume", "finish an interrupted run: take the cases a results log holds and run only the "
-           "others; the files hold the merged result", _existing_file, metavar="PATH", reads=True),
-    Option("cache-dir", "cache_dir", "cache for converted models (default $SPECBENCH_CACHE_DIR, else "
-           "$XDG_CACHE_HOME/pytest-specbench, else ~/.cache/pytest-specbench)", _path, metavar="PATH"),
-    Option("save-baseline", "save_baseline", "write the run's acceptance, tau and verdicts per case to PATH; "
-           "refused when a case has no result or the run was interrupted, unless --specbench-allow-missing",
-           _output_path, metavar="PATH", writes=True, may_share="baseline"),
-    Option("baseline", "baseline", "compare the run with a saved baseline and fail on a regression",
-           _existing_file, metavar="PATH", reads=True),
-    Option("max-acceptance-drop", "max_acceptance_drop", "largest absolute acceptance drop allowed against the "
-           "baseline, in [0, 1] (default 0.02)", _fraction, "0.02", metavar="DROP"),
-    Option("max-speedup-drop", "max_speedup_drop", "gate speed too: largest relative speedup drop allowed, "
-           "e.g. 0.1, in [0, 1] (default: speed is not gated)", _fraction, metavar="FRACTION"),
-    Option("allow-missing", "allow_missing", "baseline cases with no result in this run are not regressions, "
-           "and a run with cases missing may save a (partial) baseline; a gate that compared no case still fails"),
-    Option("gate-differing", "gate_differing", "what the gate does when this run's result-changing settings differ "
-           "from those the baseline recorded: refuse (default: a usage error listing each difference, before any "
-           "model loads) or compare-matching (gate only the cases whose own settings agree: new tokens, prompt "
-           "tokens, sampling, dtype, engine, device kind; the differences are listed and a gate that compared no "
-           "case fails)", _gate_differing, "refuse", metavar="POLICY"),
-    Option("plots", "plots_dir", "write the figures (PNG, one per figure) to DIR at the end of the run; needs "
-           "matplotlib (the plots extra)", _output_dir, metavar="DIR", writes=True),
-    Option("report", "report_path", "write a Markdown report of the run to PATH (figures linked from "
-           "--specbench-plots when given)", _output_path, metavar="PATH", writes=True),
-    Option("shard", "shard", "run shard I of N: a stable split of the case matrix by pair (each pair on one "
-           "shard); merge the shards' JSON with python -m pytest_specbench merge", _shard, metavar="I/N"),
+    Option(
+        "gpu",
+        "devices",
+        "device(s): cpu, cuda, cuda:N, or a comma list (one per xdist worker); "
+        "default: cuda:0 when available, else cpu",
+        parse_devices,
+        metavar="DEVICE",
+        unset=(),
+        changes_results=True,
+    ),
+    Option(
+        "pairs",
+        "pairs",
+        "comma list of model pair ids to run (default: every defined pair except the "
+        "opt-in Qwen pairs, which run only when named). A pair named here or declared in a pairs file fails "
+        "when its model is missing; a built-in pair nobody named is skipped with the reason",
+        _comma_list("a comma list of pair ids; leave the option out to run every defined pair"),
+        metavar="IDS",
+        unset=(),
+    ),
+    Option(
+        "pairs-file", "pairs_file", "TOML file defining extra model pairs", _existing_file, metavar="PATH", reads=True
+    ),
+    Option(
+        "k",
+        "ks",
+        f"comma list of draft lengths k (default {DEFAULT_KS}); 'auto' and 'heuristic' name "
+        "schedules that choose k at each step",
+        _ks,
+        DEFAULT_KS,
+        metavar="LIST",
+    ),
+    Option(
+        "batch",
+        "batches",
+        "comma list of batch sizes (default 1): a case of batch B decodes B prompts of its "
+        "category at once (left padded; the prompt's own first, repeated when the category has fewer), with the "
+        "batched engine, against the target's batched greedy decoding; greedy only, constant k only, native "
+        "engine only (other cases of batch > 1 are skipped with the reason)",
+        _batches,
+        "1",
+        metavar="SIZES",
+        unset=(1,),
+        changes_results=True,  # unset: what a record from before the option means
+        order_free=True,
+    ),
+    Option(
+        "engine",
+        "engines",
+        "comma list of decoding engines: native (this package's loop) and hf "
+        "(transformers' assisted generation), run side by side (default native)",
+        _engines,
+        "native",
+        metavar="ENGINES",
+    ),
+    Option(
+        "head-kernel",
+        "head_kernel",
+        "how the native engine computes the target's output head over a verify "
+        "block: auto (per row count, whichever of linear and weight @ hidden.T measured faster), column "
+        "(always the latter) or linear (the model's own) (default auto)",
+        _head_kernel,
+        "auto",
+        metavar="KERNEL",
+        changes_results=True,
+    ),
+    Option(
+        "compile",
+        "compile_steps",
+        "native engine and baseline: static KV caches and torch.compile for the "
+        "one-token steps (the draft's proposals, the greedy baseline's tokens; CUDA graphs on CUDA); verify "
+        "passes stay eager. For GPUs, where a small model's step is mostly launch overhead; warm-up rounds "
+        "absorb the compilation",
+        changes_results=True,
+    ),
+    Option(
+        "prompts",
+        "prompt_categories",
+        f"comma list of prompt categories (default: all; on CPU, of the shipped suite, {CPU_PROMPTS})",
+        _comma_list("a comma list of prompt categories; leave the option out for the default categories"),
+        cpu_default=CPU_PROMPTS,
+        metavar="CATEGORIES",
+        unset=(),
+    ),
+    Option(
+        "prompt-file",
+        "prompt_file",
+        "JSON Lines prompt file to use instead of the shipped suite",
+        _existing_file,
+        metavar="PATH",
+        reads=True,
+        changes_results=True,
+    ),
+    Option(
+        "prompts-per-category",
+        "prompts_per_category",
+        "prompts run per category (default 1)",
+        _int(1),
+        "1",
+        metavar="N",
+    ),
+    Option(
+        "context-tokens",
+        "context_tokens",
+        "pad or cut every prompt to exactly N tokens",
+        _int(
+            1,
+            MAX_POSITIONS - 1,
+            f"a prompt and its new tokens must fit in a context window, and none holds "
+            f"more than {MAX_POSITIONS} positions",
+        ),
+        metavar="N",
+        changes_results=True,
+    ),
+    Option(
+        "max-new-tokens",
+        "max_new_tokens",
+        "tokens generated per run (default 128; on CPU 32)",
+        _int(
+            1,
+            MAX_POSITIONS - 1,
+            f"a prompt and its new tokens must fit in a context window, and none holds "
+            f"more than {MAX_POSITIONS} positions",
+        ),
+        "128",
+        cpu_default="32",
+        metavar="N",
+        changes_results=True,
+    ),
+    Option(
+        "dtype", "dtype", f"model dtype: {', '.join(DTYPES)} (default float32)", _dtype, "float32", changes_results=True
+    ),
+    Option(
+        "warmup",
+        "warmup",
+        "untimed warm-up runs of baseline and speculative decoding before the first case of each pair (default 1)",
+        _int(0),
+        "1",
+        metavar="N",
+        changes_results=True,
+    ),
+    Option(
+        "min-rounds",
+        "min_rounds",
+        "timed rounds per case at least (a round runs baseline and speculative decoding side by side; default 3)",
+        _int(1),
+        "3",
+        metavar="N",
+        changes_results=True,
+    ),
+    Option(
+        "max-rounds",
+        "max_rounds",
+        "timed rounds per case at most (default 30)",
+        _int(1),
+        "30",
+        metavar="N",
+        changes_results=True,
+    ),
+    Option(
+        "ci-target",
+        "ci_target",
+        "stop timing a case once the 95% interval of its speedups is within "
+        "+/- this fraction, in (0, 1) (default 0.05); a case still wider is marked unstable",
+        _ci_target,
+        "0.05",
+        metavar="FRACTION",
+        changes_results=True,
+    ),
+    Option(
+        "budget",
+        "run_budget",
+        "the whole run's timing budget, divided over its blocks (a block: the cases "
+        "sharing a target and a prompt): 15m, 900s, 1h or plain seconds; off for none (default 15m). Loading "
+        "and warm-up count against it; a block never runs fewer than --specbench-min-rounds, and once it is "
+        "spent the blocks left run only those",
+        _duration,
+        "15m",
+        metavar="DURATION",
+    ),
+    Option(
+        "race",
+        "race",
+        "on: within a (pair, engine, prompt), a constant k slower than the leader at 95% "
+        "(paired, Holm-corrected) stops being timed and is marked eliminated; off: every case is timed to the "
+        "interval target (default on)",
+        _on_off,
+        "on",
+        metavar="on|off",
+        changes_results=True,
+    ),
+    Option(
+        "case-budget",
+        "case_budget",
+        "seconds of timed rounds per case (its speculative runs and the "
+        "baselines of its rounds) before it stops short of the interval target (default: none, the run's "
+        "--specbench-budget decides)",
+        _positive_float,
+        metavar="SECONDS",
+        changes_results=True,
+    ),
+    Option(
+        "threads",
+        "threads",
+        "torch CPU threads (default: torch's own choice; under xdist on CPU, "
+        "cores / workers; at most this machine's logical CPUs)",
+        _threads,
+        metavar="N",
+        changes_results=True,
+    ),
+    Option(
+        "pairing",
+        "pairing",
+        "how each speculative run's baseline is timed: interleaved (default: target-only "
+        "steps run between the run's own steps until their time has caught up with its time, so both see the "
+        "machine alike; native engine, batch 1) or rounds (whole baseline runs between the cases of a round, "
+        "see --specbench-baseline-every; what the hf engine, batches and --specbench-compile always use)",
+        _pairing,
+        INTERLEAVED,
+        metavar="interleaved|rounds",
+        changes_results=True,
+        unset=ROUNDS,
+    ),  # what a run recorded before the option existed used
+    Option(
+        "baseline-every",
+        "baseline_every",
+        "with --specbench-pairing=rounds, within a round, run the "
+        "target-only baseline before the first case, after every N cases and after the last; each case's "
+        "speedup compares with the baseline interpolated in time between the two around it, so the machine's "
+        "drift cancels (default 2)",
+        _int(1),
+        "2",
+        metavar="N",
+        changes_results=True,
+    ),
+    Option(
+        "baseline-once",
+        "baseline_once",
+        "time the target-only baseline only in a block's first "
+        "--specbench-min-rounds rounds instead of in every round (speedups then compare unpaired, and the "
+        "run records its pairing as unpaired; refused beside --specbench-pairing)",
+        changes_results=True,
+    ),
+    Option(
+        "tie-tolerance",
+        "tie_tolerance",
+        "under float16/bfloat16, a divergence where the target's top-2 logit "
+        "margin is below this is a tie-divergence, not a failure (default 0.1)",
+        _non_negative_float,
+        "0.1",
+        metavar="LOGITS",
+        changes_results=True,
+    ),
+    Option(
+        "stop-at-eos",
+        "stop_at_eos",
+        "stop generating at EOS instead of generating a fixed length",
+        changes_results=True,
+    ),
+    Option(
+        "temperature",
+        "temperature",
+        "sample with this temperature instead of decoding greedily (default 0: "
+        "greedy); each case then checks the engine's acceptance rule on its real distributions instead of "
+        "comparing tokens",
+        _finite_non_negative_float,
+        "0",
+        metavar="T",
+        changes_results=True,
+    ),
+    Option(
+        "top-p",
+        "top_p",
+        "nucleus sampling: keep the smallest set of tokens with this much probability "
+        "(default 1: off; with --specbench-temperature)",
+        _probability,
+        "1",
+        metavar="P",
+        changes_results=True,
+    ),
+    Option(
+        "top-k",
+        "top_k",
+        "keep the k most likely tokens (default 0: off; with --specbench-temperature)",
+        _int(0),
+        "0",
+        metavar="K",
+        changes_results=True,
+    ),
+    Option(
+        "seed",
+        "seed",
+        "seed of the sampling generators: the same seed repeats a sampled run on one machine (default 0)",
+        _int(0, MAX_SEED, "torch's generators take 64-bit seeds, and the speculative run uses seed + 1"),
+        "0",
+        metavar="N",
+        changes_results=True,
+    ),
+    Option(
+        "sampling-check-draws",
+        "sampling_check_draws",
+        "under sampling, simulated draft tokens of each case's distribution check (default 20000)",
+        _int(100),
+        "20000",
+        metavar="N",
+        changes_results=True,
+    ),
+    Option(
+        "csv",
+        "csv_path",
+        "CSV results file (default spec_results.csv; empty to disable)",
+        _output_path,
+        "spec_results.csv",
+        metavar="PATH",
+        writes=True,
+    ),
+    Option(
+        "json",
+        "json_path",
+        "JSON results file (default spec_results.json; empty to disable)",
+        _output_path,
+        "spec_results.json",
+        metavar="PATH",
+        writes=True,
+    ),
+    Option(
+        "log",
+        "log_path",
+        "results log: each finished case appended as one JSON line, flushed to disk at once "
+        "(default: the CSV's path with .jsonl, spec_results.jsonl, or the JSON's when the CSV is off; "
+        "empty to disable)",
+        _output_path,
+        metavar="PATH",
+        writes=True,
+        may_share="resume",
+    ),
+    Option(
+        "history",
+        "history_dir",
+        "run history: every run that measured a case also keeps its CSV, JSON, log, "
+        "report and figures in DIR/NNNN-<UTC time>-<short git commit>/, for python -m pytest_specbench compare "
+        "--last or NNNN (default .specbench/runs; empty to disable)",
+        _output_dir,
+        ".specbench/runs",
+        metavar="DIR",
+    ),
+    Option(
+        "resume",
+        "resume",
+        "finish an interrupted run: take the cases a results log holds and run only the "
+        "others; the files hold the merged result",
+        _existing_file,
+        metavar="PATH",
+        reads=True,
+    ),
+    Option(
+        "cache-dir",
+        "cache_dir",
+        "cache for converted models (default $SPECBENCH_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/pytest-specbench, else ~/.cache/pytest-specbench)",
+        _path,
+        metavar="PATH",
+    ),
+    Option(
+        "save-baseline",
+        "save_baseline",
+        "write the run's acceptance, tau and verdicts per case to PATH; "
+        "refused when a case has no result or the run was interrupted, unless --specbench-allow-missing",
+        _output_path,
+        metavar="PATH",
+        writes=True,
+        may_share="baseline",
+    ),
+    Option(
+        "baseline",
+        "baseline",
+        "compare the run with a saved baseline and fail on a regression",
+        _existing_file,
+        metavar="PATH",
+        reads=True,
+    ),
+    Option(
+        "max-acceptance-drop",
+        "max_acceptance_drop",
+        "largest absolute acceptance drop allowed against the baseline, in [0, 1] (default 0.02)",
+        _fraction,
+        "0.02",
+        metavar="DROP",
+    ),
+    Option(
+        "max-speedup-drop",
+        "max_speedup_drop",
+        "gate speed too: largest relative speedup drop allowed, e.g. 0.1, in [0, 1] (default: speed is not gated)",
+        _fraction,
+        metavar="FRACTION",
+    ),
+    Option(
+        "allow-missing",
+        "allow_missing",
+        "baseline cases with no result in this run are not regressions, "
+        "and a run with cases missing may save a (partial) baseline; a gate that compared no case still fails",
+    ),
+    Option(
+        "gate-differing",
+        "gate_differing",
+        "what the gate does when this run's result-changing settings differ "
+        "from those the baseline recorded: refuse (default: a usage error listing each difference, before any "
+        "model loads) or compare-matching (gate only the cases whose own settings agree: new tokens, prompt "
+        "tokens, sampling, dtype, engine, device kind; the differences are listed and a gate that compared no "
+        "case fails)",
+        _gate_differing,
+        "refuse",
+        metavar="POLICY",
+    ),
+    Option(
+        "plots",
+        "plots_dir",
+        "write the figures (PNG, one per figure) to DIR at the end of the run; needs matplotlib (the plots extra)",
+        _output_dir,
+        metavar="DIR",
+        writes=True,
+    ),
+    Option(
+        "report",
+        "report_path",
+        "write a Markdown report of the run to PATH (figures linked from --specbench-plots when given)",
+        _output_path,
+        metavar="PATH",
+        writes=True,
+    ),
+    Option(
+        "shard",
+        "shard",
+        "run shard I of N: a stable split of the case matrix by pair (each pair on one "
+        "shard); merge the shards' JSON with python -m pytest_specbench merge",
+        _shard,
+        metavar="I/N",
+    ),
 )
 
 

@@ -191,9 +191,7 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def word_tokenizer(
-    words: list[str] = WORDS, *, bos: str = "<bos>", eos: str = "<eos>"
-) -> PreTrainedTokenizerFast:
+def word_tokenizer(words: list[str] = WORDS, *, bos: str = "<bos>", eos: str = "<eos>") -> PreTrainedTokenizerFast:
     """A whitespace word-level tokenizer whose ids follow the order of ``words``."""
     backend = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -205,9 +203,7 @@ def char_tokenizer(chars: list[str]) -> PreTrainedTokenizerFast:
     vocab = {"<unk>": 0, "<bos>": 1, "<eos>": 2}
     vocab.update({c: i + 3 for i, c in enumerate(chars)})
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>")
 
 
 def word_gpt2(seed: int = 0) -> GPT2LMHeadModel:
