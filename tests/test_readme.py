@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.rglob("*.md"))]
-README_MAX_LINES = 220
+README_MAX_LINES = 150
 
 
 def _text(path: Path) -> str:
