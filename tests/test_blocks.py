@@ -19,7 +19,7 @@ from pytest_specbench.measure.budget import RunBudget, block_weight, describe_du
 from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
-from pytest_specbench.measure.timing import precision
+from pytest_specbench.measure.speedup_intervals import precision
 
 PROMPT = Prompt("natural-01", "natural", "text")
 
@@ -390,7 +390,7 @@ def test_the_race_looks_at_planned_rounds_only():
 
 
 def test_the_run_budget_counts_only_the_blocks_that_will_be_timed():
-    from pytest_specbench.plugin.blocks import BlockRuns
+    from pytest_specbench.plugin.block_runs import BlockRuns
 
     pairs = [PairSpec("ready", "gemma", drafter="int8"), PairSpec("missing", "gpt2", "distilgpt2")]
     cases = build_matrix(pairs, [1, 4], [PROMPT, Prompt("code-01", "code", "def")])

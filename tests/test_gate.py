@@ -14,6 +14,8 @@ from pytest_specbench.results.gate import (
     BASELINE_FORMAT,
     CROSS_MACHINE_Z,
     BaselineError,
+    CompareSettings,
+    Comparison,
     Regression,
     baseline_document,
     compare,
@@ -238,31 +240,31 @@ def test_missing_or_unreadable_file(tmp_path: Path) -> None:
 
 
 def test_unchanged_results_have_no_regression() -> None:
-    assert compare(good_document(), RESULTS) == []
-    assert compare(good_document(), RESULTS, max_speedup_drop=0.0) == []
+    assert compare(good_document(), RESULTS).regressions == []
+    assert compare(good_document(), RESULTS, CompareSettings(max_speedup_drop=0.0)).regressions == []
 
 
 def test_acceptance_drop_beyond_the_limit() -> None:
     now = [row("tiny-k4-natural", acceptance=0.47), *RESULTS[1:]]
-    (regression,) = compare(good_document(), now)
+    (regression,) = compare(good_document(), now).regressions
     assert regression == Regression("tiny-k4-natural", "acceptance", 0.5, 0.47, "drop 0.030 > allowed 0.020", 0.02)
     assert regression.describe() == "tiny-k4-natural: acceptance 0.500 -> 0.470 (drop 0.030 > allowed 0.020)"
-    assert compare(good_document(), now, max_acceptance_drop=0.05) == []
+    assert compare(good_document(), now, CompareSettings(max_acceptance_drop=0.05)).regressions == []
 
 
 def test_acceptance_drop_of_exactly_the_limit_is_allowed() -> None:
     # 0.812 - 0.792 is 0.020000000000000018 in floating point.
-    assert compare(good_document(), [*RESULTS[:1], row(acceptance=0.792), *RESULTS[2:]]) == []
-    assert compare(good_document(), [*RESULTS[:1], row(acceptance=0.7919), *RESULTS[2:]]) != []
+    assert compare(good_document(), [*RESULTS[:1], row(acceptance=0.792), *RESULTS[2:]]).regressions == []
+    assert compare(good_document(), [*RESULTS[:1], row(acceptance=0.7919), *RESULTS[2:]]).regressions != []
 
 
 def test_acceptance_rise_is_not_a_regression() -> None:
-    assert compare(good_document(), [*RESULTS[:1], row(acceptance=1.0), *RESULTS[2:]]) == []
+    assert compare(good_document(), [*RESULTS[:1], row(acceptance=1.0), *RESULTS[2:]]).regressions == []
 
 
 def test_describe_matches_the_documented_example() -> None:
     document = baseline_document([row()], ENVIRONMENT)
-    (regression,) = compare(document, [row(acceptance=0.640)])
+    (regression,) = compare(document, [row(acceptance=0.640)]).regressions
     assert regression.describe() == (
         "gpt2_large-k8-code_python: acceptance 0.812 -> 0.640 (drop 0.172 > allowed 0.020)"
     )
@@ -270,7 +272,7 @@ def test_describe_matches_the_documented_example() -> None:
 
 def test_lossless_to_diverged_is_a_regression() -> None:
     now = [*RESULTS[:1], row(verdict="diverged"), *RESULTS[2:]]
-    (regression,) = compare(good_document(), now)
+    (regression,) = compare(good_document(), now).regressions
     assert (regression.case, regression.kind, regression.old, regression.new) == (
         "gpt2_large-k8-code_python",
         "lossless",
@@ -281,13 +283,13 @@ def test_lossless_to_diverged_is_a_regression() -> None:
 
 
 def test_tie_divergence_and_known_divergence_are_not_regressions() -> None:
-    assert compare(good_document(), [*RESULTS[:1], row(verdict="tie-divergence"), *RESULTS[2:]]) == []
+    assert compare(good_document(), [*RESULTS[:1], row(verdict="tie-divergence"), *RESULTS[2:]]).regressions == []
     document = baseline_document([row(verdict="diverged")], ENVIRONMENT)
-    assert compare(document, [row(verdict="diverged")]) == []
+    assert compare(document, [row(verdict="diverged")]).regressions == []
 
 
 def test_missing_case() -> None:
-    (regression,) = compare(good_document(), RESULTS[:2])
+    (regression,) = compare(good_document(), RESULTS[:2]).regressions
     assert (regression.case, regression.kind, regression.old, regression.new) == (
         "tiny-k1-natural",
         "missing",
@@ -298,21 +300,22 @@ def test_missing_case() -> None:
         "tiny-k1-natural: missing (in the baseline, not in this run: the case has no "
         "result (it failed, was skipped or deselected, or the run stopped before it))"
     )
-    assert compare(good_document(), RESULTS[:2], allow_missing=True) == []
+    assert compare(good_document(), RESULTS[:2], CompareSettings(allow_missing=True)).regressions == []
 
 
 def test_speedup_is_gated_only_on_request() -> None:
     now = [*RESULTS[:1], row(speedup=1.5), *RESULTS[2:]]  # 1.8 -> 1.5: a 16.7% drop
-    assert compare(good_document(), now) == []
-    (regression,) = compare(good_document(), now, max_speedup_drop=0.1)
+    assert compare(good_document(), now).regressions == []
+    (regression,) = compare(good_document(), now, CompareSettings(max_speedup_drop=0.1)).regressions
     assert (regression.kind, regression.old, regression.new) == ("speedup", 1.8, 1.5)
     assert regression.describe() == ("gpt2_large-k8-code_python: speedup 1.80 -> 1.50 (drop 16.7% > allowed 10.0%)")
-    assert compare(good_document(), now, max_speedup_drop=0.2) == []
+    assert compare(good_document(), now, CompareSettings(max_speedup_drop=0.2)).regressions == []
 
 
 def test_regressions_are_sorted_by_case_then_kind() -> None:
     now = [row(verdict="diverged", acceptance=0.1, speedup=0.5), row("tiny-k4-natural", acceptance=0.1)]
-    found = [(r.case, r.kind) for r in compare(good_document(), list(reversed(now)), max_speedup_drop=0.1)]
+    comparison = compare(good_document(), list(reversed(now)), CompareSettings(max_speedup_drop=0.1))
+    found = [(r.case, r.kind) for r in comparison.regressions]
     assert found == [
         ("gpt2_large-k8-code_python", "lossless"),
         ("gpt2_large-k8-code_python", "acceptance"),
@@ -324,16 +327,23 @@ def test_regressions_are_sorted_by_case_then_kind() -> None:
 
 def test_bad_limits_are_refused() -> None:
     with pytest.raises(ValueError, match="max_acceptance_drop"):
-        compare(good_document(), RESULTS, max_acceptance_drop=-0.1)
+        CompareSettings(max_acceptance_drop=-0.1)
     with pytest.raises(ValueError, match="max_speedup_drop"):
-        compare(good_document(), RESULTS, max_speedup_drop=float("nan"))
+        CompareSettings(max_speedup_drop=float("nan"))
 
 
 def test_new_cases_are_listed_not_gated() -> None:
     now = [*RESULTS, row("tiny-k2-natural", acceptance=0.0), row("a-k1-b")]
-    assert compare(good_document(), now) == []
+    assert compare(good_document(), now).regressions == []
     assert new_cases(good_document(), now) == ["a-k1-b", "tiny-k2-natural"]
     assert compared_count(good_document(), now) == 3
+
+
+def test_the_comparison_counts_what_it_gated_and_leaves_excluded_cases_unjudged() -> None:
+    now = [row("tiny-k4-natural", acceptance=0.1), *RESULTS[1:], row("a-k1-b")]
+    comparison = compare(good_document(), now, CompareSettings(excluded={"tiny-k4-natural"}))
+    assert comparison == Comparison(regressions=[], compared=2, new_cases=["a-k1-b"])  # neither fallen nor missing
+    assert compare(good_document(), now).compared == 3
 
 
 # --- another machine: acceptance pooled per pair ---------------------------------------------
@@ -347,13 +357,13 @@ def test_across_machines_single_cases_may_move_while_the_pair_holds() -> None:
     # Near-tie flips: one case up, one down, as a CPU with other kernels does; pooled 0.75 -> 0.725.
     old = baseline_document(_pair_rows([0.75, 0.75, 0.75, 0.75]), ENVIRONMENT)
     now = _pair_rows([0.6, 0.85, 0.7, 0.75])
-    assert {r.kind for r in compare(old, now)} == {"acceptance"}  # same machine: per case, it fails
-    assert compare(old, now, same_machine=False) == []
+    assert {r.kind for r in compare(old, now).regressions} == {"acceptance"}  # same machine: per case, it fails
+    assert compare(old, now, CompareSettings(same_machine=False)).regressions == []
 
 
 def test_across_machines_a_worse_draft_still_fails_per_pair() -> None:
     old = baseline_document(_pair_rows([0.75, 0.75, 0.75, 0.75]), ENVIRONMENT)
-    (regression,) = compare(old, _pair_rows([0.5, 0.6, 0.55, 0.5]), same_machine=False)
+    (regression,) = compare(old, _pair_rows([0.5, 0.6, 0.55, 0.5]), CompareSettings(same_machine=False)).regressions
     assert regression.kind == "pair acceptance" and regression.case == "gemma (pair, 4 cases)"
     assert regression.old == pytest.approx(0.75) and regression.new == pytest.approx(0.5375)
     assert regression.limit == pytest.approx(pair_tolerance(0.75, 160, 0.02))
@@ -371,7 +381,8 @@ def test_across_machines_losslessness_is_still_gated_and_speed_is_not() -> None:
         row("gemma-k4-p0", acceptance=0.75, drafted=40, verdict="diverged", speedup=0.1),
         row("gemma-k4-p1", acceptance=0.75, drafted=40, speedup=0.1),
     ]
-    assert [r.kind for r in compare(old, now, max_speedup_drop=0.1, same_machine=False)] == ["lossless"]
+    comparison = compare(old, now, CompareSettings(max_speedup_drop=0.1, same_machine=False))
+    assert [r.kind for r in comparison.regressions] == ["lossless"]
 
 
 def test_the_summary_says_the_machine_differs() -> None:
@@ -391,7 +402,7 @@ def test_summary_without_regression() -> None:
 def test_summary_lists_regressions_and_new_cases() -> None:
     now = [row("tiny-k4-natural", acceptance=0.3), row(verdict="diverged")]
     document = good_document()
-    regressions = compare(document, [*now, row("new-k1-x")])
+    regressions = compare(document, [*now, row("new-k1-x")]).regressions
     lines = gate_summary_lines(
         regressions, new_cases(document, [*now, row("new-k1-x")]), compared_count(document, now), "base.json"
     )
@@ -435,7 +446,7 @@ _rows = st.builds(
 def test_a_run_never_regresses_against_its_own_baseline(results: list[dict[str, Any]]) -> None:
     # Through JSON, as the plugin would: the file must keep every value the gate reads.
     document = json.loads(json.dumps(baseline_document(results, ENVIRONMENT), allow_nan=False))
-    assert compare(document, results, max_acceptance_drop=0.0, max_speedup_drop=0.0) == []
+    assert compare(document, results, CompareSettings(max_acceptance_drop=0.0, max_speedup_drop=0.0)).regressions == []
     assert new_cases(document, results) == []
     assert compared_count(document, results) == len(results)
 

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from .numbers import is_finite_number
+
 __all__ = [
     "DistributionCheck",
     "SamplingParams",
@@ -51,10 +53,6 @@ MIN_EXPECTED_COUNT = 5.0
 _CHECK_BATCH_ELEMENTS = 1 << 22
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class SamplingParams:
     """How the next token is chosen: greedy (``temperature == 0``) or sampled after processing.
@@ -68,11 +66,11 @@ class SamplingParams:
     top_k: int = 0
 
     def __post_init__(self) -> None:
-        if not _is_number(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
+        if not is_finite_number(self.temperature) or self.temperature < 0:
             raise ValueError(
                 f"temperature must be a finite number >= 0 (0 means greedy decoding), got {self.temperature!r}"
             )
-        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+        if not is_finite_number(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be a number in (0, 1] (1 switches top-p off), got {self.top_p!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k must be an integer >= 0 (0 switches top-k off), got {self.top_k!r}")

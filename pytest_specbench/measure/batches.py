@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..engine.batched import BatchedGenerationResult, batched_greedy_generate, batched_speculative_generate, left_pad
-from ..engine.drafters import ModelDrafter, PromptLookupDrafter
+from ..engine.drafters import ModelDrafter
 from ..engine.plain_generate import plain_generate, plain_generation_config
 from ..engine.sampling import SamplingParams
 from ..models.base import NotApplicable, context_window
@@ -175,23 +175,11 @@ def prepare_batch(
     )
 
 
-def _batched_drafter(drafter: Any, size: int) -> Any:
-    if isinstance(drafter, ModelDrafter):
-        return drafter.model
-    if isinstance(drafter, PromptLookupDrafter):
-        # One per row: a lookup drafter keeps no state between proposals, but one instance per row makes that
-        # no assumption of this module's.
-        return [
-            PromptLookupDrafter(ngram_size=drafter.ngram_size, max_proposal=drafter.max_proposal) for _ in range(size)
-        ]
-    return drafter
-
-
 def speculative_run(case: Case, setup: BatchSetup) -> Callable[[], BatchedGenerationResult]:
-    drafter = _batched_drafter(setup.drafter, case.batch)
+    # The store's drafter is a BatchDrafter (engine/drafters.py): each run resets it and reads the batch's prompts.
     return lambda: batched_speculative_generate(
         setup.target.model,
-        drafter,
+        setup.drafter,
         setup.input_ids,
         setup.attention_mask,
         int(case.k),

@@ -9,7 +9,7 @@ CPU changes within a second. Otherwise (``rounds``) whole baseline runs go befor
 ``baseline_every`` cases and after the last, and each case's run is paired with the baseline interpolated in time
 between the two around it: drift slower than a run cancels. Either way a case's speedups are paired with its
 baselines, one per round it ran in, and their intervals take the noise pooled over the block's cases
-(:func:`.timing.block_spreads`). Within a (pair, engine, prompt) the
+(:func:`.speedup_intervals.block_spreads`). Within a (pair, engine, prompt) the
 constant k race (:mod:`..results.racing`) compares the cases' drift-corrected times (speculative over paired
 baseline): one slower than the leader at 95% stops being timed and is marked eliminated. A case also stops once
 its intervals are within the target (or its own budget, when given, is spent). The block stops when no case is
@@ -30,7 +30,7 @@ from ..engine.stats import GenerationResult
 from ..results.racing import eliminations
 from ..settings.config import SpecbenchConfig
 from .matrix import Case
-from .timing import NO_SPREADS, Spreads, block_spreads, precision
+from .speedup_intervals import NO_SPREADS, Spreads, block_spreads, precision
 
 #: the race's family-wise false-elimination rate within one (pair, engine, prompt), over all its looks
 RACE_ALPHA = 0.05

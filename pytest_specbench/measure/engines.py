@@ -19,6 +19,7 @@ from ..engine.sampling import SamplingParams
 from ..engine.schedules import CostModelSchedule, DraftSchedule, HeuristicSchedule
 from ..engine.stats import GenerationResult
 from ..settings.config import SpecbenchConfig
+from ..settings.options import ENGINE_NAMES
 from .costs import CostProfile
 from .matrix import Case
 
@@ -129,8 +130,12 @@ class Engine:
     interleavable: bool = False
 
 
-#: every engine by name; settings/options.py's ENGINES lists the same names for the option parser
+#: every engine by name: the names are settings/options.py's ENGINE_NAMES, which the option parser accepts
 ENGINES: dict[str, Engine] = {"native": Engine(_native, interleavable=True), "hf": Engine(_hf, _hf_refusal)}
+if tuple(ENGINES) != ENGINE_NAMES:  # an accepted name with no engine would fail only when a case ran on it
+    raise RuntimeError(
+        f"the engine registry holds {tuple(ENGINES)}, the option accepts {ENGINE_NAMES}: list the same names in both"
+    )
 
 
 def speculative_runner(case: Case, run: RunInputs) -> SpeculativeRun:

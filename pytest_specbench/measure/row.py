@@ -15,7 +15,7 @@ from ..results.statistics import coefficient_of_variation
 from .costs import CostProfile, case_column_head_rows, cost_model_fields
 from .engines import sampling_kwargs
 from .matrix import Case
-from .timing import NO_SPREADS, Spreads, speedups
+from .speedup_intervals import NO_SPREADS, Spreads, speedups
 from .verdicts import quality_score
 
 

@@ -51,7 +51,7 @@ def specbench_shared():
 @pytest.fixture(scope="session")
 def specbench_blocks(request: pytest.FixtureRequest):
     """The blocks this worker has timed, and the run's budget over them."""
-    from .blocks import BlockRuns
+    from .block_runs import BlockRuns
     from .xdist import wants_block_scheduling
 
     config = request.config
