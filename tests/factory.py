@@ -10,6 +10,7 @@ re-exports them under the names the tests import, and adds what only the tests n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -47,6 +48,7 @@ __all__ = [
     "ARCHITECTURES",
     "BOS_TOKEN_ID",
     "BYTE_EOS",
+    "DEFAULT_RUN_ROW",
     "DRAFT_NOISE",
     "EOS_TOKEN_ID",
     "MAX_POSITIONS",
@@ -61,6 +63,7 @@ __all__ = [
     "char_tokenizer",
     "hf_generate",
     "noisy_copy",
+    "run_document",
     "same_logits",
     "save_checkpoint",
     "small_draft",
@@ -176,6 +179,31 @@ def hf_generate(
             pad_token_id=PAD_TOKEN_ID,
         )
     return out[0, ids.shape[1] :].tolist()
+
+
+#: a real result row (the default CPU run's first): rows built from it pass the schema check of merge and compare
+DEFAULT_RUN_ROW = json.loads((Path(__file__).resolve().parents[1] / "docs" / "default_run.json").read_text())[
+    "results"
+][0]
+
+
+def run_document(cases: Sequence[str], **options: str | None) -> dict:
+    """A run's JSON holding one schema-valid row per case id (``pair-kK-prompt``); ``options`` as it records
+    them (an option left out, a flag not given, by leaving its key out: ``None`` here)."""
+    rows = [
+        {
+            **DEFAULT_RUN_ROW,
+            "case": case,
+            "pair": case.split("-")[0],
+            "acceptance_rate": 0.5,
+            "decode_speedup": 1.0,
+            "decode_speedup_ci_low": 0.9,
+            "decode_speedup_ci_high": 1.1,
+        }
+        for case in cases
+    ]
+    recorded = {key: value for key, value in options.items() if value is not None}
+    return {"options": {"specbench_k": "1,4", "specbench_max_new_tokens": "32", **recorded}, "results": rows}
 
 
 @torch.inference_mode()

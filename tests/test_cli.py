@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from factory import run_document
 
 from pytest_specbench.cli import COMPARED_OPTIONS, MergeError, compare_lines, main, merge_runs
 from pytest_specbench.measure.matrix import shard_pairs
@@ -92,26 +93,7 @@ def test_two_shards_merged_give_the_rows_of_the_unsplit_run(bench, pytester, two
     assert "tiny_a-k4-natural" in out and "+0.000" in out and "geomean decode speedup old" in out
 
 
-#: a real result row (the default CPU run's first), so that rows pass the schema check of merge and compare
-ROW = json.loads((Path(__file__).resolve().parents[1] / "docs" / "default_run.json").read_text())["results"][0]
-
-
-def _run(cases, **options):
-    rows = [
-        {
-            **ROW,
-            "case": case,
-            "pair": case.split("-")[0],
-            "acceptance_rate": 0.5,
-            "decode_speedup": 1.0,
-            "decode_speedup_ci_low": 0.9,
-            "decode_speedup_ci_high": 1.1,
-        }
-        for case in cases
-    ]
-    # A run's JSON records an option left out (a flag not given, no default) by leaving its key out.
-    recorded = {key: value for key, value in options.items() if value is not None}
-    return {"options": {"specbench_k": "1,4", "specbench_max_new_tokens": "32", **recorded}, "results": rows}
+_run = run_document
 
 
 #: two values of every option merge compares, as a run's JSON records them (given, or defaulted)

@@ -7,27 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from factory import run_document
 
 from pytest_specbench.cli import main
 
-#: a real result row (the default CPU run's first), so that rows pass the schema check of merge
-ROW = json.loads((Path(__file__).resolve().parents[1] / "docs" / "default_run.json").read_text())["results"][0]
-
-
-def _run(cases: list[str], **options: str) -> dict:
-    rows = [
-        {
-            **ROW,
-            "case": case,
-            "pair": case.split("-")[0],
-            "acceptance_rate": 0.5,
-            "decode_speedup": 1.0,
-            "decode_speedup_ci_low": 0.9,
-            "decode_speedup_ci_high": 1.1,
-        }
-        for case in cases
-    ]
-    return {"options": {"specbench_k": "1,4", "specbench_max_new_tokens": "32", **options}, "results": rows}
+_run = run_document
 
 
 @pytest.fixture

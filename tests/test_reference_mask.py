@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 import torch
-from factory import tiny_model
+from factory import hf_generate, tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import PreTrainedModel
@@ -72,17 +72,7 @@ def prompts_with_special_ids(model: PreTrainedModel) -> list[list[int]]:
 
 def truth(model: PreTrainedModel, prompt: Sequence[int], max_new_tokens: int = NEW_TOKENS) -> list[int]:
     """The target's generate() with an explicit all-ones mask, EOS ignored."""
-    ids = torch.tensor([list(prompt)])
-    with torch.inference_mode():
-        out = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            do_sample=False,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=None,
-            pad_token_id=own_pad_token_id(model),
-        )
-    return out[0, ids.shape[1] :].tolist()
+    return hf_generate(model, prompt, max_new_tokens)
 
 
 def drafters_of(target: PreTrainedModel) -> dict[str, Drafter]:
