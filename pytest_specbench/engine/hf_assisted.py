@@ -25,7 +25,7 @@ from transformers import PreTrainedModel
 from .drafters import ModelDrafter, PromptLookupDrafter
 from .forward_log import ForwardLog
 from .names import AUTO, HEURISTIC
-from .plain_generate import generation_config_as, plain_generate, plain_generation_config
+from .plain_generate import plain_generate, plain_generation_config
 from .sampling import SamplingParams
 from .stats import DecodeStats, GenerationResult
 from .timing import DeviceClock
@@ -169,7 +169,6 @@ def hf_assisted_generate(
     draft_log = ForwardLog()
     with contextlib.ExitStack() as stack:
         target_log = stack.enter_context(ForwardLog.attached(target))
-        stack.enter_context(generation_config_as(target, config))
         if "assistant_model" in kwargs:
             draft_log = stack.enter_context(ForwardLog.attached(draft_model))
             # Saved and restored even under "auto", which sets nothing: transformers' heuristic schedule
