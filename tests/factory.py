@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from transformers import LlamaForCausalLM, PreTrainedModel
 
+from pytest_specbench.results.schema import CaseResult
 from pytest_specbench.testing.tiny_models import (
     ARCHITECTURES,
     BOS_TOKEN_ID,
@@ -59,6 +61,7 @@ __all__ = [
     "VOCAB_SIZE",
     "WORDS",
     "byte_gpt2",
+    "case_result",
     "byte_tokenizer",
     "char_tokenizer",
     "hf_generate",
@@ -185,6 +188,11 @@ def hf_generate(
 DEFAULT_RUN_ROW = json.loads((Path(__file__).resolve().parents[1] / "docs" / "default_run.json").read_text())[
     "results"
 ][0]
+
+
+def case_result(**fields: Any) -> CaseResult:
+    """A schema-valid typed result: the committed default run's first row with ``fields`` changed."""
+    return CaseResult.from_row({**DEFAULT_RUN_ROW, **fields})
 
 
 def run_document(cases: Sequence[str], **options: str | None) -> dict:

@@ -8,6 +8,7 @@ import io
 import json
 
 import pytest
+from factory import DEFAULT_RUN_ROW
 
 from pytest_specbench.report import summary as report
 from pytest_specbench.results import gate, schema
@@ -120,3 +121,12 @@ def test_a_row_without_a_field_reads_the_schema_default():
         schema.row_value({}, "decode_speedup")
     with pytest.raises(KeyError, match="no result field 'speed'"):
         schema.field_default("speed")
+
+
+def test_a_row_read_back_is_typed_with_defaults_for_fields_it_lacks_and_names_a_missing_required_one():
+    row = {key: value for key, value in DEFAULT_RUN_ROW.items() if key not in ("row_verdicts",)}
+    result = CaseResult.from_row({**row, "a_field_since_removed": 1})
+    assert result.row_verdicts == [] and result.case == DEFAULT_RUN_ROW["case"]
+    assert CaseResult.from_row(result.to_row()) == result
+    with pytest.raises(KeyError, match="'pair'"):
+        CaseResult.from_row({key: value for key, value in row.items() if key != "pair"})

@@ -527,6 +527,13 @@ class CaseResult:
         """Plain built-in types, in field order: what travels and what is written."""
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CaseResult:
+        """A row read back (a JSON file, the results log, a worker's report) as a typed result: the schema's
+        default where the row lacks a field (written before the field existed); fields the schema no longer
+        has are dropped. KeyError naming the field when a field without a default is missing."""
+        return cls(**{f.name: row[f.name] if f.name in row else field_default(f.name, cls) for f in _fields(cls)})
+
 
 def _fields(schema: type | None) -> tuple[dataclasses.Field, ...]:
     # Resolved at call time, so a schema extended elsewhere (or in a test) is what every list follows.
