@@ -78,6 +78,19 @@ def test_the_baseline_catches_up_with_the_run_and_reports_a_whole_run_at_its_spe
     assert as_run.token_ids == expected[: len(as_run.token_ids)]
 
 
+class TickingClock(DeviceClock):
+    """Each reading one second after the one before: every timed step takes exactly one second, whatever the
+    machine is doing."""
+
+    def __init__(self) -> None:
+        super().__init__("cpu")
+        self.seconds = 0.0
+
+    def now(self) -> float:
+        self.seconds += 1.0
+        return self.seconds
+
+
 def test_a_baseline_that_reaches_the_runs_length_starts_again_without_counting_the_prefill() -> None:
     starts = []
 
@@ -85,21 +98,14 @@ def test_a_baseline_that_reaches_the_runs_length_starts_again_without_counting_t
         starts.append(1)
         return _stepper()
 
-    probe = _stepper()
-    probe.step()
-    times = []
-    for _ in range(3):
-        tick = time.perf_counter()
-        probe.step()
-        times.append(time.perf_counter() - tick)
-    one = max(times)  # one decode step's time, at its slowest: a busy machine must not make it too short
-    baseline = InterleavedBaseline(counted, DeviceClock("cpu"))
+    baseline = InterleavedBaseline(counted, TickingClock())
     baseline.after_step(0.001)  # the prefill
-    baseline.after_step(one * 4 * NEW_TOKENS)  # a step far longer than a whole baseline run
-    assert len(starts) >= 3
-    assert baseline.decode_time_s >= baseline.run_decode_s
-    # Decode steps only: each pass of NEW_TOKENS tokens gives NEW_TOKENS - 1 of them.
-    assert baseline.decode_tokens > 2 * (NEW_TOKENS - 1)
+    baseline.after_step(3 * NEW_TOKENS)  # a step as long as three whole baseline runs and more
+    assert len(starts) == 4
+    assert baseline.decode_time_s == baseline.run_decode_s == 3 * NEW_TOKENS
+    # Decode steps only, one second each: the restarts' prefills are not counted.
+    assert baseline.decode_tokens == 3 * NEW_TOKENS
+    assert baseline.prefill_time_s == 1.0
 
 
 def test_a_result_before_any_step_is_an_error() -> None:
