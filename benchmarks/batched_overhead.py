@@ -14,7 +14,7 @@ Every run's rows must equal ``generate``'s. It prints medians of:
 - batch 1: batched / unbatched ``speculative_generate`` speed (the price of the batched loop);
 - decode speedup of speculation over batched greedy, per batch size, and the tokens/s of both.
 
-The defaults finish in well under a minute on 2 CPU cores.
+The defaults are small, for a quick check on a CPU.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def timed(function, models) -> tuple[object, float, float]:
     return result, wall, sum(log.seconds for log in logs)
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=16)
@@ -89,66 +89,84 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--width", type=int, default=256)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def contenders(target, draft, ids, mask, config, k: int, n: int) -> dict:
+    """``{name: (run, models whose forward passes it makes)}`` for one batch; the unbatched engine at batch 1."""
+    lookup = PromptLookupDrafter()
+    runs = {
+        "generate": (lambda: plain_generate(target, ids, mask, config), [target]),
+        "greedy": (lambda: batched_greedy_generate(target, ids, mask, n), [target]),
+        "spec_model": (lambda: batched_speculative_generate(target, draft, ids, mask, k, n), [target, draft]),
+        "spec_lookup": (lambda: batched_speculative_generate(target, lookup, ids, mask, k, n), [target]),
+    }
+    if ids.shape[0] == 1:
+        runs["unbatched_model"] = (lambda: speculative_generate(target, draft, ids, k, n), [target, draft])
+    return runs
+
+
+def race(runs: dict, reference: list[list[int]], prompt_length: int, rounds: int, batch: int) -> dict[str, dict]:
+    """Run every contender once per round in a rotating order (round 0 warms up), checking its tokens against
+    ``reference``; returns per contender its walls, overhead shares and decode tokens/s."""
+    measured: dict[str, dict] = {name: {"wall": [], "overhead": [], "decode_tps": []} for name in runs}
+    names = list(runs)
+    for round_ in range(rounds + 1):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            function, models = runs[name]
+            with torch.inference_mode():
+                result, wall, inside = timed(function, models)
+            if name == "generate":
+                tokens = result[:, prompt_length:].tolist()
+            elif name == "unbatched_model":
+                tokens = [result.token_ids]
+            else:
+                tokens = result.token_ids
+            assert tokens == reference, f"{name} at batch {batch} is not token-equal to generate"
+            if round_ == 0:
+                continue
+            measured[name]["wall"].append(wall)
+            measured[name]["overhead"].append(max(wall - inside, 0.0) / wall)
+            if hasattr(result, "stats"):
+                measured[name]["decode_tps"].append(result.stats.decode_tokens_per_second)
+    return measured
+
+
+def report(batch: int, measured: dict[str, dict], rounds: int) -> None:
+    median = {name: statistics.median(values["wall"]) for name, values in measured.items()}
+    print(
+        f"batch {batch}: wall (median of {rounds}) "
+        + ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in median.items())
+    )
+    print(
+        "  overhead share outside forward passes: "
+        + ", ".join(
+            f"{name} {statistics.median(values['overhead']):.1%}"
+            for name, values in measured.items()
+            if name != "generate"
+        )
+    )
+    print(f"  batched greedy / generate speed: {median['generate'] / median['greedy']:.2f}x")
+    if batch == 1:
+        print(f"  batched / unbatched speculative speed: {median['unbatched_model'] / median['spec_model']:.2f}x")
+    base = statistics.median(measured["greedy"]["decode_tps"])
+    for name in ("spec_model", "spec_lookup"):
+        tps = statistics.median(measured[name]["decode_tps"])
+        print(f"  {name}: decode {tps:.0f} tok/s vs greedy {base:.0f} tok/s, speedup {tps / base:.2f}x")
+
+
+def main() -> None:
+    args = _arguments()
     target, draft = pair(args.layers, args.width)
     n = args.new_tokens
-    lookup = PromptLookupDrafter()
     for batch in [int(b) for b in args.batches.split(",")]:
-        rows = prompts(batch)
-        ids, mask = left_pad(rows)
+        ids, mask = left_pad(prompts(batch))
         config = plain_generation_config(target, n, None)  # the model's own pad id, never a guessed mask
         with torch.inference_mode():
             out = plain_generate(target, ids, mask, config)
         reference = out[:, ids.shape[1] :].tolist()
-        contenders = {
-            "generate": (lambda: plain_generate(target, ids, mask, config), [target]),
-            "greedy": (lambda: batched_greedy_generate(target, ids, mask, n), [target]),
-            "spec_model": (lambda: batched_speculative_generate(target, draft, ids, mask, args.k, n), [target, draft]),
-            "spec_lookup": (lambda: batched_speculative_generate(target, lookup, ids, mask, args.k, n), [target]),
-        }
-        if batch == 1:
-            contenders["unbatched_model"] = (
-                lambda: speculative_generate(target, draft, ids, args.k, n),
-                [target, draft],
-            )
-        walls: dict[str, list[float]] = {name: [] for name in contenders}
-        overhead: dict[str, list[float]] = {name: [] for name in contenders}
-        decode_tps: dict[str, list[float]] = {name: [] for name in contenders}
-        names = list(contenders)
-        for round_ in range(args.rounds + 1):  # round 0 warms up
-            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-                function, models = contenders[name]
-                with torch.inference_mode():
-                    result, wall, inside = timed(function, models)
-                if name == "generate":
-                    tokens = result[:, ids.shape[1] :].tolist()
-                elif name == "unbatched_model":
-                    tokens = [result.token_ids]
-                else:
-                    tokens = result.token_ids
-                assert tokens == reference, f"{name} at batch {batch} is not token-equal to generate"
-                if round_ == 0:
-                    continue
-                walls[name].append(wall)
-                overhead[name].append(max(wall - inside, 0.0) / wall)
-                if hasattr(result, "stats"):
-                    decode_tps[name].append(result.stats.decode_tokens_per_second)
-        median = {name: statistics.median(values) for name, values in walls.items()}
-        print(
-            f"batch {batch}: wall (median of {args.rounds}) "
-            + ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in median.items())
-        )
-        print(
-            "  overhead share outside forward passes: "
-            + ", ".join(f"{name} {statistics.median(overhead[name]):.1%}" for name in names if name != "generate")
-        )
-        print(f"  batched greedy / generate speed: {median['generate'] / median['greedy']:.2f}x")
-        if batch == 1:
-            print(f"  batched / unbatched speculative speed: {median['unbatched_model'] / median['spec_model']:.2f}x")
-        base = statistics.median(decode_tps["greedy"])
-        for name in ("spec_model", "spec_lookup"):
-            tps = statistics.median(decode_tps[name])
-            print(f"  {name}: decode {tps:.0f} tok/s vs greedy {base:.0f} tok/s, speedup {tps / base:.2f}x")
+        runs = contenders(target, draft, ids, mask, config, args.k, n)
+        report(batch, race(runs, reference, ids.shape[1], args.rounds, batch), args.rounds)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ Ratios are speeds (> 1: the first is faster), geometric means of the per-round r
 t-interval on their logs. Pairs: ``gpt2_random`` (a random 12-layer GPT-2-sized target and a 2-layer
 draft cut from it; nothing downloaded) and the embedded Gemma 3 270M pairs ``gemma3_int8`` and
 ``gemma3_pld`` (skipped when the embedded package is not installed). Not a test: run it on a quiet
-machine; a full run took 50 minutes on 2 CPU cores.
+machine; a full run on a CPU takes long (``--rounds 1 --ks 4`` is shorter).
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ def _show(label: str, value: dict | None, target: float | None = None) -> str:
     return f"{label}: {value['ratio']:.3f} {spread} over {value['rounds']} paired runs{verdict}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", default="gpt2_random,gemma3_int8,gemma3_pld")
     parser.add_argument("--ks", default="2,4,8")
@@ -221,18 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", default="engines.json")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    names = args.pairs.split(",")
-    ks = [int(k) for k in args.ks.split(",")]
-    categories = args.prompts.split(",")
-    print(
-        f"{platform.processor() or platform.machine()}, torch {torch.__version__} "
-        f"(CPU capability {torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} threads; "
-        f"k {ks}, {args.new_tokens} new tokens, {args.rounds} rounds",
-        flush=True,
-    )
+    return parser.parse_args(argv)
+
+
+def load_pairs(names: list[str], categories: list[str]) -> dict:
+    """The pairs named, as ``{name: (target, drafter, prompts)}``; the embedded Gemma pairs only when installed."""
     pairs = {}
     if "gpt2_random" in names:
         pairs["gpt2_random"] = gpt2_random(categories)
@@ -242,6 +235,84 @@ def main(argv: list[str] | None = None) -> int:
             pairs.update(gemma_pairs(categories, gemma))
         except Exception as error:  # the embedded model is optional here
             print(f"embedded Gemma pairs skipped: {error}")
+    return pairs
+
+
+def summarise_pair(record: dict, ks: list[int]) -> dict:
+    """One pair's ratios (a, b, c and f of the module docstring), overhead shares and efficiencies."""
+    return {
+        "baseline / generate": ratio([record], "greedy", "generate"),
+        "native / hf, constant k": equal_k_ratio([record], ks),
+        "native auto / hf default": ratio([record], "native auto", "hf auto"),
+        "native / native with linear head": pooled_ratio(
+            [record], [(f"native k{k}", f"native k{k} linear head") for k in ks]
+        ),
+        **overhead_and_efficiency(record, ks),
+    }
+
+
+def print_pair(record: dict, found: dict, ks: list[int]) -> None:
+    name = record["pair"]
+    print(f"{name}:")
+    for label, target in TARGETS.items():
+        print("  " + _show(label, found[label], target))
+    for k in ks:
+        print(f"  native / hf at k={k}: {_show('', ratio([record], f'native k{k}', f'hf k{k}'))[2:]}")
+    print(
+        "  "
+        + _show(
+            "native / native with the model's own output head (what the head buys)",
+            found["native / native with linear head"],
+        )
+    )
+    rows = sorted({row for prompt in record["prompts"].values() for row in prompt["column_head_rows"]})
+    print(f"  verify blocks (rows) whose head ran as weight @ hidden.T: {rows or 'none'}")
+    print(
+        "  native k=auto over native at each constant k: "
+        + ", ".join(
+            f"k={k} {_show('', ratio([record], 'native auto', f'native k{k}'))[2:].split(' over')[0]}" for k in ks
+        )
+    )
+    shares = found["overhead_share"]
+    print(
+        "  engine overhead (share of wall time outside forward passes), by k: "
+        + ", ".join(f"k={k} {share:.1%}" for k, share in shares.items())
+        + ("" if name != "gpt2_random" else f"  (target < {MAX_OVERHEAD:.0%})")
+    )
+    print(
+        "  efficiency (measured / predicted decode speedup), by k: "
+        + ", ".join(f"k={k} {eff:.2f}" if eff is not None else f"k={k} -" for k, eff in found["efficiency"].items())
+    )
+
+
+def summarise_embedded(records: list[dict], ks: list[int]) -> dict | None:
+    """The embedded pairs' ratios pooled together, printed; ``None`` when none ran."""
+    embedded = [record for record in records if record["pair"].startswith("gemma3")]
+    if not embedded:
+        return None
+    together = {
+        "native / hf, constant k": equal_k_ratio(embedded, ks),
+        "native auto / hf default": ratio(embedded, "native auto", "hf auto"),
+    }
+    print("embedded pairs together:")
+    for label, value in together.items():
+        print("  " + _show(label, value, TARGETS[label]))
+    return together
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    ks = [int(k) for k in args.ks.split(",")]
+    categories = args.prompts.split(",")
+    print(
+        f"{platform.processor() or platform.machine()}, torch {torch.__version__} "
+        f"(CPU capability {torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} threads; "
+        f"k {ks}, {args.new_tokens} new tokens, {args.rounds} rounds",
+        flush=True,
+    )
+    pairs = load_pairs(args.pairs.split(","), categories)
     start = time.perf_counter()
     records = []
     for name, (target, drafter, prompts) in pairs.items():
@@ -249,56 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict = {"per_pair": {}}
     print()
     for record in records:
-        name = record["pair"]
-        found = {
-            "baseline / generate": ratio([record], "greedy", "generate"),
-            "native / hf, constant k": equal_k_ratio([record], ks),
-            "native auto / hf default": ratio([record], "native auto", "hf auto"),
-            "native / native with linear head": pooled_ratio(
-                [record], [(f"native k{k}", f"native k{k} linear head") for k in ks]
-            ),
-            **overhead_and_efficiency(record, ks),
-        }
-        summary["per_pair"][name] = found
-        print(f"{name}:")
-        for label, target in TARGETS.items():
-            print("  " + _show(label, found[label], target))
-        for k in ks:
-            print(f"  native / hf at k={k}: {_show('', ratio([record], f'native k{k}', f'hf k{k}'))[2:]}")
-        print(
-            "  "
-            + _show(
-                "native / native with the model's own output head (what the head buys)",
-                found["native / native with linear head"],
-            )
-        )
-        rows = sorted({row for prompt in record["prompts"].values() for row in prompt["column_head_rows"]})
-        print(f"  verify blocks (rows) whose head ran as weight @ hidden.T: {rows or 'none'}")
-        print(
-            "  native k=auto over native at each constant k: "
-            + ", ".join(
-                f"k={k} {_show('', ratio([record], 'native auto', f'native k{k}'))[2:].split(' over')[0]}" for k in ks
-            )
-        )
-        shares = found["overhead_share"]
-        print(
-            "  engine overhead (share of wall time outside forward passes), by k: "
-            + ", ".join(f"k={k} {share:.1%}" for k, share in shares.items())
-            + ("" if name != "gpt2_random" else f"  (target < {MAX_OVERHEAD:.0%})")
-        )
-        print(
-            "  efficiency (measured / predicted decode speedup), by k: "
-            + ", ".join(f"k={k} {eff:.2f}" if eff is not None else f"k={k} -" for k, eff in found["efficiency"].items())
-        )
-    embedded = [record for record in records if record["pair"].startswith("gemma3")]
-    if embedded:
-        summary["embedded"] = {
-            "native / hf, constant k": equal_k_ratio(embedded, ks),
-            "native auto / hf default": ratio(embedded, "native auto", "hf auto"),
-        }
-        print("embedded pairs together:")
-        for label, value in summary["embedded"].items():
-            print("  " + _show(label, value, TARGETS[label]))
+        summary["per_pair"][record["pair"]] = found = summarise_pair(record, ks)
+        print_pair(record, found, ks)
+    embedded = summarise_embedded(records, ks)
+    if embedded is not None:
+        summary["embedded"] = embedded
     print(f"all outputs equal generate's: yes; {time.perf_counter() - start:.0f} s")
     Path(args.out).write_text(
         json.dumps({"args": vars(args), "summary": summary, "records": records}, indent=1, default=str) + "\n",

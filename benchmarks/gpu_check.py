@@ -1,4 +1,4 @@
-"""GPU readiness: one command that checks the whole CUDA path in minutes (issue 24).
+"""GPU readiness: one command that checks the whole CUDA path in minutes.
 
     python benchmarks/gpu_check.py --out DIR [--device cuda:0|cpu]
 

@@ -21,7 +21,7 @@ from .report.analysis import geometric_mean
 from .report.formatting import with_interval
 from .report.summary import run_document
 from .results.log import row_problem
-from .results.schema import row_value
+from .results.schema import CaseResult
 from .settings.options import OPTIONS, Option, default_of, parse_output_path
 
 # What merge compares comes from the option table: every option marked ``changes_results`` (it changes what a
@@ -46,7 +46,8 @@ class MergeError(ValueError):
 
 def load_run(path: Path) -> dict[str, Any]:
     """A run's JSON, each row checked against the schema as ``--specbench-resume`` checks a log's
-    (:func:`~.results.log.row_problem`): MergeError names the file, the row and the field."""
+    (:func:`~.results.log.row_problem`): MergeError names the file, the row and the field. :func:`run_results`
+    then reads its rows typed."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -61,6 +62,11 @@ def load_run(path: Path) -> dict[str, Any]:
         if problem:
             raise MergeError(f"{path}: results[{index}] (case {row.get('case')!r}): {problem}; {accepted}")
     return document
+
+
+def run_results(document: dict[str, Any]) -> list[CaseResult]:
+    """The rows of a run's JSON (checked by :func:`load_run`) as the schema's typed results."""
+    return [CaseResult.from_row(row) for row in document["results"]]
 
 
 def compared_value(option: Option, raw: Any) -> Any:
@@ -160,16 +166,17 @@ def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, for
     (``merged_from``), or, for a row a run replayed from a results log, the earlier run's
     (``resumed_from``)."""
     _check_comparable(documents, names, force)
+    rows = [run_results(document) for document in documents]
     seen: dict[str, str] = {}
     results = []
-    for document, name in zip(documents, names):
-        for row in document["results"]:
-            if row["case"] in seen:
+    for run_rows, name in zip(rows, names):
+        for row in run_rows:
+            if row.case in seen:
                 raise MergeError(
-                    f"case {row['case']} is in both {seen[row['case']]} and {name}; "
+                    f"case {row.case} is in both {seen[row.case]} and {name}; "
                     "merge the shards of one sweep, not overlapping runs"
                 )
-            seen[row["case"]] = name
+            seen[row.case] = name
             results.append(row)
     env = {"fingerprint": documents[0].get("fingerprint", {}), "versions": documents[0].get("versions", {})}
     missing = [case for document in documents for case in document.get("missing_cases", [])]
@@ -180,9 +187,9 @@ def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, for
             "run": name,
             "fingerprint": document.get("fingerprint", {}),
             "shard": document.get("options", {}).get("specbench_shard"),
-            "pairs": sorted({row["pair"] for row in document["results"]}),
+            "pairs": sorted({row.pair for row in run_rows}),
         }
-        for document, name in zip(documents, names)
+        for document, run_rows, name in zip(documents, rows, names)
     ]
     # A replayed row keeps the machine of the run that measured it, not its shard's: each group names its run.
     merged["resumed_from"] = [
@@ -194,71 +201,67 @@ def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, for
     return merged
 
 
-def _with_interval(row: dict[str, Any] | None) -> str:
+def _with_interval(row: CaseResult | None) -> str:
     return "-" if row is None else with_interval(row)
 
 
-def _change(old: dict[str, Any], new: dict[str, Any]) -> str:
+def _change(old: CaseResult, new: CaseResult) -> str:
     """Whether the decode speedup moved beyond noise: the two 95% intervals do not overlap."""
-    lows = (row_value(old, "decode_speedup_ci_low"), row_value(new, "decode_speedup_ci_low"))
-    if None in lows:
+    if old.decode_speedup_ci_low is None or new.decode_speedup_ci_low is None:
         return "no interval"
-    if new["decode_speedup_ci_low"] > old["decode_speedup_ci_high"]:
+    if new.decode_speedup_ci_low > old.decode_speedup_ci_high:
         return "faster"
-    if new["decode_speedup_ci_high"] < old["decode_speedup_ci_low"]:
+    if new.decode_speedup_ci_high < old.decode_speedup_ci_low:
         return "slower"
     return "within noise"
 
 
-def compare_lines(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Per case, then per pair: acceptance and decode speedup, old against new."""
-    old_rows = {row["case"]: row for row in old["results"]}
-    new_rows = {row["case"]: row for row in new["results"]}
-    cases = list(dict.fromkeys([*old_rows, *new_rows]))
+def compare_lines(old: Sequence[CaseResult], new: Sequence[CaseResult]) -> list[str]:
+    """Per case, then per pair: acceptance and decode speedup, the old run's rows against the new run's."""
+    old_rows = {row.case: row for row in old}
+    new_rows = {row.case: row for row in new}
+    pairs = list(dict.fromkeys(row.pair for row in [*old, *new]))
+    return [*_case_lines(old_rows, new_rows), "", *_pair_lines(old_rows, new_rows, pairs)]
+
+
+def _case_lines(old: dict[str, CaseResult], new: dict[str, CaseResult]) -> list[str]:
+    """One line per case of either run: acceptance old, new and its change; decode speedup old, new, their ratio
+    and whether it moved beyond noise."""
     table = []
-    for case in cases:
-        a, b = old_rows.get(case), new_rows.get(case)
+    for case in dict.fromkeys([*old, *new]):
+        a, b = old.get(case), new.get(case)
         accept = (
-            f"{a['acceptance_rate']:.3f}" if a else "-",
-            f"{b['acceptance_rate']:.3f}" if b else "-",
-            f"{b['acceptance_rate'] - a['acceptance_rate']:+.3f}" if a and b else "",
+            f"{a.acceptance_rate:.3f}" if a else "-",
+            f"{b.acceptance_rate:.3f}" if b else "-",
+            f"{b.acceptance_rate - a.acceptance_rate:+.3f}" if a and b else "",
         )
-        ratio = f"{b['decode_speedup'] / a['decode_speedup']:.2f}" if a and b and a["decode_speedup"] else ""
-        table.append(
-            [
-                case,
-                *accept,
-                _with_interval(a),
-                _with_interval(b),
-                ratio,
-                _change(a, b) if a and b else ("new case" if b else "missing"),
-            ]
-        )
-    lines = tabulate(
-        table,
-        headers=(
-            "case",
-            "accept old",
-            "accept new",
-            "change",
-            "decode speedup old",
-            "decode speedup new",
-            "new/old",
-            "speed",
-        ),
-        disable_numparse=True,
-    ).splitlines()
-    lines.append("")
-    pairs = list(dict.fromkeys(row["pair"] for row in [*old["results"], *new["results"]]))
+        ratio = f"{b.decode_speedup / a.decode_speedup:.2f}" if a and b and a.decode_speedup else ""
+        change = _change(a, b) if a and b else ("new case" if b else "missing")
+        table.append([case, *accept, _with_interval(a), _with_interval(b), ratio, change])
+    headers = (
+        "case",
+        "accept old",
+        "accept new",
+        "change",
+        "decode speedup old",
+        "decode speedup new",
+        "new/old",
+        "speed",
+    )
+    return tabulate(table, headers=headers, disable_numparse=True).splitlines()
+
+
+def _pair_lines(old: dict[str, CaseResult], new: dict[str, CaseResult], pairs: Sequence[str]) -> list[str]:
+    """One line per pair over the cases both runs have: mean acceptance and geometric-mean decode speedup."""
     per_pair = []
     for pair in pairs:
-        common = [case for case in cases if case in old_rows and case in new_rows and old_rows[case]["pair"] == pair]
+        common = [case for case in old if case in new and old[case].pair == pair]
         if not common:
             continue
-        old_speed = geometric_mean([old_rows[case]["decode_speedup"] for case in common])
-        new_speed = geometric_mean([new_rows[case]["decode_speedup"] for case in common])
-        old_accept = sum(old_rows[case]["acceptance_rate"] for case in common) / len(common)
-        new_accept = sum(new_rows[case]["acceptance_rate"] for case in common) / len(common)
+        old_speed = geometric_mean([old[case].decode_speedup for case in common])
+        new_speed = geometric_mean([new[case].decode_speedup for case in common])
+        old_accept = sum(old[case].acceptance_rate for case in common) / len(common)
+        new_accept = sum(new[case].acceptance_rate for case in common) / len(common)
         per_pair.append(
             [
                 pair,
@@ -271,21 +274,17 @@ def compare_lines(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
                 f"{new_speed / old_speed:.2f}" if old_speed and new_speed else "",
             ]
         )
-    lines += tabulate(
-        per_pair,
-        headers=(
-            "pair",
-            "cases in both",
-            "mean accept old",
-            "mean accept new",
-            "change",
-            "geomean decode speedup old",
-            "new",
-            "new/old",
-        ),
-        disable_numparse=True,
-    ).splitlines()
-    return lines
+    headers = (
+        "pair",
+        "cases in both",
+        "mean accept old",
+        "mean accept new",
+        "change",
+        "geomean decode speedup old",
+        "new",
+        "new/old",
+    )
+    return tabulate(per_pair, headers=headers, disable_numparse=True).splitlines()
 
 
 def _sampling(document: dict[str, Any]) -> float:
@@ -293,7 +292,7 @@ def _sampling(document: dict[str, Any]) -> float:
     option = next(option for option in OPTIONS if option.dest == "specbench_temperature")
     value = compared_value(option, document.get("options", {}).get(option.dest))
     if value is None:
-        value = next((row.get("temperature") for row in document.get("results", []) if row.get("temperature")), 0.0)
+        value = next((row.temperature for row in run_results(document) if row.temperature), 0.0)
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -425,7 +424,7 @@ def _compare(args: argparse.Namespace) -> int:
     old, new = load_run(old_path), load_run(new_path)
     print(f"old: {old_path}\nnew: {new_path}")
     header = comparison_header(old, new, str(old_path), str(new_path), force=getattr(args, "force", False))
-    print("\n".join(header + compare_lines(old, new)))
+    print("\n".join(header + compare_lines(run_results(old), run_results(new))))
     return 0
 
 

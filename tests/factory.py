@@ -62,6 +62,7 @@ __all__ = [
     "WORDS",
     "byte_gpt2",
     "case_result",
+    "gated_case",
     "byte_tokenizer",
     "char_tokenizer",
     "hf_generate",
@@ -193,6 +194,30 @@ DEFAULT_RUN_ROW = json.loads((Path(__file__).resolve().parents[1] / "docs" / "de
 def case_result(**fields: Any) -> CaseResult:
     """A schema-valid typed result: the committed default run's first row with ``fields`` changed."""
     return CaseResult.from_row({**DEFAULT_RUN_ROW, **fields})
+
+
+def gated_case(
+    case: str, *, acceptance: float, drafted: int, speedup: float, verdict: str = "lossless", **fields: Any
+) -> CaseResult:
+    """A typed row as the gate reads it: pair, k and prompt from ``case`` (``pair-kK-prompt``), the accepted
+    tokens from ``acceptance`` of ``drafted``, ``speedup`` end to end and in decoding; a row that is not lossless
+    diverged at token 5."""
+    pair, k, prompt = case.split("-", 2)
+    return case_result(
+        case=case,
+        pair=pair,
+        k=int(k[1:]),
+        prompt=prompt,
+        acceptance_rate=acceptance,
+        accepted_tokens=round(acceptance * drafted),
+        drafted_tokens=drafted,
+        lossless=verdict == "lossless",
+        verdict=verdict,
+        first_divergence=None if verdict == "lossless" else 5,
+        speedup=speedup,
+        decode_speedup=speedup,
+        **fields,
+    )
 
 
 def run_document(cases: Sequence[str], **options: str | None) -> dict:

@@ -2,71 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
+from ranked_rows import cost_fields, ranked_case
 
 from pytest_specbench.report.answer import pair_answers, pair_sentence, prompt_answers, prompt_table, run_answer
 from pytest_specbench.report.markdown import report_markdown
-from pytest_specbench.report.summary import json_text, summary_lines
+from pytest_specbench.report.summary import run_document, summary_lines
+from pytest_specbench.results.schema import CaseResult
+from pytest_specbench.results.strict_json import strict_json
 
-DRIFT = [1.0, 1.3, 0.8, 1.1, 0.9, 1.2, 1.05, 0.95]  # shared by the cases of a round; pairing cancels it
-WIGGLE = [1.01, 1.0, 1.02, 0.99, 1.01, 1.0, 0.99, 1.01]
-
-
-def _costs(k, flat_until: int = 5) -> dict:
-    """Cost-model fields: every draft accepted, drafting free, a verify pass as cheap as one step up to
-    ``flat_until`` positions and ten times dearer beyond: the model's best k is then ``flat_until - 1``."""
-    steps = 3 if isinstance(k, int) else 0
-    k = k if isinstance(k, int) else 1
-    return {
-        "verify_costs_ms": [1.0] * flat_until + [10.0] * (17 - flat_until),
-        "cost_ratio": 0.0,
-        "drafted_per_step": [0] + [k] * steps,
-        "accepted_per_step": [0] + [k] * steps,
-    }
+#: a row of pair p; ``seconds``: its time per decode token before the round's drift (None, the default: no round data)
+_row = ranked_case
 
 
-def _row(k, speedup, *, prompt="code", seconds=None, rounds=range(8), engine="native", flat_until=5, **extra) -> dict:
-    """A row; ``seconds``: its time per decode token before the round's drift (None: no round data)."""
-    row = {
-        "case": f"p-k{k}-{prompt}",
-        "pair": "p",
-        "engine": engine,
-        "prompt": prompt,
-        "k": k,
-        "decode_speedup": speedup,
-        "decode_speedup_ci_low": speedup * 0.9,
-        "decode_speedup_ci_high": speedup * 1.1,
-        "speedup": speedup,
-        "acceptance_rate": 0.5,
-        "tau": 1.5,
-        "verdict": "lossless",
-        "target": "t",
-        "draft": "d",
-        "drafter": "model",
-        "device": "cpu",
-        "dtype": "float32",
-        "new_tokens": 32,
-        "rounds": 8,
-        "baseline_decode_tps": 50.0,
-        "decode_tps": 50.0 * speedup,
-        "unstable": False,
-        "recommended_k": 4,
-        **_costs(k, flat_until),
-    }
-    if seconds is not None:
-        shift = k if isinstance(k, int) else 5  # each k its own noise
-        row.update(
-            block=f"t:{prompt}",
-            block_rounds=list(rounds),
-            round_decode_token_s=[seconds * DRIFT[r] * WIGGLE[(r + shift) % 8] for r in rounds],
-            baseline_round_decode_token_s=[0.02 * DRIFT[r] for r in rounds],
-        )
-    return {**row, **extra}
-
-
-def _code_rows() -> list[dict]:
+def _code_rows() -> list[CaseResult]:
     return [
         _row(1, 1.1, seconds=0.018, rounds=range(3), eliminated_by=4),  # the race stopped it after round 2
         _row(2, 1.78, seconds=0.01005),  # within noise of the best
@@ -97,16 +49,16 @@ def test_best_ties_slower_and_unknown_for_one_prompt():
 
 
 def test_a_fully_ranked_prompt_and_regret_at_the_recommended_k():
-    rows = [row for row in _code_rows() if row["k"] != 16]
-    rows = [{**row, **_costs(row["k"], flat_until=9)} for row in rows]  # the model now favours 8
+    rows = [row for row in _code_rows() if row.k != 16]
+    rows = [dataclasses.replace(row, **cost_fields(row.k, flat_until=9)) for row in rows]  # the model now favours 8
     (answer,) = prompt_answers(rows)
     assert answer["ranking"] == "tested" and answer["unknown"] == []
     assert answer["recommended_k"] == 8 and answer["recommended_decode_speedup"] == 1.3
     assert answer["regret"] == 1.3 / 1.8
     # The model's best overall would be 10 (11 cheap positions), which did not run: the best of the k run counts.
-    (answer,) = prompt_answers([{**row, **_costs(row["k"], flat_until=11)} for row in rows])
+    (answer,) = prompt_answers([dataclasses.replace(row, **cost_fields(row.k, flat_until=11)) for row in rows])
     assert answer["recommended_k"] == 8
-    no_costs = [{key: value for key, value in row.items() if key != "verify_costs_ms"} for row in rows]
+    no_costs = [dataclasses.replace(row, verify_costs_ms=[]) for row in rows]
     (answer,) = prompt_answers(no_costs)
     assert answer["recommended_k"] is None and answer["regret"] is None
 
@@ -139,7 +91,10 @@ def test_a_block_split_across_runs_is_not_ranked_and_says_why():
     assert answer["tied"] == [2] and answer["slower"] == [{"k": 8, "eliminated_by": None}]
     assert answer["not_ranked_reason"] is None and answer["schedules"][0]["ratio_to_best_rounds"] == 8
     # k=8 and k=auto replayed from the log of an earlier run: round i of that run is not round i of this one.
-    rows = [{**row, "run_id": "2026-12-01T09:00:00+00:00-a1" if row["k"] in (8, "auto") else "now"} for row in rows]
+    rows = [
+        dataclasses.replace(row, run_id="2026-12-01T09:00:00+00:00-a1" if row.k in (8, "auto") else "now")
+        for row in rows
+    ]
     (answer,) = prompt_answers(rows)
     assert answer["best_k"] == 4 and answer["tied"] == [] and answer["slower"] == []
     assert answer["unknown"] == [2, 8] and answer["ranking"] == "unknown"
@@ -183,7 +138,7 @@ def test_across_prompts_the_k_best_or_tied_on_most():
 
 
 def test_engines_answer_apart_and_the_table_names_them():
-    rows = [*_code_rows(), *({**row, "engine": "hf"} for row in _code_rows() if row["k"] in (1, 2))]
+    rows = [*_code_rows(), *(dataclasses.replace(row, engine="hf") for row in _code_rows() if row.k in (1, 2))]
     answers = prompt_answers(rows)
     assert [(a["engine"], a["best_k"]) for a in answers] == [("native", 4), ("hf", 2)]
     hf = answers[1]
@@ -204,7 +159,7 @@ def test_the_answer_is_in_the_terminal_summary_the_report_and_the_json():
     report = report_markdown(rows, {}, {})
     assert "The answer. Per prompt" in report and "| 1 (eliminated by 4), 8 |" in report
     assert "Across 1 prompt(s): k=4" in report
-    document = json.loads(json_text(rows, {}, {}))
+    document = json.loads(strict_json(run_document(rows, {}, {})))
     assert document["answer"] == json.loads(json.dumps(run_answer(rows)))
     assert document["answer"]["prompts"][0]["best_k"] == 4 and document["answer"]["pairs"][0]["k"] == 4
 
@@ -219,15 +174,16 @@ def test_the_ranking_reads_each_run_over_its_own_paired_baseline_so_drift_betwee
     drift = {k: [rng.uniform(0.6, 1.4) for _ in range(8)] for k in (2, 4)}
 
     def row(k, seconds):
-        base = _row(k, 0.02 / seconds, seconds=seconds)
-        base["round_decode_token_s"] = [seconds * d for d in drift[k]]
-        base["baseline_round_decode_token_s"] = [0.02 * d for d in drift[k]]
-        return base
+        return _row(
+            k,
+            0.02 / seconds,
+            seconds=seconds,
+            round_decode_token_s=[seconds * d for d in drift[k]],
+            baseline_round_decode_token_s=[0.02 * d for d in drift[k]],
+        )
 
     rows = [row(2, 0.0125), row(4, 0.01)]
     (answer,) = prompt_answers(rows)
     assert answer["best_k"] == 4 and answer["slower"] == [{"k": 2, "eliminated_by": None}]
-    for bug in rows:
-        bug.pop("baseline_round_decode_token_s")
-    (planted,) = prompt_answers(rows)
+    (planted,) = prompt_answers([dataclasses.replace(row, baseline_round_decode_token_s=[]) for row in rows])
     assert planted["tied"] == [2]

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from factory import case_result
 
 from pytest_specbench.measure.batches import batch_prompts, batch_refusal
 from pytest_specbench.measure.engines import ENGINES, HF_BATCH_REFUSAL
@@ -14,6 +15,7 @@ from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.report.batch import BEYOND, NONE, batch_answer, batch_lines, batch_markdown
+from pytest_specbench.results.schema import CaseResult
 from pytest_specbench.settings.config import ConfigError, parse_settings
 from pytest_specbench.settings.options import MAX_BATCH
 
@@ -133,28 +135,34 @@ def test_the_batched_engine_refuses_sampling_schedules_and_compile_and_batch_1_r
 
 def _row(
     batch: int,
-    k: int,
+    k: int | str,
     speedup: float,
     low: float | None,
     high: float | None = None,
     predicted: float | None = None,
     prompt: str = "natural",
-) -> dict:
-    return {
-        "case": f"tiny-k{k}-b{batch}-{prompt}",
-        "pair": "tiny",
-        "prompt": prompt,
-        "engine": "native",
-        "k": k,
-        "batch": batch,
-        "decode_speedup": speedup,
-        "decode_speedup_ci_low": low,
-        "decode_speedup_ci_high": high if high is not None else (None if low is None else 2 * speedup - low),
-        "predicted_speedup": predicted,
-        "verdict": "lossless",
-        "row_acceptance_min": 0.4,
-        "row_acceptance_max": 0.8,
-    }
+    **fields,
+):
+    """A typed row of pair ``tiny``; without round data (the answer ranks nothing) unless ``fields`` give it."""
+    return case_result(
+        **{
+            "case": f"tiny-k{k}-b{batch}-{prompt}",
+            "pair": "tiny",
+            "prompt": prompt,
+            "engine": "native",
+            "k": k,
+            "batch": batch,
+            "decode_speedup": speedup,
+            "decode_speedup_ci_low": low,
+            "decode_speedup_ci_high": high if high is not None else (None if low is None else 2 * speedup - low),
+            "predicted_speedup": predicted,
+            "verdict": "lossless",
+            "row_acceptance_min": 0.4,
+            "row_acceptance_max": 0.8,
+            "block_rounds": [],
+            **fields,
+        }
+    )
 
 
 GAINING_TO_4 = [
@@ -193,7 +201,7 @@ def test_no_gain_anywhere_is_none_and_a_gain_at_the_largest_batch_is_beyond_it()
 
 def test_the_answer_needs_more_than_one_batch_size_and_constant_k():
     assert batch_answer([_row(1, 1, 1.3, 1.2), _row(1, 4, 1.8, 1.6)]) == []
-    assert batch_answer([{**_row(1, 1, 1.3, 1.2), "k": "auto"}, _row(4, 1, 1.1, 1.0)]) == []
+    assert batch_answer([_row(1, "auto", 1.3, 1.2), _row(4, 1, 1.1, 1.0)]) == []
     assert batch_lines([_row(1, 1, 1.3, 1.2)]) == [] and batch_markdown([_row(1, 1, 1.3, 1.2)]) == []
     # Each prompt is answered apart.
     assert len(batch_answer(GAINING_TO_4 + [_row(b, k, 1.0, 0.9, prompt="code") for b in (1, 4) for k in (1, 4)])) == 2
@@ -205,14 +213,17 @@ def test_each_batch_sizes_best_k_is_stated_as_the_answer_states_it_with_the_k_ti
     wiggle = [1.0, 1.03, 0.98, 1.02, 0.99, 1.01]
 
     def timed(batch, k, speedup, seconds, shift):
-        row = _row(batch, k, speedup, speedup * 0.95, predicted=speedup)
-        row.update(
+        return _row(
+            batch,
+            k,
+            speedup,
+            speedup * 0.95,
+            predicted=speedup,
             block=f"t:natural:b{batch}",
             block_rounds=list(range(6)),
             round_decode_token_s=[seconds * wiggle[(r + shift) % 6] for r in range(6)],
             baseline_round_decode_token_s=[0.02] * 6,
         )
-        return row
 
     rows = [
         timed(1, 1, 1.4, 0.0143, 0),
@@ -247,20 +258,7 @@ def test_the_json_document_carries_the_answer_and_the_figure_is_drawn(tmp_path):
     assert document["batch"][0]["break_even"]["batch"] == 4
     assert run_document([_row(1, 1, 1.3, 1.2)], {}, {})["batch"] == []
     assert speedup_vs_batch([_row(1, 1, 1.3, 1.2)], "tiny", tmp_path) is None
-    rows = [
-        {
-            **row,
-            "prompt_id": "natural-01",
-            "category": "natural",
-            "acceptance_rate": 0.5,
-            "tau": 1.5,
-            "position_acceptance": [],
-            "verify_costs_ms": [],
-            "alpha": None,
-        }
-        for row in GAINING_TO_4
-    ]
-    path = speedup_vs_batch(rows, "tiny", tmp_path)
+    path = speedup_vs_batch(GAINING_TO_4, "tiny", tmp_path)
     assert path == tmp_path / "speedup_vs_batch_tiny.png" and path.stat().st_size > 0
 
 
@@ -289,13 +287,14 @@ def tiny_batch(tmp_path_factory):
 
 
 def _measure(tiny_batch, pair: str, batch: int, ks=(1, 4), **settings):
+    from pytest_specbench.measure.case_run import MeasureContext
     from pytest_specbench.measure.runner import measure_block
 
     pairs, prompts, store, shared = tiny_batch
     config = _settings(max_new_tokens="12", warmup="0", min_rounds="1", max_rounds="1", **settings)
     chosen = [p for p in prompts if p.category == "natural"][:1]
     cases = build_matrix([pairs[pair]], ks, chosen, config.engines, (batch,))
-    return cases, measure_block(cases, store, shared, config, prompts), store, shared, config
+    return cases, measure_block(cases, MeasureContext(store, shared, config, prompts)), store, shared, config
 
 
 @pytest.mark.slow
@@ -315,18 +314,33 @@ def test_a_batched_block_is_lossless_in_every_row_against_both_references(tiny_b
         assert row.block.endswith("/b3") and row.decode_speedup > 0
         assert row.new_tokens == 12  # per row, as at batch 1
         assert row.batch_new_tokens == [12] * 3 and max(row.drafted_per_step) <= case.k
-        positions = [position for position, _, _ in pooled_position_acceptance([row.to_row()])]
+        positions = [position for position, _, _ in pooled_position_acceptance([row])]
         assert positions and max(positions) <= case.k  # per sequence: none past k
         assert len(row.verify_costs_ms) >= 2 and row.predicted_speedup is not None
 
 
 @pytest.mark.slow
+def test_a_batch_row_records_rounds_and_why_and_a_native_sequence_row_interleaved(tiny_batch):
+    from pytest_specbench.measure.pairing import BATCHED_RUNS
+    from pytest_specbench.measure.row import build_result
+
+    for batch, pairing, reason in ((3, "rounds", BATCHED_RUNS), (1, "interleaved", "")):
+        cases, outcome, *_ = _measure(tiny_batch, "tiny", batch, ks=(4,))
+        row = build_result(cases[0], outcome[cases[0].id], "cpu", "float32", 0.05)
+        assert (row.batch, row.pairing, row.pairing_reason) == (batch, pairing, reason)
+        assert row.verdict == "lossless"
+
+
+@pytest.mark.slow
 def test_a_row_that_differs_is_caught_and_a_near_tie_is_reported_as_a_tie(tiny_batch, monkeypatch):
     from pytest_specbench.measure import batches
+    from pytest_specbench.measure.case_run import MeasureContext
 
     pairs, prompts, store, shared = tiny_batch
     case = build_matrix([pairs["tiny"]], (4,), [p for p in prompts if p.category == "natural"][:1], batches=(3,))[0]
-    setup = batches.prepare_batch(case, store, shared, _settings(max_new_tokens="12"), prompts)
+    batch_run = batches.BatchRun(case, MeasureContext(store, shared, _settings(max_new_tokens="12"), prompts))
+    batch_run.prepare()
+    setup = batch_run.setup
     tokens = [list(row) for row in setup.references]
     assert batches.batch_verdict(setup, tokens, False, 0.1)["verdict"] == "lossless"
     tokens[1][5] = (tokens[1][5] + 1) % 256  # one row's sixth token wrong
@@ -410,7 +424,7 @@ def _batched_run(rows: list[list[tuple[int, int]]], k: int, wall_s: float = 1.0)
     return BatchedGenerationResult(results, batch)
 
 
-def _batch_row(k: int, rows: list[list[tuple[int, int]]]) -> dict:
+def _batch_row(k: int, rows: list[list[tuple[int, int]]]) -> CaseResult:
     import torch
 
     from pytest_specbench.measure.row import Measurement, build_result
@@ -429,7 +443,7 @@ def _batch_row(k: int, rows: list[list[tuple[int, int]]]) -> dict:
         batch_prompt_ids=[prompt.id for prompt in PROMPTS[: len(rows)]],
     )
     case = Case(PAIR, k, PROMPTS[0], "natural", batch=len(rows))
-    return {**build_result(case, measurement, "cpu", "float32", 0.05).to_row(), "device": "cpu"}
+    return build_result(case, measurement, "cpu", "float32", 0.05)
 
 
 #: k=1, four sequences: each step of each sequence drafts one token
@@ -447,9 +461,9 @@ def test_per_position_acceptance_at_batch_above_1_is_that_of_its_sequences():
     from pytest_specbench.report.summary import summary_lines
 
     k1 = _batch_row(1, K1_ROWS)
-    assert max(k1["drafted_per_step"]) == 1
+    assert max(k1.drafted_per_step) == 1
     assert pooled_position_acceptance([k1]) == [(1, 11, 7 / 11)]
-    assert len(k1["position_acceptance"]) == 1 and k1["alpha"] == pytest.approx(7 / 11)
+    assert len(k1.position_acceptance) == 1 and k1.alpha == pytest.approx(7 / 11)
     k4 = _batch_row(4, K4_ROWS)
     own = [0, 0, 0, 0]
     for steps in K4_ROWS:  # each sequence's own blocks, pooled
@@ -473,7 +487,7 @@ def test_a_batch_header_reports_the_batchs_new_tokens_and_each_sequences_when_th
     differing = _batch_row(1, K1_ROWS)  # the sequences committed 6, 5, 7 and 4 tokens
     header = summary_lines([differing])[0]
     assert "batch 4: 22 new tokens per batch (6, 5, 7, 4 per sequence)" in header
-    assert differing["batch_new_tokens"] == [6, 5, 7, 4]
+    assert differing.batch_new_tokens == [6, 5, 7, 4]
     assert "batch 4: 22 new tokens per batch (6, 5, 7, 4 per sequence)" in report_markdown([differing], {}, {})
     agreeing = _batch_row(1, [[(1, 1), (1, 0)], [(1, 0), (1, 1)]])
     assert "batch 2: 8 new tokens per batch (4 per sequence)" in summary_lines([agreeing])[0]

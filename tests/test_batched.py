@@ -241,6 +241,38 @@ def test_a_batch_of_one_steps_as_the_unbatched_engine(llama_pair) -> None:
         assert batched_run.stats.drafted_per_step == single.stats.drafted_per_step
 
 
+def _committed_before_each_step(stats) -> list[int]:
+    """Tokens committed before each step (no EOS: every step commits its accepted drafts plus one)."""
+    before, total = [], 0
+    for accepted in stats.accepted_per_step:
+        before.append(total)
+        total += accepted + 1
+    return before
+
+
+@pytest.mark.parametrize("max_new_tokens", [3, 7])
+def test_both_engines_draft_up_to_k_and_leave_room_for_the_bonus_token(llama_pair, max_new_tokens) -> None:
+    target, draft = llama_pair
+    k = 8
+    prompt = PROMPTS[0]
+    single = speculative_generate(target, draft, torch.tensor([prompt]), k, max_new_tokens).stats
+    batched_rows = _run(target, draft, [prompt, PROMPTS[3]], k, max_new_tokens)
+    for stats in (single, *(row.stats for row in batched_rows)):
+        assert stats.new_tokens == max_new_tokens
+        # A model draft proposes all it may: k, or what leaves room for the target's own token.
+        expected = [min(k, max_new_tokens - before - 1) for before in _committed_before_each_step(stats)[1:]]
+        assert stats.drafted_per_step[1:] == expected
+
+
+def test_both_engines_split_each_steps_time_into_drafting_and_verifying(llama_pair) -> None:
+    target, draft = llama_pair
+    single = speculative_generate(target, draft, torch.tensor([PROMPTS[0]]), 4, 12).stats
+    batched_run = _run(target, draft, PROMPTS[:2], 4, 12)
+    for stats in (single, batched_run.stats, *(row.stats for row in batched_run)):
+        assert stats.draft_time_s > 0 and stats.verify_time_s > 0
+        assert stats.draft_time_s + stats.verify_time_s <= stats.decode_time_s + 1e-9
+
+
 # --- layouts: holes, and compaction for sliding-window layers --------------------------------
 
 

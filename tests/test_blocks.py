@@ -17,16 +17,26 @@ from pytest_specbench.measure import blocks
 from pytest_specbench.measure.blocks import TimedCase, time_block
 from pytest_specbench.measure.budget import RunBudget, block_weight, describe_duration
 from pytest_specbench.measure.matrix import Case, build_matrix
+from pytest_specbench.measure.pairing import BASELINE_ONCE, HF_WHOLE_RUNS, Pairing, choose_pairing
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.measure.speedup_intervals import precision
+from pytest_specbench.settings.options import INTERLEAVED
 
 PROMPT = Prompt("natural-01", "natural", "text")
 
 
 def _config(**settings):
     defaults = dict(
-        min_rounds=3, max_rounds=12, ci_target=0.05, case_budget=None, baseline_once=False, race=True, baseline_every=2
+        min_rounds=3,
+        max_rounds=12,
+        ci_target=0.05,
+        case_budget=None,
+        baseline_once=False,
+        race=True,
+        baseline_every=2,
+        pairing=INTERLEAVED,
+        compile_steps=False,
     )
     return SimpleNamespace(**{**defaults, **settings})
 
@@ -120,16 +130,17 @@ def _interleavable(cases: list[TimedCase], steps: int = 3) -> list[TimedCase]:
 
         return interleaved_run
 
-    return [dataclasses.replace(timed, run=hooked(timed.run), interleavable=True) for timed in cases]
+    return [dataclasses.replace(timed, run=hooked(timed.run)) for timed in cases]
 
 
 def test_an_interleaved_round_gives_each_run_its_own_baseline_between_its_steps_and_runs_no_whole_baseline():
     cases, baseline, calls = _block({1: 0.5, 2: 0.5, 4: 0.5})
     cases = _interleavable(cases)
     _FakeInterleaved.made = []
-    block = time_block(
-        cases, baseline, _config(min_rounds=3, race=False), None, new_interleaved=lambda: _FakeInterleaved(calls)
-    )
+    config = _config(min_rounds=3, race=False)
+    pairing = choose_pairing(config, [None] * len(cases))
+    assert pairing.interleaved and pairing.reason == ""
+    block = time_block(cases, baseline, config, None, pairing=pairing, new_interleaved=lambda: _FakeInterleaved(calls))
     assert "base" not in calls
     assert calls[:8] == [1, "between", "between", "between", 2, "between", "between", "between"]
     assert len(_FakeInterleaved.made) == 3 * block.rounds
@@ -141,25 +152,21 @@ def test_an_interleaved_round_gives_each_run_its_own_baseline_between_its_steps_
 
 def test_a_block_with_a_case_that_cannot_interleave_times_whole_baselines_between_the_cases():
     cases, baseline, calls = _block({1: 0.5, 2: 0.5, 4: 0.5})
-    cases = [*_interleavable(cases[:2]), cases[2]]  # the third: the hf engine, say
-    time_block(
-        cases,
-        baseline,
-        _config(min_rounds=1, max_rounds=1, race=False),
-        None,
-        new_interleaved=lambda: _FakeInterleaved(calls),
-    )
+    cases = [*_interleavable(cases[:2]), cases[2]]  # the third: the hf engine
+    config = _config(min_rounds=1, max_rounds=1, race=False)
+    pairing = choose_pairing(config, [None, None, HF_WHOLE_RUNS])
+    assert pairing.kind == "rounds" and pairing.reason == HF_WHOLE_RUNS
+    time_block(cases, baseline, config, None, pairing=pairing, new_interleaved=lambda: _FakeInterleaved(calls))
     assert calls.count("base") == 3 and "between" not in calls
 
 
 def test_baseline_once_is_not_interleaved():
     cases, baseline, calls = _block({1: 0.5, 2: 0.5})
+    config = _config(min_rounds=1, max_rounds=1, race=False, baseline_once=True)
+    pairing = choose_pairing(config, [None, None])
+    assert pairing.kind == BASELINE_ONCE and not pairing.paired
     time_block(
-        _interleavable(cases),
-        baseline,
-        _config(min_rounds=1, max_rounds=1, race=False, baseline_once=True),
-        None,
-        new_interleaved=lambda: _FakeInterleaved(calls),
+        _interleavable(cases), baseline, config, None, pairing=pairing, new_interleaved=lambda: _FakeInterleaved(calls)
     )
     assert calls.count("base") == 1 and "between" not in calls
 
@@ -298,7 +305,8 @@ def test_pairs_of_one_target_share_the_baseline_but_race_apart():
 
 def test_baseline_once_times_the_baseline_in_the_first_min_rounds_only():
     cases, baseline, calls = _block({1: 0.5}, Noise(seed=6, run_sd=0.3))
-    block = time_block(cases, baseline, _config(min_rounds=2, max_rounds=5, baseline_once=True, race=False), None)
+    config = _config(min_rounds=2, max_rounds=5, baseline_once=True, race=False)
+    block = time_block(cases, baseline, config, None, pairing=Pairing(BASELINE_ONCE, BASELINE_ONCE))
     assert calls.count("base") == 2 and sorted(block.baselines) == [0, 1] and not cases[0].paired_baselines
     assert len(block.case_baselines(cases[0], paired=False)) == 2
 
@@ -396,11 +404,13 @@ def test_the_run_budget_counts_only_the_blocks_that_will_be_timed():
     cases = build_matrix(pairs, [1, 4], [PROMPT, Prompt("code-01", "code", "def")])
     session = SimpleNamespace(
         cases=cases,
-        selected={case.id for case in cases},
+        tally=SimpleNamespace(selected={case.id for case in cases}),
         replay=lambda case_id: None,
-        chosen=lambda pair: False,
+        availability=SimpleNamespace(
+            chosen=lambda pair: False,
+            unavailable_reason=lambda pair: "no weights" if pair.name == "missing" else None,
+        ),
         began_at=time.perf_counter(),
-        unavailable_reason=lambda pair: "no weights" if pair.name == "missing" else None,
         config=SimpleNamespace(run_budget=600.0),
     )
     runs = BlockRuns(session, (None, 1))

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from factory import case_result
 
 from pytest_specbench.measure.case_inputs import case_inputs, inputs_changes, replayable
 from pytest_specbench.measure.matrix import build_matrix
@@ -58,12 +59,12 @@ def test_prompt_text_and_case_settings_are_named_as_changes(tiny_pairs_file, con
 
 def test_only_rows_whose_inputs_match_are_replayed(tiny_pairs_file, weak_pairs_file, config) -> None:
     cases = build_matrix([load_pairs_file(tiny_pairs_file)["tiny"]], (1, 4), PROMPTS)
-    rows = {case.id: {"case": case.id, "inputs_fingerprint": case_inputs(case, config, PROMPTS)} for case in cases}
-    rows[cases[1].id]["inputs_fingerprint"] = case_inputs(
+    rows = {case.id: case_result(case=case.id, inputs_fingerprint=case_inputs(case, config, PROMPTS)) for case in cases}
+    rows[cases[1].id].inputs_fingerprint = case_inputs(
         build_matrix([load_pairs_file(weak_pairs_file)["tiny"]], (1, 4), PROMPTS)[1], config, PROMPTS
     )
-    del rows[cases[2].id]["inputs_fingerprint"]  # a row of a log written before inputs were recorded
-    rows["other-k1-natural"] = {"case": "other-k1-natural"}  # not in this run's matrix: kept as it is
+    rows[cases[2].id] = case_result(case=cases[2].id)  # a row of a log written before inputs were recorded
+    rows["other-k1-natural"] = case_result(case="other-k1-natural")  # not in this run's matrix: kept as it is
     replayed, rerun = replayable(rows, cases, config, PROMPTS)
     assert sorted(replayed) == sorted([cases[0].id, cases[3].id, "other-k1-natural"])
     assert rerun == {cases[1].id: ["draft model"], cases[2].id: ["inputs not recorded"]}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from factory import run_document
 
-from pytest_specbench.cli import COMPARED_OPTIONS, MergeError, compare_lines, main, merge_runs
+from pytest_specbench.cli import COMPARED_OPTIONS, MergeError, compare_lines, main, merge_runs, run_results
 from pytest_specbench.measure.matrix import shard_pairs
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.results import schema
@@ -227,7 +227,7 @@ def test_compare_marks_a_speedup_beyond_noise():
     new["results"][1].update(
         decode_speedup=1.5, decode_speedup_ci_low=1.3, decode_speedup_ci_high=1.7, acceptance_rate=0.6
     )
-    text = "\n".join(compare_lines(old, new))
+    text = "\n".join(compare_lines(run_results(old), run_results(new)))
     assert "within noise" in text and "faster" in text and "+0.100" in text
 
 

@@ -179,3 +179,13 @@ def test_the_compile_option_runs_lossless_cases(bench, pytester, backend):
     assert [row["verdict"] for row in rows] == ["lossless", "lossless"]
     assert all(row["baseline_matches_reference"] for row in rows)
     assert backend.calls > 0
+
+
+@pytest.mark.slow
+def test_a_compiled_run_records_that_its_blocks_ran_rounds_and_why(bench, pytester, backend):
+    from pytest_specbench.measure.pairing import COMPILED_STEPS
+
+    result = bench("--specbench-compile", "--specbench-k=4", "--specbench-prompts=natural", "--specbench-json=out.json")
+    result.assert_outcomes(passed=1)
+    rows = json.loads((pytester.path / "out.json").read_text())["results"]
+    assert [(row["pairing"], row["pairing_reason"]) for row in rows] == [("rounds", COMPILED_STEPS)]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from factory import gated_case
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +28,7 @@ from pytest_specbench.results.gate import (
     pair_tolerance,
     save_baseline,
 )
+from pytest_specbench.results.schema import CaseResult
 
 FINGERPRINT = {
     "cpu_model": "Test CPU",
@@ -47,27 +50,17 @@ def row(
     speedup: float = 1.8,
     tau: float = 3.1,
     drafted: int = 1000,
-) -> dict[str, Any]:
-    pair, k, prompt = case.split("-", 2)
-    return {
-        "case": case,
-        "pair": pair,
-        "k": int(k[1:]),
-        "prompt": prompt,
-        "acceptance_rate": acceptance,
-        "tau": tau,
-        "lossless": verdict == "lossless",
-        "verdict": verdict,
-        "accepted_tokens": round(acceptance * drafted),
-        "drafted_tokens": drafted,
-        "speculative_tps": 90.0 * speedup,
-        "baseline_tps": 90.0,
-        "speedup": speedup,
-        "decode_speedup": speedup,
-        "device": "cpu",
-        "dtype": "float32",
-        "first_divergence": None if verdict == "lossless" else 5,
-    }
+) -> CaseResult:
+    return gated_case(
+        case,
+        acceptance=acceptance,
+        drafted=drafted,
+        speedup=speedup,
+        verdict=verdict,
+        tau=tau,
+        speculative_tps=90.0 * speedup,
+        baseline_tps=90.0,
+    )
 
 
 RESULTS = [row("tiny-k4-natural", acceptance=0.5), row(), row("tiny-k1-natural", acceptance=0.9, speedup=1.1)]
@@ -89,7 +82,7 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     assert loaded == baseline_document(RESULTS, ENVIRONMENT, created=loaded["created"])
     assert loaded["format"] == BASELINE_FORMAT == 3
     assert loaded["fingerprint"] == FINGERPRINT and loaded["versions"] == ENVIRONMENT["versions"]
-    assert list(loaded["cases"]) == sorted(r["case"] for r in RESULTS)
+    assert list(loaded["cases"]) == sorted(r.case for r in RESULTS)
     entry = loaded["cases"]["gpt2_large-k8-code_python"]
     assert entry == {
         "pair": "gpt2_large",
@@ -106,12 +99,12 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
         "speedup": 1.8,
         "decode_speedup": 1.8,
         "settings": {
-            "engine": None,
-            "new_tokens": None,
-            "prompt_tokens": None,
-            "temperature": None,
-            "top_p": None,
-            "top_k": None,
+            "engine": "native",
+            "new_tokens": 32,
+            "prompt_tokens": 22,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "top_k": 0,
             "dtype": "float32",
             "device": "cpu",
         },
@@ -139,7 +132,7 @@ def test_save_refuses_rows_that_would_make_a_bad_baseline(tmp_path: Path) -> Non
 
 def test_non_finite_timings_are_stored_as_null(tmp_path: Path) -> None:
     path = tmp_path / "baseline.json"
-    save_baseline(path, [{**row(), "speedup": float("inf"), "baseline_tps": float("nan")}], ENVIRONMENT)
+    save_baseline(path, [dataclasses.replace(row(), speedup=float("inf"), baseline_tps=float("nan"))], ENVIRONMENT)
     entry = load_baseline(path)["cases"]["gpt2_large-k8-code_python"]
     assert entry["speedup"] is None and entry["baseline_tps"] is None
 
@@ -349,7 +342,7 @@ def test_the_comparison_counts_what_it_gated_and_leaves_excluded_cases_unjudged(
 # --- another machine: acceptance pooled per pair ---------------------------------------------
 
 
-def _pair_rows(acceptances: list[float], drafted: int = 40) -> list[dict[str, Any]]:
+def _pair_rows(acceptances: list[float], drafted: int = 40) -> list[CaseResult]:
     return [row(f"gemma-k4-p{i}", acceptance=a, drafted=drafted) for i, a in enumerate(acceptances)]
 
 
@@ -427,9 +420,9 @@ def test_summary_caps_a_long_list_of_new_cases() -> None:
 
 _names = st.text(alphabet="abcxyz_0123456789", min_size=1, max_size=8)
 _rows = st.builds(
-    lambda pair, k, prompt, acceptance, tau, verdict, speedup: {
-        **row(f"{pair}-k{k}-{prompt}", acceptance=acceptance, verdict=verdict, speedup=speedup, tau=tau)
-    },
+    lambda pair, k, prompt, acceptance, tau, verdict, speedup: row(
+        f"{pair}-k{k}-{prompt}", acceptance=acceptance, verdict=verdict, speedup=speedup, tau=tau
+    ),
     _names,
     st.integers(1, 16),
     _names,
@@ -442,8 +435,8 @@ _rows = st.builds(
 
 @pytest.mark.slow
 @settings(max_examples=60, deadline=None)
-@given(st.lists(_rows, max_size=8, unique_by=lambda r: r["case"]))
-def test_a_run_never_regresses_against_its_own_baseline(results: list[dict[str, Any]]) -> None:
+@given(st.lists(_rows, max_size=8, unique_by=lambda r: r.case))
+def test_a_run_never_regresses_against_its_own_baseline(results: list[CaseResult]) -> None:
     # Through JSON, as the plugin would: the file must keep every value the gate reads.
     document = json.loads(json.dumps(baseline_document(results, ENVIRONMENT), allow_nan=False))
     assert compare(document, results, CompareSettings(max_acceptance_drop=0.0, max_speedup_drop=0.0)).regressions == []

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from factory import gated_case
 
 from pytest_specbench.report.outputs import OutputPaths, write_outputs
 from pytest_specbench.results.fingerprint import machine_fingerprint
@@ -19,6 +21,7 @@ from pytest_specbench.results.gate import (
     run_gate,
     settings_refusal,
 )
+from pytest_specbench.results.schema import CaseResult
 from pytest_specbench.settings.config import parse_settings, result_settings
 
 #: the options of conftest.py's tiny run, as parse_settings takes them
@@ -46,31 +49,23 @@ def row(
     temperature: float = 0.0,
     dtype: str = "float32",
     **extra: Any,
-) -> dict[str, Any]:
-    pair, k, prompt = case.split("-", 2)
-    return {
-        "case": case,
-        "pair": pair,
-        "k": int(k[1:]),
-        "prompt": prompt,
-        "acceptance_rate": acceptance,
-        "tau": 2.0,
-        "lossless": True,
-        "verdict": "lossless",
-        "accepted_tokens": round(acceptance * 100),
-        "drafted_tokens": 100,
-        "speedup": 1.2,
-        "decode_speedup": 1.2,
-        "engine": "native",
-        "device": "cpu",
-        "dtype": dtype,
-        "new_tokens": new_tokens,
-        "prompt_tokens": 20,
-        "temperature": temperature,
-        "top_p": 1.0,
-        "top_k": 0,
+) -> CaseResult:
+    return gated_case(
+        case,
+        acceptance=acceptance,
+        drafted=100,
+        speedup=1.2,
+        tau=2.0,
+        engine="native",
+        device="cpu",
+        dtype=dtype,
+        new_tokens=new_tokens,
+        prompt_tokens=20,
+        temperature=temperature,
+        top_p=1.0,
+        top_k=0,
         **extra,
-    }
+    )
 
 
 ROWS = [row("tiny-k1-natural"), row("tiny-k4-natural"), row("tiny-k1-code_json"), row("tiny-k4-code_json")]
@@ -91,7 +86,12 @@ def gate(document, rows, run_config=None, path="b.json"):
 
 def test_a_saved_baseline_records_the_result_changing_settings_and_the_fingerprint(tmp_path: Path) -> None:
     run = config(temperature="0.7")
-    document = {"results": ROWS, "options": run.raw, "fingerprint": {"cpu_capability": "AVX2"}, "versions": {}}
+    document = {
+        "results": [row.to_row() for row in ROWS],
+        "options": run.raw,
+        "fingerprint": {"cpu_capability": "AVX2"},
+        "versions": {},
+    }
     written, errors = write_outputs(OutputPaths(baseline=tmp_path / "b.json"), document)
     assert errors == [] and written == [tmp_path / "b.json"]
     saved = load_baseline(tmp_path / "b.json")
@@ -115,7 +115,9 @@ def test_a_schedule_case_records_how_far_the_probe_measured() -> None:
     document = baseline(
         [
             row("tiny-k1-natural"),
-            {**row("tiny-k4-natural"), "k": "auto", "case": "tiny-kauto-natural", "verify_costs_ms": [1.0] * 12},
+            dataclasses.replace(
+                row("tiny-k4-natural"), k="auto", case="tiny-kauto-natural", verify_costs_ms=[1.0] * 12
+            ),
         ]
     )
     assert document["cases"]["tiny-kauto-natural"]["settings"]["verify_positions"] == 12

@@ -6,34 +6,15 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
+from factory import gated_case
 
 from pytest_specbench.engine.numbers import is_finite_number
 from pytest_specbench.engine.sampling import SamplingParams
 from pytest_specbench.results.gate import BaselineError, baseline_document, load_baseline
 
 ENVIRONMENT = {"fingerprint": {"cpu_model": "Test CPU", "gpus": []}, "versions": {"torch": "2.x"}}
-
-
-def _row(acceptance: float) -> dict[str, Any]:
-    return {
-        "case": "tiny-k4-natural",
-        "pair": "tiny",
-        "k": 4,
-        "prompt": "natural",
-        "acceptance_rate": acceptance,
-        "tau": 3.0,
-        "lossless": True,
-        "verdict": "lossless",
-        "accepted_tokens": 500,
-        "drafted_tokens": 1000,
-        "speedup": 1.5,
-        "device": "cpu",
-        "dtype": "float32",
-        "first_divergence": None,
-    }
 
 
 @pytest.mark.parametrize("value", [0, 2, 0.5, -1.5])
@@ -54,7 +35,9 @@ def test_a_nan_sampling_parameter_is_refused(parameter: str) -> None:
 
 @pytest.mark.parametrize("field", ["acceptance_rate", "tau", "speedup"])
 def test_a_nan_gate_value_in_a_baseline_is_refused(tmp_path: Path, field: str) -> None:
-    document = baseline_document([_row(0.5)], ENVIRONMENT)
+    document = baseline_document(
+        [gated_case("tiny-k4-natural", acceptance=0.5, drafted=1000, speedup=1.5)], ENVIRONMENT
+    )
     document["cases"]["tiny-k4-natural"][field] = math.nan
     path = tmp_path / "baseline.json"
     path.write_text(json.dumps(document), encoding="utf-8")  # json writes NaN, as a hand-edited file may hold

@@ -201,7 +201,7 @@ def test_the_rows_record_which_verify_blocks_ran_the_column_head(bench, pytester
 def test_a_schedule_longer_than_the_probe_has_its_head_measured_before_the_timed_rounds(bench, pytester, monkeypatch):
     measured_during_runs = []
     real_measure = output_head._column_is_faster
-    import pytest_specbench.measure.runner as runner
+    import pytest_specbench.measure.sequence as runner
 
     real_runner = runner.speculative_runner
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import math
 
+from factory import case_result
+
 from pytest_specbench.report.outputs import OutputPaths, outputs, write_outputs
 from pytest_specbench.report.summary import run_document
 
 
-def _document(speedup: float = 1.2) -> dict:
-    row = {"case": "p-k1-x", "pair": "p", "k": 1, "prompt": "x", "decode_speedup": speedup, "acceptance_rate": 0.5}
+def _document(speedup: float = 1.2, **fields) -> dict:
+    row = case_result(case="p-k1-x", pair="p", k=1, prompt="x", decode_speedup=speedup, acceptance_rate=0.5, **fields)
     return run_document([row], {"specbench_k": "1"}, {"fingerprint": {"cpu_model": "x"}, "versions": {}})
 
 
@@ -34,7 +36,7 @@ def test_only_outputs_with_a_path_are_written(tmp_path):
 def test_one_failed_file_does_not_cost_the_others(tmp_path):
     # The strict JSON refuses NaN and the baseline a row without its gated values; the CSV takes the row.
     paths = OutputPaths(csv=tmp_path / "a.csv", json=tmp_path / "a.json", baseline=tmp_path / "b.json")
-    written, errors = write_outputs(paths, _document(speedup=math.nan))
+    written, errors = write_outputs(paths, _document(speedup=math.nan, tau=None))
     assert written == [tmp_path / "a.csv"]
     json_error, baseline_error = errors
     assert json_error.startswith(f"could not write {tmp_path / 'a.json'}: ") and "not JSON compliant" in json_error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from factory import case_result
 
 from pytest_specbench.report.analysis import FIGURES, analyse_prompts
 from pytest_specbench.report.markdown import pair_findings, report_markdown
@@ -46,8 +48,10 @@ def test_pytest_start_up_does_not_import_matplotlib() -> None:
     assert out.strip() == "False"
 
 
-def _row(prompt: str, k: int, speedup: float, low: float, high: float, **extra) -> dict:
+def _row(prompt: str, k: int, speedup: float, low: float, high: float, **extra):
+    """A typed row of pair ``p`` with the figures the report reads; the rest from the default run's row."""
     row = {
+        "case": f"p-k{k}-{prompt}",
         "pair": "p",
         "prompt": prompt,
         "k": k,
@@ -72,7 +76,7 @@ def _row(prompt: str, k: int, speedup: float, low: float, high: float, **extra) 
         "cost_ratio": 0.1,
         "draft_token_ms": 1.0,
     }
-    return {**row, **extra}
+    return case_result(**{**row, **extra})
 
 
 def test_findings_say_which_prompts_gain_and_lose_and_how_often_the_model_agrees() -> None:
@@ -102,11 +106,11 @@ def test_one_interval_format_for_the_table_the_report_and_compare() -> None:
 
     row = _row("code", 1, 1.4, 1.2, 1.6)
     assert with_interval(row) == "1.40 [1.20, 1.60]"
-    assert with_interval({**row, "decode_speedup_ci_low": None, "decode_speedup_ci_high": None}) == "1.40 [no interval]"
+    no_interval = dataclasses.replace(row, decode_speedup_ci_low=None, decode_speedup_ci_high=None)
+    assert with_interval(no_interval) == "1.40 [no interval]"
     assert with_interval(row, "speedup", ".1f") == "1.4 [1.2, 1.6]"
     assert "1.40 [1.20, 1.60]" in report_markdown([row], {}, {})
-    run = {"results": [{**row, "case": "p-k1-code"}]}
-    assert any("1.40 [1.20, 1.60]" in line for line in compare_lines(run, run))
+    assert any("1.40 [1.20, 1.60]" in line for line in compare_lines([row], [row]))
 
 
 def test_a_category_of_several_prompts_is_their_geometric_mean_with_a_t_interval_over_them(tmp_path) -> None:

@@ -127,9 +127,9 @@ def test_user_module_can_use_the_same_fixtures(bench, pytester: pytest.Pytester)
         test_mine="""
         def test_mine(spec_case, specbench, specbench_config):
             result = specbench.run(spec_case)
-            assert result["k"] == spec_case.k
+            assert result.k == spec_case.k  # a typed CaseResult: the CSV's columns are its attributes
             assert specbench_config.max_new_tokens == 12
-            assert result["new_tokens"] == 12
+            assert result.new_tokens == 12
     """
     )
     result = bench("test_mine.py")

@@ -3,11 +3,13 @@ hand-built rows, their planted bugs (an unpaired interval, a pairing across bloc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
 
 import pytest
+from ranked_rows import ranked_case, round_seconds
 
 from pytest_specbench.report.answer import prompt_table, run_answer
 from pytest_specbench.report.markdown import report_markdown
@@ -20,57 +22,36 @@ from pytest_specbench.report.regret import (
     round_times,
 )
 from pytest_specbench.report.summary import summary_lines
+from pytest_specbench.results.schema import CaseResult
 from pytest_specbench.results.statistics import speedup_interval
-
-DRIFT = [1.0, 1.3, 0.8, 1.1, 0.9, 1.2, 1.05, 0.95]  # a round's drift, shared by its cases
-WIGGLE = [1.01, 1.0, 1.02, 0.99, 1.01, 1.0, 0.99, 1.01]
 
 
 def _row(
-    k, seconds, *, prompt="code", engine="native", rounds=range(8), block=None, shift=None, wall=None, **extra
-) -> dict:
-    shift = (k if isinstance(k, int) else 5) if shift is None else shift
-    times = [seconds * DRIFT[r] * WIGGLE[(r + shift) % 8] for r in rounds]
+    k, seconds, *, prompt="code", engine="native", rounds=range(8), block=None, shift=None, wall=None, **fields
+) -> CaseResult:
+    """A row timed ``seconds`` per decode token in each of ``rounds`` (:func:`ranked_rows.ranked_case`): decode
+    speedup 0.02 / seconds (+-5%), end to end 0.9 of it; ``wall``: its end-to-end seconds per round."""
     speedup = 0.02 / seconds
-    steps = 3 if isinstance(k, int) else 0
-    drafted = k if isinstance(k, int) else 1
-    row = {
-        "case": f"p-k{k}-{prompt}-{engine}",
-        "pair": "p",
-        "engine": engine,
-        "prompt": prompt,
-        "k": k,
-        "acceptance_rate": 0.5,
-        "tau": 1.5,
-        "verdict": "lossless",
-        "target": "t",
-        "draft": "d",
-        "drafter": "model",
-        "device": "cpu",
-        "dtype": "float32",
-        "new_tokens": 32,
-        "rounds": len(rounds),
-        "baseline_decode_tps": 50.0,
-        "decode_tps": 1.0 / seconds,
-        "unstable": False,
-        "recommended_k": 4,
-        "category": prompt,
-        "verify_costs_ms": [1.0] * 5 + [10.0] * 12,
-        "cost_ratio": 0.0,
-        "drafted_per_step": [0] + [drafted] * steps,
-        "accepted_per_step": [0] + [drafted] * steps,
-        "decode_speedup": speedup,
-        "decode_speedup_ci_low": speedup * 0.95,
-        "decode_speedup_ci_high": speedup * 1.05,
-        "speedup": speedup * 0.9,
-        "block": block or f"t:{prompt}",
-        "block_rounds": list(rounds),
-        "round_decode_token_s": times,
-        "baseline_round_decode_token_s": [0.02 * DRIFT[r] for r in rounds],
-    }
-    if wall is not None:  # end-to-end seconds per round
-        row["round_wall_s"] = [wall * DRIFT[r] * WIGGLE[(r + shift + 3) % 8] for r in rounds]
-    return {**row, **extra}
+    shift = (k if isinstance(k, int) else 5) if shift is None else shift
+    timed = {"block": block} if block else {}
+    if wall is not None:
+        timed["round_wall_s"] = round_seconds(wall, rounds, shift + 3)
+    return ranked_case(
+        k,
+        speedup,
+        prompt=prompt,
+        engine=engine,
+        seconds=seconds,
+        rounds=rounds,
+        shift=shift,
+        case=f"p-k{k}-{prompt}-{engine}",
+        decode_speedup_ci_low=speedup * 0.95,
+        decode_speedup_ci_high=speedup * 1.05,
+        speedup=speedup * 0.9,
+        decode_tps=1.0 / seconds,
+        **timed,
+        **fields,
+    )
 
 
 def test_the_ratio_is_paired_over_the_rounds_both_ran_and_tighter_than_unpaired():
@@ -81,7 +62,7 @@ def test_the_ratio_is_paired_over_the_rounds_both_ran_and_tighter_than_unpaired(
     low, high = result["ratio_to_best_ci_low"], result["ratio_to_best_ci_high"]
     assert low < result["ratio_to_best"] < high and high - low < 0.03
     # Planted bug: comparing the two cases' times unpaired keeps the rounds' drift (+-30%) in the interval.
-    unpaired = speedup_interval(best["round_decode_token_s"], auto["round_decode_token_s"], paired=False)
+    unpaired = speedup_interval(best.round_decode_token_s, auto.round_decode_token_s, paired=False)
     assert unpaired.high - unpaired.low > 10 * (high - low)
     # Only the rounds both ran pair up: the best raced on for all 8, the schedule ran 5.
     partial = ratio_to_best(_row("auto", 0.0105, rounds=range(5)), best)
@@ -96,14 +77,14 @@ def test_rows_of_different_blocks_or_without_rounds_are_never_paired():
     result = ratio_to_best(elsewhere, best)
     assert result["ratio_to_best_rounds"] == 0
     assert result["ratio_to_best_ci_low"] is None and result["ratio_to_best_ci_high"] is None
-    assert result["ratio_to_best"] == pytest.approx(elsewhere["decode_speedup"] / best["decode_speedup"])
+    assert result["ratio_to_best"] == pytest.approx(elsewhere.decode_speedup / best.decode_speedup)
     for lacking in (
         {"block_rounds": []},
         {"round_decode_token_s": [0.01] * 7},
         {"block": ""},
         {"round_decode_token_s": [0.01] * 7 + [float("nan")]},
     ):
-        assert round_times({**best, **lacking}) is None
+        assert round_times(dataclasses.replace(best, **lacking)) is None
     one_round = ratio_to_best(_row("auto", 0.0105, rounds=[3]), best)
     assert one_round["ratio_to_best_rounds"] == 1 and one_round["ratio_to_best_ci_low"] is None
 
@@ -113,16 +94,16 @@ def test_the_interval_covers_the_true_ratio_at_its_stated_rate():
     truth, covered, trials = 0.95, 0, 400
     for _ in range(trials):
         drift = [math.exp(rng.gauss(0, 0.1)) for _ in range(8)]
-        best = {
-            "block": "b",
-            "block_rounds": list(range(8)),
-            "round_decode_token_s": [0.01 * d * math.exp(rng.gauss(0, 0.02)) for d in drift],
-        }
-        auto = {
-            "block": "b",
-            "block_rounds": list(range(8)),
-            "round_decode_token_s": [0.01 / truth * d * math.exp(rng.gauss(0, 0.02)) for d in drift],
-        }
+        best, auto = (
+            ranked_case(
+                k,
+                1.0,
+                block="b",
+                block_rounds=list(range(8)),
+                round_decode_token_s=[seconds * d * math.exp(rng.gauss(0, 0.02)) for d in drift],
+            )
+            for k, seconds in ((4, 0.01), ("auto", 0.01 / truth))
+        )
         result = paired_ratio(round_times(auto), round_times(best))
         covered += result["ci_low"] <= truth <= result["ci_high"]
     assert 0.92 <= covered / trials <= 0.98
@@ -136,7 +117,7 @@ def test_native_auto_against_hf_auto_end_to_end():
     # Without per-round wall times: the ratio of the rows' end-to-end speedups, said to be unpaired.
     plain = ratio_to_hf(_row("auto", 0.009), _row("auto", 0.011, engine="hf"))
     assert not plain["paired"] and plain["ci_low"] is None and plain["ratio"] == pytest.approx(0.011 / 0.009)
-    assert ratio_to_hf({**native, "speedup": None}, _row("auto", 0.011, engine="hf"))["ratio"] is None
+    assert ratio_to_hf(dataclasses.replace(native, speedup=None), _row("auto", 0.011, engine="hf"))["ratio"] is None
 
 
 def test_over_prompts_is_a_geometric_mean_with_a_t_interval():
@@ -148,7 +129,7 @@ def test_over_prompts_is_a_geometric_mean_with_a_t_interval():
     assert over_prompts([{"ratio": None}]) is None
 
 
-def _run_rows() -> list[dict]:
+def _run_rows() -> list[CaseResult]:
     rows = []
     for prompt, auto_s in (("code", 0.0105), ("chat", 0.0098)):
         rows += [
@@ -201,7 +182,7 @@ def test_the_table_the_terminal_and_the_report_show_the_interval():
     assert "## k=auto against the best constant k" in report and "chosen after the fact" in report
     section = regret_markdown(answer)
     assert "\n| code     | native   | auto       | 0.95 [" in "\n".join(section)
-    assert regret_markdown(run_answer([r for r in rows if r["k"] != "auto"])) == []
+    assert regret_markdown(run_answer([r for r in rows if r.k != "auto"])) == []
 
 
 def test_the_figure_is_written_by_the_run_s_figure_writer(tmp_path):

@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from factory import case_result
 
 from pytest_specbench.results.log import ResultsLog, ResultsLogError, read_log, settings_differences
+from pytest_specbench.results.schema import CaseResult
 
 SETTINGS = {"--specbench-max-new-tokens": 12, "--specbench-dtype": "float32"}
 #: a real result row (the default CPU run's first), so that rows pass the schema check of read_log
@@ -16,7 +18,13 @@ TEMPLATE = json.loads((Path(__file__).resolve().parents[1] / "docs" / "default_r
 
 
 def row(case: str, **fields) -> dict:
+    """A result row as a log line holds it."""
     return {**TEMPLATE, "case": case, "acceptance_rate": 0.5, **fields}
+
+
+def result(case: str, **fields) -> CaseResult:
+    """The same row typed, as the session hands it to the log."""
+    return case_result(case=case, acceptance_rate=0.5, **fields)
 
 
 # --- the file ---------------------------------------------------------------------------------------
@@ -25,10 +33,10 @@ def row(case: str, **fields) -> dict:
 def test_each_row_is_on_disk_when_append_returns(tmp_path: Path) -> None:
     log = ResultsLog(tmp_path / "run.jsonl", SETTINGS)
     log.start()
-    log.append(row("a-k1-x"))
+    log.append(result("a-k1-x"))
     # Read through another handle while the log is still open: nothing waits in a buffer.
-    assert read_log(tmp_path / "run.jsonl").rows == {"a-k1-x": row("a-k1-x")}
-    log.append(row("a-k2-x", speedup=float("nan")))
+    assert read_log(tmp_path / "run.jsonl").rows == {"a-k1-x": result("a-k1-x")}
+    log.append(result("a-k2-x", speedup=float("nan")))
     log.close()
     logged = read_log(tmp_path / "run.jsonl")
     assert logged.settings == SETTINGS and list(logged.rows) == ["a-k1-x", "a-k2-x"]
@@ -38,8 +46,8 @@ def test_starting_carries_the_resumed_rows_into_a_new_log(tmp_path: Path) -> Non
     path = tmp_path / "run.jsonl"
     path.write_text("an earlier run's log\n")
     log = ResultsLog(path, SETTINGS)
-    log.start([row("a-k1-x")])
-    log.append(row("a-k2-x"))
+    log.start([result("a-k1-x")])
+    log.append(result("a-k2-x"))
     log.close()
     assert list(read_log(path).rows) == ["a-k1-x", "a-k2-x"]
 
@@ -47,7 +55,7 @@ def test_starting_carries_the_resumed_rows_into_a_new_log(tmp_path: Path) -> Non
 def test_a_line_cut_short_by_a_kill_is_left_out(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     log = ResultsLog(path, SETTINGS)
-    log.start([row("a-k1-x")])
+    log.start([result("a-k1-x")])
     log.close()
     with open(path, "a") as handle:
         handle.write('{"case": "a-k2-x", "accep')
@@ -96,7 +104,7 @@ def test_every_finished_case_is_logged_beside_the_csv(bench, pytester: pytest.Py
     bench("--specbench-csv=out/results.csv").assert_outcomes(passed=4)
     logged = read_log(pytester.path / "out" / "results.jsonl")
     document = json.loads((pytester.path / "spec_results.json").read_text())
-    assert list(logged.rows.values()) == document["results"]
+    assert [row.to_row() for row in logged.rows.values()] == document["results"]
     assert logged.settings["--specbench-max-new-tokens"] == 12
 
 
@@ -208,14 +216,14 @@ def test_the_first_line_records_the_machine_cases_and_command_and_the_last_how_t
         path, SETTINGS, fingerprint={"cpu_capability": "AVX2"}, cases=["a-k1-x", "a-k2-x"], command="pytest bench_cases"
     )
     log.start()
-    log.append(row("a-k1-x"))
+    log.append(result("a-k1-x"))
     logged = read_log(path)
     assert logged.fingerprint == {"cpu_capability": "AVX2"} and logged.header["cases"] == ["a-k1-x", "a-k2-x"]
     assert logged.header["command"] == "pytest bench_cases" and logged.end is None
     assert unfinished_reason(logged) == "it holds 1 of 2 case(s) and no end (the run was killed, or is running)"
     log.end(["a-k2-x"], "SIGTERM")
     assert unfinished_reason(read_log(path)) == "the run was interrupted (SIGTERM) with 1 of 2 case(s) finished"
-    log.append(row("a-k2-x"))  # a later run went on in this log
+    log.append(result("a-k2-x"))  # a later run went on in this log
     log.end([], None)
     log.close()
     logged = read_log(path)
@@ -236,7 +244,7 @@ def test_a_finished_run_whose_other_cases_were_skipped_is_finished(tmp_path: Pat
 
     log = ResultsLog(tmp_path / "run.jsonl", SETTINGS, cases=["a-k1-x", "gpt2-k1-x"])
     log.start()
-    log.append(row("a-k1-x"))
+    log.append(result("a-k1-x"))
     log.end([], None)
     log.close()
     assert unfinished_reason(read_log(tmp_path / "run.jsonl")) is None
@@ -254,14 +262,14 @@ def test_a_log_without_a_finished_case_is_nothing_to_lose(tmp_path: Path) -> Non
 def test_carried_rows_keep_the_run_that_measured_them(tmp_path: Path) -> None:
     first = ResultsLog(tmp_path / "first.jsonl", SETTINGS, fingerprint={"cpu_capability": "AVX512"})
     first.start()
-    first.append(row("a-k1-x"))
+    first.append(result("a-k1-x"))
     first.close()
     earlier = read_log(tmp_path / "first.jsonl")
     second = ResultsLog(
         tmp_path / "second.jsonl", SETTINGS, fingerprint={"cpu_capability": "AVX2"}, carried_from=earlier.origins()
     )
     second.start(earlier.rows.values())
-    second.append(row("a-k2-x"))
+    second.append(result("a-k2-x"))
     second.close()
     origins = read_log(tmp_path / "second.jsonl").origins()
     assert [(group["fingerprint"]["cpu_capability"], group["cases"]) for group in origins] == [
@@ -289,7 +297,7 @@ def test_a_full_disk_fails_the_write_that_hit_it_and_not_the_close(
 
     monkeypatch.setattr(os, "write", full)
     with pytest.raises(OSError, match="No space left"):
-        log.append(row("a-k1-x"))
+        log.append(result("a-k1-x"))
     log.close()  # nothing buffered is left to fail again
     monkeypatch.undo()
     assert read_log(tmp_path / "run.jsonl").rows == {}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factory import case_result
 
 from pytest_specbench.results.run_files import Output, OutputPaths, RunFiles
 from pytest_specbench.results.tally import CaseTally
@@ -60,11 +61,11 @@ def test_the_log_holds_each_row_and_a_partial_run_saves_no_baseline(tmp_path: Pa
     files.claim()
     assert files.log_to_start
     files.start_log(["a", "b"], [], [])
-    files.log_row({"case": "a", "speedup": 1.5})
+    files.log_row(case_result(case="a", speedup=1.5))
     files.end_log(["b"], None)
     lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert lines[0]["cases"] == ["a", "b"] and lines[0]["command"] == "pytest bench"
-    assert lines[1]["case"] == "a" and lines[2]["missing_cases"] == ["b"]
+    assert lines[1]["case"] == "a" and lines[1]["speedup"] == 1.5 and lines[2]["missing_cases"] == ["b"]
     assert files.written == [tmp_path / "r.jsonl"]
 
     writers = _Writers()

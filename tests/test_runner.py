@@ -3,6 +3,7 @@ themselves: test_blocks.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -15,9 +16,11 @@ from factory import tiny_pair, write_tiny_pair
 from pytest_specbench import greedy_generate, speculative_generate
 from pytest_specbench.engine.stats import DecodeStats, GenerationResult
 from pytest_specbench.measure.matrix import Case
+from pytest_specbench.measure.pairing import COMPILED_STEPS, Pairing, choose_pairing
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.measure.row import Measurement, build_result
+from pytest_specbench.settings.config import parse_settings
 
 # --- the row: intervals and the unstable flag ---------------------------------------------------
 
@@ -34,7 +37,7 @@ def _run(wall_s: float, prefill_s: float = 0.01, new_tokens: int = 11) -> Genera
     return GenerationResult(sequences=torch.zeros(1, 3 + new_tokens, dtype=torch.long), prompt_length=3, stats=stats)
 
 
-def _result(baseline_s: list, speculative_s: list, paired: bool = True):
+def _result(baseline_s: list, speculative_s: list, paired: bool = True, pairing: Pairing | None = None):
     """A row from fabricated runs: each a wall time, or (wall time, prefill time)."""
     case = Case(PairSpec("tiny", "t", "d"), 4, Prompt("natural-01", "natural", "text"), "natural")
     measurement = Measurement(
@@ -46,6 +49,7 @@ def _result(baseline_s: list, speculative_s: list, paired: bool = True):
         verdict={"verdict": "lossless", "first_divergence": None},
         target_load_s=0.0,
         target_load_source="local",
+        pairing=pairing,
     )
     return build_result(case, measurement, "cpu", "float32", ci_target=0.05)
 
@@ -66,6 +70,18 @@ def test_noisy_rounds_give_a_wide_interval_and_an_unstable_row():
 def test_one_round_has_no_interval_and_counts_as_unstable():
     row = _result([1.0], [0.5])
     assert row.speedup_ci_low is None and row.unstable
+
+
+def test_a_compiled_block_records_rounds_and_why_it_did_not_interleave():
+    config = dataclasses.replace(parse_settings({}), compile_steps=True)
+    row = _result([1.0, 1.0], [0.5, 0.5], pairing=choose_pairing(config, [None]))
+    assert row.pairing == "rounds" and row.pairing_reason == COMPILED_STEPS
+    assert row.to_row()["pairing_reason"] == COMPILED_STEPS
+
+
+def test_a_row_records_no_pairing_where_its_measurement_has_none():
+    row = _result([1.0, 1.0], [0.5, 0.5])
+    assert row.pairing == "" and row.pairing_reason == ""
 
 
 def _times(run) -> tuple[float, ...]:
@@ -262,7 +278,7 @@ import json
 import os
 
 import pytest_specbench.engine.interleave as interleave
-import pytest_specbench.measure.runner as runner
+import pytest_specbench.measure.sequence as runner
 
 _greedy, _after = runner.greedy_generate, interleave.InterleavedBaseline.after_step
 counts = {"whole": 0, "between": 0}

@@ -13,6 +13,7 @@ from factory import DEFAULT_RUN_ROW
 from pytest_specbench.report import summary as report
 from pytest_specbench.results import gate, schema
 from pytest_specbench.results.schema import CaseResult
+from pytest_specbench.results.strict_json import strict_json
 
 
 def _row(**overrides) -> dict:
@@ -86,22 +87,21 @@ def test_a_field_added_to_the_schema_appears_in_the_csv_json_summary_gate_and_ex
         kw_only=True,
     )
     monkeypatch.setattr(schema, "CaseResult", extended)
-    base = _row()
-    row = dataclasses.asdict(extended(**base))
-    assert row["energy_j"] == 0.25
+    row = extended(**_row())
+    assert row.to_row()["energy_j"] == 0.25
     header = next(csv.reader(io.StringIO(report.csv_text([row]))))
     assert "energy_j" in header
-    assert json.loads(report.json_text([row], {}, {}))["results"][0]["energy_j"] == 0.25
+    assert json.loads(strict_json(report.run_document([row], {}, {})))["results"][0]["energy_j"] == 0.25
     assert any("J/token" in line for line in report.summary_lines([row]))
     assert "energy_j" in schema.extra_info_fields()
-    assert gate.baseline_document([row], {})["cases"][row["case"]]["energy_j"] == 0.25
+    assert gate.baseline_document([row], {})["cases"][row.case]["energy_j"] == 0.25
     # and without the extension, none of them has it
     monkeypatch.undo()
     assert "energy_j" not in schema.csv_columns() and "energy_j" not in schema.extra_info_fields()
 
 
 def test_summary_shows_the_interval_and_the_unstable_mark():
-    lines = report.summary_lines([_row(decode_speedup=0.5, unstable=True)])
+    lines = report.summary_lines([CaseResult.from_row(_row(decode_speedup=0.5, unstable=True))])
     assert any("0.50 [0.40, 0.60] !" in line for line in lines)
     assert any("1 case(s) unstable" in line for line in lines)
 

@@ -1,4 +1,4 @@
-"""GPU readiness: one command that checks the whole CUDA path in minutes (issue 24).
+"""GPU readiness: one command that checks the whole CUDA path in minutes.
 
 The command line (``python benchmarks/gpu_check.py``) and the parent's course: run the parts, judge them,
 fill in what did not run, write the summaries, exit 1 naming any failed check. Imports no torch.

@@ -1,4 +1,5 @@
-"""The greedy acceptance rule, shared by the unbatched and the batched engine."""
+"""The step rules shared by the unbatched and the batched engine: how long a draft block may be, and how many
+of its drafts the target accepts when greedy."""
 
 from __future__ import annotations
 
@@ -18,3 +19,9 @@ def greedy_accepted(
     if valid is not None:
         agree &= valid
     return agree.long().cumprod(dim=1).sum(dim=1)
+
+
+def block_limit(k: int, remaining: int) -> int:
+    """Drafts a step may propose: at most ``k``, leaving room for the target's bonus token among the ``remaining``
+    new tokens, so no block runs past ``max_new_tokens``."""
+    return min(k, remaining - 1)

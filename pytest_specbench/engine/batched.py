@@ -1,22 +1,15 @@
 """Batched greedy and speculative decoding: B left-padded prompts, each row at its own speed.
 
-Greedy only (``temperature=0``): each row's output is the target's greedy continuation of its prompt.
-
->>> from pytest_specbench.engine.batched import batched_speculative_generate, left_pad
 >>> ids, mask = left_pad([[5, 6, 7], [8, 9]], pad_token_id=0)
 >>> out = batched_speculative_generate(target, draft, ids, mask, k=4, max_new_tokens=32)
->>> [row.token_ids for row in out]          # one GenerationResult per row
->>> out.stats.decode_tokens_per_second      # the whole batch
+>>> [row.token_ids for row in out], out.stats.decode_tokens_per_second   # per row; the whole batch
 
-Each step every unfinished row drafts up to ``k`` tokens (through the drafter's
-:class:`~pytest_specbench.engine.drafters.BatchDrafter` interface), the target scores all rows' blocks in
-one pass, and each row commits its own accepted prefix plus the target's next token, so rows advance by
-different amounts; both caches (:class:`~pytest_specbench.engine.row_cache.RowCache`) roll back per row.
-A finished row leaves both caches, so it costs no more work.
-
-Lossless means: each row equals the target's own batched greedy ``model.generate`` with the same padding,
-and its unbatched greedy output up to float rounding (batched products round differently, so at a near-tie
-of the top-2 logits a batched run may take the other token; transformers #39421).
+Greedy only. Each step every unfinished row drafts up to ``k`` tokens
+(:class:`~pytest_specbench.engine.drafters.BatchDrafter`), the target scores all rows' blocks in one pass, and each
+row commits its own accepted prefix plus the target's next token; both caches
+(:class:`~pytest_specbench.engine.row_cache.RowCache`) roll back per row, and a finished row leaves them. Lossless
+means equal to the target's batched greedy ``generate`` with the same padding, and to its unbatched output up to
+float rounding at near-ties (transformers #39421): docs/measuring.md, "Batch size".
 """
 
 from __future__ import annotations
@@ -27,11 +20,11 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
-from .acceptance import greedy_accepted
+from .acceptance import block_limit, greedy_accepted
 from .drafters import BatchDrafter, Drafter, ModelDrafter, RowDrafters
 from .inputs import check_batch, check_lengths, left_pad
 from .row_cache import RowCache
-from .stats import DecodeStats, GenerationResult, record_step, record_verify_step
+from .stats import DecodeStats, GenerationResult, record_step, record_step_times, record_verify_step
 from .timing import DeviceClock
 
 __all__ = [
@@ -183,7 +176,7 @@ def batched_greedy_generate(
             feed, feed_valid = chosen.unsqueeze(1), None
     end = clock.now()
     batch.verify_time_s = max(end - start - batch.prefill_time_s, 0.0)
-    return _finish(rows, batch, start, end, "compact" if cache.compact else "holes", ids.shape[1])
+    return _finish(rows, batch, start, end, cache.layout, ids.shape[1])
 
 
 # --- drafting ----------------------------------------------------------------------------
@@ -212,6 +205,22 @@ def _as_batch_drafter(draft, batch_size: int) -> BatchDrafter:
 # --- speculative -------------------------------------------------------------------------
 
 
+@dataclass
+class _BatchRun:
+    """What every step of one batched speculative run reads, and the rows it commits to."""
+
+    rows: list[_Row]
+    cache: RowCache
+    drafter: BatchDrafter
+    k: int
+    max_new_tokens: int
+    eos_token_id: int | None
+    pad_token_id: int
+    clock: DeviceClock
+    stats: DecodeStats = field(default_factory=DecodeStats)
+    start: float = 0.0
+
+
 @torch.inference_mode()
 def batched_speculative_generate(
     target: PreTrainedModel,
@@ -227,70 +236,68 @@ def batched_speculative_generate(
 ) -> BatchedGenerationResult:
     """Greedy speculative decoding of a left-padded batch; each row equals the target's greedy output.
 
-    Greedy only (no sampling). The first step is the batched prefill (the target commits each row's
-    first token; a draft model reads the prompts), timed as ``stats.prefill_time_s``. Then each step
-    drafts up to ``k`` tokens per row (fewer where a row's ``max_new_tokens`` is near, or where prompt
-    lookup finds fewer), verifies all rows' blocks in one target pass, and commits per row the
-    accepted prefix plus the target's next token; both caches roll back per row. A row stops after
-    ``max_new_tokens`` tokens or just after ``eos_token_id`` and leaves the batch.
+    Greedy only (no sampling). The first step is the batched prefill, timed as ``stats.prefill_time_s``. Then
+    each step drafts up to ``k`` tokens per row (fewer near a row's ``max_new_tokens``, or where prompt lookup
+    finds fewer), verifies all rows' blocks in one target pass, and commits per row the accepted prefix plus the
+    target's next token; both caches roll back per row. A row stops after ``max_new_tokens`` tokens or just after
+    ``eos_token_id`` and leaves the batch.
 
-    ``draft``: a causal LM sharing the target's vocabulary (or a ``ModelDrafter``), a
-    ``PromptLookupDrafter``, or a sequence of one ``Drafter`` per row. ``pad_token_id`` fills the
-    holes of padded blocks (any id works; they are masked). ``layout``: see the module docstring.
+    ``draft``: a causal LM sharing the target's vocabulary (or a ``ModelDrafter``), a ``PromptLookupDrafter``,
+    or a sequence of one ``Drafter`` per row. ``pad_token_id`` fills the holes of padded blocks (any id works;
+    they are masked). ``layout``: the caches' layout (:class:`~pytest_specbench.engine.row_cache.RowCache`).
     """
     check_lengths(max_new_tokens, k)
     ids, mask = check_batch(input_ids, attention_mask, target.device)
-    batch_size = ids.shape[0]
-    drafter = _as_batch_drafter(draft, batch_size)
+    drafter = _as_batch_drafter(draft, ids.shape[0])
     drafter.reset()
-    rows = [_Row(ids[b, mask[b].bool()].tolist()) for b in range(batch_size)]
-    clock = DeviceClock(target.device)
-    batch = DecodeStats()
-    cache = RowCache(target, layout)
-    active = list(range(batch_size)) if max_new_tokens > 0 else []
-    start = clock.now()
-    if active:
-        logits = cache.forward(ids, None if bool(mask.all()) else mask.bool(), logits_to_keep=1)
-        first = logits[:, -1].argmax(dim=-1).tolist()
-        drafter.prefill_rows(ids, mask, layout)
-        for b in active:
-            _commit(rows[b], [first[b]], max_new_tokens, eos_token_id)
-            record_step(rows[b].stats, 0, 0, 1, 0)
-            rows[b].stats.draft_forward_passes += drafter.last_passes
-        record_step(batch, 0, 0, batch_size, 0)
-        batch.prefill_time_s = clock.now() - start
-        active = _drop_finished(rows, active, cache, drafter, clock, start)
+    rows = [_Row(ids[b, mask[b].bool()].tolist()) for b in range(ids.shape[0])]
+    cache, clock = RowCache(target, layout), DeviceClock(target.device)
+    run = _BatchRun(rows, cache, drafter, k, max_new_tokens, eos_token_id, pad_token_id, clock)
+    run.start = clock.now()
+    active = _prefill_rows(run, ids, mask, layout) if max_new_tokens > 0 else []
     t_step = clock.now()
     while active:
-        live = [rows[b] for b in active]
-        limits = [min(k, max_new_tokens - len(row.tokens) - 1) for row in live]
-        proposals = drafter.propose_rows([row.sequence for row in live], limits, pad_token_id)
-        t_verify = clock.now()
-        accepted, target_tokens = _verify_rows(cache, live, proposals, pad_token_id)
-        step_accepted = step_bonus = 0
-        for i, row in enumerate(live):
-            a = accepted[i]
-            kept, _ = _commit(row, proposals[i][:a] + [target_tokens[i][a]], max_new_tokens, eos_token_id)
-            kept_accepted = record_verify_step(row.stats, len(proposals[i]), a, kept, k)
-            row.stats.draft_forward_passes += drafter.last_passes
-            step_accepted += kept_accepted
-            step_bonus += kept - kept_accepted
-        # The target cache holds every committed token but the newest; the draft rolls back to match.
-        keep = torch.tensor([len(row.sequence) - 1 for row in live], dtype=torch.long)
-        cache.rollback(keep)
-        drafter.commit_rows(accepted)
-        t_done = clock.now()
-        batch.draft_time_s += t_verify - t_step
-        batch.verify_time_s += t_done - t_verify
-        for row in live:
-            row.stats.draft_time_s += t_verify - t_step
-            row.stats.verify_time_s += t_done - t_verify
-        record_step(batch, sum(len(p) for p in proposals), step_accepted, step_bonus, k)
-        active = _drop_finished(rows, active, cache, drafter, clock, start)
-        t_step = clock.now()
+        active, t_step = _batched_step(run, active, t_step)
     end = clock.now()
-    batch.draft_forward_passes = drafter.forward_passes
-    return _finish(rows, batch, start, end, "compact" if cache.compact else "holes", ids.shape[1])
+    run.stats.draft_forward_passes = drafter.forward_passes
+    return _finish(rows, run.stats, run.start, end, cache.layout, ids.shape[1])
+
+
+def _prefill_rows(run: _BatchRun, ids: torch.Tensor, mask: torch.Tensor, layout: str) -> list[int]:
+    """The first step: the target reads the prompts and commits each row's first token, and the drafter reads
+    the prompts. Returns the rows still active."""
+    logits = run.cache.forward(ids, None if bool(mask.all()) else mask.bool(), logits_to_keep=1)
+    first = logits[:, -1].argmax(dim=-1).tolist()
+    run.drafter.prefill_rows(ids, mask, layout)
+    for row, token in zip(run.rows, first):
+        _commit(row, [token], run.max_new_tokens, run.eos_token_id)
+        record_step(row.stats, 0, 0, 1, 0)
+        row.stats.draft_forward_passes += run.drafter.last_passes
+    record_step(run.stats, 0, 0, len(run.rows), 0)
+    run.stats.prefill_time_s = run.clock.now() - run.start
+    return _drop_finished(run, list(range(len(run.rows))))
+
+
+def _batched_step(run: _BatchRun, active: list[int], t_draft: float) -> tuple[list[int], float]:
+    """One decode step of the ``active`` rows: draft, verify and accept, commit, roll both caches back, record.
+
+    ``t_draft`` is the clock reading the step starts from. Returns the rows still active and the clock
+    reading the next step starts from.
+    """
+    live = [run.rows[b] for b in active]
+    limits = [block_limit(run.k, run.max_new_tokens - len(row.tokens)) for row in live]
+    proposals = run.drafter.propose_rows([row.sequence for row in live], limits, run.pad_token_id)
+    t_verify = run.clock.now()
+    accepted, target_tokens = _verify_rows(run.cache, live, proposals, run.pad_token_id)
+    step_accepted, step_bonus = _commit_rows(run, live, proposals, accepted, target_tokens)
+    # The target cache holds every committed token but the newest; the draft rolls back to match.
+    run.cache.rollback(torch.tensor([len(row.sequence) - 1 for row in live], dtype=torch.long))
+    run.drafter.commit_rows(accepted)
+    t_done = run.clock.now()
+    for stats in (run.stats, *(row.stats for row in live)):
+        record_step_times(stats, t_draft, t_verify, t_done)
+    record_step(run.stats, sum(len(p) for p in proposals), step_accepted, step_bonus, run.k)
+    return _drop_finished(run, active), run.clock.now()
 
 
 def _verify_rows(
@@ -313,17 +320,32 @@ def _verify_rows(
     return accepted.tolist(), target_tokens.tolist()
 
 
-def _drop_finished(
-    rows: list[_Row], active: list[int], cache: RowCache, drafter: BatchDrafter, clock: DeviceClock, start: float
-) -> list[int]:
-    keep = [position for position, b in enumerate(active) if not rows[b].done]
+def _commit_rows(
+    run: _BatchRun, live: list[_Row], proposals: list[list[int]], accepted: list[int], target_tokens: list[list[int]]
+) -> tuple[int, int]:
+    """Per row: commit its accepted drafts and the target's next token, and record the step in the row's stats.
+    Returns the accepted and the bonus tokens kept, summed over the rows."""
+    step_accepted = step_bonus = 0
+    for row, proposal, num_accepted, tokens in zip(live, proposals, accepted, target_tokens):
+        committed = proposal[:num_accepted] + [tokens[num_accepted]]
+        kept, _ = _commit(row, committed, run.max_new_tokens, run.eos_token_id)
+        kept_accepted = record_verify_step(row.stats, len(proposal), num_accepted, kept, run.k)
+        row.stats.draft_forward_passes += run.drafter.last_passes
+        step_accepted += kept_accepted
+        step_bonus += kept - kept_accepted
+    return step_accepted, step_bonus
+
+
+def _drop_finished(run: _BatchRun, active: list[int]) -> list[int]:
+    """Note when each newly finished row finished and drop it from both caches; returns the rows still active."""
+    keep = [position for position, b in enumerate(active) if not run.rows[b].done]
     for b in active:
-        if rows[b].done and not rows[b].stats.wall_time_s:
-            rows[b].stats.wall_time_s = clock.now() - start
+        if run.rows[b].done and not run.rows[b].stats.wall_time_s:
+            run.rows[b].stats.wall_time_s = run.clock.now() - run.start
     if len(keep) == len(active):
         return active
     if keep:
-        index = torch.tensor(keep, dtype=torch.long, device=cache.valid.device)
-        cache.select(index)
-        drafter.select_rows(index)
+        index = torch.tensor(keep, dtype=torch.long, device=run.cache.valid.device)
+        run.cache.select(index)
+        run.drafter.select_rows(index)
     return [active[p] for p in keep]

@@ -1,36 +1,12 @@
 """The cost model behind a speedup: acceptance alpha, tokens per step and the predicted speedup.
 
-Plain formulas on built-in types (no torch, no pytest), after Leviathan, Kalman and Matias,
-"Fast Inference from Transformers via Speculative Decoding" (ICML 2023), with these changes: the
-cost of a verify pass is the measured curve v(m) over its length m, not one target step; a step
-drafts what the drafter actually proposed, not always k; and the draft's catch-up pass is priced.
-
-- alpha: each drafted token is accepted with probability alpha, independently, until the first
-  rejection. A step that drafted d tokens and accepted a < d saw a accepts and one rejection; a
-  step with a == d saw d accepts and was cut (censored) at d. The likelihood is
-  alpha^(sum a) * (1 - alpha)^(rejections), so the maximum-likelihood alpha is
-  sum(a) / (sum(a) + rejections). Steps that drafted nothing say nothing about alpha.
-- tau(d) = (1 - alpha^(d+1)) / (1 - alpha): expected tokens per verify pass of a block of d
-  drafted tokens (d + 1 when alpha is 1; 1 for a plain target step, d = 0).
-- A step that drafts d tokens costs, in units of v(1),
-
-      o + v(d + 1) / v(1) + d * c + P(the step before was accepted whole) * (c2 - c)
-
-  with c a drafted token's one-position draft pass, c2 the draft's two-position pass and o a
-  per-step overhead, all measured over v(1). After a block accepted whole the draft has not read
-  its own last token, so its first pass of the next step reads that token and the target's bonus
-  token together (the catch-up): with probability alpha^d after a block of d.
-- The row's prediction (:func:`predict_steps`): the steps as they ran, each at its own drafted
-  length (a shortened last block, a step where prompt lookup found nothing, a proposal that
-  stopped where the earlier match ended): predicted speedup = sum tau(d) / sum cost(d), a greedy
-  token costing v(1); predicted tau = sum tau(d) / steps, comparable with the measured tau.
-- The prediction at any k (:func:`predict_proposals`, for the recommendation): a long run whose
-  steps draft the drafter's proposal lengths capped at k (:func:`proposals_at`; always k for a
-  draft model, where it is the textbook tau(k) v(1) / (k c v(1) + v(k + 1)) plus the catch-up and
-  o). The recommended k maximises it, for every drafter alike: past where prompt lookup's
-  proposals stop, a larger k drafts nothing more, and the smallest such k wins.
-- The textbook :func:`predicted_speedup` and :func:`recommended_k` stay, for the schedules that
-  choose k step by step.
+Plain formulas on built-in types (no torch, no pytest), after Leviathan, Kalman and Matias (ICML 2023), changed
+where a CPU differs from the textbook: a verify pass costs the measured curve v(m) over its length m, not one target
+step; a step drafts what the drafter actually proposed, not always k; and the draft's catch-up pass (reading its
+own last token after a block accepted whole) is priced. :func:`predict_steps` predicts a row from its steps as they
+ran; :func:`predict_proposals` predicts any k for the recommendation; the textbook :func:`predicted_speedup` and
+:func:`recommended_k` serve the schedules that choose k step by step. Each formula, alpha's censored maximum
+likelihood and tau(d) included: docs/engines.md, "The cost model".
 """
 
 from __future__ import annotations

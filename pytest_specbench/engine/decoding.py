@@ -1,23 +1,14 @@
-"""Greedy and speculative decoding for Hugging Face causal LMs.
+"""Greedy and speculative decoding for Hugging Face causal LMs, plain functions with no pytest in sight.
 
-Both loops are plain functions with no pytest in sight:
-
->>> from pytest_specbench import greedy_generate, speculative_generate
->>> base = greedy_generate(target, input_ids, max_new_tokens=64)
 >>> spec = speculative_generate(target, draft, input_ids, k=4, max_new_tokens=64)
->>> spec.token_ids == base.token_ids
+>>> spec.token_ids == greedy_generate(target, input_ids, max_new_tokens=64).token_ids
 True
 
-Greedy speculative decoding (``temperature=0``, the default) is lossless by
-construction: the drafter proposes ``k`` tokens, the target scores the block in
-one forward pass, and the longest prefix on which the target's argmax agrees is
-committed together with the target's own next token. Both KV caches are
-cropped back to the committed length, so no prefix is recomputed.
-
-With ``temperature > 0`` both functions sample (``top_p`` and ``top_k`` filter
-as in ``model.generate``), and speculative decoding keeps or resamples the
-drafts by the rule of :mod:`~pytest_specbench.engine.sampling`: the output is
-distributed as the target's own samples, though no longer token-equal to them.
+Greedy speculative decoding (``temperature=0``, the default) is lossless by construction: the target scores the
+drafted block in one pass, the longest prefix its argmax agrees with is committed with the target's own next token,
+and both KV caches are cropped back to the committed length, so no prefix is recomputed. With ``temperature > 0``
+both functions sample and drafts are kept or resampled by :mod:`~pytest_specbench.engine.sampling`, so the output is
+distributed as the target's samples. Usage: docs/library.md; sampling: docs/sampling.md.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers import Cache, PreTrainedModel
 
-from .acceptance import greedy_accepted
+from .acceptance import block_limit, greedy_accepted
 from .compiled_steps import one_token_step
 from .drafters import Drafter, ModelDrafter, as_drafter
 from .inputs import as_batch_of_one, check_lengths
@@ -36,7 +27,7 @@ from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_
 from .output_head import column_head
 from .sampling import GREEDY, SamplingParams, accept_draft, next_token, sampling_distribution
 from .schedules import ConstantSchedule, DraftSchedule
-from .stats import DecodeStats, GenerationResult, record_step, record_verify_step
+from .stats import DecodeStats, GenerationResult, record_step, record_step_times, record_verify_step
 from .timing import DeviceClock
 
 __all__ = ["GreedyStepper", "greedy_generate", "speculative_generate"]
@@ -220,7 +211,7 @@ class _Speculation:
         check_lengths(max_new_tokens)
         schedule = k if isinstance(k, DraftSchedule) else ConstantSchedule(k)
         schedule.reset()
-        # Only passed when set, so a drafter written before confidence thresholds existed still works.
+        # Only passed when set, so a drafter whose propose() takes no min_confidence still works.
         confidence = {} if schedule.confidence_threshold is None else {"min_confidence": schedule.confidence_threshold}
         drafter = as_drafter(draft)
         drafter.reset()
@@ -245,8 +236,8 @@ class _Speculation:
         return run, ids
 
 
-def _propose(run: _Speculation, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """At most ``k`` draft tokens on the target's device (none for ``k`` 0), with the draft's ``q`` rows
+def _draft(run: _Speculation, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Draft: at most ``k`` tokens on the target's device (none for ``k`` 0), with the draft's ``q`` rows
     under sampling (``None`` when greedy, or for a drafter whose proposal is a point mass). A schedule's
     ``min_confidence`` applies when greedy."""
     if k <= 0:
@@ -260,16 +251,27 @@ def _propose(run: _Speculation, ids: torch.Tensor, k: int) -> tuple[torch.Tensor
 def _score(
     run: _Speculation, ids: torch.Tensor, proposal: torch.Tensor, draft_probs: torch.Tensor | None
 ) -> tuple[int, torch.Tensor]:
-    """Verify ``proposal`` in one target pass, led by the newest committed token (not fed to the target yet);
-    returns what :func:`_verify` returns."""
+    """Verify and accept: score ``proposal`` in one target pass, led by the newest committed token (not fed to
+    the target yet); returns what :func:`_verify` returns."""
     block = torch.cat([ids[0, -1:], proposal]).unsqueeze(0)
     if run.sampling.greedy:
         return _verify(run.target, run.cache, block, proposal)
     return _verify_sampled(run.target, run.cache, block, proposal, draft_probs, run.sampling, run.generator)
 
 
+def _commit(
+    run: _Speculation, ids: torch.Tensor, proposal: torch.Tensor, target_tokens: torch.Tensor, num_accepted: int
+) -> tuple[torch.Tensor, int, bool]:
+    """Commit the accepted drafts and the target's next token, cut just after an EOS; returns the new committed
+    sequence, how many tokens it gained, and whether it ended at EOS."""
+    committed = torch.cat([proposal[:num_accepted], target_tokens[num_accepted : num_accepted + 1]])
+    committed, hit_eos = _cut_at_eos(committed, run.eos_token_id)
+    return torch.cat([ids, committed.unsqueeze(0)], dim=1), committed.numel(), hit_eos
+
+
 def _roll_back(run: _Speculation, committed_length: int, num_accepted: int, proposed: bool) -> None:
-    """Crop the target cache to every committed token but the newest; the drafter keeps what was accepted."""
+    """Roll back: crop the target cache to every committed token but the newest; the drafter keeps what was
+    accepted."""
     crop_to(run.cache, min(committed_length - 1, cache_length(run.cache)))
     if proposed:  # only a drafter that was asked to propose has anything to commit
         run.drafter.commit(num_accepted)
@@ -288,28 +290,47 @@ def _prefill(run: _Speculation, ids: torch.Tensor) -> tuple[torch.Tensor, bool]:
 def _speculative_step(
     run: _Speculation, ids: torch.Tensor, max_length: int, t_draft: float
 ) -> tuple[torch.Tensor, bool, float]:
-    """One decode step: draft, verify the block in one target pass, commit the accepted prefix plus the
-    target's next token, and roll both caches back to the committed length.
+    """One decode step: draft, verify and accept, commit, roll both caches back, record.
 
     ``ids`` is the committed sequence, of which the target cache holds all but the newest token;
     ``t_draft`` is the clock reading the step starts from. Returns the new committed sequence,
     whether it ended at EOS, and the clock reading that ended the step.
     """
     chosen_k = run.schedule.next_k()
-    block_k = min(chosen_k, max_length - ids.shape[1] - 1)  # room for the bonus token: no block overshoots
-    proposal, draft_probs = _propose(run, ids, block_k)
+    block_k = block_limit(chosen_k, max_length - ids.shape[1])
+    proposal, draft_probs = _draft(run, ids, block_k)
     t_verify = run.clock.now()
     num_accepted, target_tokens = _score(run, ids, proposal, draft_probs)
-    committed = torch.cat([proposal[:num_accepted], target_tokens[num_accepted : num_accepted + 1]])
-    committed, hit_eos = _cut_at_eos(committed, run.eos_token_id)
-    ids = torch.cat([ids, committed.unsqueeze(0)], dim=1)
+    ids, committed, hit_eos = _commit(run, ids, proposal, target_tokens, num_accepted)
     _roll_back(run, ids.shape[1], num_accepted, proposed=block_k > 0)
     run.schedule.update(proposal.numel(), num_accepted)
     t_done = run.clock.now()
-    run.stats.draft_time_s += t_verify - t_draft
-    run.stats.verify_time_s += t_done - t_verify
-    record_verify_step(run.stats, proposal.numel(), num_accepted, committed.numel(), chosen_k)
+    record_step_times(run.stats, t_draft, t_verify, t_done)
+    record_verify_step(run.stats, proposal.numel(), num_accepted, committed, chosen_k)
     return ids, hit_eos, t_done
+
+
+def _decode(
+    run: _Speculation, ids: torch.Tensor, max_length: int, start: float, between_steps: Callable[[float], None] | None
+) -> tuple[torch.Tensor, float]:
+    """The prefill, timed apart so time to first token compares with greedy decoding's, then decode steps until
+    ``max_length`` or EOS. ``between_steps`` runs after each step, its time left out of the times reported;
+    returns the committed sequence and the seconds spent there."""
+    ids, hit_eos = _prefill(run, ids) if ids.shape[1] < max_length else (ids, False)
+    t_step = run.clock.now()
+    run.stats.prefill_time_s = t_step - start
+    paused, t_before = 0.0, start
+    while True:
+        if between_steps is not None and t_step > t_before:
+            between_steps(t_step - t_before)
+            t_resumed = run.clock.now()
+            paused += t_resumed - t_step
+            t_step = t_resumed
+        if hit_eos or ids.shape[1] >= max_length:
+            return ids, paused
+        t_before = t_step
+        # Each step starts where the last one ended: one device sync fewer.
+        ids, hit_eos, t_step = _speculative_step(run, ids, max_length, t_step)
 
 
 @torch.inference_mode()
@@ -331,58 +352,25 @@ def speculative_generate(
 ) -> GenerationResult:
     """Speculative decoding: greedy, equal to the target's greedy output, or sampled, distributed as its samples.
 
-    ``draft`` is a causal LM sharing the target's tokenizer, or any
-    :class:`~pytest_specbench.drafters.Drafter`. Each step drafts up to ``k``
-    tokens (fewer near the end, so no block runs past ``max_new_tokens``), or
-    as many as a :class:`~pytest_specbench.engine.schedules.DraftSchedule` chooses,
-    verifies them in one target forward pass and commits the agreeing prefix
-    plus the target's next token. The first step is the prefill alone (the
-    target commits its first token; the drafter reads the prompt), timed as
-    ``stats.prefill_time_s``. Stops after ``max_new_tokens`` tokens, or just
-    after ``eos_token_id`` when one is given.
-
-    ``temperature > 0`` samples: drafts are drawn from the draft's processed
-    distribution, kept with probability ``min(1, p/q)``, and the first rejected
-    one is replaced by a draw from ``max(p - q, 0)`` normalised (see
-    :func:`~pytest_specbench.engine.sampling.accept_draft`); ``top_p`` and
-    ``top_k`` process both models' logits as ``model.generate`` does. A seeded
-    ``generator`` (on the target's device, or the CPU) makes a run reproducible.
-
-    ``head_kernel="auto"`` computes the target's output head over a verify block in whichever of
-    two equal forms was measured faster (:mod:`~pytest_specbench.engine.output_head`);
-    ``"linear"`` keeps the model's own. ``compile_steps=True`` keeps both caches static and runs a
-    draft model's one-token steps through ``torch.compile``; verify passes stay eager
-    (:mod:`~pytest_specbench.engine.compiled_steps`).
-
-    ``between_steps(seconds)``, when given, is called after the prefill and after every decode step with
-    that step's seconds; the time it takes is left out of every time the run reports. The interleaved
-    baseline (:mod:`~pytest_specbench.engine.interleave`) runs there, so both see the machine alike.
+    ``draft``: a causal LM sharing the target's tokenizer, or any :class:`~pytest_specbench.engine.drafters.Drafter`.
+    After the prefill (``stats.prefill_time_s``) each step drafts up to ``k`` tokens, or what a
+    :class:`~pytest_specbench.engine.schedules.DraftSchedule` chooses, verifies them in one target pass and commits
+    the accepted prefix plus the target's next token, until ``max_new_tokens`` or just after ``eos_token_id``.
+    ``temperature > 0`` samples (:func:`~pytest_specbench.engine.sampling.accept_draft`), ``top_p``/``top_k`` filter
+    both models' logits as ``model.generate`` does, and a seeded ``generator`` makes it reproducible.
+    ``head_kernel``: the verify head's form (:mod:`~pytest_specbench.engine.output_head`); ``compile_steps=True``:
+    static caches and compiled draft steps (:mod:`~pytest_specbench.engine.compiled_steps`);
+    ``between_steps(seconds)`` runs after the prefill and each step, untimed (the interleaved baseline runs there).
     """
     sampling = SamplingParams(temperature, top_p, top_k)
     run, ids = _Speculation.start(
         target, draft, k, input_ids, max_new_tokens, sampling, generator, eos_token_id, compile_steps
     )
     prompt_length = ids.shape[1]
-    max_length = prompt_length + max_new_tokens
-    stats = run.stats
     with column_head(target, head_kernel):
         start = run.clock.now()
-        # The prefill is timed apart, so time to first token compares with greedy decoding's.
-        ids, hit_eos = _prefill(run, ids) if max_new_tokens > 0 else (ids, False)
-        t_step = run.clock.now()
-        stats.prefill_time_s = t_step - start
-        paused, t_before = 0.0, start
-        while True:
-            if between_steps is not None and t_step > t_before:
-                between_steps(t_step - t_before)
-                t_resumed = run.clock.now()
-                paused += t_resumed - t_step
-                t_step = t_resumed
-            if hit_eos or ids.shape[1] >= max_length:
-                break
-            t_before = t_step
-            # Each step starts where the last one ended: one device sync fewer.
-            ids, hit_eos, t_step = _speculative_step(run, ids, max_length, t_step)
+        ids, paused = _decode(run, ids, prompt_length + max_new_tokens, start, between_steps)
+    stats = run.stats
     stats.wall_time_s = run.clock.now() - start - paused
     stats.draft_forward_passes = run.drafter.forward_passes
     stats.new_tokens = ids.shape[1] - prompt_length

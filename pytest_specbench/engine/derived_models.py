@@ -171,22 +171,13 @@ def _dynamic_int8(model: PreTrainedModel) -> nn.Module:
 
 
 def int8_copy(model: PreTrainedModel) -> nn.Module:
-    """A low-precision copy of ``model`` for drafting, chosen by its device.
+    """A low-precision copy of ``model`` for drafting, chosen by its device; still a ``PreTrainedModel`` of the same
+    class, so it drafts through :class:`~pytest_specbench.engine.drafters.ModelDrafter`.
 
-    * CPU: dynamic int8 quantisation (``torch.ao.quantization.quantize_dynamic``
-      on every ``nn.Linear``, weights ``qint8``, activations quantised per
-      call); GPT-2's ``Conv1D`` blocks are first turned into ``nn.Linear`` so
-      they are quantised too. Embeddings and norms stay float32. Should
-      ``quantize_dynamic`` be missing from the installed torch, weight-only
-      int8 (:class:`Int8WeightOnlyLinear`) is used instead.
-    * CUDA / MPS / other accelerators: the int8 dynamic kernels are CPU-only,
-      so the copy is cast to **bfloat16** where the device supports it
-      (CUDA compute capability >= 8.0), else **float16**; when the target
-      already runs in that dtype, the other of the two.
-
-    The copy is still a ``PreTrainedModel`` of the same class, so it works as
-    a draft with :class:`~pytest_specbench.engine.drafters.ModelDrafter`. Emulated bfloat16 (torch counts it as
-    supported on pre-Ampere GPUs) is not taken: there the copy is float16.
+    * CPU: dynamic int8 quantisation of every ``nn.Linear`` (GPT-2's ``Conv1D`` converted first); embeddings and
+      norms stay float32. Without ``quantize_dynamic`` in torch, weight-only :class:`Int8WeightOnlyLinear`.
+    * Accelerators (int8 dynamic kernels are CPU-only): **bfloat16** where natively supported (not emulated, as
+      torch counts it on pre-Ampere GPUs), else **float16**; when the target already runs in that dtype, the other.
     """
     device = model.device
     if device.type == "cpu":

@@ -1,17 +1,13 @@
 """The peer engine: the same case through transformers' own assisted generation.
 
-``hf_assisted_generate`` runs ``target.generate`` greedily with the draft model as
-``assistant_model``, or with ``prompt_lookup_num_tokens`` for prompt lookup, and returns the same
-:class:`~.stats.GenerationResult` as this package's engine. Its counts are read from what
-``generate`` did, never assumed: a hook on the target records each forward pass (positions fed,
-cache length), from which the drafted and accepted tokens of every step follow; a hook on the
-draft counts and times its passes.
-
-Draft length, schedule and confidence threshold are read by transformers 5 from the
-*assistant's* ``generation_config`` (keyword arguments to ``generate`` do not reach the draft),
-so they are set there for the call and restored afterwards. That restore matters twice: the
-``"heuristic"`` schedule writes its final draft length back into the assistant's config, so
-without it each timed run would start where the previous one ended.
+``hf_assisted_generate`` runs ``target.generate`` greedily with the draft model as ``assistant_model`` (or
+``prompt_lookup_num_tokens`` for prompt lookup) and returns the same :class:`~.stats.GenerationResult` as the
+native engine. Its counts are read from what ``generate`` did, never assumed: a hook on the target records each
+forward pass, from which every step's drafted and accepted tokens follow; a hook on the draft counts and times its
+passes. transformers 5 reads the draft length, schedule and confidence threshold from the *assistant's*
+``generation_config``, so they are set there for the call and restored after it: the ``"heuristic"`` schedule
+writes its final length back there, and each timed run would otherwise start where the last ended. See
+docs/engines.md, "Engines side by side".
 """
 
 from __future__ import annotations

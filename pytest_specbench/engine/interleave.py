@@ -1,9 +1,8 @@
 """The baseline interleaved with a speculative run: target-only steps between the run's steps.
 
-On a shared CPU the machine's speed changes within a second (a 270M model's tokens took 77 ms for a while, then
-110 ms), so a baseline timed before or after a speculative run sees another machine than the run did: run after
-run, the log ratio of two identical greedy decodes spread 7.1%; interleaved token by token, 1.8%
-(benchmarks/machine_drift.py --interleaved, a 2-core AVX-512 machine). :class:`InterleavedBaseline` is called
+On a shared CPU the machine's speed changes within a second, so a baseline timed before or after a speculative
+run sees another machine than the run did; interleaved token by token, the two see the same one (the figures:
+docs/measuring.md, "The baseline, interleaved with each run"). :class:`InterleavedBaseline` is called
 after each of a speculative run's steps (``speculative_generate(between_steps=...)``) and runs target-only greedy
 steps until its decode time has caught up with the run's, so both are timed over the same seconds of the machine.
 

@@ -1,18 +1,13 @@
 """The target's output head over a verify block, computed as ``weight @ hidden.T`` where that is faster.
 
-A verify pass needs the vocabulary logits at every position of its block. On CPU, torch's
-``linear`` over a few rows of a large head runs far below memory speed: measured on a 2-core AVX2
-CPU with Gemma 3 270M's head (262,144 x 640, 168M of its 268M parameters), 5 rows took 176 ms
-as ``linear`` and 44 ms as ``weight @ hidden.T``; one row (a plain decoding step) 62 ms either
-way. Both forms compute the same dot products; rounding may differ in the last bits, as it
-already does between a one-row and a many-row pass, and the lossless check covers both.
-
-Which form is faster depends on the CPU, the BLAS and the shape, so it is measured, not assumed:
-the first time a head is called on a row count (2 or more), both forms are timed on that input
-(interleaved, median of 3 after a warm-up) and the faster one serves that (head, row count) for
-the rest of the process (``kernel="auto"``). ``"column"`` takes ``weight @ hidden.T`` for every
-multi-row call and ``"linear"`` keeps the model's own head. One-row calls always go through the
-model's own ``linear``.
+A verify pass needs the vocabulary logits at every position of its block. On CPU, torch's ``linear`` over a few
+rows of a large head can run far below memory speed where ``weight @ hidden.T`` does not (docs/engines.md, "The
+verify pass's output head"; figures on its dated page). Both forms compute the same dot products; the last bits may
+round differently, as between a one-row and a many-row pass, and the lossless check covers both. Which is faster
+depends on the CPU, the BLAS and the shape, so ``kernel="auto"`` times both on the first call at each row count (2
+or more: interleaved, median of 3 after a warm-up) and keeps the faster for that (head, row count) for the rest of
+the process. ``"column"`` always takes ``weight @ hidden.T`` for multi-row calls, ``"linear"`` keeps the model's
+own head. One-row calls always use the model's own ``linear``.
 """
 
 from __future__ import annotations

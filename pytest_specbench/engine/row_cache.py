@@ -55,6 +55,11 @@ class RowCache:
         self.forward_passes = 0
 
     @property
+    def layout(self) -> str:
+        """The layout in use: ``"compact"`` or ``"holes"``."""
+        return "compact" if self.compact else "holes"
+
+    @property
     def slots(self) -> int:
         return 0 if self.valid is None else self.valid.shape[1]
 

@@ -1,22 +1,14 @@
 """Speculative sampling: the distributions, the accept/resample rule and a check of the rule.
 
-Under sampling, speculative decoding stays lossless *in distribution*: the
-committed tokens are distributed exactly as if the target had sampled them
-one by one (Leviathan et al. 2023, "Fast Inference from Transformers via
-Speculative Decoding"; Chen et al. 2023, "Accelerating Large Language Model
-Decoding with Speculative Sampling"). With ``p`` the target's and ``q`` the
-draft's next-token distribution after the same temperature, top-k and top-p
-processing, a draft token ``x ~ q`` is kept with probability
-``min(1, p(x) / q(x))``; at the first rejection the token is drawn from the
-normalised positive part of ``p - q``; after a fully accepted block the bonus
-token is drawn from the target's next distribution. A model-free drafter
-(prompt lookup) proposes deterministically: ``q`` is a point mass and the
-rule keeps the token with probability ``p(x)``.
+Under sampling, speculative decoding stays lossless *in distribution* (Leviathan et al. 2023; Chen et al. 2023).
+With ``p`` the target's and ``q`` the draft's next-token distribution after the same temperature, top-k and top-p
+processing, a draft token ``x ~ q`` is kept with probability ``min(1, p(x) / q(x))``; the first rejected one is
+replaced by a draw from the normalised positive part of ``p - q``, and after a fully accepted block the bonus token
+is drawn from ``p``. Prompt lookup proposes a point mass, so its token is kept with probability ``p(x)``.
 
-The decoding loop and :func:`check_acceptance_rule` (the per-case check of a
-benchmark under sampling) both run :func:`accept_drafts`, so the check tests
-the code that decodes. All randomness comes from a caller's
-:class:`torch.Generator`, so a seeded run is reproducible.
+The decoding loop and :func:`check_acceptance_rule` (the per-case check under sampling) both run
+:func:`accept_drafts`, so the check tests the code that decodes. All randomness comes from the caller's
+:class:`torch.Generator`, so a seeded run is reproducible. How it is tested: docs/sampling.md.
 """
 
 from __future__ import annotations

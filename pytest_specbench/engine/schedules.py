@@ -1,20 +1,14 @@
 """Draft-length schedules: how many tokens the drafter proposes at each step.
 
-The engine asks ``next_k()`` before each step and reports ``update(drafted, accepted)`` after
-it. Three schedules:
+The engine asks ``next_k()`` before each step and reports ``update(drafted, accepted)`` after it.
 
 - :class:`ConstantSchedule`: the same k every step (the seeds' setting).
-- :class:`HeuristicSchedule`: Hugging Face's ``"heuristic"`` draft length (start at 20, +2 after
-  a fully accepted block, -1 otherwise, never below 1) with its confidence threshold (a model
-  drafter stops a block after a token whose probability is below 0.4), reset for every
-  generation as transformers' ``"heuristic_transient"`` does.
-- :class:`CostModelSchedule`: each step drafts the k that maximises the predicted decode speedup
-  under the measured verify-cost curve v(m) and a running estimate of the acceptance alpha
-  (see :mod:`pytest_specbench.engine.cost_model`); k = 0 (a plain target step) when no k is
-  predicted to beat it, with a probe block now and then so the estimate can recover. Where v(m) is
-  irregular, as on CPU with a large vocabulary head, this follows the curve's cheap lengths
-  instead of walking k one step at a time. k=auto uses :meth:`CostModelSchedule.tuned`, its setting per
-  drafter (a draft model opens long, grows after a block accepted whole and counts only its sure tokens).
+- :class:`HeuristicSchedule`: transformers' ``"heuristic"`` draft length and confidence threshold, reset for
+  every generation as ``"heuristic_transient"`` does.
+- :class:`CostModelSchedule`: the k with the highest predicted speedup under the measured verify-cost curve v(m)
+  and a running alpha (:mod:`pytest_specbench.engine.cost_model`), or a plain target step with a probe now and
+  then; where v(m) is irregular (a CPU, a large vocabulary head) it follows the curve's cheap lengths instead of
+  walking k one step at a time. k=auto uses :meth:`CostModelSchedule.tuned`. Both: docs/engines.md, "k schedules".
 """
 
 from __future__ import annotations
@@ -74,40 +68,16 @@ class HeuristicSchedule(DraftSchedule):
 class CostModelSchedule(DraftSchedule):
     """Drafts the k with the highest predicted speedup under the measured costs and the running alpha.
 
-    ``verify_costs[m - 1]`` is v(m), the time of a target pass over m positions (k up to
-    ``len(verify_costs) - 1`` is considered); ``cost_ratio`` is one drafted token's time over v(1).
-    Alpha is estimated as in :func:`~pytest_specbench.cost_model.alpha_mle` from counts that
-    decay by ``decay`` per step (acceptance drifts along a text), starting from a prior of
-    ``prior_alpha`` worth ``prior_weight`` observations. When no k is predicted to pay, it takes
-    plain target steps, but the first step and every ``probe_every``-th plain step in a row still
-    draft the most promising block: a schedule that never drafts would never learn that the
-    draft is better than the prior says (measured on CPU: with v(2) = 1.9 v(1), an int8 draft pays
-    only above alpha 0.78).
-
-    A model drafter also ends a block at a token it is unsure of (``confidence_threshold``, 0.4 as
-    in transformers), so k is a cap and the blocks stay where the draft is likely right.
-
-    The constructor's defaults are the generic rule. What k=auto drafts with is :meth:`tuned`: one setting for a
-    draft model whose confidence stop is on (greedy), one for prompt lookup (c = 0), chosen offline by simulation
-    on recorded acceptance traces (``benchmarks/schedule_traces.py``) of the embedded pairs, 3 prompts each of
-    the categories technical, code, wikipedia_style, creative_fiction, technical_ml, natural, code_python,
-    repetitive and list_items, with dialogue, code_json and repetitive_pattern held out. The traces showed what
-    one alpha hides: the int8 draft's first token was accepted 0.92 of the time where the draft was sure (top
-    probability 0.4 or more) and 0.56 where it was not, and a block that has gone right keeps going right (the
-    chance the next token is accepted rises from 0.73 at the first position to 0.93 at the seventh).
-
-    - **The draft's confidence as a per-token signal** (``unsure_weight``): a block the confidence stop ended
-      holds one token the draft was unsure of, last; alpha counts the sure tokens in full and the unsure one at
-      ``unsure_weight`` (1: in full; 0: alpha is the acceptance of sure tokens, and the stop handles the rest).
-    - **Probing long blocks where the draft keeps being right** (``grow``): after a block that drafted every
-      token it was asked for and was accepted whole, the next block is at least ``grow_factor`` times as long.
-      None: on for a drafter that costs something (``cost_ratio > 0``); False: off.
-    - **Opening long** (``open_long``): a generation's first block drafts the longest k the curve holds (a
-      draft model's confidence stop ends it where the draft is unsure), so a continuation the draft knows whole
-      costs one or two steps, as at the best constant k.
-    - **Memory across generations** (``carry``, off): :meth:`reset` keeps ``carry`` times the counts.
-
-    No rule looks at the tokens: a schedule only chooses how many to draft, so the output stays the target's.
+    ``verify_costs[m - 1]`` is v(m), a target pass over m positions (k up to ``len(verify_costs) - 1``);
+    ``cost_ratio`` is one drafted token's time over v(1). Alpha is :func:`~pytest_specbench.engine.cost_model.alpha_mle`
+    on counts decaying by ``decay`` per step (acceptance drifts along a text), from a prior ``prior_alpha`` worth
+    ``prior_weight`` observations. When no k pays it takes plain steps, but the first and every ``probe_every``-th
+    plain step in a row draft, or it could never learn the draft beats the prior. A model draft also ends a block at
+    a token below ``confidence_threshold``, so k is a cap. ``unsure_weight`` counts that unsure token in alpha;
+    ``grow`` (None: on when ``cost_ratio > 0``) makes a block after one accepted whole at least ``grow_factor`` as
+    long; ``open_long`` opens a generation with the longest k; ``carry`` keeps that share of the counts across
+    :meth:`reset`. No rule looks at the tokens, so the output stays the target's. The defaults are the generic rule;
+    k=auto's per-drafter setting, :meth:`tuned`, and why: docs/engines.md, "k schedules".
     """
 
     def __init__(
@@ -151,12 +121,11 @@ class CostModelSchedule(DraftSchedule):
         """k=auto's schedule for a drafter: the setting chosen offline for it (see the class notes).
 
         ``confidence_stop``: whether a model draft's blocks end at an unsure token (greedy decoding; the engine
-        passes no threshold when sampling). Simulated k=auto / the best constant k in 1, 2, 4, 8, 16 per prompt
-        (geometric mean over the 27 tuning prompts; c = 0.40 and 0.45, step overhead 0 and 0.1 v(1)):
-        int8 pair 0.997 to 0.999 (the generic rule: 0.964 to 0.978); prompt lookup 1.005 to 1.009 (0.989).
+        passes no threshold when sampling). How it compares with the best constant k per prompt, in simulation:
+        docs/results/2026-12-01-kauto-held-out-tuned.md.
         """
         if cost_ratio > 0 and confidence_stop:
-            # Alpha of the sure tokens (0.92 measured) as the prior; blocks open long and grow while accepted.
+            # A high prior, as the sure tokens' acceptance in the traces; blocks open long and grow while accepted.
             return cls(
                 verify_costs,
                 cost_ratio,

@@ -123,6 +123,12 @@ def record_step(stats: DecodeStats, drafted: int, accepted: int, bonus: int, k: 
     stats.k_per_step.append(k)
 
 
+def record_step_times(stats: DecodeStats, t_draft: float, t_verify: float, t_done: float) -> None:
+    """Add one decode step's times: drafting from ``t_draft`` to ``t_verify``, then verifying to ``t_done``."""
+    stats.draft_time_s += t_verify - t_draft
+    stats.verify_time_s += t_done - t_verify
+
+
 def record_verify_step(stats: DecodeStats, drafted: int, accepted: int, committed: int, k: int) -> int:
     """:func:`record_step` for a verify pass that accepted ``accepted`` drafts and committed ``committed`` tokens
     in all; returns the accepted tokens kept. An EOS inside the accepted prefix drops the tokens after it, bonus

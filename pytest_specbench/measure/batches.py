@@ -1,44 +1,39 @@
 """Cases of batch size B > 1: the batch a case decodes, its batched baseline and speculative run, its verdict per row.
 
-A batch is built from the prompts of the case's category (the prompt file's prompts of that category, in file
-order, the case's own prompt first), repeated when the category has fewer than B, each tokenised as an unbatched
-case's prompt is, then left padded (:func:`~pytest_specbench.engine.batched.left_pad`). So acceptance differs
-between rows as it would in a server.
-
-The baseline is the target's batched greedy decoding (:func:`~pytest_specbench.engine.batched.batched_greedy_generate`);
-the speculative run is :func:`~pytest_specbench.engine.batched.batched_speculative_generate` with the case's drafter
-(a draft model drafts for all rows in batched passes; prompt lookup looks up each row's own sequence). Greedy only,
-a constant k only, eager only: :func:`batch_refusal` says why any other batched case is skipped.
-
-Lossless per row: each row's tokens must equal the target's own batched ``generate`` with the same padding (the
-batched reference) and that prompt's unbatched greedy output (the reference of its batch-1 case). Batched and
-padded matrix products round differently from unbatched ones (transformers #39421), so where the target's top-2
-logits are within rounding a batched run may take the other token: such a difference is a tie-divergence (the
-margin below the tie tolerance in half precision, below :data:`FLOAT32_BATCH_TIE` in float32), never a pass. The
-case is lossless only when every row is.
+A batch is the case's own prompt, then the other prompts of its category in file order, repeated up to B, each
+tokenised as an unbatched case's and left padded, so rows accept differently, as in a server. The baseline is
+:func:`~pytest_specbench.engine.batched.batched_greedy_generate`, the speculative run
+:func:`~pytest_specbench.engine.batched.batched_speculative_generate` with the case's drafter; greedy, constant k
+and eager only (:func:`batch_refusal` says why another case is skipped). Each row must equal the target's batched
+``generate`` with the same padding and its prompt's unbatched greedy output; batched products round differently
+(transformers #39421), so a difference at a top-2 margin below the tie tolerance (:data:`FLOAT32_BATCH_TIE` in
+float32) is a tie-divergence, never a pass, and the case is lossless only when every row is. See docs/measuring.md,
+"Batch size".
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
 
 from ..engine.batched import BatchedGenerationResult, batched_greedy_generate, batched_speculative_generate, left_pad
-from ..engine.drafters import ModelDrafter
-from ..engine.plain_generate import plain_generate, plain_generation_config
+from ..engine.drafters import BatchDrafter, ModelDrafter
+from ..engine.plain_generate import own_pad_token_id, plain_generate, plain_generation_config
 from ..engine.sampling import SamplingParams
 from ..models.base import NotApplicable, context_window
 from ..models.loading import LoadedModel
 from ..settings.config import SpecbenchConfig
+from .case_run import BaselineRun, CaseRun, NewInterleaved
 from .costs import CostProfile, measure_batched_costs, probed_k
+from .engines import ENGINES, SpeculativeRun
 from .inputs import check_context_windows, prompt_input_ids
 from .matrix import Case
+from .pairing import BATCHED_RUNS
 from .prompts import Prompt
-from .shared import SharedMeasurements
-from .store import ModelStore
 from .verdicts import diagnose
 
 #: in float32, a row that differs from a reference where the target's top-2 logit margin is below this is a
@@ -60,7 +55,7 @@ def batch_prompts(prompt: Prompt, all_prompts: Sequence[Prompt], size: int) -> l
 def batch_refusal(case: Case, config: SpecbenchConfig) -> str | None:
     """Why a case of batch > 1 cannot run (it is skipped with the reason), or None. The hf engine's own refusal
     is :data:`~.engines.HF_BATCH_REFUSAL`."""
-    if case.batch <= 1:
+    if not case.batched:
         return None
     if config.temperature > 0:
         return (
@@ -79,7 +74,7 @@ class BatchSetup:
     """What a batched case decodes and with what, before anything is timed."""
 
     target: LoadedModel
-    drafter: Any
+    drafter: BatchDrafter
     input_ids: torch.Tensor  # (B, T), left padded
     attention_mask: torch.Tensor  # (B, T)
     row_ids: list[torch.Tensor]  # each row's own prompt, (1, T_b), unpadded
@@ -92,13 +87,13 @@ class BatchSetup:
     costs: CostProfile
     sampling: SamplingParams = SamplingParams()  # greedy: the batched engine samples nothing
 
-    @property
-    def own_ids(self) -> torch.Tensor:
-        return self.row_ids[0]
-
 
 def batched_reference(
-    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_token_id: int | None
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    max_new_tokens: int,
+    eos_token_id: int | None,
 ) -> list[list[int]]:
     """The target's batched greedy ``generate`` with the same left padding, per row (cut just after EOS)."""
     config = plain_generation_config(model, max_new_tokens, eos_token_id)
@@ -110,89 +105,118 @@ def batched_reference(
     return rows
 
 
-def _pad_token_id(tokenizer) -> int:
-    for candidate in (getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None)):
-        if isinstance(candidate, int):
-            return candidate
-    return 0
+def pad_token_id(model: PreTrainedModel) -> int:
+    """The id that fills a batch's masked positions: the model's own pad
+    (:func:`~..engine.plain_generate.own_pad_token_id`, as its batched reference pads), else 0: a masked
+    position's id never reaches the output."""
+    own = own_pad_token_id(model)
+    return 0 if own is None else own
 
 
-def prepare_batch(
-    case: Case, store: ModelStore, shared: SharedMeasurements, config: SpecbenchConfig, all_prompts: list[Prompt]
-) -> BatchSetup:
-    """Load the pair, build and pad the batch, check the context windows, and get both references and the costs."""
-    refusal = batch_refusal(case, config)
-    if refusal:
-        raise NotApplicable(refusal)
-    pair = case.pair
-    target = store.target(pair)
-    prompts = batch_prompts(case.prompt, all_prompts, case.batch)
+def _batch_input(run: BatchRun, prompts: list[Prompt]) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, int]:
+    """Each row's own prompt tokens, and the batch left padded: (row ids, ids, mask, pad id)."""
+    context, pair = run.context, run.case.pair
+    target = context.store.target(pair)
     row_ids = [
-        shared.input_ids(
+        context.shared.input_ids(
             (pair.target, pair.revision, prompt.id),
             lambda prompt=prompt: prompt_input_ids(
-                target.tokenizer, prompt, all_prompts, config.context_tokens, store.device
+                target.tokenizer, prompt, context.all_prompts, context.config.context_tokens, context.store.device
             ),
         )
         for prompt in prompts
     ]
-    pad = _pad_token_id(target.tokenizer)
+    pad = pad_token_id(target.model)
     ids, mask = left_pad([row[0].tolist() for row in row_ids], pad_token_id=pad)
-    ids, mask = ids.to(store.device), mask.to(store.device)
-    eos = target.tokenizer.eos_token_id if config.stop_at_eos else None
-    n = config.max_new_tokens
-    drafter = store.drafter(pair)
-    models = {f"target {pair.target!r}": target.model}
-    if isinstance(drafter, ModelDrafter):
-        models[f"draft {pair.draft_label!r}"] = drafter.model
-    # The padded width: the batched engine's positions count a row's own tokens only, but its cache holds the
-    # padded width, and so does the batched generate() that is its reference.
-    check_context_windows(case, int(ids.shape[1]), n, models)
-    references = shared.batched_reference(
-        (pair.target, pair.revision, store.dtype_for(pair), tuple(prompt.id for prompt in prompts), n, eos),
-        lambda: batched_reference(target.model, ids, mask, n, eos),
-    )
-    unbatched = [store.reference(pair, prompt.id, row, n, eos) for prompt, row in zip(prompts, row_ids)]
-    window = context_window(target.model.config)
-    longest = probed_k(config.ks, n, None if window is None else window[0] - int(ids.shape[1]))
-    costs = shared.costs(
-        (pair.name, longest, "batch", case.batch, case.prompt.id),
-        lambda: measure_batched_costs(target.model, drafter, ids, mask, longest + 1),
-    )
-    return BatchSetup(
-        target,
-        drafter,
-        ids,
-        mask,
-        row_ids,
-        [prompt.id for prompt in prompts],
-        n,
-        eos,
-        pad,
-        references,
-        unbatched,
-        costs,
-    )
+    return row_ids, ids.to(context.store.device), mask.to(context.store.device), pad
 
 
-def speculative_run(case: Case, setup: BatchSetup) -> Callable[[], BatchedGenerationResult]:
-    # The store's drafter is a BatchDrafter (engine/drafters.py): each run resets it and reads the batch's prompts.
-    return lambda: batched_speculative_generate(
-        setup.target.model,
-        setup.drafter,
-        setup.input_ids,
-        setup.attention_mask,
-        int(case.k),
-        setup.max_new_tokens,
-        eos_token_id=setup.eos_token_id,
-        pad_token_id=setup.pad_token_id,
-    )
+class BatchRun(CaseRun):
+    """A case of batch size B > 1 (see the module docstring)."""
 
+    setup: BatchSetup
 
-def baseline_run(setup: BatchSetup) -> Callable[[], BatchedGenerationResult]:
-    return lambda: batched_greedy_generate(
-        setup.target.model, setup.input_ids, setup.attention_mask, setup.max_new_tokens, eos_token_id=setup.eos_token_id
-    )
+    def prepare(self) -> None:
+        case, context = self.case, self.context
+        store, shared, config = context.store, context.shared, context.config
+        refusal = ENGINES[case.engine].refusal(case, None) or batch_refusal(case, config)
+        if refusal:
+            raise NotApplicable(refusal)
+        pair = case.pair
+        target, drafter = store.target(pair), store.drafter(pair)
+        if not isinstance(drafter, BatchDrafter):
+            raise NotApplicable(f"the batched engine drafts with a BatchDrafter; pair {pair.name}'s drafter is not one")
+        prompts = batch_prompts(case.prompt, context.all_prompts, case.batch)
+        row_ids, ids, mask, pad = _batch_input(self, prompts)
+        eos = target.tokenizer.eos_token_id if config.stop_at_eos else None
+        n = config.max_new_tokens
+        models = {f"target {pair.target!r}": target.model}
+        if isinstance(drafter, ModelDrafter):
+            models[f"draft {pair.draft_label!r}"] = drafter.model
+        # The padded width: the batched engine's positions count a row's own tokens only, but its cache holds the
+        # padded width, and so does the batched generate() that is its reference.
+        check_context_windows(case, int(ids.shape[1]), n, models)
+        references = shared.batched_reference(
+            (pair.target, pair.revision, store.dtype_for(pair), tuple(prompt.id for prompt in prompts), n, eos),
+            lambda: batched_reference(target.model, ids, mask, n, eos),
+        )
+        unbatched = [store.reference(pair, prompt.id, row, n, eos) for prompt, row in zip(prompts, row_ids)]
+        window = context_window(target.model.config)
+        longest = probed_k(config.ks, n, None if window is None else window[0] - int(ids.shape[1]))
+        costs = shared.costs(
+            (pair.name, longest, "batch", case.batch, case.prompt.id),
+            lambda: measure_batched_costs(target.model, drafter, ids, mask, longest + 1),
+        )
+        prompt_ids = [prompt.id for prompt in prompts]
+        self.setup = BatchSetup(
+            target, drafter, ids, mask, row_ids, prompt_ids, n, eos, pad, references, unbatched, costs
+        )
+
+    def _new_runner(self) -> SpeculativeRun:
+        # Each run resets the drafter (a BatchDrafter) and reads the batch's prompts.
+        setup, k = self.setup, int(self.case.k)
+        return lambda: batched_speculative_generate(
+            setup.target.model,
+            setup.drafter,
+            setup.input_ids,
+            setup.attention_mask,
+            k,
+            setup.max_new_tokens,
+            eos_token_id=setup.eos_token_id,
+            pad_token_id=setup.pad_token_id,
+        )
+
+    def baseline(self) -> BaselineRun:
+        setup = self.setup
+        return lambda: batched_greedy_generate(
+            setup.target.model,
+            setup.input_ids,
+            setup.attention_mask,
+            setup.max_new_tokens,
+            eos_token_id=setup.eos_token_id,
+        )
+
+    def interleaved_baseline(self) -> NewInterleaved:
+        raise NotImplementedError(BATCHED_RUNS)
+
+    @property
+    def interleave_refusal(self) -> str | None:
+        return BATCHED_RUNS
+
+    def verdict(self, tokens: list[list[int]]) -> dict[str, Any]:
+        return batch_verdict(self.setup, tokens, self.half_precision, self.context.config.tie_tolerance)
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return self.setup.row_ids[0]
+
+    @property
+    def reference(self) -> list[list[int]]:
+        return self.setup.references
+
+    @property
+    def batch_prompt_ids(self) -> list[str]:
+        return list(self.setup.prompt_ids)
 
 
 def _row_verdict(
@@ -252,3 +276,38 @@ def row_tau(result: BatchedGenerationResult) -> float:
     """Mean tokens per decode step of a row, over the rows."""
     taus = [row.stats.tokens_per_step for row in result]
     return sum(taus) / len(taus) if taus else 0.0
+
+
+def batch_row_fields(
+    last: BatchedGenerationResult,
+    prompt_ids: list[str],
+    speed: dict[str, Any],
+    steps: dict[str, Any],
+    other_time_s: float,
+) -> tuple[dict[str, Any], float]:
+    """A batch's own row fields (its rows' prompts, the whole batch's speeds, the rows' acceptance spread), with
+    ``steps`` made per sequence in place, and the median run's other time per sequence step.
+
+    The cost model reads every row's decode steps in turn, each priced as a step of the whole batch (the batch's
+    v(m) and draft costs), so the overhead of a batch step is charged to each of its rows' steps. The per-position
+    acceptance pooled from those lists is that of the batch's sequences (the batch's own lists sum a step over
+    its rows). ``last``: the last timed run."""
+    steps["tau"] = row_tau(last)
+    steps["new_tokens"] = last[0].stats.new_tokens  # per row, as at batch 1 (the case's own prompt)
+    drafted, accepted, chosen = row_step_lists(last)
+    steps.update(drafted_per_step=list(drafted), accepted_per_step=list(accepted), k_per_step=chosen)
+    if last.stats.decode_steps:
+        other_time_s *= (len(drafted) - 1) / last.stats.decode_steps
+    acceptance = row_acceptance(last)
+    known = [value for value in acceptance if value is not None]
+    fields = dict(
+        batch_prompt_ids=list(prompt_ids),
+        batch_prompt_tokens=[row.prompt_length for row in last],
+        batch_new_tokens=[row.stats.new_tokens for row in last],
+        batch_decode_tps=speed["decode_tps"],
+        batch_baseline_decode_tps=speed["baseline_decode_tps"],
+        row_acceptance=acceptance,
+        row_acceptance_min=min(known) if known else None,
+        row_acceptance_max=max(known) if known else None,
+    )
+    return fields, other_time_s

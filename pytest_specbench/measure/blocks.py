@@ -1,19 +1,14 @@
 """Blocked rounds: the cases that share a target, a prompt and a device are timed together.
 
-A block (:attr:`..matrix.Case.block`) is timed in rounds. Each round runs the speculative decode of every case still
-being timed once, in an order that rotates from round to round. Where every case can (the native engine at batch 1,
-``--specbench-pairing=interleaved``, the default), each run's baseline is interleaved with it: target-only greedy
-steps run between the run's own steps until their decode time has caught up with the run's
-(:mod:`..engine.interleave`), so the two are timed over the same seconds of the machine, whose speed on a shared
-CPU changes within a second. Otherwise (``rounds``) whole baseline runs go before the first case, after every
-``baseline_every`` cases and after the last, and each case's run is paired with the baseline interpolated in time
-between the two around it: drift slower than a run cancels. Either way a case's speedups are paired with its
-baselines, one per round it ran in, and their intervals take the noise pooled over the block's cases
-(:func:`.speedup_intervals.block_spreads`). Within a (pair, engine, prompt) the
-constant k race (:mod:`..results.racing`) compares the cases' drift-corrected times (speculative over paired
-baseline): one slower than the leader at 95% stops being timed and is marked eliminated. A case also stops once
-its intervals are within the target (or its own budget, when given, is spent). The block stops when no case is
-left, at max rounds, or when its share of the run's budget is spent, never below min rounds.
+A block (:attr:`..matrix.Case.block`) is timed in rounds, each running every case still being timed once, in an
+order that rotates. Each run is paired with its baseline as the block's pairing says (:mod:`.pairing`):
+``interleaved`` runs target-only greedy steps between the run's own (:mod:`..engine.interleave`), so both are timed
+over the same seconds of a machine whose speed changes within a second; ``rounds`` runs whole baselines between
+the cases and interpolates them in time. The intervals pool the noise over the block's cases
+(:func:`.speedup_intervals.block_spreads`), and the constant k race (:mod:`..results.racing`) stops timing a k
+slower than the leader. A case also stops once its intervals are within the target or its own budget is spent; the
+block stops when no case is left, at max rounds or when its share of the run's budget is spent, never below min
+rounds. Why each: docs/measuring.md, "Timing".
 """
 
 from __future__ import annotations
@@ -30,6 +25,7 @@ from ..engine.stats import GenerationResult
 from ..results.racing import eliminations
 from ..settings.config import SpecbenchConfig
 from .matrix import Case
+from .pairing import Pairing
 from .speedup_intervals import NO_SPREADS, Spreads, block_spreads, precision
 
 #: the race's family-wise false-elimination rate within one (pair, engine, prompt), over all its looks
@@ -50,9 +46,7 @@ class TimedCase:
     """One case of a block: how to run it once, and what its rounds gave."""
 
     case: Case
-    run: Callable[..., GenerationResult]
-    # The run takes ``between_steps`` (the native engine at batch 1), so its baseline can be interleaved.
-    interleavable: bool = False
+    run: Callable[..., GenerationResult]  # takes ``between_steps`` where the block's pairing interleaves
     rounds: list[int] = field(default_factory=list)  # the block rounds it ran in
     runs: list[GenerationResult] = field(default_factory=list)
     # Per run, the baseline it is paired with (interpolated in time); empty where rounds ran no baseline.
@@ -84,6 +78,10 @@ class BlockTiming:
         return block_spreads([(self.case_baselines(timed, True), timed.runs) for timed in self.cases])
 
 
+#: whole baselines between the cases: what a block runs when nothing else is asked
+WHOLE_ROUNDS = Pairing()
+
+
 def _rotated(items: list, shift: int) -> list:
     shift %= max(len(items), 1)
     return items[shift:] + items[:shift]
@@ -96,17 +94,19 @@ def time_block(
     budget_s: float | None,
     budget_reason: str = BLOCK_BUDGET,
     after_round: Callable[[int, float], None] | None = None,
+    pairing: Pairing = WHOLE_ROUNDS,
     new_interleaved: Callable[[], InterleavedBaseline] | None = None,
 ) -> BlockTiming:
     """Time the block's rounds; ``budget_s`` is its share of the run's budget (None: no limit).
 
     ``after_round(round index, seconds it took)`` is called after each round (the run's estimate uses the first).
-    With ``new_interleaved`` (a fresh interleaved baseline per call), a block whose cases are all interleavable
-    runs each case's baseline between its steps instead of beside it.
+    ``pairing`` says how the baseline is timed (:mod:`.pairing`); an interleaved one takes ``new_interleaved``,
+    a fresh interleaved baseline per call.
     """
+    if pairing.interleaved and new_interleaved is None:
+        raise ValueError("an interleaved pairing needs new_interleaved, a fresh interleaved baseline per call")
     block = BlockTiming(list(cases))
-    paired = not config.baseline_once
-    interleaved = paired and new_interleaved is not None and all(timed.interleavable for timed in block.cases)
+    paired = pairing.paired
     start = time.perf_counter()
     while True:
         active = [timed for timed in block.cases if timed.stop is None]
@@ -122,7 +122,7 @@ def time_block(
         index = block.rounds
         round_start = time.perf_counter()
         order = _rotated(active, index)
-        if interleaved:
+        if pairing.interleaved:
             _run_interleaved_round(block, index, order, new_interleaved)
         elif paired:
             _run_round(block, index, order, config.baseline_every, run_baseline)

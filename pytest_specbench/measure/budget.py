@@ -67,7 +67,7 @@ class RunBudget:
 
 def block_weight(cases: int, batch: int) -> float:
     """A block's work per round, relative: its cases times the rows of a batch (on a CPU a batch's pass costs
-    about in proportion to its rows: measured, batch 4 and 16 rounds took 3.8 and 10 times batch 1's)."""
+    about in proportion to its rows: docs/results/2026-12-01-batch-axis.md)."""
     return float(cases * batch)
 
 

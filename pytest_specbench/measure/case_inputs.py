@@ -1,19 +1,13 @@
 """What a case measures from, as digests: the row's ``inputs_fingerprint``, which ``--specbench-resume``
 compares before it replays a logged row.
 
-Computed from the pair, the prompts and the config alone (no model is loaded), so a resumed run checks
-every logged case before anything loads. Each part is the short sha256 of what it covers:
-
-- ``target``, ``draft``: the model (:func:`..models.loading.source_identity`: a local model by its files'
-  hashes, an embedded one by its declared hash, a hub id by name and revision); ``draft`` only for a draft
-  model;
-- ``drafter``: the drafter's kind and settings (layers kept, n-gram size, ...);
-- ``prompt``: the text the case decodes from: its prompt's, the other rows' of a batch, and the padding text
-  under ``--specbench-context-tokens``;
-- ``case``: the case's own settings that its id may not show (engine, k, batch size, dtype).
-
-The run's result-changing options are compared as a whole before this
-(:func:`..results.log.settings_differences`).
+Computed from the pair, the prompts and the config alone, so a resumed run checks every logged case before any
+model loads. Each part is the short sha256 of what it covers: ``target`` and ``draft`` (the model, by
+:func:`..models.loading.source_identity`; ``draft`` only for a draft model), ``drafter`` (its kind and settings),
+``prompt`` (the case's text, a batch's other rows, the ``--specbench-context-tokens`` padding) and ``case`` (the
+settings its id may not show: engine, k, batch size, dtype). The run's result-changing options are compared as a
+whole before this (:func:`..results.log.settings_differences`). See docs/measuring.md, "Resume replays only what
+it can vouch for".
 """
 
 from __future__ import annotations
@@ -23,6 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..results.schema import CaseResult
 from ..settings.config import SpecbenchConfig
 from .matrix import Case
 from .prompts import Prompt, filler_text
@@ -50,9 +45,7 @@ def case_inputs(case: Case, config: SpecbenchConfig, prompts: Sequence[Prompt]) 
     from .batches import batch_prompts
 
     pair = case.pair
-    texts = [
-        prompt.text for prompt in (batch_prompts(case.prompt, prompts, case.batch) if case.batch > 1 else [case.prompt])
-    ]
+    texts = [prompt.text for prompt in batch_prompts(case.prompt, prompts, case.batch)]  # batch 1: its own
     if config.context_tokens is not None:
         texts.append(filler_text(prompts, exclude_id=case.prompt.id))
     parts = {"target": source_identity(pair.target, revision=pair.revision, cache_dir=config.cache_dir)}
@@ -74,8 +67,8 @@ def inputs_changes(logged: Mapping[str, Any] | None, now: Mapping[str, str]) -> 
 
 
 def replayable(
-    rows: Mapping[str, dict[str, Any]], cases: Sequence[Case], config: SpecbenchConfig, prompts: Sequence[Prompt]
-) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    rows: Mapping[str, CaseResult], cases: Sequence[Case], config: SpecbenchConfig, prompts: Sequence[Prompt]
+) -> tuple[dict[str, CaseResult], dict[str, list[str]]]:
     """The logged ``rows`` a resumed run may replay, and for each other case of ``cases`` what changed.
 
     A row of a case in ``cases`` is replayed only when its fingerprint equals the case's now; a row of a case
@@ -84,9 +77,7 @@ def replayable(
     by_id = {case.id: case for case in cases}
     for case_id, row in rows.items():
         case = by_id.get(case_id)
-        changes = (
-            [] if case is None else inputs_changes(row.get("inputs_fingerprint"), case_inputs(case, config, prompts))
-        )
+        changes = [] if case is None else inputs_changes(row.inputs_fingerprint, case_inputs(case, config, prompts))
         if changes:
             rerun[case_id] = changes
         else:

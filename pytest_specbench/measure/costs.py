@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
 
 from ..engine.compiled_steps import one_token_step
 from ..engine.cost_model import (
@@ -21,7 +22,7 @@ from ..engine.cost_model import (
     recommended_k_for,
 )
 from ..engine.cost_probe import verify_costs
-from ..engine.drafters import Drafter, ModelDrafter
+from ..engine.drafters import BatchDrafter, Drafter, ModelDrafter
 from ..engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from ..engine.output_head import column_head_rows, settle_head_forms
 from ..engine.stats import GenerationResult
@@ -141,8 +142,8 @@ def draft_pass_costs(
 
 
 def measure_costs(
-    target_model,
-    drafter,
+    target_model: PreTrainedModel,
+    drafter: Drafter,
     input_ids: torch.Tensor,
     max_positions: int,
     head_kernel: str = "auto",
@@ -167,7 +168,12 @@ def measure_costs(
 
 @torch.inference_mode()
 def measure_batched_costs(
-    target_model, drafter, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_positions: int, repeats: int = 5
+    target_model: PreTrainedModel,
+    drafter: BatchDrafter,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    max_positions: int,
+    repeats: int = 5,
 ) -> CostProfile:
     """The cost model's inputs at batch B = ``input_ids.shape[0]``, as the batched engine runs its passes
     (:class:`~pytest_specbench.engine.batched.RowCache`, the model's own output head): v(m), one target pass over
@@ -224,12 +230,10 @@ def calibrated_costs(costs: CostProfile, pairs: Sequence[tuple[GenerationResult,
     one-position pass (a catch-up pass counted at the probe's two-to-one ratio), in units of the baselines'
     decode time per token, a target one-token step as the runs take it.
 
-    No estimate made before timing has been steady on the 2-core development machine, where the draft's pass
-    time moves by about 10% over minutes: the probe of single passes read c as 0.37 and 0.48 in two runs whose
-    timed rows paid 0.40 and 0.41 (median over rows of the same ratio), the warm-up's one pair 0.40 and 0.46
-    (rows: 0.41, 0.40), two pairs after it (this) 0.45 (rows: 0.40). This reads it in the engine's own loop;
-    the timed rounds, pooled, read 0.40 to 0.41 in every run. The curve, v(m), stays the probe's.
-    Unchanged where nothing was drafted or decoded, or for a drafter that costs nothing."""
+    Read in the engine's own loop because no estimate made before timing, the probe's included, has matched
+    what the timed rows paid on a shared CPU (docs/results/2026-12-01-default-cpu-run-run-costs.md). The curve,
+    v(m), stays the probe's. Unchanged where nothing was drafted or decoded, or for a drafter that costs
+    nothing."""
     draft_s = sum(run.stats.draft_time_s for _, run in pairs)
     passes = sum(run.stats.draft_forward_passes for _, run in pairs)
     catch_ups = min(

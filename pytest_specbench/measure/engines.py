@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
 
 from ..engine.decoding import speculative_generate
-from ..engine.drafters import PromptLookupDrafter
+from ..engine.drafters import Drafter, PromptLookupDrafter
 from ..engine.hf_assisted import hf_assisted_generate
 from ..engine.names import AUTO, HEURISTIC
 from ..engine.sampling import SamplingParams
@@ -22,6 +23,7 @@ from ..settings.config import SpecbenchConfig
 from ..settings.options import ENGINE_NAMES
 from .costs import CostProfile
 from .matrix import Case
+from .pairing import HF_WHOLE_RUNS
 
 SpeculativeRun = Callable[..., GenerationResult]
 
@@ -30,8 +32,8 @@ SpeculativeRun = Callable[..., GenerationResult]
 class RunInputs:
     """What one case's speculative runs decode: the same for every engine."""
 
-    target_model: Any
-    drafter: Any
+    target_model: PreTrainedModel
+    drafter: Drafter
     input_ids: torch.Tensor
     max_new_tokens: int
     eos_token_id: int | None
@@ -107,8 +109,8 @@ HF_SELF_DRAFT_REFUSAL = (
 )
 
 
-def _hf_refusal(case: Case, drafter: Any) -> str | None:
-    if case.batch > 1:
+def _hf_refusal(case: Case, drafter: Drafter | None) -> str | None:
+    if case.batched:
         return HF_BATCH_REFUSAL
     pair = case.pair
     if pair.drafter == "model" and pair.draft == pair.target:
@@ -125,13 +127,14 @@ def _hf_refusal(case: Case, drafter: Any) -> str | None:
 class Engine:
     runner: Callable[[Case, RunInputs], SpeculativeRun]
     # Why a case cannot run on this engine (it is skipped with the reason), or None.
-    refusal: Callable[[Case, Any], str | None] = lambda case, drafter: None
-    # Its runs take ``between_steps`` (speculative_generate's), so a baseline can run between their steps.
-    interleavable: bool = False
+    refusal: Callable[[Case, Drafter | None], str | None] = lambda case, drafter: None
+    # Why its runs cannot take ``between_steps`` (speculative_generate's), so no baseline runs between their
+    # steps (a :mod:`.pairing` reason); None where they can.
+    whole_runs: str | None = None
 
 
 #: every engine by name: the names are settings/options.py's ENGINE_NAMES, which the option parser accepts
-ENGINES: dict[str, Engine] = {"native": Engine(_native, interleavable=True), "hf": Engine(_hf, _hf_refusal)}
+ENGINES: dict[str, Engine] = {"native": Engine(_native), "hf": Engine(_hf, _hf_refusal, HF_WHOLE_RUNS)}
 if tuple(ENGINES) != ENGINE_NAMES:  # an accepted name with no engine would fail only when a case ran on it
     raise RuntimeError(
         f"the engine registry holds {tuple(ENGINES)}, the option accepts {ENGINE_NAMES}: list the same names in both"

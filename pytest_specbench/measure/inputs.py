@@ -3,9 +3,8 @@ context windows of the models that will read it."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
+from transformers import PreTrainedModel
 
 from ..models.base import UnrunnableCase, context_window
 from .matrix import Case
@@ -27,7 +26,7 @@ def prompt_input_ids(
     return torch.tensor([full], dtype=torch.long, device=device)
 
 
-def check_context_windows(case: Case, prompt_tokens: int, new_tokens: int, models: dict[str, Any]) -> None:
+def check_context_windows(case: Case, prompt_tokens: int, new_tokens: int, models: dict[str, PreTrainedModel]) -> None:
     """Raise :class:`UnrunnableCase` when the prompt and the new tokens need more positions than a model has.
 
     ``models`` maps a role and source ("target 'gpt2'") to the model. The engine never feeds a
@@ -42,9 +41,9 @@ def check_context_windows(case: Case, prompt_tokens: int, new_tokens: int, model
         limit, attribute = window
         if prompt_tokens >= limit:  # not one new token fits: no --specbench-max-new-tokens alone would help
             prompt = (
-                f"the prompt {case.prompt.id!r}"
-                if case.batch <= 1
-                else f"the prompts of batch {case.batch}, padded to its longest row,"
+                f"the prompts of batch {case.batch}, padded to its longest row,"
+                if case.batched
+                else f"the prompt {case.prompt.id!r}"
             )
             helps = (
                 f"cut the prompts with --specbench-context-tokens={limit - new_tokens} (or fewer)"

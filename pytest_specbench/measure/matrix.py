@@ -21,6 +21,11 @@ class Case:
     batch_in_id: bool = False  # more than one batch size runs
 
     @property
+    def batched(self) -> bool:
+        """Several prompts decoded at once, by the batched engine (measure/batches.py)."""
+        return self.batch > 1
+
+    @property
     def id(self) -> str:
         """The pytest id, e.g. ``gpt2_large-k8-code_python``; ``-k "gpt2_large and k8"`` selects on it.
 
@@ -36,7 +41,7 @@ class Case:
         """The cases timed together in blocked rounds (one baseline per round): same target, revision, dtype,
         prompt and batch size; every pair, k and engine on that target. The device is the worker's. A batch size
         above 1 has a baseline of its own (the target's batched decoding), hence a block of its own (``/b{B}``)."""
-        return f"{target_of(self.pair)}:{self.prompt.id}" + (f"/b{self.batch}" if self.batch > 1 else "")
+        return f"{target_of(self.pair)}:{self.prompt.id}" + (f"/b{self.batch}" if self.batched else "")
 
 
 def target_of(pair: PairSpec) -> str:

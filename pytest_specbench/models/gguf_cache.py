@@ -1,28 +1,15 @@
-"""Load GGUF checkpoints through a cache of their dequantised conversions.
+"""Load GGUF checkpoints through a cache of their dequantised conversions (dequantising on every load is slow).
 
-Transformers reads a GGUF file by dequantising every tensor and rebuilding
-the tokenizer from the file's metadata, which takes about a minute for
-Gemma 3 270M on a laptop CPU. The result is saved once with
-``save_pretrained`` (safetensors) under a directory named after the file's
-sha256, and later runs load that directory like any local checkpoint.
+Layout under :func:`default_cache_dir`::
 
-Layout of the cache directory (see :func:`default_cache_dir`)::
+    gguf-converted/<sha256>-tf<transformers version>/   one converted model (``save_pretrained``)
+    hashes/<key>.json  memoised file hashes;  verified/<entry>@<host>.json  last full hash here;  locks/
 
-    gguf-converted/<sha256>-tf<transformers version>/   one converted model
-    hashes/<key>.json                                    memoised file hashes
-    verified/<entry>@<host>.json                         when this machine last hashed an entry
-    locks/                                               conversion locks
-
-An entry is built in a temporary directory, its files fsynced, and renamed into
-place only when complete, so neither a crash nor a power cut leaves a half-written
-entry under its final name. Its marker records the size and sha256 of every file.
-Each load checks the sizes (microseconds); hashing Gemma 3 270M's 1.1 GB entry
-takes about 2.6 s against a 3.9 s load, so the hashes are checked once per machine
-and day (and again whenever a file's size or mtime changed), with a stamp under
-``verified/``. A mismatch, or a load error that means damaged files, discards the
-entry and converts again; any other error (out of memory, say) is raised as it is.
-Entries, like every file here, take their mode from the umask, so a cache shared
-by a group (``umask 002``) is usable by all its members.
+An entry is built in a temporary directory, fsynced and renamed into place only when complete, and its marker
+records every file's size and sha256. Each load checks the sizes; the hashes, which cost almost as much as a load,
+once per machine and day (and whenever a size or mtime changed). Damage discards the entry and converts again;
+other errors are raised as they are. Modes follow the umask, so a group can share the cache. Why and how to share
+it: docs/pairs.md, "The embedded model".
 """
 
 from __future__ import annotations

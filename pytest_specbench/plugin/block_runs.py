@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..measure.blocks import BLOCK_BUDGET, RUN_BUDGET
 from ..measure.budget import RunBudget, block_weight, describe_duration
+from ..measure.case_run import MeasureContext
 from ..measure.matrix import Case
 from ..measure.row import Measurement
 from ..measure.runner import BlockPlan, measure_block
@@ -57,9 +58,9 @@ class BlockRuns:
         return [
             case
             for case in session.cases
-            if case.id in session.selected
+            if case.id in session.tally.selected
             and session.replay(case.id) is None
-            and (session.chosen(case.pair) or session.unavailable_reason(case.pair) is None)
+            and (session.availability.chosen(case.pair) or session.availability.unavailable_reason(case.pair) is None)
         ]
 
     def members(self, case: Case) -> list[Case]:
@@ -88,7 +89,8 @@ class BlockRuns:
             after_round=self._after_round(len(cases), block),
         )
         try:
-            return measure_block(cases, store, shared, self._session.config, self._session.prompts, plan)
+            context = MeasureContext(store, shared, self._session.config, self._session.prompts)
+            return measure_block(cases, context, plan)
         finally:
             self.budget.block_done(block)
 

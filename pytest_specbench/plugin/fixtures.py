@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
+from ..results.schema import CaseResult
 from .activation import ACTIVATION
-from .session import RESULT_KEY, SpecbenchSession
+from .session import SpecbenchSession
+
+#: the user-property name under which a case's result row travels in its test report, as ``to_row()`` gives it
+RESULT_KEY = "specbench_result"
 
 
 def session_of(config: pytest.Config) -> SpecbenchSession:
     """The run's specbench session, started now if no option or case has started it yet."""
     return config.stash[ACTIVATION].start()
+
+
+def reported_result(user_properties: Sequence[tuple[str, Any]]) -> CaseResult | None:
+    """The result row a test report carries (from this process or, through pytest-xdist, a worker), typed."""
+    for name, value in user_properties:
+        if name == RESULT_KEY:
+            return CaseResult.from_row(value)
+    return None
 
 
 def worker(config: pytest.Config) -> tuple[str | None, int]:
@@ -96,22 +109,22 @@ class CaseFixture:
             return None
         return self._request.getfixturevalue("benchmark")
 
-    def run(self, case) -> dict[str, Any]:
+    def run(self, case) -> CaseResult:
         """Measure the case (its whole block, the first time one of its cases runs) and record its result row."""
         from ..measure.case_inputs import case_inputs
         from ..measure.row import build_result
         from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase
         from ..results.schema import extra_info_fields
 
-        row = self._session.replay(case.id)
-        if row is not None:  # finished in the run being resumed: its row again, nothing measured
-            self._request.node.user_properties.append((RESULT_KEY, row))
-            return row
+        replayed = self._session.replay(case.id)
+        if replayed is not None:  # finished in the run being resumed: its row again, nothing measured
+            self._request.node.user_properties.append((RESULT_KEY, replayed.to_row()))
+            return replayed
         benchmark = self._benchmark()
         try:
             measurement = self._blocks.measurement(case, self._store, self._shared)
         except ModelUnavailable as error:
-            if not self._session.chosen(case.pair):
+            if not self._session.availability.chosen(case.pair):
                 pytest.skip(str(error))
             raise pytest.fail.Exception(f"{case.pair.name}: {error}", pytrace=False) from None
         except NotApplicable as error:
@@ -127,18 +140,18 @@ class CaseFixture:
         result.model_loads = dict(self._store.load_counts)
         # What it measured from, so that a resumed run replays this row only for the same models and prompt.
         result.inputs_fingerprint = case_inputs(case, self._session.config, self._session.prompts)
-        row = result.to_row()
         if benchmark is not None:
             _record_in_pytest_benchmark(benchmark, [run.stats.wall_time_s for run in measurement.speculative])
-            benchmark.extra_info.update({name: row[name] for name in extra_info_fields()})
-        self._request.node.user_properties.append((RESULT_KEY, row))
-        return row
+            benchmark.extra_info.update({name: getattr(result, name) for name in extra_info_fields()})
+        self._request.node.user_properties.append((RESULT_KEY, result.to_row()))  # plain types: xdist carries it
+        return result
 
-    def assert_lossless(self, result: dict[str, Any]) -> None:
+    def assert_lossless(self, result: CaseResult) -> None:
         from ..measure.verdicts import divergence_message
 
-        if result["verdict"] == "diverged":
-            pytest.fail(divergence_message(result["case"], result, self._session.config.tie_tolerance), pytrace=False)
+        if result.verdict == "diverged":
+            message = divergence_message(result.case, result.to_row(), self._session.config.tie_tolerance)
+            pytest.fail(message, pytrace=False)
 
 
 def _record_in_pytest_benchmark(benchmark, wall_times_s: list[float]) -> None:

@@ -13,7 +13,14 @@ from ..settings.options import OPTIONS
 from .activation import ACTIVATION, Activation, case_id, is_worker
 
 # The fixtures: pytest finds a plugin's fixtures among its module's names.
-from .fixtures import specbench, specbench_blocks, specbench_config, specbench_shared, specbench_store  # noqa: F401
+from .fixtures import (  # noqa: F401
+    reported_result,
+    specbench,
+    specbench_blocks,
+    specbench_config,
+    specbench_shared,
+    specbench_store,
+)
 from .session import SpecbenchSession
 
 
@@ -94,7 +101,7 @@ class SessionHooks:
     """Per-session hooks, each handing pytest's data to the SpecbenchSession.
 
     Rows come from each report's ``user_properties``, which pytest-xdist carries
-    from the workers, so the controller sees every finished case either way.
+    from the workers, so the controller sees every finished case either way; they reach the session typed.
     """
 
     def __init__(self, session: SpecbenchSession, claim=lambda: None) -> None:
@@ -115,8 +122,8 @@ class SessionHooks:
             case = _case_of(item)
             if case is None or self.session.replay(case.id) is not None:
                 continue  # a resumed case needs no model
-            reason = self.session.unavailable_reason(case.pair)
-            if reason and self.session.chosen(case.pair):
+            reason = self.session.availability.unavailable_reason(case.pair)
+            if reason and self.session.availability.chosen(case.pair):
                 self.unavailable[case.pair.name] = reason
             elif reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
@@ -138,7 +145,7 @@ class SessionHooks:
             report.when,
             report.outcome,
             "specbench" in report.keywords,
-            report.user_properties,
+            reported_result(report.user_properties),
             _skip_reason(report),
         )
 

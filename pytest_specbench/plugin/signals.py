@@ -1,18 +1,12 @@
 """SIGTERM and SIGINT end a benchmark run the way Ctrl-C ends a pytest run: cleanly.
 
-By default SIGTERM (what CI timeouts and cancellations send) kills the process, and every
-finished case held in memory is lost. Here it raises :class:`Terminated`, a KeyboardInterrupt,
-so pytest stops the run, runs ``pytest_sessionfinish`` (the CSV, the JSON and the summary are
-written from what finished) and exits with status 2. SIGINT keeps raising KeyboardInterrupt.
-
-While a result is being recorded the interruption waits, so a row is never half recorded.
-Only the first signal interrupts: a second or third one (a CI runner that signals twice, Ctrl-C
-pressed again) while the run is already ending is noted, not raised, so it cannot break pytest's
-report of the interruption or kill the process before the summary; from the start of the run's
-files until pytest unconfigures, every signal is noted (one that arrives while the files are written
-lets them complete, and the run still exits with status 2). SIGKILL still ends the process at once,
-and the results log keeps every finished case. Installed on the controller only; xdist workers
-keep the defaults.
+SIGTERM (what CI timeouts and cancellations send) would kill the process and lose every finished case held in
+memory; here it raises :class:`Terminated`, a KeyboardInterrupt, so pytest runs ``pytest_sessionfinish`` (the
+files and the summary are written from what finished) and exits with status 2. While a result is being recorded
+the interruption waits, so no row is half recorded. Only the first signal interrupts; later ones (a CI runner that
+signals twice, Ctrl-C again), and any from the start of the run's files until pytest unconfigures, are noted, not
+raised, so they cannot break the report or cut the files short. Installed on the controller only; xdist workers
+keep the defaults. What a user sees: docs/measuring.md, "Nothing lost: the results log and resume".
 """
 
 from __future__ import annotations

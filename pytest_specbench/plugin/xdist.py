@@ -1,7 +1,7 @@
 """Keep all cases of one block (a target and a prompt) on one xdist worker: the block is timed in shared rounds.
 
-xdist's own ``loadgroup`` relies on rewriting node ids on the workers, which did not take effect with
-the pytest and xdist releases this was built on, so cases are grouped by their block here, on the
+xdist's own ``loadgroup`` relies on rewriting node ids on the workers, which does not take effect with
+the pytest and xdist releases this package supports, so cases are grouped by their block here, on the
 controller, from the case id. Whether any case runs is known only once the workers have collected, so
 the scheduler is chosen then: the block scheduling when specbench cases run, else the scheduling xdist
 itself would have used, so other test suites are distributed exactly as without this plugin.

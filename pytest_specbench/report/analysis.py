@@ -1,17 +1,16 @@
 """Read result rows through the cost model: pooled acceptance, the best and the recommended k per prompt.
 
-Shared by the terminal summary, the plots and the Markdown report; rows are plain dicts of the
-schema's fields.
+Shared by the terminal summary, the plots and the Markdown report; rows are the schema's typed
+:class:`CaseResult`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..engine.cost_model import alpha_mle, observed_proposals, position_counts, predict_proposals, proposals_at
-from ..results.schema import row_value
+from ..results.schema import CaseResult
 
 #: the per-pair figures, in report order: ``<figure>_<pair>.png``; plus ``speedup_by_category.png``
 FIGURES = ("speedup_vs_k", "acceptance_heatmap", "tau_vs_k", "position_acceptance", "verify_cost")
@@ -22,28 +21,28 @@ def k_order(k: int | str) -> tuple[int, int, str]:
     return (1, 0, k) if isinstance(k, str) else (0, k, "")
 
 
-def row_order(row: dict[str, Any]) -> tuple:
+def row_order(row: CaseResult) -> tuple:
     """Rows of one pair in table order: by prompt, k, engine."""
-    return (row["prompt"], k_order(row["k"]), row_value(row, "engine"))
+    return (row.prompt, k_order(row.k), row.engine)
 
 
-def rows_by_pair(results: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def rows_by_pair(results: Sequence[CaseResult]) -> dict[str, list[CaseResult]]:
     """Each pair's rows, in the order given, the pairs in order of first appearance: the walk of every per-pair
     table, section and figure."""
-    pairs: dict[str, list[dict[str, Any]]] = {}
+    pairs: dict[str, list[CaseResult]] = {}
     for row in results:
-        pairs.setdefault(row["pair"], []).append(row)
+        pairs.setdefault(row.pair, []).append(row)
     return pairs
 
 
-def several_engines(results: Sequence[dict[str, Any]]) -> bool:
+def several_engines(results: Sequence[CaseResult]) -> bool:
     """Whether the rows come from more than one engine: only then do the tables have an engine column."""
-    return len({row_value(row, "engine") for row in results}) > 1
+    return len({row.engine for row in results}) > 1
 
 
-def constant_k_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def constant_k_rows(rows: Sequence[CaseResult]) -> list[CaseResult]:
     """The rows the k sweep and the cost model read: this package's engine at a constant k."""
-    return [row for row in rows if isinstance(row["k"], int) and row_value(row, "engine") == "native"]
+    return [row for row in rows if isinstance(row.k, int) and row.engine == "native"]
 
 
 @dataclass
@@ -66,15 +65,15 @@ def geometric_mean(values: Sequence[float | None]) -> float | None:
     return float(gmean(positive)) if positive else None
 
 
-def compare_engines(results: Sequence[dict[str, Any]]) -> list[EngineComparison]:
+def compare_engines(results: Sequence[CaseResult]) -> list[EngineComparison]:
     """Per (pair, k) where both engines ran the same prompts: each engine's speedup and native / hf.
 
     End to end (prefill included), because the engines split prefill and decoding differently:
     transformers' first target pass reads the prompt and verifies a draft block at once.
     """
-    by_case = {(row["pair"], row["k"], row["prompt"], row_value(row, "engine")): row for row in results}
+    by_case = {(row.pair, row.k, row.prompt, row.engine): row for row in results}
     comparisons = []
-    for pair, k in dict.fromkeys((row["pair"], row["k"]) for row in results):
+    for pair, k in dict.fromkeys((row.pair, row.k) for row in results):
         prompts = [
             prompt
             for (p, kk, prompt, engine) in by_case
@@ -82,8 +81,8 @@ def compare_engines(results: Sequence[dict[str, Any]]) -> list[EngineComparison]
         ]
         if not prompts:
             continue
-        native = [by_case[pair, k, prompt, "native"]["speedup"] for prompt in prompts]
-        hf = [by_case[pair, k, prompt, "hf"]["speedup"] for prompt in prompts]
+        native = [by_case[pair, k, prompt, "native"].speedup for prompt in prompts]
+        hf = [by_case[pair, k, prompt, "hf"].speedup for prompt in prompts]
         comparisons.append(
             EngineComparison(
                 pair,
@@ -97,13 +96,11 @@ def compare_engines(results: Sequence[dict[str, Any]]) -> list[EngineComparison]
     return sorted(comparisons, key=lambda c: (c.pair, k_order(c.k)))
 
 
-def pooled_position_acceptance(rows: Sequence[dict[str, Any]]) -> list[tuple[int, int, float]]:
+def pooled_position_acceptance(rows: Sequence[CaseResult]) -> list[tuple[int, int, float]]:
     """``(position, steps that drafted that far, share accepted)`` pooled over the rows' decode steps."""
     totals: list[list[int]] = []
     for row in rows:
-        for i, (reached, accepted) in enumerate(
-            position_counts(row_value(row, "drafted_per_step"), row_value(row, "accepted_per_step"))
-        ):
+        for i, (reached, accepted) in enumerate(position_counts(row.drafted_per_step, row.accepted_per_step)):
             if i == len(totals):
                 totals.append([0, 0])
             totals[i][0] += reached
@@ -118,38 +115,35 @@ class PromptAnalysis:
     pair: str
     prompt: str
     best_k: int
-    best_row: dict[str, Any]
+    best_row: CaseResult
     alpha: float | None  # pooled over every k of the prompt
     recommended_k: int | None
     predicted_curve: list[tuple[int, float]]  # (k, predicted decode speedup) for every k with a measured v(k+1)
 
 
-def pooled_alpha(rows: Sequence[dict[str, Any]]) -> float | None:
-    drafted = [d for row in rows for d in row_value(row, "drafted_per_step")]
-    accepted = [a for row in rows for a in row_value(row, "accepted_per_step")]
+def pooled_alpha(rows: Sequence[CaseResult]) -> float | None:
+    """The per-token acceptance estimated from every decode step of ``rows`` at once (None when none drafted)."""
+    drafted = [d for row in rows for d in row.drafted_per_step]
+    accepted = [a for row in rows for a in row.accepted_per_step]
     return alpha_mle(drafted, accepted)
 
 
-def predicted_curve(rows: Sequence[dict[str, Any]]) -> list[tuple[int, float]]:
+def predicted_curve(rows: Sequence[CaseResult]) -> list[tuple[int, float]]:
     """(k, predicted decode speedup) for every k with a measured v(k+1), from the alpha pooled over ``rows`` (one
     pair and prompt) and what the drafter proposed in the largest-k run: the same per-step model as each row's
     prediction, so the recommendation means the same for prompt lookup as for a draft model."""
     alpha = pooled_alpha(rows)
-    costed = [
-        row
-        for row in rows
-        if isinstance(row["k"], int) and row_value(row, "verify_costs_ms") and row_value(row, "cost_ratio") is not None
-    ]
+    costed = [row for row in rows if isinstance(row.k, int) and row.verify_costs_ms and row.cost_ratio is not None]
     if alpha is None or not costed:
         return []
-    source = max(costed, key=lambda row: row["k"])
-    curve, c = source["verify_costs_ms"], source["cost_ratio"]
+    source = max(costed, key=lambda row: row.k)
+    curve, c = source.verify_costs_ms, source.cost_ratio
     if len(curve) < 2:
         return []
-    catch_up, token = row_value(source, "draft_catch_up_ms"), row_value(source, "draft_token_ms")
+    catch_up, token = source.draft_catch_up_ms, source.draft_token_ms
     c2 = c * catch_up / token if catch_up is not None and token else None
-    overhead = (row_value(source, "step_overhead_ms") or 0.0) / curve[0]
-    observed = observed_proposals(source["k"], source["drafted_per_step"], source["accepted_per_step"])
+    overhead = (source.step_overhead_ms or 0.0) / curve[0]
+    observed = observed_proposals(source.k, source.drafted_per_step, source.accepted_per_step)
     return [
         (k, predict_proposals(alpha, proposals_at(k, observed), c, curve, c2, overhead).speedup)
         for k in range(1, len(curve))
@@ -162,18 +156,16 @@ def recommended_among(curve: Sequence[tuple[int, float]], ks: Sequence[int] | No
     return max(candidates, key=lambda item: (item[1], -item[0]))[0] if candidates else None
 
 
-def analyse_prompts(results: Sequence[dict[str, Any]]) -> list[PromptAnalysis]:
+def analyse_prompts(results: Sequence[CaseResult]) -> list[PromptAnalysis]:
     """Per (pair, prompt), in order of appearance, over the constant-k rows of this package's engine."""
     results = constant_k_rows(results)
     analyses = []
-    keys = dict.fromkeys((row["pair"], row["prompt"]) for row in results)
+    keys = dict.fromkeys((row.pair, row.prompt) for row in results)
     for pair, prompt in keys:
-        rows = [row for row in results if row["pair"] == pair and row["prompt"] == prompt]
-        best = max(rows, key=lambda row: row["decode_speedup"])
+        rows = [row for row in results if row.pair == pair and row.prompt == prompt]
+        best = max(rows, key=lambda row: row.decode_speedup)
         curve = predicted_curve(rows)
-        analyses.append(
-            PromptAnalysis(pair, prompt, best["k"], best, pooled_alpha(rows), recommended_among(curve), curve)
-        )
+        analyses.append(PromptAnalysis(pair, prompt, best.k, best, pooled_alpha(rows), recommended_among(curve), curve))
     return analyses
 
 
@@ -190,11 +182,7 @@ class CategorySpeedup:
     high: float | None
 
 
-def _category(row: dict[str, Any]) -> str:
-    return row["category"] if "category" in row else row["prompt"]
-
-
-def category_speedups(results: Sequence[dict[str, Any]]) -> list[CategorySpeedup]:
+def category_speedups(results: Sequence[CaseResult]) -> list[CategorySpeedup]:
     """Per (pair, category, k) of the constant-k rows of this package's engine, in order of appearance.
 
     With several prompts, the interval is Student's t over the prompts' log speedups: it holds the spread between
@@ -202,33 +190,27 @@ def category_speedups(results: Sequence[dict[str, Any]]) -> list[CategorySpeedup
     """
     from ..results.statistics import speedup_interval
 
-    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, int], list[CaseResult]] = {}
     for row in constant_k_rows(results):
-        if row["decode_speedup"] > 0:  # NaN is not
-            groups.setdefault((row["pair"], _category(row), row["k"]), []).append(row)
+        if row.decode_speedup > 0:  # NaN is not
+            groups.setdefault((row.pair, row.category, row.k), []).append(row)
     speedups = []
     for (pair, category, k), rows in groups.items():
         if len(rows) == 1:
             row = rows[0]
             speedups.append(
                 CategorySpeedup(
-                    pair,
-                    category,
-                    k,
-                    1,
-                    row["decode_speedup"],
-                    row_value(row, "decode_speedup_ci_low"),
-                    row_value(row, "decode_speedup_ci_high"),
+                    pair, category, k, 1, row.decode_speedup, row.decode_speedup_ci_low, row.decode_speedup_ci_high
                 )
             )
             continue
         # A paired interval of 1 against 1/speedup is the t interval of the mean log speedup.
-        interval = speedup_interval([1.0] * len(rows), [1.0 / row["decode_speedup"] for row in rows], paired=True)
+        interval = speedup_interval([1.0] * len(rows), [1.0 / row.decode_speedup for row in rows], paired=True)
         speedups.append(CategorySpeedup(pair, category, k, len(rows), interval.estimate, interval.low, interval.high))
     return speedups
 
 
-def best_category_speedups(results: Sequence[dict[str, Any]]) -> list[CategorySpeedup]:
+def best_category_speedups(results: Sequence[CaseResult]) -> list[CategorySpeedup]:
     """Per (pair, category): the k with the highest geometric mean among those that ran on all its prompts."""
     speedups = category_speedups(results)
     best: dict[tuple[str, str], CategorySpeedup] = {}
@@ -241,6 +223,7 @@ def best_category_speedups(results: Sequence[dict[str, Any]]) -> list[CategorySp
 
 
 def median(values: Sequence[float]) -> float | None:
+    """The median of ``values`` (None when there are none)."""
     import statistics
 
     return statistics.median(values) if values else None

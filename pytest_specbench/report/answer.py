@@ -2,7 +2,7 @@
 and what the cost model's recommended k (the best predicted among the k run) gives up; then, per pair, the k
 best or tied-best on most prompts.
 
-Rows are plain dicts of the schema's fields; what comes back is plain built-in types (the JSON takes it as it is).
+Rows are the schema's typed results; what comes back is plain built-in types (the JSON takes it as it is).
 "Slower" is decided by test, never by intervals that fail to overlap: a k the race eliminated is slower (its row
 says which k beat it), any other is tested against the best with :func:`..results.racing.rank_against_best`
 on the rounds both ran in their block (family-wise 5% per (pair, engine, prompt), the best being picked from the
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..results.racing import SLOWER, TIED, UNKNOWN, rank_against_best
-from ..results.schema import row_value
+from ..results.schema import CaseResult
 from .analysis import k_order, predicted_curve, recommended_among
-from .formatting import with_interval
+from .formatting import entry_with_interval
 from .regret import hf_summary, interval_text, ratio_to_best, ratio_to_hf, round_times, schedule_summaries
 
 #: the schedule compared across engines: transformers' own default against this package's cost model
@@ -36,60 +36,56 @@ SPLIT_ACROSS_RUNS = "its cases were measured in different runs"
 NO_ROUND_DATA = "no round data"
 
 
-def _measured(row: dict[str, Any]) -> bool:
-    speedup = row_value(row, "decode_speedup")
+def _measured(row: CaseResult) -> bool:
+    speedup = row.decode_speedup
     return isinstance(speedup, (int, float)) and speedup > 0  # NaN and None are not
 
 
-def _constant_k(row: dict[str, Any]) -> bool:
-    return isinstance(row["k"], int) and not isinstance(row["k"], bool)
+def _constant_k(row: CaseResult) -> bool:
+    return isinstance(row.k, int) and not isinstance(row.k, bool)
 
 
-def _interval(row: dict[str, Any]) -> dict[str, Any]:
+def _interval(row: CaseResult) -> dict[str, Any]:
     return {
-        "decode_speedup": row["decode_speedup"],
-        "decode_speedup_ci_low": row_value(row, "decode_speedup_ci_low"),
-        "decode_speedup_ci_high": row_value(row, "decode_speedup_ci_high"),
+        "decode_speedup": row.decode_speedup,
+        "decode_speedup_ci_low": row.decode_speedup_ci_low,
+        "decode_speedup_ci_high": row.decode_speedup_ci_high,
     }
 
 
-def prompt_answer(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def prompt_answer(rows: Sequence[CaseResult]) -> dict[str, Any] | None:
     """The answer for the rows of one (pair, engine, prompt); None when no constant k ran.
 
     The best is the constant k with the highest decode speedup among those the race did not eliminate (all of
     them, if it eliminated every one); schedules (k=auto, k=heuristic) are not raced, only set beside it.
     """
     rows = [row for row in rows if _measured(row)]
-    constant = {row["k"]: row for row in rows if _constant_k(row)}
+    constant = {row.k: row for row in rows if _constant_k(row)}
     if not constant:
         return None
-    standing = [row for row in constant.values() if row_value(row, "eliminated_by") is None] or list(constant.values())
-    best = max(standing, key=lambda row: row["decode_speedup"])
+    standing = [row for row in constant.values() if row.eliminated_by is None] or list(constant.values())
+    best = max(standing, key=lambda row: row.decode_speedup)
     status: dict[int, str] = {}
-    eliminated = {
-        k: row_value(row, "eliminated_by")
-        for k, row in constant.items()
-        if k != best["k"] and row_value(row, "eliminated_by") is not None
-    }
+    eliminated = {k: row.eliminated_by for k, row in constant.items() if k != best.k and row.eliminated_by is not None}
     status.update(dict.fromkeys(eliminated, SLOWER))
     timed = {k: round_times(row) for k, row in constant.items() if k not in eliminated}
     # Rows of different runs (some replayed by --specbench-resume) were never timed in shared rounds.
-    split = len({row_value(row, "run_id") for k, row in constant.items() if k not in eliminated}) > 1
-    if split or timed[best["k"]] is None:
-        status.update({k: UNKNOWN for k in timed if k != best["k"]})
+    split = len({row.run_id for k, row in constant.items() if k not in eliminated}) > 1
+    if split or timed[best.k] is None:
+        status.update({k: UNKNOWN for k in timed if k != best.k})
     else:
         with_data = {k: rounds for k, rounds in timed.items() if rounds is not None}
-        status.update(rank_against_best(with_data, best["k"], alpha=ALPHA))
+        status.update(rank_against_best(with_data, best.k, alpha=ALPHA))
         status.update({k: UNKNOWN for k, rounds in timed.items() if rounds is None})
     ordered = sorted(status, key=k_order)
     # Among the k this run measured, so that its regret is a measured figure.
     recommended = recommended_among(predicted_curve(list(constant.values())), list(constant))
     at_recommended = constant.get(recommended)
     return {
-        "pair": best["pair"],
-        "engine": row_value(best, "engine"),
-        "prompt": best["prompt"],
-        "best_k": best["k"],
+        "pair": best.pair,
+        "engine": best.engine,
+        "prompt": best.prompt,
+        "best_k": best.k,
         **_interval(best),
         "tied": [k for k in ordered if status[k] == TIED],
         "slower": [{"k": k, "eliminated_by": eliminated.get(k)} for k in ordered if status[k] == SLOWER],
@@ -100,42 +96,37 @@ def prompt_answer(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         if any(status[k] == UNKNOWN for k in ordered)
         else None,
         "recommended_k": recommended,
-        "recommended_decode_speedup": at_recommended["decode_speedup"] if at_recommended else None,
+        "recommended_decode_speedup": at_recommended.decode_speedup if at_recommended else None,
         # measured speedup at the recommended k / the best's: 1 when the model picks the best, None when not run
-        "regret": at_recommended["decode_speedup"] / best["decode_speedup"] if at_recommended else None,
+        "regret": at_recommended.decode_speedup / best.decode_speedup if at_recommended else None,
         # each schedule's decode speedup / the best's, paired over the rounds both ran (see regret.py: the best
         # is picked after the fact from the same data, so the ratio is a conservative figure)
         "schedules": [
-            {"k": row["k"], "decode_speedup": row["decode_speedup"], **ratio_to_best(row, best)}
-            for row in sorted(rows, key=lambda row: k_order(row["k"]))
+            {"k": row.k, "decode_speedup": row.decode_speedup, **ratio_to_best(row, best)}
+            for row in sorted(rows, key=lambda row: k_order(row.k))
             if not _constant_k(row)
         ],
     }
 
 
-def prompt_answers(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def prompt_answers(results: Sequence[CaseResult]) -> list[dict[str, Any]]:
     """:func:`prompt_answer` for every (pair, engine, prompt), in order of first appearance."""
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, str], list[CaseResult]] = {}
     for row in results:
-        if all(name in row for name in ("pair", "prompt", "k")):  # a hand-made row may lack them: no answer there
-            groups.setdefault((row["pair"], row_value(row, "engine"), row["prompt"]), []).append(row)
+        groups.setdefault((row.pair, row.engine, row.prompt), []).append(row)
     answers = [answer for answer in map(prompt_answer, groups.values()) if answer is not None]
     for answer in answers:
         answer["against_hf"] = _against_hf(answer, groups)
     return answers
 
 
-def _against_hf(
-    answer: dict[str, Any], groups: dict[tuple[str, str, str], list[dict[str, Any]]]
-) -> dict[str, Any] | None:
+def _against_hf(answer: dict[str, Any], groups: dict[tuple[str, str, str], list[CaseResult]]) -> dict[str, Any] | None:
     """For the native engine's answer: its k=auto against the hf engine's k=auto (transformers' default schedule)
     on the same prompt, end to end (:func:`.regret.ratio_to_hf`); None where either did not run."""
     if answer["engine"] != "native":
         return None
-    native = [row for row in groups[answer["pair"], "native", answer["prompt"]] if row["k"] == AUTO and _measured(row)]
-    hf = [
-        row for row in groups.get((answer["pair"], "hf", answer["prompt"]), []) if row["k"] == AUTO and _measured(row)
-    ]
+    native = [row for row in groups[answer["pair"], "native", answer["prompt"]] if row.k == AUTO and _measured(row)]
+    hf = [row for row in groups.get((answer["pair"], "hf", answer["prompt"]), []) if row.k == AUTO and _measured(row)]
     return ratio_to_hf(native[0], hf[0]) if native and hf else None
 
 
@@ -171,7 +162,7 @@ def pair_answers(prompts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return lines
 
 
-def run_answer(results: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def run_answer(results: Sequence[CaseResult]) -> dict[str, list[dict[str, Any]]]:
     """The answer of a run, as the JSON document keeps it under "answer"."""
     prompts = prompt_answers(results)
     return {"prompts": prompts, "pairs": pair_answers(prompts)}
@@ -206,7 +197,7 @@ def prompt_table(answers: Sequence[dict[str, Any]], engines: bool) -> tuple[list
                 a["prompt"],
                 *([a["engine"]] if engines else []),
                 str(a["best_k"]),
-                with_interval(a),
+                entry_with_interval(a),
                 _ks(a["tied"]),
                 _slower(a),
                 _not_ranked(a),

@@ -1,7 +1,7 @@
 """The answer for serving: per pair and prompt, decode speedup against batch size for each k, the best k per batch
 size, and the break-even batch size, with the cost model's prediction beside each.
 
-From result rows (plain dicts of the schema's fields), of constant k only, and only where more than one batch size
+From typed result rows (:class:`CaseResult`), of constant k only, and only where more than one batch size
 ran for a (pair, prompt, engine). The break-even batch size is the largest batch run at which some k still gains:
 decode speedup above 1 with its 95% interval's low end above 1 too. It reads "none" when no batch size gains, and
 "beyond the largest batch run" when the largest one still does. The predicted break-even is the same over the cost
@@ -10,46 +10,49 @@ model's ``predicted_speedup`` (no interval).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..results.schema import row_value
-from .formatting import with_interval
+from ..results.schema import CaseResult
+from .formatting import entry_with_interval
 
 NONE = "none"
 BEYOND = "beyond the largest batch run"
 
 
-def batch_sizes(results: Sequence[dict[str, Any]]) -> list[int]:
-    return sorted({row_value(row, "batch") for row in results})
+def batch_sizes(results: Sequence[CaseResult]) -> list[int]:
+    """The batch sizes that ran, smallest first."""
+    return sorted({row.batch for row in results})
 
 
-def several_batches(results: Sequence[dict[str, Any]]) -> bool:
+def several_batches(results: Sequence[CaseResult]) -> bool:
     """More than one batch size ran: only then is there a batch table."""
     return len(batch_sizes(results)) > 1
 
 
-def per_k_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def per_k_rows(results: Sequence[CaseResult]) -> list[CaseResult]:
     """The rows the answers and figures against k read: when several batch sizes ran, those of the smallest (each
     batch size has its own baseline, so speedups of different batch sizes are no alternatives of one k); the batch
     section (:func:`batch_answer`) reads them all."""
     if not several_batches(results):
         return list(results)
     smallest = batch_sizes(results)[0]
-    return [row for row in results if row_value(row, "batch") == smallest]
+    return [row for row in results if row.batch == smallest]
 
 
-def _gains(row: dict[str, Any]) -> bool:
-    low = row_value(row, "decode_speedup_ci_low")
-    return row["decode_speedup"] > 1 and low is not None and low > 1
+def _gains(row: CaseResult) -> bool:
+    """A measured gain: the decode speedup and its interval's low end both above 1."""
+    low = row.decode_speedup_ci_low
+    return row.decode_speedup > 1 and low is not None and low > 1
 
 
-def _predicted_gains(row: dict[str, Any]) -> bool:
-    predicted = row_value(row, "predicted_speedup")
+def _predicted_gains(row: CaseResult) -> bool:
+    predicted = row.predicted_speedup
     return predicted is not None and predicted > 1
 
 
-def _break_even(by_batch: dict[int, list[dict[str, Any]]], gains) -> dict[str, Any]:
+def _break_even(by_batch: dict[int, list[CaseResult]], gains: Callable[[CaseResult], bool]) -> dict[str, Any]:
+    """The largest batch size at which some row ``gains``, and how to say it."""
     sizes = sorted(by_batch)
     gaining = [size for size in sizes if any(gains(row) for row in by_batch[size])]
     if not gaining:
@@ -59,57 +62,62 @@ def _break_even(by_batch: dict[int, list[dict[str, Any]]], gains) -> dict[str, A
     return {"batch": largest, "text": text, "beyond_largest": largest == sizes[-1]}
 
 
-def _point(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "batch": row_value(row, "batch"),
-        "k": row["k"],
-        "case": row["case"],
-        "decode_speedup": row["decode_speedup"],
-        "decode_speedup_ci_low": row_value(row, "decode_speedup_ci_low"),
-        "decode_speedup_ci_high": row_value(row, "decode_speedup_ci_high"),
-        "predicted_speedup": row_value(row, "predicted_speedup"),
-        "verdict": row["verdict"],
-        "row_acceptance_min": row_value(row, "row_acceptance_min"),
-        "row_acceptance_max": row_value(row, "row_acceptance_max"),
-    }
+#: the fields of a row that a point of the batch answer keeps
+_POINT_FIELDS = (
+    "batch",
+    "k",
+    "case",
+    "decode_speedup",
+    "decode_speedup_ci_low",
+    "decode_speedup_ci_high",
+    "predicted_speedup",
+    "verdict",
+    "row_acceptance_min",
+    "row_acceptance_max",
+)
 
 
-def _best_at(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _point(row: CaseResult) -> dict[str, Any]:
+    """One (batch, k) of the answer: plain values, as the JSON keeps them."""
+    return {name: getattr(row, name) for name in _POINT_FIELDS}
+
+
+def _best_at(rows: list[CaseResult]) -> dict[str, Any]:
     """The best k of one batch size as the answer states it (:func:`.answer.prompt_answer`: the race's survivors,
     the k tied with it by the race's test over the block's rounds), and the cost model's best."""
     from .answer import prompt_answer
 
     stated = prompt_answer(rows)
     top = (
-        next(row for row in rows if row["k"] == stated["best_k"])
+        next(row for row in rows if row.k == stated["best_k"])
         if stated
-        else max(rows, key=lambda row: row["decode_speedup"])
+        else max(rows, key=lambda row: row.decode_speedup)
     )
-    predicted = [row for row in rows if row_value(row, "predicted_speedup") is not None]
-    top_predicted = max(predicted, key=lambda row: row["predicted_speedup"]) if predicted else None
+    predicted = [row for row in rows if row.predicted_speedup is not None]
+    top_predicted = max(predicted, key=lambda row: row.predicted_speedup) if predicted else None
     return {
         **_point(top),
         "gains": _gains(top),
         "tied": stated["tied"] if stated else [],
-        "predicted_best_k": top_predicted["k"] if top_predicted else None,
-        "predicted_best_speedup": top_predicted["predicted_speedup"] if top_predicted else None,
+        "predicted_best_k": top_predicted.k if top_predicted else None,
+        "predicted_best_speedup": top_predicted.predicted_speedup if top_predicted else None,
     }
 
 
-def batch_answer(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def batch_answer(results: Sequence[CaseResult]) -> list[dict[str, Any]]:
     """Per (pair, prompt, engine) with more than one batch size: every (batch, k) point, the best k per batch size
     (measured and predicted), and the measured and predicted break-even batch size."""
     if not several_batches(results):
         return []
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple, list[CaseResult]] = {}
     for row in results:
-        if isinstance(row["k"], int):
-            groups.setdefault((row["pair"], row["prompt"], row_value(row, "engine")), []).append(row)
+        if isinstance(row.k, int):
+            groups.setdefault((row.pair, row.prompt, row.engine), []).append(row)
     answers = []
     for (pair, prompt, engine), rows in groups.items():
-        by_batch: dict[int, list[dict[str, Any]]] = {}
+        by_batch: dict[int, list[CaseResult]] = {}
         for row in rows:
-            by_batch.setdefault(row_value(row, "batch"), []).append(row)
+            by_batch.setdefault(row.batch, []).append(row)
         if len(by_batch) < 2:
             continue
         best = [_best_at(by_batch[size]) for size in sorted(by_batch)]
@@ -119,8 +127,8 @@ def batch_answer(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "prompt": prompt,
                 "engine": engine,
                 "batches": sorted(by_batch),
-                "ks": sorted({row["k"] for row in rows}),
-                "points": [_point(row) for row in sorted(rows, key=lambda row: (row_value(row, "batch"), row["k"]))],
+                "ks": sorted({row.k for row in rows}),
+                "points": [_point(row) for row in sorted(rows, key=lambda row: (row.batch, row.k))],
                 "best": best,
                 "break_even": _break_even(by_batch, _gains),
                 "predicted_break_even": _break_even(by_batch, _predicted_gains),
@@ -133,7 +141,7 @@ def _cell(point: dict[str, Any] | None) -> str:
     if point is None:
         return ""
     predicted = point["predicted_speedup"]
-    return with_interval(point) + (f" (pred {predicted:.2f})" if predicted is not None else "")
+    return entry_with_interval(point) + (f" (pred {predicted:.2f})" if predicted is not None else "")
 
 
 def _table_rows(answer: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
@@ -169,7 +177,7 @@ def _break_even_sentence(answer: dict[str, Any]) -> str:
     sentence = f"break-even batch size: {measured['text']}"
     if measured["batch"] is not None:
         item = next(item for item in answer["best"] if item["batch"] == measured["batch"])
-        sentence += f" (k={item['k']}: {with_interval(item)})"
+        sentence += f" (k={item['k']}: {entry_with_interval(item)})"
     return sentence + f"; the cost model predicts {predicted['text']}"
 
 
@@ -180,7 +188,7 @@ _INTRO = (
 )
 
 
-def batch_lines(results: Sequence[dict[str, Any]]) -> list[str]:
+def batch_lines(results: Sequence[CaseResult]) -> list[str]:
     """The terminal section: empty unless more than one batch size ran."""
     from tabulate import tabulate
 
@@ -200,7 +208,7 @@ def batch_lines(results: Sequence[dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
-def batch_markdown(results: Sequence[dict[str, Any]], figures: dict[str, str] | None = None) -> list[str]:
+def batch_markdown(results: Sequence[CaseResult], figures: dict[str, str] | None = None) -> list[str]:
     """The report's section ("## Batch size"), empty unless more than one batch size ran; ``figures`` maps a pair
     to the link of its speedup-against-batch-size figure."""
     answers = batch_answer(results) if several_batches(results) else []

@@ -14,7 +14,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ..results.schema import row_value
+from ..results.schema import CaseResult
 from .analysis import (
     FIGURES,
     PromptAnalysis,
@@ -31,15 +31,15 @@ from .analysis import (
 )
 from .answer import pair_sentence, prompt_table, run_answer
 from .batch import per_k_rows
-from .formatting import new_tokens_text, number, with_interval
+from .formatting import new_tokens_text, number, value_with_interval, with_interval
 
 #: efficiency below this is called low in the findings
 LOW_EFFICIENCY = 0.8
 
 
-def _verdict(row: dict[str, Any]) -> str:
+def _verdict(row: CaseResult) -> str:
     """Gain, loss or undecided, from the decode speedup's 95% interval."""
-    low, high = row_value(row, "decode_speedup_ci_low"), row_value(row, "decode_speedup_ci_high")
+    low, high = row.decode_speedup_ci_low, row.decode_speedup_ci_high
     if low is not None and low > 1:
         return "gain"
     if high is not None and high < 1:
@@ -55,107 +55,129 @@ def _relative(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path, start)).as_posix()
 
 
-def _schedule_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[str, Any]]) -> list[str]:
+def _schedule_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[CaseResult]) -> list[str]:
     """How each schedule (k=auto, k=heuristic) of this package's engine did against the best constant k."""
-    best = {a.prompt: a.best_row["decode_speedup"] for a in analyses}
+    best = {a.prompt: a.best_row.decode_speedup for a in analyses}
     sentences = []
-    for k in dict.fromkeys(row["k"] for row in rows if isinstance(row["k"], str)):
-        scheduled = [
-            row for row in rows if row["k"] == k and row_value(row, "engine") == "native" and row["prompt"] in best
-        ]
+    for k in dict.fromkeys(row.k for row in rows if isinstance(row.k, str)):
+        scheduled = [row for row in rows if row.k == k and row.engine == "native" and row.prompt in best]
         if scheduled:
-            steps = [row_value(row, "k_per_step")[1:] for row in scheduled]
+            steps = [row.k_per_step[1:] for row in scheduled]
             mean_k = [sum(chosen) / max(len(chosen), 1) for chosen in steps]
             sentences.append(
-                f"k={k}: decode speedup {geometric_mean([row['decode_speedup'] for row in scheduled]):.2f} "
+                f"k={k}: decode speedup {geometric_mean([row.decode_speedup for row in scheduled]):.2f} "
                 f"(geometric mean over {len(scheduled)} prompts) against "
-                f"{geometric_mean([best[row['prompt']] for row in scheduled]):.2f} at each prompt's best constant k "
+                f"{geometric_mean([best[row.prompt] for row in scheduled]):.2f} at each prompt's best constant k "
                 f"chosen after the fact; mean k chosen per step {sum(mean_k) / len(mean_k):.1f}."
             )
     return sentences
 
 
-def pair_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Plain sentences about one pair, from its numbers."""
-    sentences = []
-    by_verdict: dict[str, list[str]] = {"gain": [], "loss": [], "undecided": []}
+#: the opening of the findings' sentence on each verdict, in the order they are told
+_VERDICT_OPENINGS = {
+    "gain": "Gains (the 95% interval of the decode speedup above 1 at the best k): ",
+    "loss": "Losses (even the best k is slower than the target alone, interval below 1): ",
+    "undecided": "Undecided (the interval at the best k straddles 1): ",
+}
+
+
+def _verdict_findings(analyses: Sequence[PromptAnalysis]) -> list[str]:
+    """The prompts whose best k gains, loses or leaves it undecided, one sentence per verdict that occurs."""
+    by_verdict: dict[str, list[str]] = {verdict: [] for verdict in _VERDICT_OPENINGS}
     for analysis in analyses:
         by_verdict[_verdict(analysis.best_row)].append(
             f"{analysis.prompt} ({with_interval(analysis.best_row)} at k={analysis.best_k})"
         )
-    if by_verdict["gain"]:
-        sentences.append(
-            "Gains (the 95% interval of the decode speedup above 1 at the best k): "
-            + ", ".join(by_verdict["gain"])
-            + "."
-        )
-    if by_verdict["loss"]:
-        sentences.append(
-            "Losses (even the best k is slower than the target alone, interval below 1): "
-            + ", ".join(by_verdict["loss"])
-            + "."
-        )
-    if by_verdict["undecided"]:
-        sentences.append(
-            "Undecided (the interval at the best k straddles 1): " + ", ".join(by_verdict["undecided"]) + "."
-        )
+    return [_VERDICT_OPENINGS[verdict] + ", ".join(named) + "." for verdict, named in by_verdict.items() if named]
+
+
+def _agreement_findings(analyses: Sequence[PromptAnalysis]) -> list[str]:
+    """How often the cost model's recommended k is the measured best, naming the prompts where it is not."""
     compared = [a for a in analyses if a.recommended_k is not None]
-    if compared:
-        agree = [a for a in compared if a.recommended_k == a.best_k]
+    if not compared:
+        return []
+    differ = [a for a in compared if a.recommended_k != a.best_k]
+    sentence = (
+        f"The cost model's recommended k equals the measured best k for {len(compared) - len(differ)} of "
+        f"{len(compared)} prompt types"
+    )
+    if not differ:
+        return [sentence + "."]
+    named = ", ".join(f"{a.prompt} (best {a.best_k}, recommended {a.recommended_k})" for a in differ)
+    return [f"{sentence}: {named} differ."]
+
+
+def _efficiencies(rows: Sequence[CaseResult]) -> list[float]:
+    """Measured over predicted decode speedup of the rows that have a prediction."""
+    return [row.efficiency for row in rows if row.efficiency is not None]
+
+
+def _efficiency_findings(rows: Sequence[CaseResult]) -> list[str]:
+    """The median efficiency, and how many cases reach less than :data:`LOW_EFFICIENCY` of the prediction."""
+    efficiencies = _efficiencies(rows)
+    if not efficiencies:
+        return []
+    sentences = [
+        f"Median efficiency (measured / predicted decode speedup): {median(efficiencies):.2f} "
+        f"over {len(efficiencies)} cases."
+    ]
+    low = [efficiency for efficiency in efficiencies if efficiency < LOW_EFFICIENCY]
+    if low:
         sentences.append(
-            f"The cost model's recommended k equals the measured best k for {len(agree)} of "
-            f"{len(compared)} prompt types"
-            + (
-                ": "
-                + ", ".join(
-                    f"{a.prompt} (best {a.best_k}, recommended {a.recommended_k})" for a in compared if a not in agree
-                )
-                + " differ."
-                if len(agree) < len(compared)
-                else "."
-            )
-        )
-    efficiencies = [row_value(row, "efficiency") for row in rows if row_value(row, "efficiency") is not None]
-    if efficiencies:
-        sentences.append(
-            f"Median efficiency (measured / predicted decode speedup): {median(efficiencies):.2f} "
-            f"over {len(efficiencies)} cases."
-        )
-        low = [efficiency for efficiency in efficiencies if efficiency < LOW_EFFICIENCY]
-        if low:
-            sentences.append(
-                f"{len(low)} case(s) reach less than {LOW_EFFICIENCY:.0%} of the prediction: "
-                "the model leaves out bookkeeping, cache rollback and timing noise, which weigh most "
-                "where a step is cheap."
-            )
-    sentences += _schedule_findings(analyses, rows)
-    first = rows[0]
-    curve = row_value(first, "verify_costs_ms")
-    if len(curve) > 1:
-        worst_m = max(range(len(curve)), key=lambda i: curve[i]) + 1
-        ratio = curve[-1] / curve[0]
-        sentences.append(
-            f"A verify pass over {len(curve)} positions costs {ratio:.2f} times a one-token step "
-            f"(the costliest length is m={worst_m}, {curve[worst_m - 1] / curve[0]:.2f} times); "
-            + (
-                "so long blocks are cheap to verify here and k is limited by acceptance."
-                if ratio < 1.5
-                else "so verify cost, not acceptance alone, limits how far k pays."
-            )
-        )
-    c = row_value(first, "cost_ratio")
-    if c is not None:
-        sentences.append(
-            f"Drafting costs c = {c:.3f} of a target step per token"
-            + (
-                " (no draft model: prompt lookup drafts for free)."
-                if c == 0
-                else "; every drafted token that is rejected costs that much for nothing."
-                if c > 0.2
-                else "."
-            )
+            f"{len(low)} case(s) reach less than {LOW_EFFICIENCY:.0%} of the prediction: "
+            "the model leaves out bookkeeping, cache rollback and timing noise, which weigh most "
+            "where a step is cheap."
         )
     return sentences
+
+
+def _verify_cost_findings(row: CaseResult) -> list[str]:
+    """What a verify pass over the longest block costs against a one-token step, and what that limits."""
+    curve = row.verify_costs_ms
+    if len(curve) <= 1:
+        return []
+    worst_m = max(range(len(curve)), key=lambda i: curve[i]) + 1
+    ratio = curve[-1] / curve[0]
+    return [
+        f"A verify pass over {len(curve)} positions costs {ratio:.2f} times a one-token step "
+        f"(the costliest length is m={worst_m}, {curve[worst_m - 1] / curve[0]:.2f} times); "
+        + (
+            "so long blocks are cheap to verify here and k is limited by acceptance."
+            if ratio < 1.5
+            else "so verify cost, not acceptance alone, limits how far k pays."
+        )
+    ]
+
+
+def _draft_cost_findings(row: CaseResult) -> list[str]:
+    """What drafting a token costs against a target step, and whether a rejected token wastes much."""
+    c = row.cost_ratio
+    if c is None:
+        return []
+    return [
+        f"Drafting costs c = {c:.3f} of a target step per token"
+        + (
+            " (no draft model: prompt lookup drafts for free)."
+            if c == 0
+            else "; every drafted token that is rejected costs that much for nothing."
+            if c > 0.2
+            else "."
+        )
+    ]
+
+
+def pair_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[CaseResult]) -> list[str]:
+    """Plain sentences about one pair, from its numbers: the verdicts at the best k, the cost model's agreement
+    and efficiency, the schedules, and what verifying and drafting cost (read from the pair's first row, since
+    the costs are measured once per pair)."""
+    return (
+        _verdict_findings(analyses)
+        + _agreement_findings(analyses)
+        + _efficiency_findings(rows)
+        + _schedule_findings(analyses, rows)
+        + _verify_cost_findings(rows[0])
+        + _draft_cost_findings(rows[0])
+    )
 
 
 _INTRODUCTION = (
@@ -169,7 +191,7 @@ _INTRODUCTION = (
 
 
 def report_markdown(
-    results: Sequence[dict[str, Any]],
+    results: Sequence[CaseResult],
     options: dict[str, Any],
     env: dict[str, Any],
     figures_dir: Path | None = None,
@@ -206,7 +228,7 @@ def report_markdown(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _batch_section(results: Sequence[dict[str, Any]], figures_dir: Path | None, start: Path) -> list[str]:
+def _batch_section(results: Sequence[CaseResult], figures_dir: Path | None, start: Path) -> list[str]:
     """Decode speedup by batch size, best k per batch size, break-even (report/batch.py): when several ran."""
     from .batch import batch_answer, batch_markdown
 
@@ -229,7 +251,7 @@ def _regret_section(answer: dict[str, Any], figures_dir: Path | None, start: Pat
     return regret_markdown(answer, figures)
 
 
-def _category_lines(results: Sequence[dict[str, Any]]) -> list[str]:
+def _category_lines(results: Sequence[CaseResult]) -> list[str]:
     """Per pair and category, the best k's decode speedup over the category's prompts."""
     return [
         "At each category's best k: with several prompts, the geometric mean of their decode speedups (each "
@@ -243,13 +265,7 @@ def _category_lines(results: Sequence[dict[str, Any]]) -> list[str]:
                     item.category,
                     item.prompts,
                     item.k,
-                    with_interval(
-                        {
-                            "decode_speedup": item.speedup,
-                            "decode_speedup_ci_low": item.low,
-                            "decode_speedup_ci_high": item.high,
-                        }
-                    ),
+                    value_with_interval(item.speedup, item.low, item.high),
                 ]
                 for item in best_category_speedups(results)
             ],
@@ -260,6 +276,7 @@ def _category_lines(results: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _machine_lines(options: dict[str, Any], env: dict[str, Any]) -> list[str]:
+    """The machine's fingerprint and versions, then the run's options: what another run must match to compare."""
     fingerprint = env.get("fingerprint", {})
     return [
         "## Machine and options",
@@ -275,103 +292,133 @@ def _machine_lines(options: dict[str, Any], env: dict[str, Any]) -> list[str]:
     ]
 
 
-def _headline_lines(results: Sequence[dict[str, Any]]) -> list[str]:
-    best = max(results, key=lambda row: row["decode_speedup"])
+def _headline_lines(results: Sequence[CaseResult]) -> list[str]:
+    """The run's best decode speedup, where it was measured, and how many cases diverged."""
+    best = max(results, key=lambda row: row.decode_speedup)
     return [
         "## Headline",
         "",
-        f"Best decode speedup: **{with_interval(best)}** with pair `{best['pair']}` (target {best['target']}, "
-        f"draft {best['draft']}) at k={best['k']} on the `{best['prompt']}` prompt; end to end, prefill "
+        f"Best decode speedup: **{with_interval(best)}** with pair `{best.pair}` (target {best.target}, "
+        f"draft {best.draft}) at k={best.k} on the `{best.prompt}` prompt; end to end, prefill "
         f"included, {with_interval(best, 'speedup')}. {len(results)} cases, "
-        f"{sum(1 for row in results if row['verdict'] == 'diverged')} diverged from the target's greedy "
+        f"{sum(1 for row in results if row.verdict == 'diverged')} diverged from the target's greedy "
         "output.",
         "",
     ]
 
 
 def _pair_lines(
-    pair: str, rows: Sequence[dict[str, Any]], analyses: Sequence[PromptAnalysis], engines: bool, answer: dict[str, Any]
+    pair: str, rows: Sequence[CaseResult], analyses: Sequence[PromptAnalysis], engines: bool, answer: dict[str, Any]
 ) -> list[str]:
     """One pair's section, its figures aside: what ran, every case, the engines, the answer, the cost model's
     view of the best k, the findings."""
-    first = rows[0]
-    lines = [
-        f"## Pair `{pair}`",
+    return [
+        *_pair_header(pair, rows),
+        _case_table(rows, engines),
         "",
-        f"Target {first['target']}, draft {first['draft']} ({first['drafter']}); {first['device']}, "
-        f"{first['dtype']}, {new_tokens_text(rows, ' per run')}. Parameters: target "
-        f"{number(row_value(first, 'target_params'), ',')}, "
-        f"draft {number(row_value(first, 'draft_params'), ',')}. "
-        f"Peak memory {number(row_value(first, 'peak_memory_mb'), '.0f')} MiB "
-        f"({row_value(first, 'peak_memory_kind') or 'n/a'}).",
+        *_engine_lines(rows),
+        *_answer_lines(pair, answer, engines),
+        _best_k_table(analyses),
+        "",
+        *_cost_input_lines(rows[0]),
+        *_position_lines(rows),
+        "Findings:",
+        "",
+        *(f"- {sentence}" for sentence in pair_findings(analyses, rows)),
         "",
     ]
-    lines += [_case_table(rows, engines), ""]
+
+
+def _pair_header(pair: str, rows: Sequence[CaseResult]) -> list[str]:
+    """The pair's title and what ran: the models, the device, the tokens, the sizes and the peak memory."""
+    first = rows[0]
+    return [
+        f"## Pair `{pair}`",
+        "",
+        f"Target {first.target}, draft {first.draft} ({first.drafter}); {first.device}, "
+        f"{first.dtype}, {new_tokens_text(rows, ' per run')}. Parameters: target "
+        f"{number(first.target_params, ',')}, "
+        f"draft {number(first.draft_params, ',')}. "
+        f"Peak memory {number(first.peak_memory_mb, '.0f')} MiB "
+        f"({first.peak_memory_kind or 'n/a'}).",
+        "",
+    ]
+
+
+def _engine_lines(rows: Sequence[CaseResult]) -> list[str]:
+    """Both engines' end-to-end speedups side by side, where both ran a (pair, k)."""
     comparisons = compare_engines(rows)
-    if comparisons:
-        lines += [
-            "Engines side by side: end-to-end speedup over the same greedy baseline (prefill included, "
-            "since transformers' first target pass also verifies a draft block), geometric mean over "
-            "prompts.",
-            "",
-            _table(
-                [
-                    [c.k, c.prompts, number(c.native_speedup), number(c.hf_speedup), number(c.ratio)]
-                    for c in comparisons
-                ],
-                ["k", "prompts", "native", "hf", "native / hf"],
-            ),
-            "",
-        ]
-    lines += _answer_lines(pair, answer, engines)
-    lines += [
+    if not comparisons:
+        return []
+    return [
+        "Engines side by side: end-to-end speedup over the same greedy baseline (prefill included, "
+        "since transformers' first target pass also verifies a draft block), geometric mean over "
+        "prompts.",
+        "",
         _table(
-            [
-                [
-                    a.prompt,
-                    a.best_k,
-                    with_interval(a.best_row),
-                    number(a.alpha, ".3f"),
-                    number(a.recommended_k, "d"),
-                    number(dict(a.predicted_curve).get(a.recommended_k)),
-                ]
-                for a in analyses
-            ],
-            [
-                "prompt",
-                "measured best k",
-                "its decode speedup",
-                "alpha (all k pooled)",
-                "recommended k",
-                "predicted speedup there",
-            ],
+            [[c.k, c.prompts, number(c.native_speedup), number(c.hf_speedup), number(c.ratio)] for c in comparisons],
+            ["k", "prompts", "native", "hf", "native / hf"],
         ),
         "",
     ]
-    curve = row_value(first, "verify_costs_ms")
-    if curve:
-        probe = row_value(first, "draft_token_probe_ms")
-        source = "" if probe is None else f" (timed in runs after the warm-up; the probe read {probe:.2f} ms)"
-        lines += [
-            f"Cost model inputs: v(1) = {curve[0]:.2f} ms, draft token "
-            f"{number(row_value(first, 'draft_token_ms'))} ms{source}, "
-            f"c = {number(row_value(first, 'cost_ratio'), '.3f')}; "
-            f"v(m)/v(1) for m = 1..{len(curve)}: " + ", ".join(f"{v / curve[0]:.2f}" for v in curve) + ".",
-            "",
-        ]
+
+
+def _best_k_table(analyses: Sequence[PromptAnalysis]) -> str:
+    """Per prompt, the measured best k beside the cost model's recommended k and its prediction there."""
+    return _table(
+        [
+            [
+                a.prompt,
+                a.best_k,
+                with_interval(a.best_row),
+                number(a.alpha, ".3f"),
+                number(a.recommended_k, "d"),
+                number(dict(a.predicted_curve).get(a.recommended_k)),
+            ]
+            for a in analyses
+        ],
+        [
+            "prompt",
+            "measured best k",
+            "its decode speedup",
+            "alpha (all k pooled)",
+            "recommended k",
+            "predicted speedup there",
+        ],
+    )
+
+
+def _cost_input_lines(row: CaseResult) -> list[str]:
+    """The cost model's measured inputs, read from the pair's first row: v(1), the draft's cost, c and v(m)/v(1)."""
+    curve = row.verify_costs_ms
+    if not curve:
+        return []
+    probe = row.draft_token_probe_ms
+    source = "" if probe is None else f" (timed in runs after the warm-up; the probe read {probe:.2f} ms)"
+    return [
+        f"Cost model inputs: v(1) = {curve[0]:.2f} ms, draft token "
+        f"{number(row.draft_token_ms)} ms{source}, "
+        f"c = {number(row.cost_ratio, '.3f')}; "
+        f"v(m)/v(1) for m = 1..{len(curve)}: " + ", ".join(f"{v / curve[0]:.2f}" for v in curve) + ".",
+        "",
+    ]
+
+
+def _position_lines(rows: Sequence[CaseResult]) -> list[str]:
+    """The share accepted at each draft position, pooled over the pair's constant-k cases."""
     positions = pooled_position_acceptance(constant_k_rows(rows))
-    if positions:
-        lines += [
-            "Per-position acceptance (of the steps that drafted at least i tokens, the share whose i-th "
-            "was accepted; all cases pooled): "
-            + ", ".join(f"{i}: {share:.2f} (n={n})" for i, n, share in positions)
-            + ".",
-            "",
-        ]
-    return lines + ["Findings:", ""] + [f"- {sentence}" for sentence in pair_findings(analyses, rows)] + [""]
+    if not positions:
+        return []
+    return [
+        "Per-position acceptance (of the steps that drafted at least i tokens, the share whose i-th "
+        "was accepted; all cases pooled): " + ", ".join(f"{i}: {share:.2f} (n={n})" for i, n, share in positions) + ".",
+        "",
+    ]
 
 
 def _answer_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]:
+    """The pair's part of the run's answer (report/answer.py): per prompt the best k, its ties, and the pair's
+    sentence."""
     answers = sorted((a for a in answer["prompts"] if a["pair"] == pair), key=lambda a: (a["prompt"], a["engine"]))
     if not answers:
         return []
@@ -401,17 +448,17 @@ _CASE_COLUMNS = (
 )
 
 
-def _case_table(rows: Sequence[dict[str, Any]], engines: bool) -> str:
+def _case_table(rows: Sequence[CaseResult], engines: bool) -> str:
     """Every case of a pair, in table order; an engine column only when the run had more than one engine."""
     return _table(
         [
             [
-                row["prompt"],
-                row["k"],
-                *([row_value(row, "engine")] if engines else []),
+                row.prompt,
+                row.k,
+                *([row.engine] if engines else []),
                 with_interval(row),
-                *(number(row_value(row, name), fmt) for _, name, fmt in _CASE_COLUMNS),
-                row["verdict"],
+                *(number(getattr(row, name), fmt) for _, name, fmt in _CASE_COLUMNS),
+                row.verdict,
             ]
             for row in sorted(rows, key=row_order)
         ],
@@ -426,12 +473,13 @@ def _case_table(rows: Sequence[dict[str, Any]], engines: bool) -> str:
     )
 
 
-def _whole_run_lines(analyses: Sequence[PromptAnalysis], results: Sequence[dict[str, Any]]) -> list[str]:
+def _whole_run_lines(analyses: Sequence[PromptAnalysis], results: Sequence[CaseResult]) -> list[str]:
+    """Over every pair: how often the recommended k was the best, and the median efficiency."""
     all_compared = [a for a in analyses if a.recommended_k is not None]
     if not all_compared:
         return []
     agree = sum(1 for a in all_compared if a.recommended_k == a.best_k)
-    efficiencies = [row_value(row, "efficiency") for row in results if row_value(row, "efficiency") is not None]
+    efficiencies = _efficiencies(results)
     return [
         "## Over the whole run",
         "",

@@ -12,12 +12,13 @@ from ..results.gate import save_baseline
 
 # OutputPaths and Output are named here too: the table below and ``merge`` use them with it.
 from ..results.run_files import Output, OutputPaths, write_each
+from ..results.schema import CaseResult
 from ..results.strict_json import strict_json
 from .markdown import report_markdown
 from .summary import csv_text
 
 
-def write_figures(directory: Path, results: Sequence[dict[str, Any]]) -> None:
+def write_figures(directory: Path, results: Sequence[CaseResult]) -> None:
     """The run's PNG figures; matplotlib is the ``plots`` extra, imported only here."""
     try:
         from .plots import write_plots
@@ -28,8 +29,9 @@ def write_figures(directory: Path, results: Sequence[dict[str, Any]]) -> None:
 
 def outputs(paths: OutputPaths, document: dict[str, Any], command: str | None = None) -> tuple[Output, ...]:
     """The table: CSV, JSON, baseline, figures and report, each written from ``document`` (its ``results``,
-    ``options``, ``fingerprint`` and ``versions``); ``command`` is the command line the report quotes."""
-    results = document["results"]
+    ``options``, ``fingerprint`` and ``versions``); ``command`` is the command line the report quotes. The JSON
+    is the document as it is; the other writers take its rows typed."""
+    results = [CaseResult.from_row(row) for row in document["results"]]
     env = {"fingerprint": document.get("fingerprint", {}), "versions": document.get("versions", {})}
     return (
         Output("CSV", paths.csv, lambda path: write_atomic(path, csv_text(results))),

@@ -1,4 +1,4 @@
-"""The run's figures, one PNG each, from result rows (matplotlib, headless Agg backend).
+"""The run's figures, one PNG each, from typed result rows (matplotlib, headless Agg backend).
 
 Imported only when figures are asked for, so pytest start-up never imports matplotlib.
 Names are predictable: ``<figure>_<pair>.png`` per pair, ``speedup_by_category.png`` for the run.
@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..engine.cost_model import predicted_tau  # noqa: E402
-from ..results.schema import row_value  # noqa: E402
+from ..results.schema import CaseResult  # noqa: E402
 from .analysis import (  # noqa: E402
     FIGURES,
     analyse_prompts,
@@ -38,7 +38,7 @@ def figure_names(pairs: Sequence[str], batched_pairs: Sequence[str] = ()) -> lis
     )
 
 
-def _save(fig, directory: Path, name: str) -> Path:
+def _save(fig: plt.Figure, directory: Path, name: str) -> Path:
     path = directory / name
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -46,31 +46,33 @@ def _save(fig, directory: Path, name: str) -> Path:
     return path
 
 
-def _prompts(rows: Sequence[dict[str, Any]]) -> list[str]:
-    return sorted({row["prompt"] for row in rows})
+def _prompts(rows: Sequence[CaseResult]) -> list[str]:
+    return sorted({row.prompt for row in rows})
 
 
-def _error_bars(rows: Sequence[dict[str, Any]], name: str) -> list[list[float]]:
-    """Distances from the value to its interval's ends; none drawn for a row without an interval."""
-    bounds = [(row[name], row_value(row, f"{name}_ci_low"), row_value(row, f"{name}_ci_high")) for row in rows]
+def _error_bars(bounds: Sequence[tuple[float, float | None, float | None]]) -> list[list[float]]:
+    """Distances from each ``(value, low, high)`` to its interval's ends; none drawn where there is no interval."""
     return [
         [value - low if low is not None else 0.0 for value, low, _ in bounds],
         [high - value if high is not None else 0.0 for value, _, high in bounds],
     ]
 
 
-def speedup_vs_k(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path:
+def speedup_vs_k(rows: Sequence[CaseResult], pair: str, directory: Path) -> Path:
+    """Per prompt, the measured decode speedup at each k with its interval, and the cost model's curve."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     analyses = {a.prompt: a for a in analyse_prompts(rows)}
     for i, prompt in enumerate(_prompts(rows)):
         color = f"C{i % 10}"
-        points = sorted((row for row in rows if row["prompt"] == prompt), key=lambda row: row["k"])
+        points = sorted((row for row in rows if row.prompt == prompt), key=lambda row: row.k)
         # Each prompt's points nudged sideways so their intervals do not hide each other.
         dodge = 2 ** (0.06 * (i - (len(_prompts(rows)) - 1) / 2))
         ax.errorbar(
-            [row["k"] * dodge for row in points],
-            [row["decode_speedup"] for row in points],
-            yerr=_error_bars(points, "decode_speedup"),
+            [row.k * dodge for row in points],
+            [row.decode_speedup for row in points],
+            yerr=_error_bars(
+                [(row.decode_speedup, row.decode_speedup_ci_low, row.decode_speedup_ci_high) for row in points]
+            ),
             fmt="o",
             color=color,
             capsize=3,
@@ -84,7 +86,7 @@ def speedup_vs_k(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> 
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
     # Labels on the measured k only: every k of the predicted curve on a log axis would overlap.
-    ks = sorted({row["k"] for row in rows})
+    ks = sorted({row.k for row in rows})
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.minorticks_off()
     ax.set_xlabel("k (draft tokens per step, log scale; the dashed curves run over every k with a measured v(k+1))")
@@ -94,9 +96,10 @@ def speedup_vs_k(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> 
     return _save(fig, directory, f"speedup_vs_k_{pair}.png")
 
 
-def acceptance_heatmap(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path:
-    prompts, ks = _prompts(rows), sorted({row["k"] for row in rows})
-    by_cell = {(row["prompt"], row["k"]): row["acceptance_rate"] for row in rows}
+def acceptance_heatmap(rows: Sequence[CaseResult], pair: str, directory: Path) -> Path:
+    """The acceptance rate of each (prompt, k), as a grid of colours with the values written in."""
+    prompts, ks = _prompts(rows), sorted({row.k for row in rows})
+    by_cell = {(row.prompt, row.k): row.acceptance_rate for row in rows}
     grid = [[by_cell.get((prompt, k), float("nan")) for k in ks] for prompt in prompts]
     fig, ax = plt.subplots(figsize=(1.2 * len(ks) + 3, 0.5 * len(prompts) + 2))
     image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
@@ -114,14 +117,15 @@ def acceptance_heatmap(rows: Sequence[dict[str, Any]], pair: str, directory: Pat
     return _save(fig, directory, f"acceptance_heatmap_{pair}.png")
 
 
-def tau_vs_k(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path:
+def tau_vs_k(rows: Sequence[CaseResult], pair: str, directory: Path) -> Path:
+    """Per prompt, the measured tokens per verify pass at each k beside the cost model's tau at the pooled alpha."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     analyses = {a.prompt: a for a in analyse_prompts(rows)}
     for i, prompt in enumerate(_prompts(rows)):
         color = f"C{i % 10}"
-        points = sorted((row for row in rows if row["prompt"] == prompt), key=lambda row: row["k"])
-        ks = [row["k"] for row in points]
-        ax.plot(ks, [row["tau"] for row in points], "o-", color=color, label=f"{prompt} measured")
+        points = sorted((row for row in rows if row.prompt == prompt), key=lambda row: row.k)
+        ks = [row.k for row in points]
+        ax.plot(ks, [row.tau for row in points], "o-", color=color, label=f"{prompt} measured")
         alpha = analyses[prompt].alpha
         if alpha is not None:
             ax.plot(
@@ -132,7 +136,7 @@ def tau_vs_k(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path
                 alpha=0.8,
                 label=f"{prompt} predicted (alpha {alpha:.2f})",
             )
-    ks = sorted({row["k"] for row in rows})
+    ks = sorted({row.k for row in rows})
     ax.plot(ks, [k + 1 for k in ks], ":", color="grey", label="k + 1 (every draft accepted)")
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("k (draft tokens per step)")
@@ -142,10 +146,11 @@ def tau_vs_k(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path
     return _save(fig, directory, f"tau_vs_k_{pair}.png")
 
 
-def position_acceptance(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path:
+def position_acceptance(rows: Sequence[CaseResult], pair: str, directory: Path) -> Path:
+    """The share accepted at each draft position, per prompt and over all of them."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for i, prompt in enumerate(_prompts(rows)):
-        pooled = pooled_position_acceptance([row for row in rows if row["prompt"] == prompt])
+        pooled = pooled_position_acceptance([row for row in rows if row.prompt == prompt])
         if pooled:
             ax.plot([p for p, _, _ in pooled], [s for _, _, s in pooled], "o-", color=f"C{i % 10}", label=prompt)
     pooled = pooled_position_acceptance(rows)
@@ -160,9 +165,10 @@ def position_acceptance(rows: Sequence[dict[str, Any]], pair: str, directory: Pa
     return _save(fig, directory, f"position_acceptance_{pair}.png")
 
 
-def verify_cost(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path:
+def verify_cost(rows: Sequence[CaseResult], pair: str, directory: Path) -> Path:
+    """The measured cost of a verify pass against its length, beside the textbook's one step and m steps."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    curve = next((row["verify_costs_ms"] for row in rows if row_value(row, "verify_costs_ms")), [])
+    curve = next((row.verify_costs_ms for row in rows if row.verify_costs_ms), [])
     if curve:
         ms = list(range(1, len(curve) + 1))
         ax.plot(ms, [v / curve[0] for v in curve], "o-", label=f"measured, v(1) = {curve[0]:.1f} ms")
@@ -177,7 +183,7 @@ def verify_cost(rows: Sequence[dict[str, Any]], pair: str, directory: Path) -> P
     return _save(fig, directory, f"verify_cost_{pair}.png")
 
 
-def speedup_by_category(results: Sequence[dict[str, Any]], directory: Path) -> Path:
+def speedup_by_category(results: Sequence[CaseResult], directory: Path) -> Path:
     """Per pair and prompt category, the decode speedup at the category's best k: the geometric mean over its
     prompts, each weighted equally, with a 95% t interval over them (:func:`analysis.category_speedups`)."""
     best = best_category_speedups(results)
@@ -191,10 +197,7 @@ def speedup_by_category(results: Sequence[dict[str, Any]], directory: Path) -> P
             j + (i - (len(pairs) - 1) / 2) * width for j, category in enumerate(categories) if category in by_category
         ]
         items = [by_category[category] for category in categories if category in by_category]
-        errors = [
-            [item.speedup - item.low if item.low is not None else 0.0 for item in items],
-            [item.high - item.speedup if item.high is not None else 0.0 for item in items],
-        ]
+        errors = _error_bars([(item.speedup, item.low, item.high) for item in items])
         ax.bar(xs, [item.speedup for item in items], width, yerr=errors, capsize=3, label=pair, color=f"C{i % 10}")
         for x, item in zip(xs, items):
             label = f"k={item.k}" + (f"\n{item.prompts} prompts" if item.prompts > 1 else "")
@@ -212,7 +215,7 @@ def speedup_by_category(results: Sequence[dict[str, Any]], directory: Path) -> P
 BATCH_FIGURE = "speedup_vs_batch"
 
 
-def speedup_vs_batch(results: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path | None:
+def speedup_vs_batch(results: Sequence[CaseResult], pair: str, directory: Path) -> Path | None:
     """Decode speedup against batch size, one line per k (and prompt), with 95% intervals; the cost model's
     prediction dashed beside each. None when the pair ran one batch size only."""
     from .batch import batch_answer
@@ -227,7 +230,9 @@ def speedup_vs_batch(results: Sequence[dict[str, Any]], pair: str, directory: Pa
         for k in answer["ks"]:
             points = [point for point in answer["points"] if point["k"] == k]
             label = f"k={k}" + (f", {answer['prompt']}" if several else "")
-            errors = _error_bars(points, "decode_speedup")
+            errors = _error_bars(
+                [(p["decode_speedup"], p["decode_speedup_ci_low"], p["decode_speedup_ci_high"]) for p in points]
+            )
             ax.errorbar(
                 [point["batch"] for point in points],
                 [point["decode_speedup"] for point in points],
@@ -282,10 +287,7 @@ def schedule_regret(answers: Sequence[dict[str, Any]], pair: str, directory: Pat
         ax.errorbar(
             [prompts.index(p) + offset for p, _, _, _ in points],
             [r for _, r, _, _ in points],
-            yerr=[
-                [r - low if low is not None else 0.0 for _, r, low, _ in points],
-                [high - r if high is not None else 0.0 for _, r, _, high in points],
-            ],
+            yerr=_error_bars([(r, low, high) for _, r, low, high in points]),
             fmt="o" if "best" in label else "s",
             color=f"C{i % 10}",
             capsize=3,
@@ -303,7 +305,7 @@ def schedule_regret(answers: Sequence[dict[str, Any]], pair: str, directory: Pat
     return _save(fig, directory, f"schedule_regret_{pair}.png")
 
 
-def write_plots(results: Sequence[dict[str, Any]], directory: Path) -> list[Path]:
+def write_plots(results: Sequence[CaseResult], directory: Path) -> list[Path]:
     """Every figure of the run under ``directory`` (created); returns the files written.
 
     The figures plot against k, so they show this package's engine at constant k; the report's

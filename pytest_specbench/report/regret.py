@@ -1,26 +1,12 @@
 """What a draft-length schedule gives up, with intervals: k=auto (or k=heuristic) against the best constant k,
 and native k=auto against transformers' own default schedule (the hf engine's k=auto).
 
-Per (pair, engine, prompt), :func:`ratio_to_best` is the schedule's decode speedup as a share of the best
-constant k's, estimated from the rounds both cases ran in their block: the geometric mean of the per-round
-ratios best seconds per decode token / schedule seconds per decode token, with Student's t 95% interval over
-those rounds (:func:`..results.statistics.speedup_interval`, paired). Pairing is what makes it tight: the
-drift of a round hits both cases, and the shared baseline cancels out entirely. Only rounds of one block
-pair up (keys are (run, block, round)); two rows of different blocks or runs, or without round data, give no
-interval rather than a wrong one.
-
-The best constant k is chosen after the fact from the same data (the highest decode speedup of the k run),
-so the noise that made it the best also made it look better than it is: the ratio is biased against the
-schedule, a conservative figure. A ratio of 1 or more means the schedule did at least as well as a sweep
-would have found, without the sweep.
-
-:func:`ratio_to_hf` compares the native engine's k=auto with the hf engine's k=auto end to end (prefill
-included, since transformers' first target pass also verifies a draft block), paired over the rounds both
-ran; it needs each row's per-round wall times (``round_wall_s``, same order as ``block_rounds``). Rows
-without them give the ratio of the two rows' end-to-end speedups, marked unpaired and without an interval.
-
-Across prompts, :func:`over_prompts` takes the geometric mean of the per-prompt ratios (each prompt weighs the
-same) with a t interval over the prompts' log ratios; one prompt keeps its own interval.
+:func:`ratio_to_best` is the schedule's decode speedup as a share of the best constant k's, paired over the rounds
+both ran in their block (keys (run, block, round)): the geometric mean of the per-round ratios, with Student's t
+95% interval. Pairing makes it tight, since a round's drift hits both; rows without shared rounds give no interval
+rather than a wrong one. :func:`ratio_to_hf` compares end to end (prefill included: transformers' first target pass
+also verifies a draft block), paired over ``round_wall_s``. :func:`over_prompts` takes the geometric mean over
+prompts, each weighing the same. Why the ratio to the best is conservative: docs/measuring.md, "The answer".
 """
 
 from __future__ import annotations
@@ -28,38 +14,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..results.schema import row_value
+from ..results.schema import CaseResult
 from ..results.statistics import speedup_interval
 
 
-def round_times(row: dict[str, Any], field: str = "round_decode_token_s") -> dict[tuple[Any, ...], float] | None:
+def round_times(row: CaseResult, field: str = "round_decode_token_s") -> dict[tuple[Any, ...], float] | None:
     """The row's per-round ``field`` keyed by (run, block, round); None without usable round data. Round i of
     one run and round i of another (a row replayed by --specbench-resume beside one measured now) never pair.
 
     Seconds per decode token are read over the baseline each run was paired with, where the row has one per
     round: the machine's drift between two cases' runs then cancels (rows of one round's single baseline rank
     the same either way, the baseline dividing both)."""
-    rounds, block = row_value(row, "block_rounds"), row_value(row, "block")
-    # ``round_wall_s`` may not be declared in the schema yet: read it from the row alone.
-    times = row_value(row, field) if field in _SCHEMA_FIELDS else row.get(field)
+    rounds, block, times = row.block_rounds, row.block, getattr(row, field)
     if not block or not rounds or not times or len(rounds) != len(times):
         return None
     if field == "round_decode_token_s":
-        baselines = row_value(row, "baseline_round_decode_token_s")
+        baselines = row.baseline_round_decode_token_s
         if baselines and len(baselines) == len(times) and all(_positive(value) for value in baselines):
             times = [value / base if _positive(value) else value for value, base in zip(times, baselines)]
     if not all(_positive(t) for t in times):
         return None
-    run = row_value(row, "run_id")
-    return {(run, block, r): float(t) for r, t in zip(rounds, times)}
+    return {(row.run_id, block, r): float(t) for r, t in zip(rounds, times)}
 
 
 def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and value > 0
-
-
-#: the per-round fields the schema declares (read through row_value); ``round_wall_s`` may not be declared yet
-_SCHEMA_FIELDS = ("round_decode_token_s",)
 
 
 def paired_ratio(
@@ -78,7 +57,7 @@ def paired_ratio(
     return {"ratio": interval.estimate, "ci_low": interval.low, "ci_high": interval.high, "rounds": len(common)}
 
 
-def ratio_to_best(schedule: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
+def ratio_to_best(schedule: CaseResult, best: CaseResult) -> dict[str, Any]:
     """The schedule row's decode speedup as a share of the best constant k's row (see the module docstring).
 
     Keys: ``ratio_to_best`` (the paired estimate when the rows share rounds, else the ratio of their decode
@@ -88,7 +67,7 @@ def ratio_to_best(schedule: dict[str, Any], best: dict[str, Any]) -> dict[str, A
     paired = paired_ratio(round_times(schedule), round_times(best))
     if paired is None:
         return {
-            "ratio_to_best": schedule["decode_speedup"] / best["decode_speedup"],
+            "ratio_to_best": schedule.decode_speedup / best.decode_speedup,
             "ratio_to_best_ci_low": None,
             "ratio_to_best_ci_high": None,
             "ratio_to_best_rounds": 0,
@@ -101,16 +80,16 @@ def ratio_to_best(schedule: dict[str, Any], best: dict[str, Any]) -> dict[str, A
     }
 
 
-def ratio_to_hf(native: dict[str, Any], hf: dict[str, Any]) -> dict[str, Any]:
+def ratio_to_hf(native: CaseResult, hf: CaseResult) -> dict[str, Any]:
     """Native k=auto's end-to-end speed over the hf engine's k=auto on one prompt: hf wall seconds / native's,
     paired over rounds (``round_wall_s``). Without per-round wall times: the ratio of the rows' end-to-end
     speedups (``paired`` False, no interval), or None when either lacks it."""
     paired = paired_ratio(round_times(native, "round_wall_s"), round_times(hf, "round_wall_s"))
     if paired is not None:
-        return {"k": native["k"], **paired, "paired": True}
-    a, b = row_value(native, "speedup"), row_value(hf, "speedup")
+        return {"k": native.k, **paired, "paired": True}
+    a, b = native.speedup, hf.speedup
     ratio = a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b > 0 else None
-    return {"k": native["k"], "ratio": ratio, "ci_low": None, "ci_high": None, "rounds": 0, "paired": False}
+    return {"k": native.k, "ratio": ratio, "ci_low": None, "ci_high": None, "rounds": 0, "paired": False}
 
 
 def over_prompts(ratios: Sequence[dict[str, Any]], prefix: str = "") -> dict[str, Any] | None:
@@ -177,92 +156,83 @@ def interval_text(ratio: float | None, low: float | None, high: float | None) ->
 # --- the report's section -----------------------------------------------------------------------------------
 
 
+_SECTION_INTRO = (
+    "Each schedule's decode speedup as a share of the best constant k's on the same prompt, paired over the "
+    "rounds both ran in their block (geometric mean of the per-round ratios, 95% t interval). The best "
+    "constant k is chosen after the fact from the same data, so the ratio is biased against the schedule: "
+    "a conservative figure; 1 or more means the schedule did as well as the sweep, without the sweep. "
+    "Where both engines ran k=auto, native k=auto against transformers' default schedule (hf k=auto), end "
+    "to end, paired over rounds. Over prompts: geometric mean, t interval over the prompts."
+)
+
+
 def regret_markdown(answer: dict[str, Any], figures: dict[str, str] | None = None) -> list[str]:
     """The report's "k=auto against the best constant k" section from a run's answer (:func:`.answer.run_answer`):
     per pair, each prompt's schedules as a share of the best constant k and, over prompts, their geometric means;
     ``figures`` maps a pair to its figure's link. Empty when no schedule ran beside constant k."""
-    from tabulate import tabulate
-
     with_schedules = [a for a in answer["prompts"] if a["schedules"]]
     if not with_schedules:
         return []
-    lines = [
-        "## k=auto against the best constant k",
-        "",
-        "Each schedule's decode speedup as a share of the best constant k's on the same prompt, paired over the "
-        "rounds both ran in their block (geometric mean of the per-round ratios, 95% t interval). The best "
-        "constant k is chosen after the fact from the same data, so the ratio is biased against the schedule: "
-        "a conservative figure; 1 or more means the schedule did as well as the sweep, without the sweep. "
-        "Where both engines ran k=auto, native k=auto against transformers' default schedule (hf k=auto), end "
-        "to end, paired over rounds. Over prompts: geometric mean, t interval over the prompts.",
-        "",
-    ]
+    lines = ["## k=auto against the best constant k", "", _SECTION_INTRO, ""]
     for pair in dict.fromkeys(a["pair"] for a in with_schedules):
         answers = sorted((a for a in with_schedules if a["pair"] == pair), key=lambda a: (a["prompt"], a["engine"]))
-        hf = any(a.get("against_hf") for a in answers)
-        cells = [
-            [
-                a["prompt"],
-                a["engine"],
-                s["k"],
-                interval_text(s["ratio_to_best"], s["ratio_to_best_ci_low"], s["ratio_to_best_ci_high"]),
-                s["ratio_to_best_rounds"] or "unpaired",
-                a["best_k"],
-                *([_hf_text(a.get("against_hf")) if s["k"] == "auto" else "-"] if hf else []),
-            ]
-            for a in answers
-            for s in a["schedules"]
-        ]
-        lines += [
-            f"### Pair `{pair}`",
-            "",
-            tabulate(
-                cells,
-                headers=[
-                    "prompt",
-                    "engine",
-                    "schedule",
-                    "/ best constant k [95% CI]",
-                    "rounds paired",
-                    "best k",
-                    *(["native auto / hf auto"] if hf else []),
-                ],
-                tablefmt="github",
-                disable_numparse=True,
-            ),
-            "",
-        ]
-        summary = [
-            [p["engine"], s["k"], s["prompts"], interval_text(s["ratio"], s["ci_low"], s["ci_high"])]
-            for p in answer["pairs"]
-            if p["pair"] == pair
-            for s in p.get("schedules") or []
-        ]
-        summary += [
-            [
-                p["engine"],
-                f"{p['against_hf']['k']} / hf {p['against_hf']['k']} (end to end)",
-                p["against_hf"]["prompts"],
-                interval_text(p["against_hf"]["ratio"], p["against_hf"]["ci_low"], p["against_hf"]["ci_high"]),
-            ]
-            for p in answer["pairs"]
-            if p["pair"] == pair and p.get("against_hf")
-        ]
+        lines += [f"### Pair `{pair}`", "", _prompts_table(answers), ""]
+        summary = _over_prompts_cells(answer["pairs"], pair)
         if summary:
-            lines += [
-                "Over prompts:",
-                "",
-                tabulate(
-                    summary,
-                    headers=["engine", "schedule", "prompts", "geometric mean [95% CI]"],
-                    tablefmt="github",
-                    disable_numparse=True,
-                ),
-                "",
-            ]
+            lines += ["Over prompts:", "", _github_table(summary, ["engine", "schedule", "prompts", _MEAN]), ""]
         if figures and pair in figures:
             lines += [f"![schedules against the best constant k for {pair}]({figures[pair]})", ""]
     return lines
+
+
+_MEAN = "geometric mean [95% CI]"
+
+
+def _github_table(cells: list[list[Any]], headers: list[str]) -> str:
+    from tabulate import tabulate
+
+    return tabulate(cells, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _prompts_table(answers: Sequence[dict[str, Any]]) -> str:
+    """One pair's prompts: each schedule against the best constant k, and native auto against hf auto where both
+    engines ran it."""
+    hf = any(a["against_hf"] for a in answers)
+    cells = [
+        [
+            a["prompt"],
+            a["engine"],
+            s["k"],
+            interval_text(s["ratio_to_best"], s["ratio_to_best_ci_low"], s["ratio_to_best_ci_high"]),
+            s["ratio_to_best_rounds"] or "unpaired",
+            a["best_k"],
+            *([_hf_text(a["against_hf"]) if s["k"] == "auto" else "-"] if hf else []),
+        ]
+        for a in answers
+        for s in a["schedules"]
+    ]
+    headers = ["prompt", "engine", "schedule", "/ best constant k [95% CI]", "rounds paired", "best k"]
+    return _github_table(cells, headers + (["native auto / hf auto"] if hf else []))
+
+
+def _over_prompts_cells(pairs: Sequence[dict[str, Any]], pair: str) -> list[list[Any]]:
+    """One pair's schedules over its prompts, then native auto over hf auto, per engine."""
+    ours = [p for p in pairs if p["pair"] == pair]
+    cells = [
+        [p["engine"], s["k"], s["prompts"], interval_text(s["ratio"], s["ci_low"], s["ci_high"])]
+        for p in ours
+        for s in p["schedules"]
+    ]
+    return cells + [
+        [
+            p["engine"],
+            f"{hf['k']} / hf {hf['k']} (end to end)",
+            hf["prompts"],
+            interval_text(hf["ratio"], hf["ci_low"], hf["ci_high"]),
+        ]
+        for p in ours
+        if (hf := p["against_hf"])
+    ]
 
 
 def _hf_text(against: dict[str, Any] | None) -> str:

@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..results.run_files import RunFiles
-from ..results.tally import CaseTally
+from ..results.schema import CaseResult
+from ..results.tally import CaseRows, CaseTally, RunEnding
 from ..settings.config import SpecbenchConfig
 
 if TYPE_CHECKING:
     from ..measure.matrix import Case
-    from ..results.gate import GateOutcome
 
 #: one line of the summary, and whether it is an error (red)
 Line = tuple[str, bool]
@@ -31,34 +31,36 @@ class RunSnapshot:
     config: SpecbenchConfig
     cases: Sequence[Case]  # the matrix, in order
     tally: CaseTally
-    results: Sequence[dict[str, Any]]  # the rows, in matrix order
-    replayed: Sequence[str]  # cases whose row was taken from the resumed log
+    rows: CaseRows  # the finished cases' rows, measured here or replayed from the resumed log
     rerun: Mapping[str, Sequence[str]]  # logged cases run again, by id: what changed
-    measured_here: bool  # a row was measured by this run, not only replayed
-    interrupted: str | None  # what ended the run early
-    interrupted_while_writing: bool  # a signal came while the files were written (completed first)
+    ending: RunEnding  # what ended the run early, the gate's outcome
     files: RunFiles
-    gate: GateOutcome | None
     empty_selection: Callable[[], list[str]]  # why -k/-m matched no case (probes local models: only then)
 
     @property
+    def results(self) -> list[CaseResult]:
+        """The rows, in matrix order."""
+        return self.rows.in_order()
+
+    @property
     def missing(self) -> list[str]:
-        return self.tally.missing([row["case"] for row in self.results])
+        return self.tally.missing(self.rows.by_case)
 
 
 def summary_sections(run: RunSnapshot) -> list[tuple[str, list[Line]]]:
     """``(title, [(line, is_error), ...])`` sections for the terminal; none when nothing was benchmarked."""
-    tally, files = run.tally, run.files
-    if not (tally.collected or tally.began or run.results or run.gate is not None or files.refusals or tally.skipped):
+    tally, files, gate = run.tally, run.files, run.ending.gate
+    if not (tally.collected or tally.began or run.rows.by_case or gate is not None or files.refusals or tally.skipped):
         return []
     lines = _headline(run) + _plain(_budget_lines(run))
-    if run.replayed:
-        lines.append((f"{len(run.replayed)} case(s) taken from {run.config.resume}, not run again", False))
+    replayed = run.rows.replayed
+    if replayed:
+        lines.append((f"{len(replayed)} case(s) taken from {run.config.resume}, not run again", False))
     lines += _plain(_rerun_lines(run)) + _ending(run) + _plain(_file_lines(run))
     lines += [(line, True) for line in files.refusals + files.errors]
     sections = [("specbench summary", lines)]
-    if run.gate is not None:
-        sections.append(("specbench gate", _plain(run.gate.lines)))
+    if gate is not None:
+        sections.append(("specbench gate", _plain(gate.lines)))
     return sections
 
 
@@ -71,8 +73,8 @@ def _headline(run: RunSnapshot) -> list[Line]:
     pairs whose every case was skipped."""
     tally = run.tally
     skipped_pairs = _skipped_pair_lines(run)
-    measured_nothing = tally.measured_nothing([row["case"] for row in run.results])
-    if measured_nothing and tally.all_skipped and not run.interrupted:
+    interrupted = run.ending.interrupted
+    if tally.measured_nothing(run.rows.by_case) and tally.all_skipped and not interrupted:
         return _plain(
             [
                 f"no specbench case ran: all {len(tally.selected)} selected case(s) were skipped",
@@ -80,7 +82,7 @@ def _headline(run: RunSnapshot) -> list[Line]:
                 "no file was written: the results files and log of an earlier run are left as they were",
             ]
         )
-    if tally.collected and not tally.began and not run.interrupted:
+    if tally.collected and not tally.began and not interrupted:
         return _plain(run.empty_selection() + skipped_pairs)
     from .summary import summary_lines
 
@@ -89,20 +91,20 @@ def _headline(run: RunSnapshot) -> list[Line]:
 
 def _ending(run: RunSnapshot) -> list[Line]:
     """How the run ended early, and the cases left without a result (errors when it was interrupted)."""
-    lines = []
-    if run.interrupted:
-        when = " while its files were written," if run.interrupted_while_writing else ""
+    lines, interrupted, finished = [], run.ending.interrupted, len(run.rows.by_case)
+    if interrupted:
+        when = " while its files were written," if run.ending.while_writing else ""
         lines.append(
             (
-                f"run interrupted ({run.interrupted}){when} with {len(run.results)} of "
-                f"{len(run.tally.selected) or len(run.results)} case(s) finished",
+                f"run interrupted ({interrupted}){when} with {finished} of "
+                f"{len(run.tally.selected) or finished} case(s) finished",
                 True,
             )
         )
     missing = run.missing
     if missing:
-        lines.append((f"no result for {len(missing)} case(s): {', '.join(missing)}", bool(run.interrupted)))
-        if run.config.log_path is not None and run.results:
+        lines.append((f"no result for {len(missing)} case(s): {', '.join(missing)}", bool(interrupted)))
+        if run.config.log_path is not None and finished:
             lines.append((f"to run only those: the same command with --specbench-resume={run.config.log_path}", False))
     return lines
 
@@ -120,7 +122,7 @@ def _file_lines(run: RunSnapshot) -> list[str]:
             else ""
         )
         lines.append(f"run saved in the history: {files.history_entry}{before}")
-    elif run.replayed and not run.measured_here and config.history_dir is not None:
+    elif run.rows.replayed and not run.rows.measured_here and config.history_dir is not None:
         lines.append(f"not saved in the history: every result was taken from {config.resume}, none was measured")
     return lines
 
@@ -146,10 +148,10 @@ def _budget_lines(run: RunSnapshot) -> list[str]:
     from ..measure.budget import describe_duration
 
     config = run.config
-    short = [row for row in run.results if row.get("timing_stop") == RUN_BUDGET]
+    short = [row for row in run.results if row.timing_stop == RUN_BUDGET]
     if not short or config.run_budget is None:
         return []
-    blocks = len({row.get("block") for row in short})
+    blocks = len({row.block for row in short})
     return [
         f"the run's budget (--specbench-budget, {describe_duration(config.run_budget)[6:]}) was spent: "
         f"{len(short)} case(s) in {blocks} block(s) ran only their {config.min_rounds} minimum rounds; "

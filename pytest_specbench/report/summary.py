@@ -1,4 +1,5 @@
-"""The summary table, the CSV and the JSON, from result rows (plain dicts of the schema's fields)."""
+"""The summary table, the CSV and the JSON, from the schema's typed result rows; the CSV and the JSON write each
+row as ``to_row()`` gives it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ..results.schema import csv_columns, row_value, summary_columns
-from ..results.strict_json import strict_json
+from ..results.schema import CaseResult, csv_columns, summary_columns
 from .analysis import (
     compare_engines,
     constant_k_rows,
@@ -29,18 +29,18 @@ _MARK = {"lossless": "yes", "tie-divergence": "tie", "diverged": "NO"}
 UNSTABLE_MARK = "!"
 
 
-def _cell(row: dict[str, Any], name: str, fmt: str, interval: bool) -> str:
-    value = row_value(row, name)
+def _cell(row: CaseResult, name: str, fmt: str, interval: bool) -> str:
+    value = getattr(row, name)
     if name == "verdict":
         return _MARK.get(value, value)
     if not fmt or not isinstance(value, (int, float)) or isinstance(value, bool):
         return "" if value is None else str(value)
     if not interval:
         return f"{value:{fmt}}"
-    return with_interval(row, name, fmt) + (f" {UNSTABLE_MARK}" if row_value(row, "unstable") else "")
+    return with_interval(row, name, fmt) + (f" {UNSTABLE_MARK}" if row.unstable else "")
 
 
-def summary_lines(results: Sequence[dict[str, Any]], ci_target: float = 0.05) -> list[str]:
+def summary_lines(results: Sequence[CaseResult], ci_target: float = 0.05) -> list[str]:
     """The terminal summary: a table per pair, a per-k summary, the answer (best k per prompt, ties, slower k),
     the unstable cases."""
     if not results:
@@ -54,15 +54,15 @@ def summary_lines(results: Sequence[dict[str, Any]], ci_target: float = 0.05) ->
     return lines + batch_lines(results) + _closing_lines(results, ci_target)
 
 
-def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], engines: bool, answer: dict[str, Any]) -> list[str]:
+def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: dict[str, Any]) -> list[str]:
     """One pair: its cases, the per-k means, the engines side by side, the answer."""
     first = rows[0]
     lines = [
-        f"{pair}: target {first['target']}, draft {first['draft']} "
-        f"({first['device']}, {first['dtype']}, {new_tokens_text(rows)}; "
+        f"{pair}: target {first.target}, draft {first.draft} "
+        f"({first.device}, {first.dtype}, {new_tokens_text(rows)}; "
         f"speedups with their 95% interval, {UNSTABLE_MARK} = unstable)"
     ]
-    batches = len({row_value(row, "batch") for row in rows}) > 1
+    batches = len({row.batch for row in rows}) > 1
     columns = tuple(
         column
         for column in summary_columns()
@@ -96,23 +96,20 @@ def _pair_lines(pair: str, rows: Sequence[dict[str, Any]], engines: bool, answer
     return lines + [""]
 
 
-def _per_k_lines(rows: Sequence[dict[str, Any]], engines: bool) -> list[str]:
+def _per_k_lines(rows: Sequence[CaseResult], engines: bool) -> list[str]:
     """Per k (and engine, when more than one ran): geometric mean speedups, mean acceptance and tau."""
     per_k = []
-    groups = dict.fromkeys(
-        (row["k"], row_value(row, "engine"))
-        for row in sorted(rows, key=lambda row: (k_order(row["k"]), row_value(row, "engine")))
-    )
+    groups = dict.fromkeys((row.k, row.engine) for row in sorted(rows, key=lambda row: (k_order(row.k), row.engine)))
     for k, engine in groups:
-        at_k = [row for row in rows if row["k"] == k and row_value(row, "engine") == engine]
+        at_k = [row for row in rows if row.k == k and row.engine == engine]
         per_k.append(
             ([k, engine] if engines else [k])
             + [
                 len(at_k),
-                geometric_mean([row["decode_speedup"] for row in at_k]),
-                geometric_mean([row["speedup"] for row in at_k]),
-                sum(row["acceptance_rate"] for row in at_k) / len(at_k),
-                sum(row["tau"] for row in at_k) / len(at_k),
+                geometric_mean([row.decode_speedup for row in at_k]),
+                geometric_mean([row.speedup for row in at_k]),
+                sum(row.acceptance_rate for row in at_k) / len(at_k),
+                sum(row.tau for row in at_k) / len(at_k),
             ]
         )
     lead = ("k", "engine") if engines else ("k",)
@@ -137,20 +134,20 @@ def _answer_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]
     return lines + [pair_sentence(p, engines) for p in answer["pairs"] if p["pair"] == pair]
 
 
-def _closing_lines(results: Sequence[dict[str, Any]], ci_target: float) -> list[str]:
+def _closing_lines(results: Sequence[CaseResult], ci_target: float) -> list[str]:
     """The verdict counts, and what to do about cases with no interval or too wide a one."""
-    failed = [row["case"] for row in results if row["verdict"] == "diverged"]
-    ties = [row["case"] for row in results if row["verdict"] == "tie-divergence"]
+    failed = [row.case for row in results if row.verdict == "diverged"]
+    ties = [row.case for row in results if row.verdict == "tie-divergence"]
     lines = [
         f"{len(results)} case(s): {len(results) - len(failed) - len(ties)} lossless, "
         f"{len(ties)} tie-divergence, {len(failed)} diverged"
     ]
-    single = [row for row in results if row_value(row, "rounds") < 2]
+    single = [row for row in results if row.rounds < 2]
     if single:
         lines.append(f"{len(single)} case(s) timed in one round: no interval (raise --specbench-max-rounds)")
-    unstable = [row for row in results if row_value(row, "unstable") and row_value(row, "rounds") >= 2]
+    unstable = [row for row in results if row.unstable and row.rounds >= 2]
     if unstable:
-        threads = sorted({row_value(row, "threads") for row in unstable if row_value(row, "threads")})
+        threads = sorted({row.threads for row in unstable if row.threads})
         lines.append(
             f"{len(unstable)} case(s) unstable ({UNSTABLE_MARK}): their 95% interval stayed wider than "
             f"+/-{ci_target:.0%} within the rounds allowed, so their speedups are noise-bound. "
@@ -160,12 +157,13 @@ def _closing_lines(results: Sequence[dict[str, Any]], ci_target: float) -> list[
     return lines
 
 
-def csv_text(results: Iterable[dict[str, Any]]) -> str:
+def csv_text(results: Iterable[CaseResult]) -> str:
+    """The CSV of the rows: the schema's CSV columns, the first seed's leading."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=csv_columns(), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in results:
-        writer.writerow(row)
+        writer.writerow(row.to_row())
     return buffer.getvalue()
 
 
@@ -185,7 +183,7 @@ def environment() -> dict[str, Any]:
 
 
 def run_document(
-    results: Sequence[dict[str, Any]],
+    results: Sequence[CaseResult],
     options: dict[str, Any],
     env: dict[str, Any],
     missing: Sequence[str] = (),
@@ -207,18 +205,5 @@ def run_document(
         "resumed_cases": list(resumed),
         "answer": run_answer(per_k_rows(results)),
         "batch": batch_answer(results),
-        "results": list(results),
+        "results": [row.to_row() for row in results],
     }
-
-
-def json_text(
-    results: Sequence[dict[str, Any]],
-    options: dict[str, Any],
-    env: dict[str, Any],
-    missing: Sequence[str] = (),
-    *,
-    interrupted: str | None = None,
-    resumed: Sequence[str] = (),
-) -> str:
-    """:func:`run_document` as strict JSON (no NaN)."""
-    return strict_json(run_document(results, options, env, missing, interrupted=interrupted, resumed=resumed))

@@ -1,6 +1,6 @@
 """Baselines and the regression gate: save a run's results, compare a later run with them.
 
-Plain data in and out (result rows are the dicts ``runner.run_case`` returns), no pytest:
+Typed result rows in (the schema's :class:`.schema.CaseResult`), plain baseline documents in and out, no pytest:
 the plugin decides when to save, when to compare and how to fail the session. This module reads and writes
 the baseline file and runs the gate; the comparison itself is ``gate_compare.py`` (typed, pure) and the
 gate's text ``gate_text.py``. Their public names are importable from here too.
@@ -38,7 +38,7 @@ from .gate_compare import (
     sort_regressions,
 )
 from .gate_text import StrPath, gate_summary_lines, settings_lines, settings_refusal_text
-from .schema import gate_fields
+from .schema import CaseResult, gate_fields
 from .strict_json import strict_json
 
 __all__ = [
@@ -123,7 +123,7 @@ def _case_problem(entry: Any) -> str | None:
 
 
 def baseline_document(
-    results: Sequence[dict[str, Any]], environment: dict[str, Any], *, created: str | None = None
+    results: Sequence[CaseResult], environment: dict[str, Any], *, created: str | None = None
 ) -> dict[str, Any]:
     """The baseline of a run: one entry per case key, sorted, with the settings each ran under, plus the run's
     result-changing settings and the fingerprint of the machine it ran on.
@@ -136,13 +136,13 @@ def baseline_document(
     """
     cases: dict[str, dict[str, Any]] = {}
     for row in results:
-        key = row.get("case")
+        key = row.case
         if not isinstance(key, str) or not key:
             raise ValueError(f"result row without a case key: {row!r}")
         if key in cases:
             raise ValueError(f"case {key} appears twice in the results; a baseline needs one row per case")
-        entry = {field: row.get(field) for field in gate_fields("compared")}
-        entry.update({field: _info_number(row.get(field)) for field in gate_fields("info")})
+        entry = {field: getattr(row, field) for field in gate_fields("compared")}
+        entry.update({field: _info_number(getattr(row, field)) for field in gate_fields("info")})
         entry["settings"] = case_settings(row)
         problem = _case_problem(entry)
         if problem:
@@ -161,7 +161,7 @@ def baseline_document(
     }
 
 
-def save_baseline(path: StrPath, results: Sequence[dict[str, Any]], environment: dict[str, Any]) -> None:
+def save_baseline(path: StrPath, results: Sequence[CaseResult], environment: dict[str, Any]) -> None:
     """Write the baseline of ``results`` to ``path`` atomically (a reader never sees half a file)."""
     write_atomic(Path(path), strict_json(baseline_document(results, environment)))
 
@@ -256,7 +256,7 @@ class GateOutcome:
 
 def run_gate(
     baseline: Mapping[str, Any],
-    results: Sequence[Mapping[str, Any]],
+    results: Sequence[CaseResult],
     baseline_path: StrPath,
     *,
     max_acceptance_drop: float | None = None,

@@ -1,7 +1,8 @@
-"""The regression gate's comparison: a run's result rows against a baseline's cases, typed and pure.
+"""The regression gate's comparison: a run's typed result rows against a baseline's cases, pure.
 
-Rows and baseline entries are read once into :class:`GatedResult` (the schema's fields the gate reads, through
-:func:`.schema.row_value`); what the comparison allows is one :class:`CompareSettings`; what it finds is a
+Rows and baseline entries are read once into :class:`GatedResult` (the schema's fields the gate reads; a
+baseline entry, read from its file, through :func:`.schema.row_value`); what the comparison allows is one
+:class:`CompareSettings`; what it finds is a
 :class:`Comparison` of :class:`Regression` s. No files, no machine probe, no terminal text: ``gate.py`` reads
 and writes baselines and runs the gate, ``gate_text.py`` words its outcome.
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.numbers import is_finite_number
-from .schema import row_value
+from .schema import CaseResult, row_value
 
 #: What each case entry records of the settings it ran under, from its row: they may differ case to case (a pair's
 #: own dtype, the engine, the device) or follow from a run's option, named here, which is then checked per case.
@@ -47,13 +48,27 @@ _EPSILON = 1e-9
 _KIND_ORDER = {"settings": 0, "lossless": 1, "acceptance": 2, "pair acceptance": 3, "speedup": 4, "missing": 5}
 
 
-def _read(row: Mapping[str, Any], name: str) -> Any:
-    """Field ``name`` of a row or baseline entry, as the schema reads it; None where a field every full row has
-    is absent (a baseline entry keeps only the gated fields, a hand-made row fewer)."""
+def _read(entry: Mapping[str, Any], name: str) -> Any:
+    """Field ``name`` of a baseline entry, as the schema reads it; None where a field every full row has is
+    absent (a baseline entry keeps only the gated fields)."""
     try:
-        return row_value(row, name)
+        return row_value(entry, name)
     except KeyError:
         return None
+
+
+#: the fields :class:`GatedResult` reads besides the case key and the verdict
+_GATED_FIELDS = (
+    "pair",
+    "k",
+    "prompt",
+    "acceptance_rate",
+    "lossless",
+    "accepted_tokens",
+    "drafted_tokens",
+    "speedup",
+    "first_divergence",
+)
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,7 @@ class GatedResult:
     prompt: str | None
     acceptance_rate: float | None
     lossless: bool | None
-    # Rows always carry a verdict; a hand-made row with only ``lossless`` still gates.
+    # Rows always carry a verdict; a baseline entry without one gates by ``lossless``.
     verdict: str
     accepted_tokens: int | None
     drafted_tokens: int | None
@@ -75,24 +90,17 @@ class GatedResult:
     first_divergence: int | None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any], case: str | None = None) -> GatedResult:
-        """Read a result row (its own ``case``) or a baseline entry (``case``: its key)."""
-        verdict = _read(row, "verdict")
+    def from_row(cls, entry: Mapping[str, Any], case: str) -> GatedResult:
+        """Read a baseline entry (``case``: its key); an entry without a verdict gates by ``lossless``."""
+        verdict = _read(entry, "verdict")
         if verdict is None:
-            verdict = "lossless" if _read(row, "lossless") else "diverged"
-        return cls(
-            case=row["case"] if case is None else case,
-            pair=_read(row, "pair"),
-            k=_read(row, "k"),
-            prompt=_read(row, "prompt"),
-            acceptance_rate=_read(row, "acceptance_rate"),
-            lossless=_read(row, "lossless"),
-            verdict=str(verdict),
-            accepted_tokens=_read(row, "accepted_tokens"),
-            drafted_tokens=_read(row, "drafted_tokens"),
-            speedup=_read(row, "speedup"),
-            first_divergence=_read(row, "first_divergence"),
-        )
+            verdict = "lossless" if _read(entry, "lossless") else "diverged"
+        return cls(case=case, verdict=str(verdict), **{name: _read(entry, name) for name in _GATED_FIELDS})
+
+    @classmethod
+    def from_result(cls, row: CaseResult) -> GatedResult:
+        """Read a result row of this run."""
+        return cls(case=row.case, verdict=row.verdict, **{name: getattr(row, name) for name in _GATED_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -174,26 +182,23 @@ class Comparison:
 
 
 def compare(
-    baseline: Mapping[str, Any], results: Sequence[Mapping[str, Any]], settings: CompareSettings | None = None
+    baseline: Mapping[str, Any], results: Sequence[CaseResult], settings: CompareSettings | None = None
 ) -> Comparison:
     """The regressions of ``results`` against ``baseline`` (a ``load_baseline`` document), by case key.
 
-    - lossless: lossless in the baseline, verdict "diverged" now (a tie-divergence under
-      half precision is a rounding tie, not a bug, so it does not fail the gate); on any machine;
-    - acceptance, on the same machine: a case's old - new > max_acceptance_drop (absolute);
-    - pair acceptance, across machines (``same_machine=False``): per pair, the acceptance pooled
-      over the cases both runs have (accepted / drafted tokens) dropped by more than
-      ``pair_tolerance``: other kernels flip near-tied tokens, which moves single cases, not pairs;
-    - speedup (only when max_speedup_drop is given, same machine only): old - new > max_speedup_drop * old;
-    - missing: a baseline case with no result, unless allow_missing; its detail says why (other k, given
-      ``run_ks``, the run's k list; other pairs; other prompts; or no result).
-    Cases absent from the baseline are not gated: see ``new_cases``; nor are the ``excluded`` cases (measured
-    with other settings, left out by ``--specbench-gate-differing=compare-matching``), which are not missing either.
-    ``settings`` defaults to :class:`CompareSettings`'s defaults.
+    - lossless: lossless in the baseline, "diverged" now (a half-precision tie-divergence is not a bug); any machine;
+    - acceptance, same machine: a case's old - new > max_acceptance_drop (absolute);
+    - pair acceptance, across machines (``same_machine=False``): a pair's acceptance pooled over the cases both
+      runs have dropped by more than ``pair_tolerance`` (other kernels flip near-tied tokens: cases move, pairs don't);
+    - speedup, same machine and only when max_speedup_drop is given: old - new > max_speedup_drop * old;
+    - missing: a baseline case with no result, unless allow_missing; its detail says why.
+    Cases absent from the baseline (``new_cases``) and the ``excluded`` ones (other settings, left out by
+    ``--specbench-gate-differing=compare-matching``) are neither gated nor missing. ``settings`` defaults to
+    :class:`CompareSettings`'s defaults. See docs/ci-gating.md.
     """
     settings = settings or CompareSettings()
     cases = {key: GatedResult.from_row(entry, key) for key, entry in baseline["cases"].items()}
-    rows = [GatedResult.from_row(row) for row in results]
+    rows = [GatedResult.from_result(row) for row in results]
     same = settings.same_machine
     regressions: list[Regression] = []
     seen: set[str] = set(settings.excluded)
@@ -211,20 +216,20 @@ def compare(
         regressions += _check_pairs(cases, gated, settings.max_acceptance_drop)
     if not settings.allow_missing:
         regressions += [_missing(cases[key], rows, settings.run_ks) for key in cases if key not in seen]
-    kept = [row for row in results if row["case"] not in settings.excluded]
+    kept = [row for row in results if row.case not in settings.excluded]
     return Comparison(sort_regressions(regressions), compared_count(baseline, kept), new_cases(baseline, results))
 
 
-def new_cases(baseline: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> list[str]:
+def new_cases(baseline: Mapping[str, Any], results: Sequence[CaseResult]) -> list[str]:
     """Case keys of this run that the baseline does not have (sorted, each once): not gated."""
     cases = baseline["cases"]
-    return sorted({row["case"] for row in results if row["case"] not in cases})
+    return sorted({row.case for row in results if row.case not in cases})
 
 
-def compared_count(baseline: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> int:
+def compared_count(baseline: Mapping[str, Any], results: Sequence[CaseResult]) -> int:
     """How many of this run's cases the baseline has, i.e. how many were gated."""
     cases = baseline["cases"]
-    return len({row["case"] for row in results if row["case"] in cases})
+    return len({row.case for row in results if row.case in cases})
 
 
 def _missing(entry: GatedResult, results: Sequence[GatedResult], run_ks: Sequence[int | str] | None) -> Regression:
@@ -325,14 +330,14 @@ def _check_speedup(old: GatedResult, row: GatedResult, allowed: float | None) ->
 # --- the settings a gate compares ------------------------------------------------------------------
 
 
-def case_settings(row: Mapping[str, Any]) -> dict[str, Any]:
+def case_settings(row: CaseResult) -> dict[str, Any]:
     """The settings one case ran under, from its row: :data:`CASE_SETTINGS`, the device by kind, and for a
     schedule how many positions the cost probe measured."""
-    settings = {name: row.get(name) for name in CASE_SETTINGS}
+    settings = {name: getattr(row, name) for name in CASE_SETTINGS}
     if isinstance(settings["device"], str):
         settings["device"] = settings["device"].split(":")[0]
-    if isinstance(row.get("k"), str):
-        settings[_SCHEDULE_SETTING] = len(row.get("verify_costs_ms") or [])
+    if isinstance(row.k, str):
+        settings[_SCHEDULE_SETTING] = len(row.verify_costs_ms or [])
     return settings
 
 
@@ -363,7 +368,7 @@ def settings_differences(
     return differences, unrecorded
 
 
-def _case_differences(entry: Mapping[str, Any], row: Mapping[str, Any]) -> list[SettingDifference]:
+def _case_differences(entry: Mapping[str, Any], row: CaseResult) -> list[SettingDifference]:
     recorded = entry.get("settings")
     if not isinstance(recorded, dict):
         return []
@@ -392,7 +397,7 @@ class SettingsCheck:
 
 
 def check_settings(
-    baseline: Mapping[str, Any], results: Sequence[Mapping[str, Any]], current: Mapping[str, Any] | None, policy: str
+    baseline: Mapping[str, Any], results: Sequence[CaseResult], current: Mapping[str, Any] | None, policy: str
 ) -> SettingsCheck:
     """Compare the run's settings (``current``, as ``result_settings``; None: not known, not checked) and each
     case's with those ``baseline`` recorded, under ``policy`` (``refuse`` or ``compare-matching``)."""
@@ -402,7 +407,7 @@ def check_settings(
     unrecorded: list[str] = []
     if recorded and current is not None:
         run_differences, unrecorded = settings_differences(recorded, current)
-    per_case = {row["case"]: _case_differences(cases[row["case"]], row) for row in results if row["case"] in cases}
+    per_case = {row.case: _case_differences(cases[row.case], row) for row in results if row.case in cases}
     per_case = {case: differences for case, differences in per_case.items() if differences}
     known = (bool(recorded), run_differences, unrecorded)
     if policy == "refuse":
@@ -413,9 +418,9 @@ def check_settings(
     # A run setting that no case records (the seed, the head kernel, ...) leaves no case in agreement.
     everywhere = [d for d in run_differences if d.name not in CASE_SETTINGS.values()]
     excluded = {
-        row["case"]: everywhere + per_case.get(row["case"], [])
+        row.case: everywhere + per_case.get(row.case, [])
         for row in results
-        if row["case"] in cases and (everywhere or row["case"] in per_case)
+        if row.case in cases and (everywhere or row.case in per_case)
     }
     return SettingsCheck(*known, excluded=excluded)
 

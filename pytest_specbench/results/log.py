@@ -1,23 +1,15 @@
 """The results log: every finished case, one JSON line each, on disk the moment it finishes.
 
-The CSV and JSON are written once, at the end of the session; the log is what survives a
-SIGKILL, a power cut or a crashed controller, and what ``--specbench-resume`` reads to run
-only the cases that did not finish. Its first line describes the run::
+It survives a SIGKILL, a power cut or a crashed controller (the CSV and JSON are written only at the end), and
+``--specbench-resume`` reads it (docs/measuring.md, "Nothing lost"). Only the controller writes it. A first line
+describes the run, result rows (the schema's fields) follow, and a run that reached its end adds a last line::
 
-    {"specbench_log": 1, "started": "2025-01-01T12:00:00+00:00", "settings": {"--specbench-dtype": ...},
-     "fingerprint": {...}, "cases": ["tiny-k1-natural", ...], "carried": [...], "command": "pytest ..."}
+    {"specbench_log": 1, "started": ..., "settings": {...}, "fingerprint": {...}, "cases": [...], "carried": [...],
+     "command": "pytest ..."}
+    {"specbench_log_end": 1, "ended": ..., "rows": 6, "missing_cases": [], "interrupted": null}
 
-``fingerprint`` is the machine that measured this run's rows, ``cases`` the cases the run selected,
-``command`` its command line (to resume it with), and ``carried`` the rows it took from earlier logs
-(``--specbench-resume``), grouped by the run that
-measured them: ``{"log": ..., "started": ..., "fingerprint": ..., "cases": [...]}``. Every other line
-is one result row (the schema's fields), and a run that reached its end adds a last line::
-
-    {"specbench_log_end": 1, "ended": "...", "rows": 6, "missing_cases": [], "interrupted": null}
-
-A log without that line, or whose last line names missing cases or an interruption, is a run that did
-not finish: :func:`unfinished_reason` says so, and a new run does not replace it unless it resumes it.
-Only the controller writes it.
+``carried`` groups the rows taken from earlier logs by the run that measured them. A log without that last line,
+or whose last line names missing cases or an interruption, did not finish (:func:`unfinished_reason`).
 """
 
 from __future__ import annotations
@@ -85,9 +77,9 @@ class ResultsLog:
         self.rows = 0
         self._fd: int | None = None
 
-    def start(self, carried: Iterable[dict[str, Any]] = ()) -> None:
+    def start(self, carried: Iterable[CaseResult] = ()) -> None:
         """Begin a new log (replacing any file at ``path``): the run's line, then the ``carried`` rows."""
-        carried = list(carried)
+        carried = [row.to_row() for row in carried]
         header = {
             "specbench_log": LOG_FORMAT,
             "started": _now(),
@@ -112,9 +104,9 @@ class ResultsLog:
             data = data[os.write(self._fd, data) :]
         os.fsync(self._fd)
 
-    def append(self, row: dict[str, Any]) -> None:
+    def append(self, row: CaseResult) -> None:
         """Write one row and force it to disk."""
-        self._write(_line(row))
+        self._write(_line(row.to_row()))
         self.rows += 1
 
     def end(self, missing: Sequence[str], interrupted: str | None) -> None:
@@ -142,11 +134,11 @@ class ResultsLog:
 
 @dataclass
 class ResumedLog:
-    """What a results log holds: the run's settings and the last row of each case."""
+    """What a results log holds: the run's settings and the last row of each case, typed."""
 
     path: Path
     settings: dict[str, Any]
-    rows: dict[str, dict[str, Any]]
+    rows: dict[str, CaseResult]
     header: dict[str, Any] = field(default_factory=dict)  # the run's line
     end: dict[str, Any] | None = None  # the last line of a run that reached its end
 
@@ -265,7 +257,7 @@ def read_log(path: Path) -> ResumedLog:
     settings: dict[str, Any] | None = None
     header: dict[str, Any] = {}
     end: dict[str, Any] | None = None
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, CaseResult] = {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -296,7 +288,8 @@ def read_log(path: Path) -> ResumedLog:
             problem = row_problem(record)
             if problem:
                 raise ResultsLogError(f"{path}:{number}: {problem} (case {record['case']!r}); {_ACCEPTED}")
-            rows[record["case"]] = record
+            row = CaseResult.from_row(record)
+            rows[row.case] = row
             end = None  # a row after an end line: a run went on in this log
         else:
             raise ResultsLogError(f"{path}:{number}: a result without a case id; {_ACCEPTED}")

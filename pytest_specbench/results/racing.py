@@ -1,37 +1,15 @@
 """Racing the draft lengths k of one (pair, engine, prompt): which to stop timing, and which are slower at the end.
 
-The cases of a block are timed in rounds; each round times every contender once, so
-drift common to a round (a busy core, a clock change) cancels: the comparisons
-fit the additive model log time = case + round (timing noise is multiplicative,
-hence logs) and test differences of case effects. The residual variance is pooled
-over every case and round of the race, so at 3 rounds 5 contenders give 8 degrees
-of freedom where a paired t test of two of them has 2; with two cases it is that
-paired test.
+Each round times every contender once, so the comparisons fit the additive model log time = case + round (drift
+common to a round cancels; noise is multiplicative, hence logs) with the residual variance pooled over the race's
+cases and rounds, and test differences of case effects one-sided against the leader (:func:`pick_best`).
 
-The promise. Within one (pair, engine, prompt), the probability that the race
-ever eliminates a k that is not actually slower than the best k is at most
-``alpha``, family-wise over every comparison and every look (the race calls
-:func:`eliminations` after each round, up to ``max_looks`` times). It holds when
-the residuals are normal, independent and of one variance for every case (the
-measured blocks: Bartlett's test p = 0.19 to 0.60 per block, default run of
-2026-12-01); the t test is robust to moderate departures.
-
-How. Each look spends ``alpha / max_looks`` (Bonferroni over looks: valid
-whatever the looks' dependence, at some cost in power). Within a look, the leader
-is the contender with the lowest effect (:func:`pick_best`), and a case is
-eliminated when the one-sided t test finds it slower than the leader, in
-a step-down (Holm-like) closed test: the local test of "the cases in S are all
-tied-best" is Bonferroni over every comparison of a case in S with any other
-case, so step r (0-based, smallest p-value first) tests at
-``alpha_look / ((m - r) * (F - 1))`` for m contenders out of F cases raced.
-The factor F - 1 is what plain Holm over the comparisons with the leader lacks:
-the leader is picked from the same data, and against the observed best a tied
-case looks slower more often than against a fixed one (simulated, 5 tied cases,
-alpha 0.05: plain Holm against the picked leader calls some k slower in about
-13% of final rankings, and 7% of races even with the looks corrected).
-
-:func:`rank_against_best` is the final answer's ranking, one more look at the
-same data with the same step-down, at its own ``alpha``.
+The promise: within one (pair, engine, prompt) the chance that the race ever eliminates a k that is not slower than
+the best is at most ``alpha``, over every comparison and every look (:func:`eliminations` after each round, up to
+``max_looks``), when the residuals are normal, independent and of one variance (measured: the
+docs/results/2026-12-01-default-cpu-run-pooled.md page). The step-down (:func:`_step_levels`) is corrected for
+the leader being picked from the same data. :func:`rank_against_best` is the final ranking: one more look at
+``alpha``. Why each correction: docs/measuring.md, "When a case stops being timed".
 """
 
 from __future__ import annotations
@@ -127,7 +105,10 @@ def _one_sided_p(fit: _Fit, candidate: Hashable, leader: Hashable) -> float:
 
 
 def _step_levels(alpha: float, looks: int, contenders: int, family: int) -> list[float]:
-    """The level of each step of the step-down, ``alpha`` spent over ``looks`` (see the module's docstring)."""
+    """The level of each step of the step-down: ``alpha / looks`` per look (Bonferroni over looks), and step r
+    (0-based, smallest p-value first) at ``alpha_look / ((contenders - r) * (family - 1))``. The factor
+    ``family - 1`` is what plain Holm against the leader lacks: the leader is picked from the same data, and
+    against the observed best a tied case looks slower more often than against a fixed one."""
     return [alpha / looks / ((contenders - r) * (family - 1)) for r in range(contenders - 1)]
 
 

@@ -22,6 +22,7 @@ from ..settings.options import OPTIONS
 from .fingerprint import machine_fingerprint
 from .lock import LockedByAnotherRun, RunLock, describe_holder
 from .log import ResultsLog, ResultsLogError, read_log, unfinished_reason
+from .schema import CaseResult
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ class RunFiles:
         return self._log is not None and not self._log.started
 
     def start_log(
-        self, cases: Sequence[str], carried: Iterable[dict[str, Any]], carried_from: Sequence[dict[str, Any]]
+        self, cases: Sequence[str], carried: Iterable[CaseResult], carried_from: Sequence[dict[str, Any]]
     ) -> None:
         """The first result of the run: a new log of the selected ``cases``, holding the ``carried`` (resumed)
         rows, so it alone can resume this run. Until then an earlier log stays as it was (a run that measures
@@ -181,7 +182,7 @@ class RunFiles:
         log.carried_from = list(carried_from)
         self._log_safely(lambda: log.start(carried))
 
-    def log_row(self, row: dict[str, Any]) -> None:
+    def log_row(self, row: CaseResult) -> None:
         """One finished case, on disk before this returns (when a log is kept and still writable)."""
         if self._log is not None:
             self._log_safely(lambda: self._log.append(row))

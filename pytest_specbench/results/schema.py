@@ -1,21 +1,13 @@
 """The one schema of a result row: every field named once, with its type and meaning.
 
-A case's result is built as a :class:`CaseResult` and travels as
-``CaseResult.to_row()``: a dict of built-in types (pytest-xdist carries it
-from a worker to the controller, JSON and CSV take it as it is). Everything
-that lists fields derives the list from here: the CSV columns, the summary
-table, the gate's compared fields and pytest-benchmark's ``extra_info``.
-Add a field here, with its metadata, and it appears in each of them.
-
-Metadata of a field (all optional but ``meaning``):
-
-- ``group``: case identity, timing, acceptance, verdict or environment;
-- ``csv``: a CSV column (lists and nested values are JSON only);
-- ``seed``: position among the first seed's leading CSV columns, which come first;
-- ``summary``: ``(header, format)`` of its column in the terminal table;
-- ``interval``: the row also has ``<name>_ci_low`` and ``<name>_ci_high``, shown beside the value;
-- ``gate``: ``"compared"`` (saved in a baseline and checked) or ``"info"`` (saved, not checked);
-- ``extra_info``: copied into pytest-benchmark's ``extra_info``.
+A case's result is a :class:`CaseResult` and travels as ``CaseResult.to_row()``, a dict of built-in types that
+pytest-xdist, JSON and CSV take as it is. The CSV columns, the summary table, the gate's fields and
+pytest-benchmark's ``extra_info`` all derive from here, so a field added here appears in each. A field's metadata
+(all optional but ``meaning``): ``group`` (case identity, timing, acceptance, verdict or environment); ``csv`` (a
+CSV column; lists and nested values are JSON only); ``seed`` (position among the leading CSV columns); ``summary``
+(``(header, format)`` of its terminal column); ``interval`` (the row also has ``<name>_ci_low``/``_ci_high``);
+``gate`` (``"compared"``: saved in a baseline and checked, ``"info"``: saved only); ``extra_info`` (copied into
+pytest-benchmark's ``extra_info``).
 """
 
 from __future__ import annotations
@@ -267,6 +259,18 @@ class CaseResult:
     timing_stop: str = _field(
         "why it stopped being timed: tight (interval within the target), eliminated, case "
         "budget, block budget, run budget (the run's budget was spent) or max rounds",
+        TIMING,
+        default="",
+    )
+    pairing: str = _field(
+        "how its baseline was timed: interleaved (between the run's steps), rounds (whole baseline runs "
+        "between the cases) or baseline-once; empty in a row of an older version",
+        TIMING,
+        default="",
+    )
+    pairing_reason: str = _field(
+        "why the block ran another pairing than the one asked (the hf engine, a batch, --specbench-compile); "
+        "empty when the asked pairing ran",
         TIMING,
         default="",
     )

@@ -1,23 +1,12 @@
 """Speedups with confidence intervals, from timed rounds of baseline and speculative decoding.
 
-A speedup is baseline time / speculative time for the same work. Timing noise
-is multiplicative (a busy core slows a run by a factor), so the statistics are
-taken on log times: the estimate is the geometric mean of the per-round ratios
-and its 95% interval is Student's t interval of the mean log ratio, mapped
-back. It is defined from two rounds on, where an order-statistics interval for
-a median would need six; the estimate always lies inside its interval.
-
-Rounds that ran baseline and speculative side by side are *paired* (one ratio
-per round, so drift common to both cancels); a baseline timed once and shared
-by many cases is compared *unpaired* (Welch's interval on the two log samples).
-
-Cases timed in the same rounds on the same machine share one noise: their per-round
-log ratios can be *pooled* (:func:`pooled_spread`: each case's deviations from its own
-mean, over every case's degrees of freedom). A paired interval then takes that spread
-and its degrees of freedom: at 3 rounds of 10 cases, Student's t at 20 degrees of
-freedom (2.09) where a case alone has 2 (4.30). It assumes one variance for the cases
-pooled: where Bartlett's test rejects that at 1%, each case keeps its own spread (the
-measured blocks of the default run gave p = 0.19 to 0.60).
+A speedup is baseline time / speculative time for the same work. Timing noise is multiplicative, so the statistics
+are on log times: the estimate is the geometric mean of the per-round ratios and its 95% interval Student's t
+interval of the mean log ratio, mapped back (defined from two rounds on, where an order-statistics interval for a
+median needs six, and always around its estimate). Rounds that ran both side by side are *paired* (drift common to
+both cancels); a baseline timed once and shared is compared *unpaired* (Welch). Cases timed in the same rounds share
+one noise, so their spread can be *pooled* (:func:`pooled_spread`), unless Bartlett's test rejects one variance at
+1%. Why and how well: docs/measuring.md, "The interval".
 """
 
 from __future__ import annotations

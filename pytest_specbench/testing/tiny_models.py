@@ -1,18 +1,13 @@
 """Tiny random models and tokenizers built in-process: the one place that builds them, for the tests
 (tests/factory.py re-exports these names) and for the benchmark scripts (benchmarks/gpu_check.py).
 
-No weights are downloaded: every model is built from a config, seeded, in float32 and in eval mode.
-:func:`tiny_model` builds any of :data:`ARCHITECTURES` from one table of tiny configs; by default they
-share one vocabulary of :data:`VOCAB_SIZE` ids and one set of special-token ids, so any target pairs
-with any draft. :func:`noisy_copy` makes a draft that differs from its target by added weight noise;
-:func:`byte_tokenizer`, :func:`word_tokenizer` and :func:`char_tokenizer` need no download.
-
-The initialiser range is large on purpose: logits then spread over several units, so the greedy argmax
-has a clear margin over the runner-up and the tiny float32 differences between a multi-token verify
-pass and one-token passes cannot flip a token. The seeds and sizes below are what the tests' exact
-greedy comparisons were checked with; changing them changes the outputs.
-
-This module imports no pytest, so that it loads outside a test run.
+No weights are downloaded: :func:`tiny_model` builds any of :data:`ARCHITECTURES` from a config, seeded, float32,
+in eval mode, by default on one vocabulary of :data:`VOCAB_SIZE` ids and one set of special ids, so any target
+pairs with any draft; :func:`noisy_copy` makes a draft by adding weight noise; :func:`byte_tokenizer`,
+:func:`word_tokenizer` and :func:`char_tokenizer` need no download. The initialiser range is large on purpose: the
+logits spread over several units, so float32 differences between a multi-token verify pass and one-token passes
+cannot flip the greedy argmax. The tests' exact greedy comparisons were checked with these seeds and sizes;
+changing them changes the outputs. No pytest import, so it loads outside a test run.
 """
 
 from __future__ import annotations

@@ -1,0 +1,166 @@
+"""One case as a block measures it: prepared, warmed up, run, its baseline, its verdict and what its row needs.
+
+:class:`CaseRun` is implemented once for a single sequence (:mod:`.sequence`) and once for a batch
+(:mod:`.batches`); :func:`.runner.case_run_for` chooses between them. A block (:func:`.runner.measure_block`)
+drives its cases through this interface alone.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from ..engine.cost_probe import parameter_count
+from ..engine.drafters import BatchDrafter, Drafter
+from ..engine.interleave import InterleavedBaseline
+from ..engine.sampling import SamplingParams
+from ..engine.stats import GenerationResult
+from ..models.loading import LoadedModel
+from ..settings.config import SpecbenchConfig
+from .costs import CostProfile
+from .engines import SpeculativeRun
+from .matrix import Case
+from .prompts import Prompt
+from .shared import SharedMeasurements
+from .store import ModelStore
+
+BaselineRun = Callable[[], GenerationResult]
+NewInterleaved = Callable[[], InterleavedBaseline]
+
+
+@dataclass(frozen=True)
+class MeasureContext:
+    """What every case of a run measures with: the worker's models, what its cases share, the settings and
+    every prompt of the file (batches and padding draw from them)."""
+
+    store: ModelStore
+    shared: SharedMeasurements
+    config: SpecbenchConfig
+    all_prompts: list[Prompt]
+
+
+class PreparedCase(Protocol):
+    """What every prepared case holds, whatever its kind."""
+
+    target: LoadedModel
+    drafter: Drafter | BatchDrafter
+    costs: CostProfile
+    sampling: SamplingParams
+
+
+class CaseRun(ABC):
+    """A case of a block. :meth:`prepare` first (it raises ``NotApplicable``, ``ModelUnavailable`` or
+    ``UnrunnableCase`` for a case that cannot run); then the block warms it up, times :meth:`run` and asks
+    :meth:`verdict` of the last run's tokens."""
+
+    setup: PreparedCase  # set by prepare()
+
+    def __init__(self, case: Case, context: MeasureContext) -> None:
+        self.case, self.context = case, context
+        self._runner: SpeculativeRun | None = None
+
+    # --- what the subclasses provide
+
+    @abstractmethod
+    def prepare(self) -> None:
+        """Load the pair, tokenise the input, check the context windows, get the reference and the costs."""
+
+    @abstractmethod
+    def _new_runner(self) -> SpeculativeRun:
+        """A speculative run on the current costs, with a freshly seeded generator."""
+
+    @abstractmethod
+    def baseline(self) -> BaselineRun:
+        """A target-only run to pair with this case's runs (one generator shared by its calls)."""
+
+    @abstractmethod
+    def interleaved_baseline(self) -> NewInterleaved:
+        """A fresh baseline per call that steps between a run's steps (only where :attr:`interleave_refusal`
+        is None)."""
+
+    @property
+    @abstractmethod
+    def interleave_refusal(self) -> str | None:
+        """Why its runs cannot take a baseline between their steps (a :mod:`.pairing` reason), or None."""
+
+    @abstractmethod
+    def verdict(self, tokens: list) -> dict[str, Any]:
+        """The last run's tokens judged against the reference(s)."""
+
+    @property
+    @abstractmethod
+    def input_ids(self) -> torch.Tensor:
+        """The case's own prompt, (1, T): the row's prompt tokens."""
+
+    @property
+    @abstractmethod
+    def reference(self) -> list:
+        """What its output must equal: a token list, or a batch's per row."""
+
+    @property
+    def batch_prompt_ids(self) -> list[str] | None:
+        """Each row's prompt id for a batch; None for a single sequence."""
+        return None
+
+    def _calibrate(self, baseline: BaselineRun, new_interleaved: NewInterleaved | None) -> None:
+        """After its first warm-up: re-time what the probe measured before any run (nothing by default)."""
+
+    def refresh_costs(self) -> None:
+        """Read its costs back from what the run shares (a calibration may have replaced them)."""
+
+    # --- what every case does alike
+
+    def start_runs(self) -> None:
+        """Begin a series of runs: a fresh speculative runner on the current costs and a reseeded generator."""
+        self._runner = self._new_runner()
+
+    def run(self, between_steps: Callable[[float], None] | None = None) -> GenerationResult:
+        """One speculative run; ``between_steps`` (interleaving cases only) runs after the prefill and each step."""
+        if self._runner is None:
+            self.start_runs()
+        if between_steps is None:
+            return self._runner()
+        return self._runner(between_steps=between_steps)
+
+    def warm_up(self, baseline: BaselineRun, new_interleaved: NewInterleaved | None) -> None:
+        """Pay first-call costs untimed, once per (pair, engine, batch) in the run; after that first warm-up,
+        let the case re-time its costs (``new_interleaved``: interleave those pairs, where it can)."""
+        self.start_runs()
+        case, warmup = self.case, self.context.config.warmup
+        warmed = self.context.shared.warm_up(
+            (case.pair.name, case.engine, case.batch), lambda: [(baseline(), self.run()) for _ in range(warmup)]
+        )
+        if warmed:
+            self._calibrate(baseline, new_interleaved)
+
+    def sizes(self) -> dict[str, int]:
+        """The pair's parameter counts, shared by its cases."""
+        model = getattr(self.drafter, "model", None)  # a drafter without a model has no parameters
+        return self.context.shared.sizes(
+            self.case.pair.name,
+            lambda: {"target_params": parameter_count(self.target.model), "draft_params": parameter_count(model)},
+        )
+
+    @property
+    def target(self) -> LoadedModel:
+        return self.setup.target
+
+    @property
+    def drafter(self) -> Drafter | BatchDrafter:
+        return self.setup.drafter
+
+    @property
+    def costs(self) -> CostProfile:
+        return self.setup.costs
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return self.setup.sampling
+
+    @property
+    def half_precision(self) -> bool:
+        return self.context.store.dtype_for(self.case.pair) != "float32"

@@ -1,0 +1,186 @@
+"""A case of one sequence: its prompt, the engine's speculative run, the target's greedy baseline (whole or
+interleaved with the run), and its verdict against the target's own output."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..engine.decoding import GreedyStepper, greedy_generate
+from ..engine.drafters import Drafter, ModelDrafter
+from ..engine.interleave import InterleavedBaseline
+from ..engine.names import HEURISTIC
+from ..engine.sampling import SamplingParams
+from ..engine.timing import DeviceClock
+from ..models.base import NotApplicable, context_window
+from ..models.loading import LoadedModel
+from .blocks import interleaved_pair
+from .case_run import BaselineRun, CaseRun, NewInterleaved
+from .costs import CostProfile, calibrated_costs, measure_costs, probed_k
+from .engines import ENGINES, RunInputs, SpeculativeRun, sampling_kwargs, sampling_params, speculative_runner
+from .inputs import check_context_windows, prompt_input_ids
+from .verdicts import diagnose, sampling_check, sampling_verdict
+
+#: untimed (baseline, speculative) pairs, after the warm-up, that re-time a draft model's costs
+#: (:func:`.costs.calibrated_costs`)
+CALIBRATION_PAIRS = 2
+
+
+@dataclass(frozen=True)
+class SequenceSetup:
+    """What a case decodes and with what, before anything is timed."""
+
+    target: LoadedModel
+    drafter: Drafter
+    input_ids: torch.Tensor
+    max_new_tokens: int
+    eos_token_id: int | None
+    sampling: SamplingParams
+    reference: list[int]  # the target's generate() output; empty under sampling, where no sequence is "the" one
+    costs: CostProfile
+    costs_key: tuple  # the profile's key in SharedMeasurements, under which a calibration replaces it
+
+
+class SequenceRun(CaseRun):
+    """A case of batch size 1."""
+
+    setup: SequenceSetup
+
+    def prepare(self) -> None:
+        case, context = self.case, self.context
+        store, shared, config, all_prompts = context.store, context.shared, context.config, context.all_prompts
+        pair = case.pair
+        target, drafter = store.target(pair), store.drafter(pair)
+        refusal = ENGINES[case.engine].refusal(case, drafter)
+        if refusal:
+            raise NotApplicable(refusal)
+        input_ids = shared.input_ids(
+            (pair.target, pair.revision, case.prompt.id),
+            lambda: prompt_input_ids(target.tokenizer, case.prompt, all_prompts, config.context_tokens, store.device),
+        )
+        eos = target.tokenizer.eos_token_id if config.stop_at_eos else None
+        n = config.max_new_tokens
+        models = {f"target {pair.target!r}": target.model}
+        if isinstance(drafter, ModelDrafter):  # prompt lookup has no window; derived drafts share the target's
+            models[f"draft {pair.draft_label!r}"] = drafter.model
+        check_context_windows(case, int(input_ids.shape[1]), n, models)
+        sampling = sampling_params(config)
+        reference = store.reference(pair, case.prompt.id, input_ids, n, eos) if sampling.greedy else []
+        # Never past what a run can use: k + 1, the new tokens, and the target's window after the prompt.
+        window = context_window(target.model.config)
+        longest = probed_k(config.ks, n, None if window is None else window[0] - int(input_ids.shape[1]))
+        # A schedule may draft past the probe's longest k (heuristic: from 20 up), at most n - 1 tokens.
+        head_rows = max(longest + 1, n if HEURISTIC in config.ks else 0)
+        compile_length = int(input_ids.shape[1]) + n if config.compile_steps else None
+        costs_key = (pair.name, longest, head_rows, config.head_kernel, compile_length)
+        costs = shared.costs(
+            costs_key,
+            lambda: measure_costs(
+                target.model, drafter, input_ids, longest + 1, config.head_kernel, compile_length, head_rows
+            ),
+        )
+        self.setup = SequenceSetup(target, drafter, input_ids, n, eos, sampling, reference, costs, costs_key)
+
+    def _new_runner(self) -> SpeculativeRun:
+        setup, config = self.setup, self.context.config
+        # Seeded per case, so a sampled case repeats on one machine whatever ran before it.
+        inputs = RunInputs(
+            setup.target.model,
+            setup.drafter,
+            setup.input_ids,
+            setup.max_new_tokens,
+            setup.eos_token_id,
+            setup.costs,
+            setup.sampling,
+            torch.Generator().manual_seed(config.seed + 1),
+            config.head_kernel,
+            config.compile_steps,
+        )
+        return speculative_runner(self.case, inputs)
+
+    def baseline(self) -> BaselineRun:
+        setup, config = self.setup, self.context.config
+        generator = torch.Generator().manual_seed(config.seed)
+        return lambda: greedy_generate(
+            setup.target.model,
+            setup.input_ids,
+            setup.max_new_tokens,
+            eos_token_id=setup.eos_token_id,
+            generator=generator,
+            compile_steps=config.compile_steps,
+            **sampling_kwargs(setup.sampling),
+        )
+
+    def interleaved_baseline(self) -> NewInterleaved:
+        """The same greedy decode as :meth:`baseline`, in slices between a run's steps."""
+        setup, config = self.setup, self.context.config
+        generator = torch.Generator().manual_seed(config.seed)
+        model = setup.target.model
+
+        def new_stepper() -> GreedyStepper:
+            return GreedyStepper(
+                model,
+                setup.input_ids,
+                setup.max_new_tokens,
+                setup.sampling,
+                generator,
+                setup.eos_token_id,
+                config.compile_steps,
+            )
+
+        return lambda: InterleavedBaseline(new_stepper, DeviceClock(model.device))
+
+    @property
+    def interleave_refusal(self) -> str | None:
+        return ENGINES[self.case.engine].whole_runs
+
+    def _calibrate(self, baseline: BaselineRun, new_interleaved: NewInterleaved | None) -> None:
+        """With a draft model on the native engine, :data:`CALIBRATION_PAIRS` untimed pairs of runs re-time the
+        pair's draft costs in the engine's own loop, and every case on that profile reads the new one (see
+        :func:`.costs.calibrated_costs`). Interleaved where the block interleaves: the ratio of two runs timed
+        apart moves with the machine's speed."""
+        if self.case.engine != "native" or not isinstance(self.setup.drafter, ModelDrafter):
+            return
+        pairs = [
+            interleaved_pair(self.run, new_interleaved) if new_interleaved else (baseline(), self.run())
+            for _ in range(CALIBRATION_PAIRS)
+        ]
+        self.context.shared.replace_costs(self.setup.costs_key, calibrated_costs(self.setup.costs, pairs))
+
+    def refresh_costs(self) -> None:
+        setup = self.setup
+        self.setup = dataclasses.replace(setup, costs=self.context.shared.costs(setup.costs_key, lambda: setup.costs))
+
+    def verdict(self, tokens: list[int]) -> dict[str, Any]:
+        """Token-equal to the reference (a near-tie allowed under half precision), or the sampling check."""
+        case, setup, shared, config = self.case, self.setup, self.context.shared, self.context.config
+        target = setup.target
+        if setup.sampling.greedy:
+            return diagnose(
+                target.model,
+                target.tokenizer,
+                setup.input_ids,
+                tokens,
+                setup.reference,
+                self.half_precision,
+                config.tie_tolerance,
+            )
+        key = (case.pair.name, case.prompt.id, setup.sampling, config.sampling_check_draws, config.seed)
+        check = shared.sampling_check(
+            key,
+            lambda: sampling_check(
+                target.model, setup.drafter, setup.input_ids, setup.sampling, config.sampling_check_draws, config.seed
+            ),
+        )
+        return sampling_verdict(case.engine, check)
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return self.setup.input_ids
+
+    @property
+    def reference(self) -> list[int]:
+        return self.setup.reference

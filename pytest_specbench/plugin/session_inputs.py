@@ -1,0 +1,63 @@
+"""What a run's :class:`~.session.SpecbenchSession` is built from: the pairs, prompts and case matrix its config
+selects, the baseline it gates against and the log it resumes, each checked before any model loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..measure.matrix import build_matrix, shard_pairs
+from ..measure.pairs import all_pairs, select_pairs
+from ..measure.prompts import Prompt, load_prompts, select_prompts
+from ..measure.resume import load_resume
+from ..results.run_files import RunFiles
+from ..settings.config import SpecbenchConfig
+from .availability import PairAvailability
+from .session import SpecbenchSession
+from .signals import SignalStop
+
+
+def build_session(
+    config: SpecbenchConfig, rootdir: Path, controller: bool = True, command: str | None = None
+) -> SpecbenchSession:
+    """The session of ``config``'s run. ValueError (a usage error) for unknown pairs or categories, bad files,
+    a baseline or a resumed log of other settings. ``rootdir`` is pytest's (its git commit names the run in
+    the history), ``command`` the pytest command line; only the ``controller`` handles signals."""
+    defined = all_pairs(rootdir, config.pairs_file)  # every pair (built in, pyproject, pairs file)
+    pairs = select_pairs(defined, config.pairs or tuple(defined))
+    if config.shard is not None:
+        pairs = shard_pairs(pairs, *config.shard)
+    all_prompts = load_prompts(config.prompt_file)
+    cases = build_matrix(pairs, config.ks, selected_prompts(config, all_prompts), config.engines, config.batches)
+    return SpecbenchSession(
+        config=config,
+        pairs=pairs,
+        prompts=all_prompts,
+        cases=cases,
+        availability=PairAvailability(config, defined),
+        files=RunFiles(config, command, rootdir),
+        signals=SignalStop(active=controller),
+        baseline=load_checked_baseline(config),
+        resume=load_resume(config, cases, all_prompts),
+    )
+
+
+def selected_prompts(config: SpecbenchConfig, all_prompts: list[Prompt]) -> list[Prompt]:
+    """The prompts the matrix runs: the CPU default categories are the shipped suite's, so a user's own
+    prompt file runs whole unless --specbench-prompts names categories."""
+    categories = config.prompt_categories or None
+    if config.prompt_file is not None and "prompts" not in config.given:
+        categories = None
+    return select_prompts(all_prompts, categories, config.prompts_per_category)
+
+
+def load_checked_baseline(config: SpecbenchConfig) -> dict[str, Any] | None:
+    """The --specbench-baseline document, refused (ValueError) when it was saved with other settings; None
+    when the run does not gate."""
+    if config.baseline is None:
+        return None
+    from ..results.gate import check_baseline_settings, load_baseline
+
+    baseline = load_baseline(config.baseline)
+    check_baseline_settings(baseline, config, config.baseline)
+    return baseline
