@@ -146,3 +146,16 @@ def test_a_category_of_several_prompts_is_their_geometric_mean_with_a_t_interval
     from pytest_specbench.report.plots import speedup_by_category
 
     assert speedup_by_category(rows, tmp_path).is_file()
+
+
+@pytest.mark.slow
+def test_each_dtype_has_its_own_figures_named_as_its_case_ids(tmp_path) -> None:
+    from pytest_specbench.report.plots import write_plots
+
+    rows = [case_result(k=k, dtype=dtype, case=f"x-k{k}-{dtype}") for dtype in ("float32", "bfloat16") for k in (1, 4)]
+    names = {path.name for path in write_plots(rows, tmp_path / "two")}
+    pair = rows[0].pair
+    assert {f"speedup_vs_k_{pair}.png", f"speedup_vs_k_{pair}-bf16.png"} <= names
+    assert {"speedup_by_category.png", "speedup_by_category-bf16.png"} <= names
+    one = {path.name for path in write_plots(rows[:2], tmp_path / "one")}
+    assert f"speedup_vs_k_{pair}.png" in one and not any("bf16" in name for name in one)

@@ -190,8 +190,8 @@ def _noisy(module, args, kwargs):
         time.sleep(_rng.choice([0.0, 0.0, 0.03, 0.08]))  # a neighbour that steals the core now and then
 
 
-def target(self, pair):
-    loaded = _target(self, pair)
+def target(self, pair, dtype=None):
+    loaded = _target(self, pair, dtype)
     if not getattr(loaded.model, "_noisy", False):
         loaded.model.register_forward_pre_hook(_noisy, with_kwargs=True)
         loaded.model._noisy = True

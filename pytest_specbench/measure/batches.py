@@ -116,7 +116,7 @@ def pad_token_id(model: PreTrainedModel) -> int:
 def _batch_input(run: BatchRun, prompts: list[Prompt]) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, int]:
     """Each row's own prompt tokens, and the batch left padded: (row ids, ids, mask, pad id)."""
     context, pair = run.context, run.case.pair
-    target = context.store.target(pair)
+    target = context.store.target(pair, run.dtype)
     row_ids = [
         context.shared.input_ids(
             (pair.target, pair.revision, prompt.id),
@@ -142,8 +142,8 @@ class BatchRun(CaseRun):
         refusal = ENGINES[case.engine].refusal(case, None) or batch_refusal(case, config)
         if refusal:
             raise NotApplicable(refusal)
-        pair = case.pair
-        target, drafter = store.target(pair), store.drafter(pair)
+        pair, dtype = case.pair, self.dtype
+        target, drafter = store.target(pair, dtype), store.drafter(pair, dtype)
         if not isinstance(drafter, BatchDrafter):
             raise NotApplicable(f"the batched engine drafts with a BatchDrafter; pair {pair.name}'s drafter is not one")
         prompts = batch_prompts(case.prompt, context.all_prompts, case.batch)
@@ -157,14 +157,14 @@ class BatchRun(CaseRun):
         # padded width, and so does the batched generate() that is its reference.
         check_context_windows(case, int(ids.shape[1]), n, models)
         references = shared.batched_reference(
-            (pair.target, pair.revision, store.dtype_for(pair), tuple(prompt.id for prompt in prompts), n, eos),
+            (pair.target, pair.revision, dtype, tuple(prompt.id for prompt in prompts), n, eos),
             lambda: batched_reference(target.model, ids, mask, n, eos),
         )
-        unbatched = [store.reference(pair, prompt.id, row, n, eos) for prompt, row in zip(prompts, row_ids)]
+        unbatched = [store.reference(pair, prompt.id, row, n, eos, dtype) for prompt, row in zip(prompts, row_ids)]
         window = context_window(target.model.config)
         longest = probed_k(config.ks, n, None if window is None else window[0] - int(ids.shape[1]))
         costs = shared.costs(
-            (pair.name, longest, "batch", case.batch, case.prompt.id),
+            (pair.name, dtype, longest, "batch", case.batch, case.prompt.id),
             lambda: measure_batched_costs(target.model, drafter, ids, mask, longest + 1),
         )
         prompt_ids = [prompt.id for prompt in prompts]

@@ -54,7 +54,7 @@ def case_inputs(case: Case, config: SpecbenchConfig, prompts: Sequence[Prompt]) 
         parts["draft"] = source_identity(pair.draft, cache_dir=config.cache_dir)
     parts["drafter"] = {"kind": pair.drafter, "options": sorted(pair.drafter_options)}
     parts["prompt"] = texts
-    parts["case"] = {"engine": case.engine, "k": case.k, "batch": case.batch, "dtype": pair.dtype or config.dtype}
+    parts["case"] = {"engine": case.engine, "k": case.k, "batch": case.batch, "dtype": pair.dtype or case.dtype}
     return {name: _digest(value) for name, value in parts.items()}
 
 

@@ -127,12 +127,13 @@ class CaseRun(ABC):
         return self._runner(between_steps=between_steps)
 
     def warm_up(self, baseline: BaselineRun, new_interleaved: NewInterleaved | None) -> None:
-        """Pay first-call costs untimed, once per (pair, engine, batch) in the run; after that first warm-up,
+        """Pay first-call costs untimed, once per (pair, dtype, engine, batch) in the run; after that first warm-up,
         let the case re-time its costs (``new_interleaved``: interleave those pairs, where it can)."""
         self.start_runs()
         case, warmup = self.case, self.context.config.warmup
         warmed = self.context.shared.warm_up(
-            (case.pair.name, case.engine, case.batch), lambda: [(baseline(), self.run()) for _ in range(warmup)]
+            (case.pair.name, self.dtype, case.engine, case.batch),
+            lambda: [(baseline(), self.run()) for _ in range(warmup)],
         )
         if warmed:
             self._calibrate(baseline, new_interleaved)
@@ -162,5 +163,20 @@ class CaseRun(ABC):
         return self.setup.sampling
 
     @property
+    def dtype(self) -> str:
+        """The dtype its models run in (:meth:`.store.ModelStore.dtype_for`)."""
+        return self.context.store.dtype_for(self.case)
+
+    @property
+    def draft_label(self) -> str:
+        """What drafts, in words; a drafter computing in another dtype than the case's says in which (the int8 copy
+        keeps float32 activations beside a bfloat16 target on a CPU: only token ids cross between the two)."""
+        label = self.case.pair.draft_label
+        model = getattr(self.drafter, "model", None)  # prompt lookup has none
+        computes_in = str(getattr(model, "dtype", "")).removeprefix("torch.")
+        return f"{label} ({computes_in} activations)" if model is not None and computes_in != self.dtype else label
+
+    @property
     def half_precision(self) -> bool:
-        return self.context.store.dtype_for(self.case.pair) != "float32"
+        """Its target runs in a 16-bit dtype: a divergence at a near-tie is a tie-divergence, not a failure."""
+        return self.dtype != "float32"

@@ -1,10 +1,11 @@
-"""The case matrix: one case per (pair, k, prompt) and engine, in a fixed order."""
+"""The case matrix: one case per (pair, k, prompt), engine, batch size and dtype, in a fixed order."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..settings.options import DTYPE_ID_SUFFIXES
 from .pairs import PairSpec
 from .prompts import Prompt, case_label
 
@@ -19,6 +20,8 @@ class Case:
     engine_in_id: bool = False  # more than one engine runs
     batch: int = 1  # prompts decoded at once (measure/batches.py)
     batch_in_id: bool = False  # more than one batch size runs
+    dtype: str = "float32"  # the model dtype: the run's, or the pair's own (PairSpec.dtype)
+    dtype_in_id: bool = False  # more than one dtype runs
 
     @property
     def batched(self) -> bool:
@@ -30,23 +33,27 @@ class Case:
         """The pytest id, e.g. ``gpt2_large-k8-code_python``; ``-k "gpt2_large and k8"`` selects on it.
 
         With more than one engine: ``gpt2_large-hf-k8-code_python``; with more than one batch size:
-        ``gpt2_large-k8-b4-code_python``.
+        ``gpt2_large-k8-b4-code_python``; with more than one dtype, for a dtype other than float32:
+        ``gpt2_large-k8-code_python-bf16`` (a float32 case keeps its id, so stored baselines still match).
         """
         engine = f"-{self.engine}" if self.engine_in_id else ""
         batch = f"-b{self.batch}" if self.batch_in_id else ""
-        return f"{self.pair.name}{engine}-k{self.k}{batch}-{self.prompt_label}"
+        dtype = DTYPE_ID_SUFFIXES[self.dtype] if self.dtype_in_id else ""
+        return f"{self.pair.name}{engine}-k{self.k}{batch}-{self.prompt_label}{dtype}"
 
     @property
     def block(self) -> str:
         """The cases timed together in blocked rounds (one baseline per round): same target, revision, dtype,
         prompt and batch size; every pair, k and engine on that target. The device is the worker's. A batch size
-        above 1 has a baseline of its own (the target's batched decoding), hence a block of its own (``/b{B}``)."""
-        return f"{target_of(self.pair)}:{self.prompt.id}" + (f"/b{self.batch}" if self.batched else "")
+        above 1 has a baseline of its own (the target's batched decoding), hence a block of its own (``/b{B}``);
+        so has a dtype (``/bfloat16``): each case's speedup is against the target's baseline in its own dtype."""
+        dtype = "" if self.dtype == "float32" else f"/{self.dtype}"
+        return f"{target_of(self.pair)}{dtype}:{self.prompt.id}" + (f"/b{self.batch}" if self.batched else "")
 
 
 def target_of(pair: PairSpec) -> str:
-    """The target as blocks tell targets apart: source, revision and dtype override."""
-    return f"{pair.target}{'@' + pair.revision if pair.revision else ''}{'/' + pair.dtype if pair.dtype else ''}"
+    """The target model as blocks tell targets apart: source and revision (the dtype is the case's)."""
+    return f"{pair.target}{'@' + pair.revision if pair.revision else ''}"
 
 
 def build_matrix(
@@ -55,11 +62,13 @@ def build_matrix(
     prompts: Sequence[Prompt],
     engines: Sequence[str] = ("native",),
     batches: Sequence[int] = (1,),
+    dtypes: Sequence[str] = ("float32",),
 ) -> list[Case]:
-    """Block by block (a target, a prompt and a batch size: see :attr:`Case.block`), targets in the order their
-    first pair comes, prompts in file order, batch sizes in the order given; within a block pairs, then k, then
-    engine. A block's cases run back to back, so its rows reach the results log together, and every worker sees
-    the same order."""
+    """Block by block (a target, a dtype, a prompt and a batch size: see :attr:`Case.block`), targets in the order
+    their first pair comes, dtypes in the order given (a pair's own after them), prompts in file order, batch
+    sizes in the order given; within a block pairs, then k, then engine. A pair with its own dtype
+    (``PairSpec.dtype``) runs in that one only. A block's cases run back to back, so its rows reach the results
+    log together, and every worker sees the same order."""
     per_category: dict[str, int] = {}
     for prompt in prompts:
         per_category[prompt.category] = per_category.get(prompt.category, 0) + 1
@@ -78,8 +87,11 @@ def build_matrix(
             engine_in_id=len(engines) > 1,
             batch=batch,
             batch_in_id=len(batches) > 1,
+            dtype=dtype,
+            dtype_in_id=len(dtypes) > 1,
         )
         for pair in pairs
+        for dtype in ((pair.dtype,) if pair.dtype else dtypes)
         for prompt, label in zip(prompts, labels)
         for batch in batches
         for k in ks
@@ -87,9 +99,16 @@ def build_matrix(
     ]
     order = {prompt.id: position for position, prompt in enumerate(prompts)}
     batch_order = {batch: position for position, batch in enumerate(batches)}
+    dtype_order = {dtype: position for position, dtype in enumerate(dict.fromkeys([*dtypes, *DTYPE_ID_SUFFIXES]))}
     # sorted() is stable: within a block, pairs, k and engines keep the order above.
     return sorted(
-        cases, key=lambda case: (targets[target_of(case.pair)], order[case.prompt.id], batch_order[case.batch])
+        cases,
+        key=lambda case: (
+            targets[target_of(case.pair)],
+            dtype_order[case.dtype],
+            order[case.prompt.id],
+            batch_order[case.batch],
+        ),
     )
 
 

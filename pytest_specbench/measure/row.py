@@ -12,6 +12,7 @@ from ..engine.sampling import SamplingParams
 from ..engine.stats import DecodeStats, GenerationResult
 from ..results.schema import CaseResult
 from ..results.statistics import coefficient_of_variation
+from ..settings.options import DTYPE_ID_SUFFIXES
 from .costs import CostProfile, case_column_head_rows, cost_model_fields
 from .engines import sampling_kwargs
 from .matrix import Case
@@ -48,6 +49,7 @@ class Measurement:
     sizes: dict[str, int] | None = None
     sampling: SamplingParams | None = None
     peak_memory: tuple[float, str] | None = None
+    draft_label: str | None = None  # the drafter as it ran (CaseRun.draft_label); absent: the pair's own label
     block: BlockRecord | None = None
     batch_prompt_ids: list[str] | None = None  # a batch's: each row's prompt id (None for a single sequence)
     spreads: Spreads = NO_SPREADS  # the block's pooled noise; by default each case's own
@@ -64,13 +66,14 @@ def _identity_fields(case: Case, measurement: Measurement) -> dict[str, Any]:
         f"{pair.name}_k{case.k}"
         + ("" if case.engine == "native" else f"_{case.engine}")
         + (f"_b{case.batch}" if case.batched else "")
+        + (DTYPE_ID_SUFFIXES[case.dtype].replace("-", "_") if case.dtype_in_id else "")
     )
     return dict(
         case=case.id,
         config=config,
         pair=pair.name,
         target=pair.target,
-        draft=pair.draft_label,
+        draft=measurement.draft_label or pair.draft_label,
         drafter=pair.drafter,
         engine=case.engine,
         k=case.k,

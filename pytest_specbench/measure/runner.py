@@ -72,6 +72,7 @@ def _measurement(
         costs=case_run.costs,
         sizes=case_run.sizes(),
         peak_memory=memory,
+        draft_label=case_run.draft_label,
         sampling=case_run.sampling,
         block=BlockRecord(case.block, list(member.rounds), member.eliminated_by, stop, block.rounds),
         batch_prompt_ids=case_run.batch_prompt_ids,

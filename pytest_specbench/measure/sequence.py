@@ -52,8 +52,8 @@ class SequenceRun(CaseRun):
     def prepare(self) -> None:
         case, context = self.case, self.context
         store, shared, config, all_prompts = context.store, context.shared, context.config, context.all_prompts
-        pair = case.pair
-        target, drafter = store.target(pair), store.drafter(pair)
+        pair, dtype = case.pair, store.dtype_for(case)
+        target, drafter = store.target(pair, dtype), store.drafter(pair, dtype)
         refusal = ENGINES[case.engine].refusal(case, drafter)
         if refusal:
             raise NotApplicable(refusal)
@@ -68,14 +68,14 @@ class SequenceRun(CaseRun):
             models[f"draft {pair.draft_label!r}"] = drafter.model
         check_context_windows(case, int(input_ids.shape[1]), n, models)
         sampling = sampling_params(config)
-        reference = store.reference(pair, case.prompt.id, input_ids, n, eos) if sampling.greedy else []
+        reference = store.reference(pair, case.prompt.id, input_ids, n, eos, dtype) if sampling.greedy else []
         # Never past what a run can use: k + 1, the new tokens, and the target's window after the prompt.
         window = context_window(target.model.config)
         longest = probed_k(config.ks, n, None if window is None else window[0] - int(input_ids.shape[1]))
         # A schedule may draft past the probe's longest k (heuristic: from 20 up), at most n - 1 tokens.
         head_rows = max(longest + 1, n if HEURISTIC in config.ks else 0)
         compile_length = int(input_ids.shape[1]) + n if config.compile_steps else None
-        costs_key = (pair.name, longest, head_rows, config.head_kernel, compile_length)
+        costs_key = (pair.name, dtype, longest, head_rows, config.head_kernel, compile_length)
         costs = shared.costs(
             costs_key,
             lambda: measure_costs(
@@ -168,7 +168,7 @@ class SequenceRun(CaseRun):
                 self.half_precision,
                 config.tie_tolerance,
             )
-        key = (case.pair.name, case.prompt.id, setup.sampling, config.sampling_check_draws, config.seed)
+        key = (case.pair.name, self.dtype, case.prompt.id, setup.sampling, config.sampling_check_draws, config.seed)
         check = shared.sampling_check(
             key,
             lambda: sampling_check(

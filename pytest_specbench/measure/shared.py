@@ -38,7 +38,7 @@ class SharedMeasurements:
         return _once(self._input_ids, key, compute)
 
     def costs(self, key: tuple, compute: Callable[[], CostProfile]) -> CostProfile:
-        """By (pair, longest k probed, head rows, head kernel, compiled length); the warm-up's profile once
+        """By (pair, dtype, longest k probed, head rows, head kernel, compiled length); the warm-up's profile once
         :meth:`replace_costs` has stored it."""
         return _once(self._costs, key, compute)
 
@@ -47,7 +47,7 @@ class SharedMeasurements:
         self._costs[key] = costs
 
     def warm_up(self, key: tuple, run: Callable[[], T]) -> T | None:
-        """Once per (pair, engine, batch): first-call costs (allocations, kernel choice) are paid here, untimed.
+        """Once per (pair, dtype, engine, batch): first-call costs (allocations, kernel choice) are paid here, untimed.
         What ``run`` returned the first time; None when the key was warm already."""
         if key in self._warmed:
             return None
@@ -59,7 +59,7 @@ class SharedMeasurements:
         return _once(self._sizes, pair_name, compute)
 
     def sampling_check(self, key: tuple, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """By (pair, prompt id, sampling settings, draws, seed)."""
+        """By (pair, dtype, prompt id, sampling settings, draws, seed)."""
         return _once(self._sampling_checks, key, compute)
 
     def batched_reference(self, key: tuple, compute: Callable[[], list[list[int]]]) -> list[list[int]]:

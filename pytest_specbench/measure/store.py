@@ -1,4 +1,5 @@
-"""ModelStore: each model loaded once per device; drafters and the target's greedy references built once."""
+"""ModelStore: each model loaded once per (model, dtype, device); drafters and the target's greedy references built
+once per dtype."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from ..engine.drafters import Drafter, ModelDrafter, PromptLookupDrafter
 from ..models.loading import LoadedModel, load_model
+from .matrix import Case
 from .pairs import PairSpec
 from .verdicts import reference_tokens
 
@@ -16,49 +18,59 @@ from .verdicts import reference_tokens
 class ModelStore:
     """Loads on first use and keeps what it loaded for the whole session.
 
-    Keys include the device and dtype, so a model shared by two pairs (gpt2
-    is a target in one and a draft in another) is loaded once.
+    Keys include the device and dtype, so a model shared by two pairs (gpt2 is a target in one and a draft in
+    another) is loaded once, and once more for each other dtype a case asks for. ``dtype`` is what a caller that
+    names none gets; a pair with its own dtype (``PairSpec.dtype``) always runs in that one.
     """
 
-    def __init__(self, device: str, dtype: str, cache_dir: Path | None = None) -> None:
+    def __init__(self, device: str, dtype: str = "float32", cache_dir: Path | None = None) -> None:
         self.device = device
         self.dtype = dtype
         self.cache_dir = cache_dir
-        self.load_counts: Counter[str] = Counter()
+        self.load_counts: Counter[str] = Counter()  # by "source (dtype)"
         self._models: dict[tuple, LoadedModel] = {}
-        self._drafters: dict[str, Drafter] = {}
+        self._drafters: dict[tuple[str, str], Drafter] = {}
         self._references: dict[tuple, list[int]] = {}
 
-    def dtype_for(self, pair: PairSpec) -> str:
-        return pair.dtype or self.dtype
+    def dtype_for(self, case: Case) -> str:
+        """The dtype a case's models run in: its pair's own, else the case's."""
+        return self.pair_dtype(case.pair, case.dtype)
+
+    def pair_dtype(self, pair: PairSpec, dtype: str | None = None) -> str:
+        """The pair's own dtype, else ``dtype``, else the store's."""
+        return pair.dtype or dtype or self.dtype
 
     def model(self, source: str, revision: str | None = None, dtype: str | None = None) -> LoadedModel:
-        key = (source, revision, dtype or self.dtype, self.device)
+        dtype = dtype or self.dtype
+        key = (source, revision, dtype, self.device)
         if key not in self._models:
             self._models[key] = load_model(
-                source, device=self.device, dtype=dtype or self.dtype, revision=revision, cache_dir=self.cache_dir
+                source, device=self.device, dtype=dtype, revision=revision, cache_dir=self.cache_dir
             )
-            self.load_counts[source] += 1
+            self.load_counts[f"{source} ({dtype})"] += 1
         return self._models[key]
 
-    def target(self, pair: PairSpec) -> LoadedModel:
-        return self.model(pair.target, pair.revision, self.dtype_for(pair))
+    def target(self, pair: PairSpec, dtype: str | None = None) -> LoadedModel:
+        return self.model(pair.target, pair.revision, self.pair_dtype(pair, dtype))
 
-    def drafter(self, pair: PairSpec) -> Drafter:
-        """The pair's drafter; for a draft model, its tokenizer is checked against the target's first."""
-        if pair.name not in self._drafters:
-            self._drafters[pair.name] = self._build_drafter(pair)
-        return self._drafters[pair.name]
+    def drafter(self, pair: PairSpec, dtype: str | None = None) -> Drafter:
+        """The pair's drafter in ``dtype`` (see :meth:`pair_dtype`); a drafter derived from the target (int8,
+        truncated) is derived from the target in that dtype. For a draft model, its tokenizer is checked against
+        the target's first."""
+        key = (pair.name, self.pair_dtype(pair, dtype))
+        if key not in self._drafters:
+            self._drafters[key] = self._build_drafter(pair, key[1])
+        return self._drafters[key]
 
-    def _build_drafter(self, pair: PairSpec) -> Drafter:
+    def _build_drafter(self, pair: PairSpec, dtype: str) -> Drafter:
         from ..engine import derived_models
         from ..engine.names import DEFAULT_NGRAM_SIZE, DEFAULT_TRUNCATED_LAYERS
         from ..models.tokenization import check_draft_vocabulary, check_same_tokenization
 
-        target = self.target(pair)
+        target = self.target(pair, dtype)
         options = pair.options
         if pair.drafter == "model":
-            draft = self.model(pair.draft, None, self.dtype_for(pair))  # a pair's revision is its target's
+            draft = self.model(pair.draft, None, dtype)  # a pair's revision is its target's
             check_same_tokenization(target.tokenizer, draft.tokenizer, pair.target, pair.draft)
             check_draft_vocabulary(target.model.config, draft.model.config, pair.target, pair.draft)
             return ModelDrafter(draft.model)
@@ -74,11 +86,18 @@ class ModelStore:
         raise ValueError(f"pair {pair.name!r}: unknown drafter {pair.drafter!r}")
 
     def reference(
-        self, pair: PairSpec, prompt_key: str, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None
+        self,
+        pair: PairSpec,
+        prompt_key: str,
+        input_ids: torch.Tensor,
+        max_new_tokens: int,
+        eos_token_id: int | None,
+        dtype: str | None = None,
     ) -> list[int]:
-        """The target's ``generate(do_sample=False)`` tokens, shared by every k of a prompt."""
-        target = self.target(pair)
-        key = (pair.target, pair.revision, self.dtype_for(pair), prompt_key, max_new_tokens, eos_token_id)
+        """The target's ``generate(do_sample=False)`` tokens in ``dtype``, shared by every k of a prompt."""
+        dtype = self.pair_dtype(pair, dtype)
+        target = self.target(pair, dtype)
+        key = (pair.target, pair.revision, dtype, prompt_key, max_new_tokens, eos_token_id)
         if key not in self._references:
             self._references[key] = reference_tokens(target.model, input_ids, max_new_tokens, eos_token_id)
         return self._references[key]

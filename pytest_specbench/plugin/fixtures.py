@@ -50,7 +50,7 @@ def specbench_store(request: pytest.FixtureRequest):
     worker_id, worker_count = worker(request.config)
     device = resolve_device(config.devices, int(worker_id.removeprefix("gw")) if worker_id else 0)
     set_cpu_threads(config.threads, device, worker_count)
-    return ModelStore(device, config.dtype, config.cache_dir)
+    return ModelStore(device, cache_dir=config.cache_dir)  # each case names its dtype
 
 
 @pytest.fixture(scope="session")
@@ -133,7 +133,7 @@ class CaseFixture:
             # The message says what to change; a chained traceback into torch would only hide it.
             raise pytest.fail.Exception(str(error), pytrace=False) from None
         result = build_result(
-            case, measurement, self._store.device, self._store.dtype_for(case.pair), self._session.config.ci_target
+            case, measurement, self._store.device, self._store.dtype_for(case), self._session.config.ci_target
         )
         # Which worker ran it and what its store had loaded so far: shows models load once per worker.
         result.worker = worker(self._request.config)[0] or "main"

@@ -35,7 +35,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "specbench(pair, k, prompt, engine): a speculative decoding benchmark case")
+    config.addinivalue_line(
+        "markers", "specbench(pair, k, prompt, engine, dtype): a speculative decoding benchmark case"
+    )
     # Also set on every case; declared here too so --strict-markers passes without xdist.
     config.addinivalue_line("markers", "xdist_group(name): cases that share an xdist worker")
     activation = Activation(config, lambda session: _start(config, session))
@@ -62,7 +64,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             case,
             id=case.id,
             marks=[
-                pytest.mark.specbench(pair=case.pair.name, k=case.k, prompt=case.prompt_label, engine=case.engine),
+                pytest.mark.specbench(
+                    pair=case.pair.name, k=case.k, prompt=case.prompt_label, engine=case.engine, dtype=case.dtype
+                ),
                 pytest.mark.xdist_group(case.block),
             ],
         )

@@ -28,7 +28,8 @@ def build_session(
     if config.shard is not None:
         pairs = shard_pairs(pairs, *config.shard)
     all_prompts = load_prompts(config.prompt_file)
-    cases = build_matrix(pairs, config.ks, selected_prompts(config, all_prompts), config.engines, config.batches)
+    prompts = selected_prompts(config, all_prompts)
+    cases = build_matrix(pairs, config.ks, prompts, config.engines, config.batches, config.dtypes)
     return SpecbenchSession(
         config=config,
         pairs=pairs,

@@ -157,12 +157,13 @@ def recommended_among(curve: Sequence[tuple[int, float]], ks: Sequence[int] | No
 
 
 def analyse_prompts(results: Sequence[CaseResult]) -> list[PromptAnalysis]:
-    """Per (pair, prompt), in order of appearance, over the constant-k rows of this package's engine."""
+    """Per (pair, prompt, dtype), in order of appearance, over the constant-k rows of this package's engine (each
+    dtype has its own baseline and verify costs)."""
     results = constant_k_rows(results)
     analyses = []
-    keys = dict.fromkeys((row.pair, row.prompt) for row in results)
-    for pair, prompt in keys:
-        rows = [row for row in results if row.pair == pair and row.prompt == prompt]
+    keys = dict.fromkeys((row.pair, row.prompt, row.dtype) for row in results)
+    for pair, prompt, dtype in keys:
+        rows = [row for row in results if (row.pair, row.prompt, row.dtype) == (pair, prompt, dtype)]
         best = max(rows, key=lambda row: row.decode_speedup)
         curve = predicted_curve(rows)
         analyses.append(PromptAnalysis(pair, prompt, best.k, best, pooled_alpha(rows), recommended_among(curve), curve))
@@ -171,7 +172,7 @@ def analyse_prompts(results: Sequence[CaseResult]) -> list[PromptAnalysis]:
 
 @dataclass
 class CategorySpeedup:
-    """One (pair, category, k): the decode speedup over the category's prompts, each weighted equally."""
+    """One (pair, category, k, dtype): the decode speedup over the category's prompts, each weighted equally."""
 
     pair: str
     category: str
@@ -180,43 +181,42 @@ class CategorySpeedup:
     speedup: float  # geometric mean of the prompts' decode speedups
     low: float | None  # 95% interval: t over the prompts' log speedups (one prompt: its own interval)
     high: float | None
+    dtype: str = ""
 
 
 def category_speedups(results: Sequence[CaseResult]) -> list[CategorySpeedup]:
-    """Per (pair, category, k) of the constant-k rows of this package's engine, in order of appearance.
+    """Per (pair, category, k, dtype) of the constant-k rows of this package's engine, in order of appearance.
 
     With several prompts, the interval is Student's t over the prompts' log speedups: it holds the spread between
     prompts as well as each one's timing noise, and is what another prompt of the category may expect.
     """
-    from ..results.statistics import speedup_interval
+    from ..results.statistics import Interval, speedup_interval
 
-    groups: dict[tuple[str, str, int], list[CaseResult]] = {}
+    groups: dict[tuple[str, str, int, str], list[CaseResult]] = {}
     for row in constant_k_rows(results):
         if row.decode_speedup > 0:  # NaN is not
-            groups.setdefault((row.pair, row.category, row.k), []).append(row)
+            groups.setdefault((row.pair, row.category, row.k, row.dtype), []).append(row)
     speedups = []
-    for (pair, category, k), rows in groups.items():
+    for (pair, category, k, dtype), rows in groups.items():
         if len(rows) == 1:
             row = rows[0]
-            speedups.append(
-                CategorySpeedup(
-                    pair, category, k, 1, row.decode_speedup, row.decode_speedup_ci_low, row.decode_speedup_ci_high
-                )
-            )
-            continue
-        # A paired interval of 1 against 1/speedup is the t interval of the mean log speedup.
-        interval = speedup_interval([1.0] * len(rows), [1.0 / row.decode_speedup for row in rows], paired=True)
-        speedups.append(CategorySpeedup(pair, category, k, len(rows), interval.estimate, interval.low, interval.high))
+            interval = Interval(row.decode_speedup, row.decode_speedup_ci_low, row.decode_speedup_ci_high)
+        else:  # a paired interval of 1 against 1/speedup is the t interval of the mean log speedup
+            interval = speedup_interval([1.0] * len(rows), [1.0 / row.decode_speedup for row in rows], paired=True)
+        speedups.append(
+            CategorySpeedup(pair, category, k, len(rows), interval.estimate, interval.low, interval.high, dtype)
+        )
     return speedups
 
 
 def best_category_speedups(results: Sequence[CaseResult]) -> list[CategorySpeedup]:
-    """Per (pair, category): the k with the highest geometric mean among those that ran on all its prompts."""
+    """Per (pair, category, dtype): the k with the highest geometric mean among those that ran on all its
+    prompts."""
     speedups = category_speedups(results)
-    best: dict[tuple[str, str], CategorySpeedup] = {}
+    best: dict[tuple[str, str, str], CategorySpeedup] = {}
     for item in speedups:
-        most = max(s.prompts for s in speedups if (s.pair, s.category) == (item.pair, item.category))
-        key = (item.pair, item.category)
+        key = (item.pair, item.category, item.dtype)
+        most = max(s.prompts for s in speedups if (s.pair, s.category, s.dtype) == key)
         if item.prompts == most and (key not in best or item.speedup > best[key].speedup):
             best[key] = item
     return list(best.values())

@@ -22,6 +22,7 @@ from typing import Any
 from ..results.racing import SLOWER, TIED, UNKNOWN, rank_against_best
 from ..results.schema import CaseResult
 from .analysis import k_order, predicted_curve, recommended_among
+from .dtype_view import dtype_views
 from .formatting import entry_with_interval
 from .regret import hf_summary, interval_text, ratio_to_best, ratio_to_hf, round_times, schedule_summaries
 
@@ -85,6 +86,7 @@ def prompt_answer(rows: Sequence[CaseResult]) -> dict[str, Any] | None:
         "pair": best.pair,
         "engine": best.engine,
         "prompt": best.prompt,
+        "dtype": best.dtype,
         "best_k": best.k,
         **_interval(best),
         "tied": [k for k in ordered if status[k] == TIED],
@@ -110,34 +112,38 @@ def prompt_answer(rows: Sequence[CaseResult]) -> dict[str, Any] | None:
 
 
 def prompt_answers(results: Sequence[CaseResult]) -> list[dict[str, Any]]:
-    """:func:`prompt_answer` for every (pair, engine, prompt), in order of first appearance."""
-    groups: dict[tuple[str, str, str], list[CaseResult]] = {}
+    """:func:`prompt_answer` for every (pair, engine, prompt, dtype), in order of first appearance: each dtype
+    is timed in its own block against its own greedy baseline, so its k are ranked apart."""
+    groups: dict[tuple[str, str, str, str], list[CaseResult]] = {}
     for row in results:
-        groups.setdefault((row.pair, row.engine, row.prompt), []).append(row)
+        groups.setdefault((row.pair, row.engine, row.prompt, row.dtype), []).append(row)
     answers = [answer for answer in map(prompt_answer, groups.values()) if answer is not None]
     for answer in answers:
         answer["against_hf"] = _against_hf(answer, groups)
     return answers
 
 
-def _against_hf(answer: dict[str, Any], groups: dict[tuple[str, str, str], list[CaseResult]]) -> dict[str, Any] | None:
+def _against_hf(
+    answer: dict[str, Any], groups: dict[tuple[str, str, str, str], list[CaseResult]]
+) -> dict[str, Any] | None:
     """For the native engine's answer: its k=auto against the hf engine's k=auto (transformers' default schedule)
-    on the same prompt, end to end (:func:`.regret.ratio_to_hf`); None where either did not run."""
+    on the same prompt and dtype, end to end (:func:`.regret.ratio_to_hf`); None where either did not run."""
     if answer["engine"] != "native":
         return None
-    native = [row for row in groups[answer["pair"], "native", answer["prompt"]] if row.k == AUTO and _measured(row)]
-    hf = [row for row in groups.get((answer["pair"], "hf", answer["prompt"]), []) if row.k == AUTO and _measured(row)]
+    pair, prompt, dtype = answer["pair"], answer["prompt"], answer["dtype"]
+    native = [row for row in groups[pair, "native", prompt, dtype] if row.k == AUTO and _measured(row)]
+    hf = [row for row in groups.get((pair, "hf", prompt, dtype), []) if row.k == AUTO and _measured(row)]
     return ratio_to_hf(native[0], hf[0]) if native and hf else None
 
 
 def pair_answers(prompts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (pair, engine), over its prompts: the k best or tied-best on most of them (then best on most, then
-    the smaller), with every k's counts."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    """Per (pair, engine, dtype), over its prompts: the k best or tied-best on most of them (then best on most,
+    then the smaller), with every k's counts."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for answer in prompts:
-        groups.setdefault((answer["pair"], answer["engine"]), []).append(answer)
+        groups.setdefault((answer["pair"], answer["engine"], answer.get("dtype", "")), []).append(answer)
     lines = []
-    for (pair, engine), answers in groups.items():
+    for (pair, engine, dtype), answers in groups.items():
         best = Counter(answer["best_k"] for answer in answers)
         top = Counter(k for answer in answers for k in (answer["best_k"], *answer["tied"]))
         ks = sorted(top, key=lambda k: (-top[k], -best[k], k_order(k)))
@@ -145,6 +151,7 @@ def pair_answers(prompts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             {
                 "pair": pair,
                 "engine": engine,
+                "dtype": dtype,
                 "k": ks[0],
                 "best_or_tied": top[ks[0]],
                 "best": best[ks[0]],
@@ -163,9 +170,10 @@ def pair_answers(prompts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run_answer(results: Sequence[CaseResult]) -> dict[str, list[dict[str, Any]]]:
-    """The answer of a run, as the JSON document keeps it under "answer"."""
+    """The answer of a run, as the JSON document keeps it under "answer": per dtype the best k; when several
+    dtypes ran, under "dtypes" the fastest (dtype, k) against float32 greedy (:func:`.dtype_view.dtype_views`)."""
     prompts = prompt_answers(results)
-    return {"prompts": prompts, "pairs": pair_answers(prompts)}
+    return {"prompts": prompts, "pairs": pair_answers(prompts), "dtypes": dtype_views(results, prompts)}
 
 
 # --- tables: cells as text, for tabulate (terminal) and Markdown alike ----------------------------
@@ -185,8 +193,11 @@ def _slower(answer: dict[str, Any]) -> str:
     )
 
 
-def prompt_table(answers: Sequence[dict[str, Any]], engines: bool) -> tuple[list[list[str]], list[str]]:
-    """(cells, headers) of the per-prompt answer; an engine column only when several engines ran."""
+def prompt_table(
+    answers: Sequence[dict[str, Any]], engines: bool, dtypes: bool = False
+) -> tuple[list[list[str]], list[str]]:
+    """(cells, headers) of the per-prompt answer; an engine column only when several engines ran, a dtype column
+    only when several dtypes did."""
     cells = []
     hf = any(a.get("against_hf") for a in answers)  # a column only when both engines ran k=auto
     for a in answers:
@@ -196,6 +207,7 @@ def prompt_table(answers: Sequence[dict[str, Any]], engines: bool) -> tuple[list
             [
                 a["prompt"],
                 *([a["engine"]] if engines else []),
+                *([a.get("dtype", "")] if dtypes else []),
                 str(a["best_k"]),
                 entry_with_interval(a),
                 _ks(a["tied"]),
@@ -210,6 +222,7 @@ def prompt_table(answers: Sequence[dict[str, Any]], engines: bool) -> tuple[list
     headers = [
         "prompt",
         *(["engine"] if engines else []),
+        *(["dtype"] if dtypes else []),
         "best k",
         "decode speedup",
         "tied",
@@ -243,9 +256,10 @@ def _hf_cell(against: dict[str, Any] | None) -> str:
     )
 
 
-def pair_sentence(pair: dict[str, Any], engines: bool) -> str:
-    """The across-prompts answer of one pair (and engine), in words."""
-    engine = f" ({pair['engine']} engine)" if engines else ""
+def pair_sentence(pair: dict[str, Any], engines: bool, dtypes: bool = False) -> str:
+    """The across-prompts answer of one pair (and engine, and dtype when several ran), in words."""
+    where = ([f"{pair['engine']} engine"] if engines else []) + ([pair.get("dtype", "")] if dtypes else [])
+    engine = f" ({', '.join(where)})" if where else ""
     reasons = "; ".join(pair.get("undecided_reasons") or [NO_ROUND_DATA])
     undecided = (
         f"; on {pair['undecided_prompts']} prompt(s) the ties are unknown ({reasons})"

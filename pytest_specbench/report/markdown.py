@@ -31,6 +31,7 @@ from .analysis import (
 )
 from .answer import pair_sentence, prompt_table, run_answer
 from .batch import per_k_rows
+from .dtype_view import dtype_order, not_shown_lines, several_dtypes, speed_table
 from .formatting import new_tokens_text, number, value_with_interval, with_interval
 
 #: efficiency below this is called low in the findings
@@ -252,7 +253,9 @@ def _regret_section(answer: dict[str, Any], figures_dir: Path | None, start: Pat
 
 
 def _category_lines(results: Sequence[CaseResult]) -> list[str]:
-    """Per pair and category, the best k's decode speedup over the category's prompts."""
+    """Per pair and category (and dtype, when several ran), the best k's decode speedup over the category's
+    prompts."""
+    dtypes = several_dtypes(results)
     return [
         "At each category's best k: with several prompts, the geometric mean of their decode speedups (each "
         "prompt weighted equally) and a 95% t interval over their log speedups, which holds the spread between "
@@ -263,13 +266,14 @@ def _category_lines(results: Sequence[CaseResult]) -> list[str]:
                 [
                     item.pair,
                     item.category,
+                    *([item.dtype] if dtypes else []),
                     item.prompts,
                     item.k,
                     value_with_interval(item.speedup, item.low, item.high),
                 ]
                 for item in best_category_speedups(results)
             ],
-            ["pair", "category", "prompts", "best k", "decode speedup [95% CI]"],
+            ["pair", "category", *(["dtype"] if dtypes else []), "prompts", "best k", "decode speedup [95% CI]"],
         ),
         "",
     ]
@@ -317,7 +321,8 @@ def _pair_lines(
         _case_table(rows, engines),
         "",
         *_engine_lines(rows),
-        *_answer_lines(pair, answer, engines),
+        *_answer_lines(pair, answer, engines, several_dtypes(rows)),
+        *_dtype_view_lines(pair, answer),
         _best_k_table(analyses),
         "",
         *_cost_input_lines(rows[0]),
@@ -336,7 +341,8 @@ def _pair_header(pair: str, rows: Sequence[CaseResult]) -> list[str]:
         f"## Pair `{pair}`",
         "",
         f"Target {first.target}, draft {first.draft} ({first.drafter}); {first.device}, "
-        f"{first.dtype}, {new_tokens_text(rows, ' per run')}. Parameters: target "
+        f"{', '.join(dtype_order([row.dtype for row in rows]))}, {new_tokens_text(rows, ' per run')}. "
+        "Parameters: target "
         f"{number(first.target_params, ',')}, "
         f"draft {number(first.draft_params, ',')}. "
         f"Peak memory {number(first.peak_memory_mb, '.0f')} MiB "
@@ -364,11 +370,14 @@ def _engine_lines(rows: Sequence[CaseResult]) -> list[str]:
 
 
 def _best_k_table(analyses: Sequence[PromptAnalysis]) -> str:
-    """Per prompt, the measured best k beside the cost model's recommended k and its prediction there."""
+    """Per prompt (and dtype, when several ran), the measured best k beside the cost model's recommended k and its
+    prediction there."""
+    dtypes = len({a.best_row.dtype for a in analyses}) > 1
     return _table(
         [
             [
                 a.prompt,
+                *([a.best_row.dtype] if dtypes else []),
                 a.best_k,
                 with_interval(a.best_row),
                 number(a.alpha, ".3f"),
@@ -379,6 +388,7 @@ def _best_k_table(analyses: Sequence[PromptAnalysis]) -> str:
         ],
         [
             "prompt",
+            *(["dtype"] if dtypes else []),
             "measured best k",
             "its decode speedup",
             "alpha (all k pooled)",
@@ -416,13 +426,13 @@ def _position_lines(rows: Sequence[CaseResult]) -> list[str]:
     ]
 
 
-def _answer_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]:
+def _answer_lines(pair: str, answer: dict[str, Any], engines: bool, dtypes: bool = False) -> list[str]:
     """The pair's part of the run's answer (report/answer.py): per prompt the best k, its ties, and the pair's
     sentence."""
     answers = sorted((a for a in answer["prompts"] if a["pair"] == pair), key=lambda a: (a["prompt"], a["engine"]))
     if not answers:
         return []
-    cells, headers = prompt_table(answers, engines)
+    cells, headers = prompt_table(answers, engines, dtypes)
     return [
         "The answer. Per prompt, the best constant k (highest decode speedup); the k tied with it and those "
         "slower, by a one-sided paired t test over the rounds of their block (family-wise 95%, a k the race "
@@ -432,8 +442,31 @@ def _answer_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]
         "",
         _table(cells, headers),
         "",
-        *(line for p in answer["pairs"] if p["pair"] == pair for line in (pair_sentence(p, engines), "")),
+        *(line for p in answer["pairs"] if p["pair"] == pair for line in (pair_sentence(p, engines, dtypes), "")),
     ]
+
+
+def _dtype_view_lines(pair: str, answer: dict[str, Any]) -> list[str]:
+    """When several dtypes ran: per prompt (and engine, batch) a table of every (dtype, k) against float32 greedy,
+    the fastest in bold (report/dtype_view.py); one line saying why where float32 did not run."""
+    views = [view for view in answer.get("dtypes", []) if view["pair"] == pair]
+    if not views:
+        return []
+    lines = not_shown_lines(views)
+    lines += [""] if lines else []
+    for view in (view for view in views if view["shown"]):
+        cells, headers = speed_table(view)
+        tied = ", ".join(f"{t['dtype']} k={t['k']}" for t in view["tied"]) or "none"
+        lines += [
+            f"Every (dtype, k) against float32 greedy, `{view['prompt']}` ({view['engine']} engine, batch "
+            f"{view['batch']}): decode speedup over the float32 target's greedy decoding with its 95% interval, "
+            "float32's own paired, the other dtypes' unpaired (Welch: timed in other blocks, so wider); the "
+            f"fastest in bold; tied with it: {tied}.",
+            "",
+            _table(cells, headers),
+            "",
+        ]
+    return lines
 
 
 #: the case table's numeric columns after the decode speedup: (header, field, format)
@@ -449,12 +482,15 @@ _CASE_COLUMNS = (
 
 
 def _case_table(rows: Sequence[CaseResult], engines: bool) -> str:
-    """Every case of a pair, in table order; an engine column only when the run had more than one engine."""
+    """Every case of a pair, in table order; an engine column only when the run had more than one engine, a dtype
+    column only when the pair ran in more than one dtype."""
+    dtypes = several_dtypes(rows)
     return _table(
         [
             [
                 row.prompt,
                 row.k,
+                *([row.dtype] if dtypes else []),
                 *([row.engine] if engines else []),
                 with_interval(row),
                 *(number(getattr(row, name), fmt) for _, name, fmt in _CASE_COLUMNS),
@@ -465,6 +501,7 @@ def _case_table(rows: Sequence[CaseResult], engines: bool) -> str:
         [
             "prompt",
             "k",
+            *(["dtype"] if dtypes else []),
             *(["engine"] if engines else []),
             "decode speedup [95% CI]",
             *(header for header, _, _ in _CASE_COLUMNS),

@@ -18,6 +18,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..engine.cost_model import predicted_tau  # noqa: E402
 from ..results.schema import CaseResult  # noqa: E402
+from ..settings.options import DTYPE_ID_SUFFIXES  # noqa: E402
 from .analysis import (  # noqa: E402
     FIGURES,
     analyse_prompts,
@@ -183,7 +184,7 @@ def verify_cost(rows: Sequence[CaseResult], pair: str, directory: Path) -> Path:
     return _save(fig, directory, f"verify_cost_{pair}.png")
 
 
-def speedup_by_category(results: Sequence[CaseResult], directory: Path) -> Path:
+def speedup_by_category(results: Sequence[CaseResult], directory: Path, suffix: str = "") -> Path:
     """Per pair and prompt category, the decode speedup at the category's best k: the geometric mean over its
     prompts, each weighted equally, with a 95% t interval over them (:func:`analysis.category_speedups`)."""
     best = best_category_speedups(results)
@@ -208,14 +209,14 @@ def speedup_by_category(results: Sequence[CaseResult], directory: Path) -> Path:
     ax.set_ylabel("decode speedup at the best k (x, 95% CI;\nseveral prompts: geometric mean, t over prompts)")
     ax.set_title("Decode speedup by prompt category at each pair's best k")
     ax.legend(fontsize=8)
-    return _save(fig, directory, "speedup_by_category.png")
+    return _save(fig, directory, f"speedup_by_category{suffix}.png")
 
 
 #: the figure of decode speedup against batch size (report/batch.py), one per pair that ran several batch sizes
 BATCH_FIGURE = "speedup_vs_batch"
 
 
-def speedup_vs_batch(results: Sequence[CaseResult], pair: str, directory: Path) -> Path | None:
+def speedup_vs_batch(results: Sequence[CaseResult], pair: str, directory: Path, suffix: str = "") -> Path | None:
     """Decode speedup against batch size, one line per k (and prompt), with 95% intervals; the cost model's
     prediction dashed beside each. None when the pair ran one batch size only."""
     from .batch import batch_answer
@@ -260,9 +261,9 @@ def speedup_vs_batch(results: Sequence[CaseResult], pair: str, directory: Path) 
     ax.set_xticks(sizes, [str(size) for size in sizes])
     ax.set_xlabel("batch size (prompts decoded at once)")
     ax.set_ylabel("decode speedup over the batched target (x, 95% CI)")
-    ax.set_title(f"{pair}: decode speedup against batch size")
+    ax.set_title(f"{pair}{suffix}: decode speedup against batch size")
     ax.legend(fontsize=7)
-    return _save(fig, directory, f"{BATCH_FIGURE}_{pair}.png")
+    return _save(fig, directory, f"{BATCH_FIGURE}_{pair}{suffix}.png")
 
 
 def schedule_regret(answers: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path:
@@ -309,26 +310,39 @@ def write_plots(results: Sequence[CaseResult], directory: Path) -> list[Path]:
     """Every figure of the run under ``directory`` (created); returns the files written.
 
     The figures plot against k, so they show this package's engine at constant k; the report's
-    tables hold the schedules and the hf engine.
+    tables hold the schedules and the hf engine. With several dtypes each dtype has its own figures,
+    named as its case ids are (``speedup_vs_k_gemma3_int8-bf16.png``): one dtype's k never hides another's.
     """
     directory.mkdir(parents=True, exist_ok=True)
+    by_dtype: dict[str, list[CaseResult]] = {}
+    for row in results:
+        by_dtype.setdefault(row.dtype, []).append(row)
+    several = len(by_dtype) > 1
+    written: list[Path] = []
+    for dtype, rows in by_dtype.items():
+        written += _dtype_plots(rows, directory, DTYPE_ID_SUFFIXES.get(dtype, f"-{dtype}") if several else "")
+    return written
+
+
+def _dtype_plots(results: Sequence[CaseResult], directory: Path, suffix: str) -> list[Path]:
+    """The figures of one dtype's rows; ``suffix`` labels its pairs and names its files."""
     from .answer import prompt_answers
     from .batch import per_k_rows
     from .regret import regret_pairs
 
     # Several batch sizes: the figures against k show the smallest; speedup_vs_batch shows them all.
     # The schedules against the best constant k: before the rows are narrowed to constant k.
-    answers = prompt_answers(per_k_rows(results))
+    answers = [{**answer, "pair": answer["pair"] + suffix} for answer in prompt_answers(per_k_rows(results))]
     written = [schedule_regret(answers, pair, directory) for pair in regret_pairs({"prompts": answers})]
     batched = constant_k_rows(results)
     results = per_k_rows(batched)
     for pair, rows in rows_by_pair(results).items():
         for figure in (speedup_vs_k, acceptance_heatmap, tau_vs_k, position_acceptance, verify_cost):
-            written.append(figure(rows, pair, directory))
+            written.append(figure(rows, pair + suffix, directory))
     if results:
-        written.append(speedup_by_category(results, directory))
+        written.append(speedup_by_category(results, directory, suffix))
     for pair, rows in rows_by_pair(batched).items():
-        batch_figure = speedup_vs_batch(rows, pair, directory)
+        batch_figure = speedup_vs_batch(rows, pair, directory, suffix)
         if batch_figure is not None:
             written.append(batch_figure)
     return written

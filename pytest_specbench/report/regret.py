@@ -174,10 +174,11 @@ def regret_markdown(answer: dict[str, Any], figures: dict[str, str] | None = Non
     if not with_schedules:
         return []
     lines = ["## k=auto against the best constant k", "", _SECTION_INTRO, ""]
+    dtypes = len({a.get("dtype", "") for a in answer["prompts"]}) > 1  # then each answer is one dtype's
     for pair in dict.fromkeys(a["pair"] for a in with_schedules):
         answers = sorted((a for a in with_schedules if a["pair"] == pair), key=lambda a: (a["prompt"], a["engine"]))
-        lines += [f"### Pair `{pair}`", "", _prompts_table(answers), ""]
-        summary = _over_prompts_cells(answer["pairs"], pair)
+        lines += [f"### Pair `{pair}`", "", _prompts_table(answers, dtypes), ""]
+        summary = _over_prompts_cells(answer["pairs"], pair, dtypes)
         if summary:
             lines += ["Over prompts:", "", _github_table(summary, ["engine", "schedule", "prompts", _MEAN]), ""]
         if figures and pair in figures:
@@ -194,14 +195,19 @@ def _github_table(cells: list[list[Any]], headers: list[str]) -> str:
     return tabulate(cells, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def _prompts_table(answers: Sequence[dict[str, Any]]) -> str:
+def _engine_text(answer: dict[str, Any], dtypes: bool) -> str:
+    """The engine of an answer, and its dtype when several ran."""
+    return f"{answer['engine']}, {answer.get('dtype', '')}" if dtypes else answer["engine"]
+
+
+def _prompts_table(answers: Sequence[dict[str, Any]], dtypes: bool = False) -> str:
     """One pair's prompts: each schedule against the best constant k, and native auto against hf auto where both
-    engines ran it."""
+    engines ran it; the engine's dtype beside it when several ran."""
     hf = any(a["against_hf"] for a in answers)
     cells = [
         [
             a["prompt"],
-            a["engine"],
+            _engine_text(a, dtypes),
             s["k"],
             interval_text(s["ratio_to_best"], s["ratio_to_best_ci_low"], s["ratio_to_best_ci_high"]),
             s["ratio_to_best_rounds"] or "unpaired",
@@ -215,17 +221,17 @@ def _prompts_table(answers: Sequence[dict[str, Any]]) -> str:
     return _github_table(cells, headers + (["native auto / hf auto"] if hf else []))
 
 
-def _over_prompts_cells(pairs: Sequence[dict[str, Any]], pair: str) -> list[list[Any]]:
-    """One pair's schedules over its prompts, then native auto over hf auto, per engine."""
+def _over_prompts_cells(pairs: Sequence[dict[str, Any]], pair: str, dtypes: bool = False) -> list[list[Any]]:
+    """One pair's schedules over its prompts, then native auto over hf auto, per engine (and dtype)."""
     ours = [p for p in pairs if p["pair"] == pair]
     cells = [
-        [p["engine"], s["k"], s["prompts"], interval_text(s["ratio"], s["ci_low"], s["ci_high"])]
+        [_engine_text(p, dtypes), s["k"], s["prompts"], interval_text(s["ratio"], s["ci_low"], s["ci_high"])]
         for p in ours
         for s in p["schedules"]
     ]
     return cells + [
         [
-            p["engine"],
+            _engine_text(p, dtypes),
             f"{hf['k']} / hf {hf['k']} (end to end)",
             hf["prompts"],
             interval_text(hf["ratio"], hf["ci_low"], hf["ci_high"]),

@@ -23,6 +23,7 @@ from .analysis import (
 )
 from .answer import pair_sentence, prompt_table, run_answer
 from .batch import batch_answer, batch_lines, per_k_rows
+from .dtype_view import TITLE, dtype_order, not_shown_lines, several_dtypes, view_table
 from .formatting import new_tokens_text, with_interval
 
 _MARK = {"lossless": "yes", "tie-divergence": "tie", "diverged": "NO"}
@@ -59,7 +60,7 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: di
     first = rows[0]
     lines = [
         f"{pair}: target {first.target}, draft {first.draft} "
-        f"({first.device}, {first.dtype}, {new_tokens_text(rows)}; "
+        f"({first.device}, {', '.join(dtype_order([row.dtype for row in rows]))}, {new_tokens_text(rows)}; "
         f"speedups with their 95% interval, {UNSTABLE_MARK} = unstable)"
     ]
     batches = len({row.batch for row in rows}) > 1
@@ -68,6 +69,8 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: di
         for column in summary_columns()
         if (engines or column[0] != "engine") and (batches or column[0] != "batch")
     )
+    if several_dtypes(rows):  # after k: each dtype has its own rows, against its own greedy baseline
+        columns = columns[:2] + (("dtype", "dtype", "", False),) + columns[2:]
     table = [
         [_cell(row, name, fmt, interval) for name, _, fmt, interval in columns] for row in sorted(rows, key=row_order)
     ]
@@ -85,7 +88,8 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: di
             headers=("k", "prompts", "native", "hf", "native / hf"),
             floatfmt=("", "", ".2f", ".2f", ".2f"),
         ).splitlines()
-    lines += ["", *_answer_lines(pair, answer, engines)]
+    lines += ["", *_answer_lines(pair, answer, engines, several_dtypes(rows))]
+    lines += _dtype_view_lines(pair, answer, engines)
     positions = pooled_position_acceptance(constant_k_rows(rows))
     if positions:
         lines.append(
@@ -97,13 +101,14 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: di
 
 
 def _per_k_lines(rows: Sequence[CaseResult], engines: bool) -> list[str]:
-    """Per k (and engine, when more than one ran): geometric mean speedups, mean acceptance and tau."""
+    """Per k (and dtype, and engine, when more than one ran): geometric mean speedups, mean acceptance and tau."""
     per_k = []
-    groups = dict.fromkeys((row.k, row.engine) for row in sorted(rows, key=lambda row: (k_order(row.k), row.engine)))
-    for k, engine in groups:
-        at_k = [row for row in rows if row.k == k and row.engine == engine]
+    dtypes = dtype_order([row.dtype for row in rows])
+    order = sorted(rows, key=lambda row: (k_order(row.k), dtypes.index(row.dtype), row.engine))
+    for k, dtype, engine in dict.fromkeys((row.k, row.dtype, row.engine) for row in order):
+        at_k = [row for row in rows if (row.k, row.dtype, row.engine) == (k, dtype, engine)]
         per_k.append(
-            ([k, engine] if engines else [k])
+            [k, *([dtype] if len(dtypes) > 1 else []), *([engine] if engines else [])]
             + [
                 len(at_k),
                 geometric_mean([row.decode_speedup for row in at_k]),
@@ -112,7 +117,7 @@ def _per_k_lines(rows: Sequence[CaseResult], engines: bool) -> list[str]:
                 sum(row.tau for row in at_k) / len(at_k),
             ]
         )
-    lead = ("k", "engine") if engines else ("k",)
+    lead = ("k", *(["dtype"] if len(dtypes) > 1 else []), *(["engine"] if engines else []))
     return tabulate(
         per_k,
         headers=(*lead, "cases", "geomean decode speedup", "geomean e2e speedup", "mean accept", "mean tau"),
@@ -120,18 +125,34 @@ def _per_k_lines(rows: Sequence[CaseResult], engines: bool) -> list[str]:
     ).splitlines()
 
 
-def _answer_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]:
+def _answer_lines(pair: str, answer: dict[str, Any], engines: bool, dtypes: bool = False) -> list[str]:
     """The pair's answer: per prompt the best constant k, the k tied with it and those slower (by the race's test
     over the block's rounds), the cost model's recommended k; then the k best on most prompts."""
     answers = [a for a in answer["prompts"] if a["pair"] == pair]
     if not answers:
         return []
-    cells, headers = prompt_table(sorted(answers, key=lambda a: (a["prompt"], a["engine"])), engines)
+    cells, headers = prompt_table(sorted(answers, key=lambda a: (a["prompt"], a["engine"])), engines, dtypes)
     lines = [
         "the answer (best constant k per prompt; tied / slower: tested within the block's rounds, family-wise 95%):",
         *tabulate(cells, headers=headers, disable_numparse=True).splitlines(),
     ]
-    return lines + [pair_sentence(p, engines) for p in answer["pairs"] if p["pair"] == pair]
+    return lines + [pair_sentence(p, engines, dtypes) for p in answer["pairs"] if p["pair"] == pair]
+
+
+def _dtype_view_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]:
+    """When several dtypes ran: per prompt the fastest (dtype, k) against float32 greedy, float32's own best k
+    beside it (report/dtype_view.py); one line saying why where float32 did not run."""
+    views = sorted((v for v in answer.get("dtypes", []) if v["pair"] == pair), key=lambda v: (v["prompt"], v["engine"]))
+    shown = [view for view in views if view["shown"]]
+    lines = not_shown_lines(views)
+    if shown:
+        cells, headers = view_table(shown, engines)
+        lines += [
+            f"{TITLE} (decode speedup over the float32 target's greedy decoding; float32's own paired, the other "
+            "dtypes' unpaired, Welch 95%; tied: not told apart from the fastest, family-wise 95%):",
+            *tabulate(cells, headers=headers, disable_numparse=True).splitlines(),
+        ]
+    return ["", *lines] if lines else []
 
 
 def _closing_lines(results: Sequence[CaseResult], ci_target: float) -> list[str]:

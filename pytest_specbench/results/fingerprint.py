@@ -5,6 +5,11 @@ kernel set (``torch.backends.cpu.get_cpu_capability()``: AVX2, AVX512, ...), the
 quantized engine, the thread count and the GPU pick different kernels, near-tied
 logits flip, and the generated text, hence acceptance, moves. The gate compares
 the baseline's fingerprint with the run's and says when they differ.
+
+``native_dtypes`` (per device: the CPU, each CUDA device, any device the run names) says which
+dtypes run natively there (engine/native_dtypes.py); a bfloat16 case on a machine that emulates
+bfloat16 measures other kernels, so it counts among the entries that differ, when both sides
+record it (fingerprints written before it was recorded do not differ by its absence).
 """
 
 from __future__ import annotations
@@ -12,11 +17,13 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 #: the entries that change which kernels run; cpu_count and python are kept for the reader only
 NUMERIC_KEYS = ("cpu_model", "cpu_capability", "quantized_engine", "torch_threads", "gpus", "torch", "transformers")
+#: entries that differ only when both fingerprints record them (older fingerprints lack them)
+RECORDED_LATER_KEYS = ("native_dtypes",)
 
 
 def _cpu_model() -> str:
@@ -37,8 +44,19 @@ def _version(name: str) -> str | None:
         return None
 
 
-def machine_fingerprint() -> dict[str, Any]:
-    """This process's fingerprint (imports torch)."""
+def _native_dtype_entries(devices: Iterable[str]) -> dict[str, Any]:
+    """``native_dtypes`` and ``native_dtype_facts``, each keyed by device name."""
+    from ..engine import native_dtypes as native
+
+    facts = {str(device): native.native_dtype_facts(device) for device in devices}
+    return {
+        "native_dtypes": {device: list(native.dtypes_from_facts(found)) for device, found in facts.items()},
+        "native_dtype_facts": facts,
+    }
+
+
+def machine_fingerprint(devices: Iterable[str] = ()) -> dict[str, Any]:
+    """This process's fingerprint (imports torch); native dtypes of the CPU, each CUDA device and ``devices``."""
     import torch
 
     gpus = []
@@ -46,6 +64,7 @@ def machine_fingerprint() -> dict[str, Any]:
         for index in range(torch.cuda.device_count()):
             major, minor = torch.cuda.get_device_capability(index)
             gpus.append({"name": torch.cuda.get_device_name(index), "compute_capability": f"{major}.{minor}"})
+    named = dict.fromkeys(["cpu", *(f"cuda:{index}" for index in range(len(gpus))), *map(str, devices)])
     return {
         "cpu_model": _cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -58,6 +77,7 @@ def machine_fingerprint() -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": _version("torch"),
         "transformers": _version("transformers"),
+        **_native_dtype_entries(named),
     }
 
 
@@ -65,4 +85,5 @@ def fingerprint_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> l
     """``"cpu_capability AVX512 -> AVX2"`` for each numeric entry that differs (none when either is empty)."""
     if not old or not new:
         return []
-    return [f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in NUMERIC_KEYS if old.get(key) != new.get(key)]
+    keys = [*NUMERIC_KEYS, *(key for key in RECORDED_LATER_KEYS if key in old and key in new)]
+    return [f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in keys if old.get(key) != new.get(key)]

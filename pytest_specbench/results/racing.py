@@ -129,7 +129,7 @@ def _p_values(logs: Mapping[K, Mapping[Hashable, float]], best: K, min_rounds: i
     return p_values
 
 
-def _step_down(p_values: Mapping[K, float | None], alpha: float, looks: int, family: int) -> set[K]:
+def step_down(p_values: Mapping[K, float | None], alpha: float, looks: int, family: int) -> set[K]:
     """The cases the step-down rejects, the best among ``len(p_values) + 1`` contenders."""
     tested = sorted((p, i, case) for i, (case, p) in enumerate(p_values.items()) if p is not None)
     rejected = set()
@@ -163,7 +163,7 @@ def eliminations(
         return {}
     family = max(family or len(logs), len(logs))
     leader = pick_best(times)
-    beaten = _step_down(_p_values(logs, leader, min_rounds), alpha, max_looks, family)
+    beaten = step_down(_p_values(logs, leader, min_rounds), alpha, max_looks, family)
     return {case: leader for case in logs if case in beaten}
 
 
@@ -177,5 +177,5 @@ def rank_against_best(
     if best not in logs:
         raise ValueError(f"best case {best!r} has no times")
     p_values = _p_values(logs, best, min_rounds)
-    slower = _step_down(p_values, alpha, 1, len(logs))
+    slower = step_down(p_values, alpha, 1, len(logs))
     return {case: SLOWER if case in slower else TIED if p is not None else UNKNOWN for case, p in p_values.items()}

@@ -4,7 +4,8 @@ A speedup is baseline time / speculative time for the same work. Timing noise is
 are on log times: the estimate is the geometric mean of the per-round ratios and its 95% interval Student's t
 interval of the mean log ratio, mapped back (defined from two rounds on, where an order-statistics interval for a
 median needs six, and always around its estimate). Rounds that ran both side by side are *paired* (drift common to
-both cancels); a baseline timed once and shared is compared *unpaired* (Welch). Cases timed in the same rounds share
+both cancels); a baseline timed once and shared, or one of another block (a dtype's rows against the float32
+greedy baseline: report/dtype_view.py), is compared *unpaired* (Welch). Cases timed in the same rounds share
 one noise, so their spread can be *pooled* (:func:`pooled_spread`), unless Bartlett's test rejects one variance at
 1%. Why and how well: docs/measuring.md, "The interval".
 """
@@ -129,6 +130,27 @@ def speedup_interval(
             low, high = stats.ttest_ind(log_base, log_spec, equal_var=False).confidence_interval(confidence)
     # Clamp rounding at the edges so estimate <= high and low <= estimate hold exactly.
     return Interval(estimate, min(math.exp(low), estimate), max(math.exp(high), estimate))
+
+
+def slower_p_unpaired(best_s: Sequence[float], other_s: Sequence[float]) -> float | None:
+    """p-value of "``other_s`` is slower than ``best_s``" (seconds for the same work, timed in different blocks,
+    so no round pairs with another): Welch's one-sided t test on the mean log times. None below two times on
+    either side; with no spread on either side, 0 or 1 by which mean is higher."""
+    import warnings
+
+    from scipy import stats
+
+    if len(best_s) < 2 or len(other_s) < 2:
+        return None
+    if min(*best_s, *other_s) <= 0:
+        raise ValueError("times must be positive")
+    log_best = [math.log(value) for value in best_s]
+    log_other = [math.log(value) for value in other_s]
+    if max(log_best) == min(log_best) and max(log_other) == min(log_other):
+        return 0.0 if sum(log_other) / len(log_other) > sum(log_best) / len(log_best) else 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ttest_ind(log_other, log_best, equal_var=False, alternative="greater").pvalue)
 
 
 def coefficient_of_variation(values: Sequence[float]) -> float | None:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .options import MAX_POSITIONS, OPTIONS, ConfigError, Option, pairing_that_runs, parse_devices
+from .options import AUTO_DTYPES, MAX_POSITIONS, OPTIONS, ConfigError, Option, pairing_that_runs, parse_devices
 
-_PAIRING, _BASELINE_ONCE = (
-    next(option for option in OPTIONS if option.name == name) for name in ("pairing", "baseline-once")
+_PAIRING, _BASELINE_ONCE, _DTYPE = (
+    next(option for option in OPTIONS if option.name == name) for name in ("pairing", "baseline-once", "dtype")
 )
 
 
@@ -40,7 +40,7 @@ class SpecbenchConfig:
     prompts_per_category: int
     context_tokens: int | None
     max_new_tokens: int
-    dtype: str
+    dtypes: tuple[str, ...]  # model dtypes, each case run once in each ("auto" resolved: see resolve_auto_dtypes)
     warmup: int
     min_rounds: int
     max_rounds: int
@@ -133,19 +133,38 @@ def parse_settings(
                 "one of the two"
             )
         fields["pairing"] = raw_record[_PAIRING.dest] = pairing_that_runs(fields["pairing"], True)
+    if fields["dtypes"] == (AUTO_DTYPES,):  # recorded as resolved: a resume or a gate compares what ran
+        fields["dtypes"] = resolve_auto_dtypes(fields["devices"], on_gpu)
+        raw_record[_DTYPE.dest] = ",".join(fields["dtypes"])
     if "log" not in values:  # its default follows the CSV (or the JSON) wherever that goes
         beside = fields["csv_path"] or fields["json_path"]
         fields["log_path"] = beside.with_suffix(".jsonl") if beside is not None else None
     return SpecbenchConfig(**fields, raw=raw_record, given=given)
 
 
-def _json_value(value: Any) -> Any:
+def resolve_auto_dtypes(devices: tuple[str, ...], on_gpu: bool) -> tuple[str, ...]:
+    """``--specbench-dtype=auto``: the dtypes the run's device computes natively
+    (:func:`..engine.native_dtypes.native_dtypes`), float32 first. With several devices (one per xdist worker), those
+    native on every one, so every worker builds the same matrix. Imports torch: only a run that asks for it pays."""
+    from ..engine.native_dtypes import native_dtypes
+    from .devices import check_devices
+
+    check_devices(devices)  # a device this machine lacks is named as such, not probed
+    native = [native_dtypes(device) for device in devices or ("cuda:0" if on_gpu else "cpu",)]
+    return tuple(dtype for dtype in native[0] if all(dtype in other for other in native[1:]))
+
+
+def _json_value(value: Any, option: Option | None = None) -> Any:
+    if isinstance(value, tuple) and option is not None and option.single_as_item and len(value) == 1:
+        return value[0]
     return list(value) if isinstance(value, tuple) else str(value) if isinstance(value, Path) else value
 
 
 def result_settings(config: SpecbenchConfig) -> dict[str, Any]:
     """The values of the options that change what a case measures, as JSON types, by option name."""
-    return {option.cli: _json_value(getattr(config, option.field)) for option in OPTIONS if option.changes_results}
+    return {
+        option.cli: _json_value(getattr(config, option.field), option) for option in OPTIONS if option.changes_results
+    }
 
 
 def result_settings_from_raw(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,10 +182,10 @@ def result_settings_from_raw(raw: Mapping[str, Any]) -> dict[str, Any]:
         if option.flag:
             settings[option.cli] = bool(value)
         elif value is None:
-            settings[option.cli] = _json_value(option.unset)
+            settings[option.cli] = _json_value(option.unset, option)
         else:
             try:
-                settings[option.cli] = _json_value(option.parse(str(value).strip()))
+                settings[option.cli] = _json_value(option.parse(str(value).strip()), option)
             except ValueError:
                 settings[option.cli] = value
     return settings

@@ -148,10 +148,21 @@ def _head_kernel(raw: str) -> str:
     return raw
 
 
-def _dtype(raw: str) -> str:
-    if raw not in DTYPES:
-        raise ValueError(f"unknown dtype {raw!r}; accepted: {', '.join(DTYPES)}")
-    return raw
+#: --specbench-dtype's word for the dtypes the run's device computes natively (settings/config.py resolves it)
+AUTO_DTYPES = "auto"
+#: what a dtype adds to a case id when several run (float32 adds nothing, so its ids stay those of a one-dtype run)
+DTYPE_ID_SUFFIXES = {"float32": "", "bfloat16": "-bf16", "float16": "-fp16"}
+
+
+def _dtypes(raw: str) -> tuple[str, ...]:
+    accepted = f"{', '.join(DTYPES)} or a comma list of them, or {AUTO_DTYPES} (the device's native dtypes)"
+    dtypes = _comma_list(accepted)(raw)
+    if AUTO_DTYPES in dtypes and len(dtypes) > 1:
+        raise ValueError(f"{AUTO_DTYPES} stands alone (it names every native dtype); accepted: {accepted}")
+    unknown = [dtype for dtype in dtypes if dtype not in (*DTYPES, AUTO_DTYPES)]
+    if unknown:
+        raise ValueError(f"unknown dtype {unknown[0]!r}; accepted: {accepted}")
+    return dtypes
 
 
 def _number(raw: str, accepted: str) -> float:
@@ -390,6 +401,9 @@ class Option:
     changes_results: bool = False
     # A list whose order changes nothing a case measures (only the order cases run in): compared as a set.
     order_free: bool = False
+    # A list of one item is recorded as that item: what the option recorded before it took a list, so the
+    # baselines and logs of those runs still compare equal.
+    single_as_item: bool = False
 
     @property
     def flag(self) -> bool:
@@ -536,7 +550,18 @@ OPTIONS: tuple[Option, ...] = (
         changes_results=True,
     ),
     Option(
-        "dtype", "dtype", f"model dtype: {', '.join(DTYPES)} (default float32)", _dtype, "float32", changes_results=True
+        "dtype",
+        "dtypes",
+        f"comma list of model dtypes ({', '.join(DTYPES)}): every case runs once in each, against the target's "
+        f"baseline in the same dtype, ids gaining -bf16 or -fp16 when several run; {AUTO_DTYPES}: the dtypes the "
+        "run's device computes natively (default float32). A pair's own dtype in its pairs file wins: it runs "
+        "once, in that one",
+        _dtypes,
+        "float32",
+        metavar="DTYPES",
+        changes_results=True,
+        order_free=True,
+        single_as_item=True,
     ),
     Option(
         "warmup",

@@ -1,0 +1,195 @@
+"""The verify-cost curve v(m) of a target, per dtype and per kernel form, and v(m)/v(1).
+
+    python benchmarks/verify_curve.py embedded:gemma3-270m --dtype float32,bfloat16 --json curve.json
+    python benchmarks/verify_curve.py path/to/checkpoint --m 1,2,3,5,9,17 --repeats 7
+    python benchmarks/verify_curve.py --tiny --repeats 1        # a tiny random model: a quick check of the script
+
+v(m) is the median seconds of one target forward pass over m new positions after a prompt, on a
+warm KV cache, as a verify pass of m - 1 drafted tokens runs; it is measured by the plugin's own
+probe (``engine.cost_probe.verify_costs``). Kernel forms (``--forms``):
+
+- ``own``: the model's own kernels (torch's ``linear`` head). The hf engine's path is this one:
+  transformers' own forward, so it is not timed apart.
+- ``engine``: the native engine's output head (``engine.output_head.column_head``, ``auto``):
+  ``weight @ hidden.T`` at the row counts where it measured faster.
+- ``column``: ``weight @ hidden.T`` at every row count of 2 or more.
+
+Every round runs each (dtype, form) once, the order rotated from round to round, so drift hits
+them alike and ratios compare things run side by side. A sweep's first pass over each m is a
+warm-up and is not kept. Not a test: run it alone, on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from tabulate import tabulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pytest_specbench.engine.cost_probe import verify_costs  # noqa: E402
+from pytest_specbench.engine.native_dtypes import native_dtype_facts, native_dtypes  # noqa: E402
+from pytest_specbench.models.base import DTYPE_NAMES  # noqa: E402
+
+#: form name -> the engine's head kernel (engine/names.py HEAD_KERNELS) it runs under
+FORMS: dict[str, str] = {"own": "linear", "engine": "auto", "column": "column"}
+DEFAULT_POSITIONS = (1, 2, 3, 5, 9, 17)
+TINY_TARGET = "tiny:gemma3"
+TINY_PROMPT_TOKENS = 24
+
+
+def _names(raw: str, accepted: Sequence[str], what: str) -> list[str]:
+    names = [name.strip() for name in raw.split(",") if name.strip()]
+    unknown = [name for name in names if name not in accepted]
+    if unknown or not names:
+        raise SystemExit(f"--{what}: unknown {', '.join(unknown) or '(empty)'}; accepted: a comma list of {accepted}")
+    return list(dict.fromkeys(names))
+
+
+def _positions(raw: str) -> list[int]:
+    try:
+        positions = sorted({int(part) for part in raw.split(",") if part.strip()})
+    except ValueError:
+        positions = []
+    if not positions or positions[0] < 1:
+        raise SystemExit(f"--m: expected a comma list of positive integers, got {raw!r}")
+    return positions if positions[0] == 1 else [1, *positions]  # v(1) is every ratio's denominator
+
+
+def load_targets(target: str, dtypes: Sequence[str], device: str, prompt: str) -> tuple[dict[str, Any], torch.Tensor]:
+    """The target in each dtype, and the prompt's ids (``tiny:gemma3``: a tiny random Gemma 3, fixed ids)."""
+    if target == TINY_TARGET:
+        from pytest_specbench.testing.tiny_models import tiny_model
+
+        model = tiny_model("gemma3")
+        models = {dtype: copy.deepcopy(model).to(device=device, dtype=getattr(torch, dtype)) for dtype in dtypes}
+        return models, torch.arange(3, 3 + TINY_PROMPT_TOKENS, device=device).unsqueeze(0)
+    from pytest_specbench.measure.inputs import prompt_input_ids
+    from pytest_specbench.measure.prompts import load_prompts, select_prompts
+    from pytest_specbench.models.loading import load_model
+
+    loaded = {dtype: load_model(target, device=device, dtype=dtype) for dtype in dtypes}
+    suite = load_prompts()
+    chosen = select_prompts(suite, [prompt], 1)
+    if not chosen:
+        raise SystemExit(f"--prompt: no prompt of category {prompt!r} in the shipped suite")
+    tokenizer = next(iter(loaded.values())).tokenizer
+    ids = prompt_input_ids(tokenizer, chosen[0], suite, None, device)
+    return {dtype: entry.model for dtype, entry in loaded.items()}, ids
+
+
+def measure(
+    models: dict[str, Any], input_ids: torch.Tensor, forms: Sequence[str], positions: Sequence[int], repeats: int
+) -> dict[tuple[str, str], dict[int, float]]:
+    """Median v(m) per (dtype, form): ``repeats`` rounds, each running every (dtype, form) once, order rotated."""
+    contenders = [(dtype, form) for dtype in models for form in forms]
+    samples: dict[tuple[str, str], list[list[float]]] = {contender: [] for contender in contenders}
+    for round_index in range(repeats):
+        shift = round_index % len(contenders)
+        for dtype, form in contenders[shift:] + contenders[:shift]:
+            curve = verify_costs(models[dtype], input_ids, max(positions), repeats=1, head_kernel=FORMS[form])
+            samples[dtype, form].append(curve)
+    return {
+        contender: {m: statistics.median(curve[m - 1] for curve in curves) for m in positions}
+        for contender, curves in samples.items()
+    }
+
+
+def curve_rows(medians: dict[tuple[str, str], dict[int, float]]) -> list[dict[str, Any]]:
+    """One row per (dtype, form, m): v(m), v(m)/v(1), and v(m) over float32's v(m) in the same form."""
+    rows = []
+    for (dtype, form), curve in medians.items():
+        float32 = medians.get(("float32", form))
+        for m, seconds in curve.items():
+            rows.append(
+                {
+                    "dtype": dtype,
+                    "form": form,
+                    "m": m,
+                    "v_s": seconds,
+                    "ratio_to_v1": seconds / curve[1],
+                    "ratio_to_float32": seconds / float32[m] if float32 else None,
+                }
+            )
+    return rows
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as a text table (milliseconds)."""
+    headers = ["dtype", "form", "m", "v(m) ms", "v(m)/v(1)", "v(m)/v_float32(m)"]
+    body = [
+        [
+            row["dtype"],
+            row["form"],
+            row["m"],
+            f"{1000 * row['v_s']:.3f}",
+            f"{row['ratio_to_v1']:.2f}",
+            "" if row["ratio_to_float32"] is None else f"{row['ratio_to_float32']:.2f}",
+        ]
+        for row in rows
+    ]
+    return tabulate(body, headers=headers, disable_numparse=True)
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("target", nargs="?", help="an embedded name (embedded:gemma3-270m), a checkpoint or hub id")
+    parser.add_argument("--tiny", action="store_true", help="a tiny random Gemma 3 built in-process (quick check)")
+    parser.add_argument("--dtype", default="float32,bfloat16", help="comma list of dtypes (default float32,bfloat16)")
+    parser.add_argument("--forms", default="own,engine", help=f"comma list of kernel forms: {', '.join(FORMS)}")
+    parser.add_argument("--m", default=",".join(map(str, DEFAULT_POSITIONS)), help="comma list of m (positions)")
+    parser.add_argument("--repeats", type=int, default=7, help="rounds; v(m) is their median")
+    parser.add_argument("--prompt", default="list_items", help="prompt category of the shipped suite")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--json", type=Path, help="also write the curves and the machine's facts here")
+    args = parser.parse_args(argv)
+    if args.tiny == bool(args.target):
+        parser.error("give a target or --tiny (not both)")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    return args
+
+
+@torch.inference_mode()
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arguments(argv)
+    target = TINY_TARGET if args.tiny else args.target
+    dtypes = _names(args.dtype, DTYPE_NAMES, "dtype")
+    forms = _names(args.forms, list(FORMS), "forms")
+    positions = _positions(args.m)
+    native = native_dtypes(args.device)
+    print(
+        f"{target} on {args.device}: torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}; native dtypes: {', '.join(native)}"
+    )
+    for dtype in dtypes:
+        if dtype not in native:
+            print(f"note: {dtype} is not native on {args.device}: its v(m) times an emulation")
+    models, input_ids = load_targets(target, dtypes, args.device, args.prompt)
+    rows = curve_rows(measure(models, input_ids, forms, positions, args.repeats))
+    print(f"prompt {input_ids.shape[1]} tokens, median of {args.repeats} round(s); form 'own' is also the hf engine's")
+    print(table(rows))
+    if args.json:
+        document = {
+            "target": target,
+            "device": args.device,
+            "prompt_tokens": int(input_ids.shape[1]),
+            "repeats": args.repeats,
+            "native_dtypes": list(native),
+            "native_dtype_facts": native_dtype_facts(args.device),
+            "threads": torch.get_num_threads(),
+            "curves": rows,
+        }
+        args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,217 @@
+"""The view a user deploys on, when several dtypes ran: decode speed of every (dtype, k) against the float32
+greedy baseline, and the fastest (dtype, k) per (pair, engine, prompt, batch), with its interval and the (dtype, k)
+tied with it.
+
+Each dtype is timed in its own block against its own greedy baseline, so a row's own speedup answers "which k in
+this dtype". Against float32 greedy, a float32 row keeps its own paired speedup; any other row is the float32
+baseline's time per decode token over the row's, from their per-round lists, with an *unpaired* 95% interval
+(Welch's t on the difference of mean log times, :func:`..results.statistics.speedup_interval`): the two were never
+timed in the same rounds, so no round's drift cancels, and the interval is wider than a paired one.
+
+The fastest is the fastest against float32 among each dtype's best k (report/answer.py). The others: in the
+fastest's own dtype, tied or slower as that dtype's paired ranking says; in another dtype, a k slower than its own
+dtype's best is slower (the fastest is no slower than that best), and the rest are tested one-sided against the
+fastest, unpaired (:func:`..results.statistics.slower_p_unpaired`), with the race's step-down (family-wise 5%,
+corrected for the fastest being picked from the same data).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..results.racing import SLOWER, TIED, UNKNOWN, step_down
+from ..results.schema import CaseResult
+from ..results.statistics import Interval, slower_p_unpaired, speedup_interval
+from .analysis import k_order
+from .formatting import entry_with_interval
+
+FLOAT32 = "float32"
+
+#: family-wise level of the tests across dtypes, as within one (answer.ALPHA)
+ALPHA = 0.05
+
+#: why a group of several dtypes has no view
+NO_FLOAT32 = "float32 did not run, so there is no float32 greedy baseline to set every dtype against"
+
+#: the summary's and the report's title of the view
+TITLE = "fastest (dtype, k) against float32 greedy"
+
+
+def dtype_order(dtypes: Sequence[str]) -> list[str]:
+    """The dtypes that ran, float32 first, the others in order of first appearance."""
+    seen = list(dict.fromkeys(dtypes))
+    return sorted(seen, key=lambda dtype: (dtype != FLOAT32, seen.index(dtype)))
+
+
+def several_dtypes(results: Sequence[CaseResult]) -> bool:
+    """More than one dtype ran: only then is there a view against float32 greedy, and a dtype column."""
+    return len({row.dtype for row in results}) > 1
+
+
+def float32_baseline_rounds(rows: Sequence[CaseResult]) -> list[float]:
+    """The float32 greedy baseline's seconds per decode token, one per round of the float32 rows' block(s): the
+    geometric mean over the rows of the baseline each paired with in that round (rows of one round share its
+    baseline, each interpolated at its own run)."""
+    per_round: dict[tuple[Any, ...], list[float]] = {}
+    for row in rows:
+        if row.dtype != FLOAT32:
+            continue
+        times = row.baseline_round_decode_token_s
+        rounds = row.block_rounds if len(row.block_rounds) == len(times) else range(len(times))
+        for r, seconds in zip(rounds, times):
+            if isinstance(seconds, (int, float)) and seconds > 0:
+                per_round.setdefault((row.run_id, row.block, r), []).append(float(seconds))
+    return [math.exp(sum(map(math.log, values)) / len(values)) for values in per_round.values()]
+
+
+def speedup_against_float32(row: CaseResult, float32_rounds: Sequence[float]) -> Interval | None:
+    """The row's decode speedup over float32 greedy decoding with its 95% interval: a float32 row's own (paired);
+    any other's unpaired against ``float32_rounds``. None without the rounds to compute it from."""
+    if row.dtype == FLOAT32:
+        return Interval(row.decode_speedup, row.decode_speedup_ci_low, row.decode_speedup_ci_high)
+    times = row.round_decode_token_s
+    if not float32_rounds or not times or not all(isinstance(t, (int, float)) and t > 0 for t in times):
+        return None
+    return speedup_interval(float32_rounds, times, paired=False)
+
+
+def _measured(row: CaseResult) -> bool:
+    return isinstance(row.decode_speedup, (int, float)) and row.decode_speedup > 0
+
+
+def _entry(row: CaseResult, speedup: Interval | None) -> dict[str, Any]:
+    return {
+        "dtype": row.dtype,
+        "k": row.k,
+        "case": row.case,
+        "decode_tps": row.decode_tps,
+        "decode_speedup": None if speedup is None else speedup.estimate,
+        "decode_speedup_ci_low": None if speedup is None else speedup.low,
+        "decode_speedup_ci_high": None if speedup is None else speedup.high,
+        "paired": row.dtype == FLOAT32,  # float32's own paired speedup; the others unpaired
+    }
+
+
+def _statuses(
+    fastest: dict[str, Any], rows: dict[tuple[str, Any], CaseResult], answers: dict[str, dict[str, Any]]
+) -> dict[tuple[str, Any], str]:
+    """Every constant-k (dtype, k) but the fastest: tied, slower or unknown against it (the module's rule)."""
+    status: dict[tuple[str, Any], str] = {}
+    p_values: dict[tuple[str, Any], float | None] = {}
+    for (dtype, k), row in rows.items():
+        if (dtype, k) == (fastest["dtype"], fastest["k"]) or not isinstance(k, int):
+            continue
+        own = answers.get(dtype)
+        if own is None:  # no answer of its own to rank it by
+            status[dtype, k] = UNKNOWN
+        elif k in {s["k"] for s in own["slower"]}:
+            status[dtype, k] = SLOWER
+        elif dtype == fastest["dtype"]:
+            status[dtype, k] = TIED if k in own["tied"] else UNKNOWN
+        else:
+            best_s = rows[fastest["dtype"], fastest["k"]].round_decode_token_s
+            p_values[dtype, k] = slower_p_unpaired(best_s, row.round_decode_token_s)
+    slower = step_down(p_values, ALPHA, 1, len(p_values) + 1)
+    status.update({key: SLOWER if key in slower else UNKNOWN if p is None else TIED for key, p in p_values.items()})
+    return status
+
+
+def group_view(rows: Sequence[CaseResult], answers: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The view of one (pair, engine, prompt, batch) from its rows and each dtype's answer; None for one dtype."""
+    rows = [row for row in rows if _measured(row)]
+    dtypes = dtype_order([row.dtype for row in rows])
+    if len(dtypes) < 2:
+        return None
+    first = rows[0]
+    view: dict[str, Any] = {
+        **{"pair": first.pair, "engine": first.engine, "prompt": first.prompt, "batch": first.batch},
+        **{"dtypes": dtypes, "shown": FLOAT32 in dtypes, "not_shown_reason": None if FLOAT32 in dtypes else NO_FLOAT32},
+        **{"fastest": None, "tied": [], "slower": [], "unknown": [], "float32_best": None, "entries": []},
+    }
+    if not view["shown"]:
+        return view
+    base = float32_baseline_rounds(rows)
+    ordered = sorted(rows, key=lambda row: (k_order(row.k), dtypes.index(row.dtype)))
+    view["entries"] = [_entry(row, speedup_against_float32(row, base)) for row in ordered]
+    by_key = {(row.dtype, row.k): row for row in ordered}
+    entries = {(entry["dtype"], entry["k"]): entry for entry in view["entries"]}
+    own = {answer["dtype"]: answer for answer in answers}
+    bests = [entries[dtype, own[dtype]["best_k"]] for dtype in dtypes if dtype in own]
+    view["float32_best"] = next((dict(entry) for entry in bests if entry["dtype"] == FLOAT32), None)
+    bests = [entry for entry in bests if entry["decode_speedup"] is not None]
+    if not bests:
+        return view
+    fastest = max(bests, key=lambda entry: entry["decode_speedup"])
+    view["fastest"] = dict(fastest)
+    status = _statuses(fastest, {key: by_key[key] for key in entries}, own)
+    order = sorted(status, key=lambda key: (dtypes.index(key[0]), k_order(key[1])))
+    for name in (TIED, SLOWER, UNKNOWN):
+        view[name] = [{"dtype": dtype, "k": k} for dtype, k in order if status[dtype, k] == name]
+    return view
+
+
+def dtype_views(results: Sequence[CaseResult], answers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`group_view` of every (pair, engine, prompt, batch) where several dtypes ran, in order of first
+    appearance; ``answers``: the run's per-dtype prompt answers (:func:`.answer.prompt_answers` of ``results``)."""
+    groups: dict[tuple[str, str, str, int], list[CaseResult]] = {}
+    for row in results:
+        groups.setdefault((row.pair, row.engine, row.prompt, row.batch), []).append(row)
+    views = []
+    for (pair, engine, prompt, _), rows in groups.items():
+        own = [a for a in answers if (a["pair"], a["engine"], a["prompt"]) == (pair, engine, prompt)]
+        view = group_view(rows, own)
+        if view is not None:
+            views.append(view)
+    return views
+
+
+# --- text: the summary's section and the report's table ---------------------------------------------------
+
+
+def _key_text(entry: dict[str, Any]) -> str:
+    return f"{entry['dtype']}, k={entry['k']}"
+
+
+def _speedup_text(entry: dict[str, Any] | None) -> str:
+    return "-" if entry is None or entry["decode_speedup"] is None else entry_with_interval(entry)
+
+
+def view_table(views: Sequence[dict[str, Any]], engines: bool) -> tuple[list[list[str]], list[str]]:
+    """(cells, headers) of the fastest (dtype, k) per prompt, float32's own best k beside it."""
+    cells = []
+    for view in views:
+        fastest, float32 = view["fastest"], view["float32_best"]
+        cells.append(
+            [
+                view["prompt"],
+                *([view["engine"]] if engines else []),
+                "-" if fastest is None else _key_text(fastest),
+                _speedup_text(fastest),
+                ", ".join(f"{t['dtype']} k={t['k']}" for t in view["tied"]) or "-",
+                "-" if float32 is None else f"k={float32['k']} {_speedup_text(float32)}",
+            ]
+        )
+    headers = ["prompt", *(["engine"] if engines else []), "fastest (dtype, k)", "decode speedup", "tied"]
+    return cells, headers + ["float32's best k"]
+
+
+def not_shown_lines(views: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per reason the view is not shown for some of ``views``."""
+    reasons = dict.fromkeys(view["not_shown_reason"] for view in views if not view["shown"])
+    return [f"{TITLE}: not shown, {reason}." for reason in reasons]
+
+
+def speed_table(view: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
+    """(cells, headers) of every (dtype, k) of one view against float32 greedy: a row per k, a column per dtype,
+    the fastest in bold (Markdown)."""
+    cells: dict[Any, dict[str, str]] = {}
+    fastest = view["fastest"]
+    for entry in view["entries"]:
+        text = _speedup_text(entry)
+        if fastest is not None and (entry["dtype"], entry["k"]) == (fastest["dtype"], fastest["k"]):
+            text = f"**{text}**"
+        cells.setdefault(entry["k"], {})[entry["dtype"]] = text
+    rows = [[str(k), *(by_dtype.get(dtype, "") for dtype in view["dtypes"])] for k, by_dtype in cells.items()]
+    return rows, ["k", *view["dtypes"]]

@@ -1,0 +1,191 @@
+"""The view a user deploys on: every (dtype, k) against the float32 greedy baseline, from hand-built rows of
+several dtypes (each dtype timed in its own block against its own greedy baseline), and where it shows."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+from ranked_rows import ROUND_DRIFT, ranked_case
+
+from pytest_specbench.report.answer import prompt_answers, run_answer
+from pytest_specbench.report.dtype_view import dtype_views, float32_baseline_rounds, speedup_against_float32
+from pytest_specbench.report.markdown import report_markdown
+from pytest_specbench.report.summary import run_document, summary_lines
+from pytest_specbench.results.schema import CaseResult
+from pytest_specbench.results.statistics import slower_p_unpaired, speedup_interval
+from pytest_specbench.results.strict_json import strict_json
+
+#: each dtype's greedy baseline, seconds per decode token before the round's drift
+_BASELINE = {"float32": 0.02, "bfloat16": 0.012, "float16": 0.0115}
+_SUFFIX = {"float32": "", "bfloat16": "-bf16", "float16": "-fp16"}
+
+
+def _row(dtype: str, k: int | str, seconds: float, **fields) -> CaseResult:
+    """Pair p's row at ``k`` on code in ``dtype``: ``seconds`` per decode token, in its dtype's own block against
+    that dtype's baseline (own speedup: the dtype's baseline over ``seconds``)."""
+    base = _BASELINE[dtype]
+    return ranked_case(
+        k,
+        base / seconds,
+        seconds=seconds,
+        dtype=dtype,
+        case=f"p-k{k}-code{_SUFFIX[dtype]}",
+        block=f"t/{dtype}:code",
+        baseline_round_decode_token_s=[base * ROUND_DRIFT[r] for r in range(8)],
+        baseline_decode_tps=1 / base,
+        decode_tps=1 / seconds,
+        **fields,
+    )
+
+
+def _rows(*dtypes: str) -> list[CaseResult]:
+    times = {
+        "float32": {1: 0.0167, 2: 0.0133, 4: 0.0143},
+        "bfloat16": {1: 0.009, 2: 0.0075, 4: 0.00752},  # k=4 within the noise of k=2
+        "float16": {2: 0.0076},  # as fast as bfloat16's best, unpaired: tied
+    }
+    return [_row(dtype, k, seconds) for dtype in dtypes for k, seconds in times[dtype].items()]
+
+
+def test_the_answer_ranks_k_within_each_dtype_apart():
+    """Planted bug (today's answer): rows of both dtypes in one (pair, engine, prompt), k=2 of one hiding the
+    other's, so one answer mixes the two dtypes."""
+    answers = prompt_answers(_rows("float32", "bfloat16"))
+    assert [(a["dtype"], a["best_k"]) for a in answers] == [("float32", 2), ("bfloat16", 2)]
+    float32, bfloat16 = answers
+    assert float32["decode_speedup"] == pytest.approx(0.02 / 0.0133) and float32["slower"] == [
+        {"k": 1, "eliminated_by": None},
+        {"k": 4, "eliminated_by": None},
+    ]
+    assert bfloat16["decode_speedup"] == pytest.approx(0.012 / 0.0075) and bfloat16["tied"] == [4]
+    assert [(p["dtype"], p["k"]) for p in run_answer(_rows("float32", "bfloat16"))["pairs"]] == [
+        ("float32", 2),
+        ("bfloat16", 2),
+    ]
+
+
+def test_the_float32_baseline_and_the_unpaired_speedup_against_it_by_hand():
+    rows = _rows("float32", "bfloat16")
+    base = float32_baseline_rounds(rows)
+    assert base == pytest.approx([0.02 * drift for drift in ROUND_DRIFT])  # the float32 rows', not bfloat16's
+    bf16_k2 = next(row for row in rows if row.dtype == "bfloat16" and row.k == 2)
+    got = speedup_against_float32(bf16_k2, base)
+    # By hand: Welch's t interval on the difference of mean log times, mapped back.
+    from scipy import stats
+
+    log_base = [math.log(value) for value in base]
+    log_row = [math.log(value) for value in bf16_k2.round_decode_token_s]
+    low, high = stats.ttest_ind(log_base, log_row, equal_var=False).confidence_interval(0.95)
+    estimate = math.exp(sum(log_base) / 8 - sum(log_row) / 8)
+    assert got.estimate == pytest.approx(estimate) and got.estimate == pytest.approx(0.02 / 0.0075, rel=0.01)
+    assert got.low == pytest.approx(math.exp(low)) and got.high == pytest.approx(math.exp(high))
+    assert got.low < got.estimate < got.high
+    # Planted bugs: the row's own dtype's baseline (its own paired speedup), or the ratio inverted.
+    own = speedup_interval(bf16_k2.baseline_round_decode_token_s, bf16_k2.round_decode_token_s, paired=False)
+    assert own.estimate == pytest.approx(0.012 / 0.0075, rel=0.01) and got.estimate / own.estimate > 1.6
+    assert got.estimate > 1 > 1 / got.estimate
+    # A float32 row: its own paired speedup and interval, as the row has them.
+    f32_k2 = next(row for row in rows if row.dtype == "float32" and row.k == 2)
+    same = speedup_against_float32(f32_k2, base)
+    assert (same.estimate, same.low, same.high) == (
+        f32_k2.decode_speedup,
+        f32_k2.decode_speedup_ci_low,
+        f32_k2.decode_speedup_ci_high,
+    )
+    assert speedup_against_float32(dataclasses.replace(bf16_k2, round_decode_token_s=[]), base) is None
+
+
+def test_slower_p_unpaired_is_welch_one_sided_on_log_times():
+    from scipy import stats
+
+    best, other = [0.010, 0.011, 0.009, 0.0105], [0.012, 0.013, 0.0125, 0.011]
+    expected = stats.ttest_ind(
+        [math.log(v) for v in other], [math.log(v) for v in best], equal_var=False, alternative="greater"
+    ).pvalue
+    assert slower_p_unpaired(best, other) == pytest.approx(expected) and expected < 0.05
+    assert slower_p_unpaired(other, best) > 0.5  # the other way round: not slower
+    assert slower_p_unpaired(best, [0.012]) is None  # one round: no test
+
+
+def test_the_fastest_dtype_and_k_against_float32_with_ties_across_dtypes():
+    rows = _rows("float32", "bfloat16", "float16")
+    (view,) = dtype_views(rows, prompt_answers(rows))
+    assert view["shown"] and view["dtypes"] == ["float32", "bfloat16", "float16"]
+    fastest = view["fastest"]
+    assert (fastest["dtype"], fastest["k"]) == ("bfloat16", 2)
+    assert fastest["decode_speedup"] == pytest.approx(0.02 / 0.0075, rel=0.01)
+    assert fastest["decode_speedup_ci_low"] < fastest["decode_speedup"] < fastest["decode_speedup_ci_high"]
+    # bfloat16 k=4: tied within its own block's paired test; float16 k=2: tied, unpaired; float32 slower,
+    # unpaired (its best) or below its own best; bfloat16 k=1: slower in its own block's paired test.
+    assert view["tied"] == [{"dtype": "bfloat16", "k": 4}, {"dtype": "float16", "k": 2}]
+    assert [(s["dtype"], s["k"]) for s in view["slower"]] == [("float32", 1), ("float32", 2), ("float32", 4)] + [
+        ("bfloat16", 1)
+    ]
+    assert view["unknown"] == []
+    assert view["float32_best"]["k"] == 2
+    assert view["float32_best"]["decode_speedup"] == pytest.approx(0.02 / 0.0133)
+    assert len(view["entries"]) == 7 and {e["paired"] for e in view["entries"] if e["dtype"] == "float32"} == {True}
+    json.dumps(view, allow_nan=False)
+
+
+def test_no_float32_no_view_and_one_dtype_nothing_new():
+    rows = _rows("bfloat16", "float16")
+    (view,) = dtype_views(rows, prompt_answers(rows))
+    assert not view["shown"] and view["fastest"] is None and "float32" in view["not_shown_reason"]
+    assert "not shown" in "\n".join(summary_lines(_rows("bfloat16", "float16")))
+    rows = _rows("float32")
+    assert dtype_views(rows, prompt_answers(rows)) == []
+    assert "float32 greedy" not in "\n".join(summary_lines(rows))
+    assert "float32 greedy" not in report_markdown(rows, {}, {})
+    assert run_answer(rows)["dtypes"] == []
+
+
+def test_the_view_is_in_the_summary_the_report_and_the_json():
+    rows = _rows("float32", "bfloat16")
+    text = "\n".join(summary_lines(rows))
+    assert "fastest (dtype, k) against float32 greedy" in text
+    line = next(line for line in text.splitlines() if line.startswith("code ") and "bfloat16, k=2" in line)
+    assert "2.6" in line and "k=2 1.50" in line
+    report = report_markdown(rows, {}, {})
+    assert "Every (dtype, k) against float32 greedy" in report
+    table = [line.replace(" ", "") for line in report.splitlines() if line.startswith("| ")]
+    assert "|k|float32|bfloat16|" in table
+    assert any(line.startswith("|2|1.50[") and "|**2.6" in line for line in table)  # the fastest in bold
+    document = json.loads(strict_json(run_document(rows, {}, {})))
+    (view,) = document["answer"]["dtypes"]
+    assert view["fastest"]["dtype"] == "bfloat16" and view["fastest"]["k"] == 2
+
+
+def test_the_cost_model_view_and_the_categories_read_each_dtype_apart():
+    """Planted bug (before): per (pair, prompt) one analysis over both dtypes' rows (the best k of either, a
+    curve from both dtypes' verify costs), and the category table taking the two dtypes' rows as two prompts."""
+    from pytest_specbench.report.analysis import analyse_prompts, best_category_speedups
+
+    rows = _rows("float32", "bfloat16")
+    assert [(a.best_row.dtype, a.best_k) for a in analyse_prompts(rows)] == [("float32", 2), ("bfloat16", 2)]
+    categories = best_category_speedups(rows)
+    assert [(c.dtype, c.k, c.prompts) for c in categories] == [("float32", 2, 1), ("bfloat16", 2, 1)]
+    assert categories[1].speedup == pytest.approx(0.012 / 0.0075)
+
+
+def test_the_schedules_section_names_each_dtype():
+    from pytest_specbench.report.regret import regret_markdown
+
+    rows = _rows("float32", "bfloat16") + [_row("float32", "auto", 0.013), _row("bfloat16", "auto", 0.0074)]
+    text = "\n".join(regret_markdown(run_answer(rows)))
+    assert "| native, float32 " in text and "| native, bfloat16 " in text
+    assert "| native, " not in "\n".join(regret_markdown(run_answer(_rows("float32") + rows[-2:-1])))
+
+
+def test_the_summary_tables_name_each_rows_dtype():
+    """Planted bug (before): the case table's rows of two dtypes look alike, and the per-k means pool both
+    dtypes' speedups, each against another baseline."""
+    text = "\n".join(summary_lines(_rows("float32", "bfloat16")))
+    assert "(cpu, float32, bfloat16," in text or ", float32, bfloat16, " in text
+    per_k = next(line for line in text.splitlines() if "geomean decode speedup" in line)
+    assert per_k.split()[:3] == ["k", "dtype", "cases"]
+    lines = [line.split() for line in text.splitlines()]
+    assert ["2", "bfloat16", "1", "1.60"] in [line[:4] for line in lines]  # k=2 in bfloat16 alone: 0.012 / 0.0075

@@ -1,0 +1,56 @@
+"""benchmarks/verify_curve.py: v(m) per dtype and kernel form, on a tiny model (its rows, its table, its JSON)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "verify_curve.py"
+
+
+@pytest.fixture(scope="module")
+def verify_curve():
+    spec = importlib.util.spec_from_file_location("verify_curve", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_rows_divide_by_v1_and_by_float32(verify_curve) -> None:
+    medians = {("float32", "own"): {1: 2.0, 5: 3.0}, ("bfloat16", "own"): {1: 1.0, 5: 1.0}}
+    rows = {(row["dtype"], row["m"]): row for row in verify_curve.curve_rows(medians)}
+    assert rows["float32", 5]["ratio_to_v1"] == 1.5 and rows["float32", 5]["ratio_to_float32"] == 1.0
+    assert rows["bfloat16", 5]["ratio_to_v1"] == 1.0 and rows["bfloat16", 5]["ratio_to_float32"] == pytest.approx(1 / 3)
+    alone = verify_curve.curve_rows({("bfloat16", "engine"): {1: 1.0}})
+    assert alone[0]["ratio_to_float32"] is None  # no float32 curve to divide by
+
+
+def test_v1_is_always_measured(verify_curve) -> None:
+    assert verify_curve._positions("5,2,5") == [1, 2, 5]
+    with pytest.raises(SystemExit, match="positive integers"):
+        verify_curve._positions("0,3")
+
+
+def test_an_unknown_dtype_or_form_is_named(verify_curve) -> None:
+    with pytest.raises(SystemExit, match="unknown float8"):
+        verify_curve._names("float32,float8", ("float32", "bfloat16"), "dtype")
+    with pytest.raises(SystemExit, match="unknown hf"):
+        verify_curve._names("own,hf", list(verify_curve.FORMS), "forms")
+
+
+@pytest.mark.slow
+def test_the_tiny_run_prints_every_m_and_dtype(verify_curve, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "curve.json"
+    assert verify_curve.main(["--tiny", "--repeats", "1", "--forms", "own,engine", "--json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    cells = {tuple(line.split()[:3]) for line in lines if line.split()[:1] in (["float32"], ["bfloat16"])}
+    dtypes, forms, positions = ("float32", "bfloat16"), ("own", "engine"), (1, 2, 3, 5, 9, 17)
+    expected = {(dtype, form, str(m)) for dtype in dtypes for form in forms for m in positions}
+    assert cells == expected
+    document = json.loads(out.read_text(encoding="utf-8"))
+    assert {(row["dtype"], row["form"], str(row["m"])) for row in document["curves"]} == expected
+    assert all(row["v_s"] > 0 for row in document["curves"])
+    assert document["native_dtypes"][0] == "float32" and document["native_dtype_facts"]["device_type"] == "cpu"
