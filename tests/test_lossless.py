@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from factory import tiny_model
 
-from pytest_specbench.measure.verdicts import diagnose, first_divergence, quality_score, reference_tokens
+from pytest_specbench.measure import verdicts
+from pytest_specbench.measure.verdicts import (
+    diagnose,
+    divergence_message,
+    first_divergence,
+    quality_score,
+    reference_tokens,
+)
 
 
 @pytest.mark.slow
@@ -44,6 +53,24 @@ def test_verdicts() -> None:
     assert tie["verdict"] == "tie-divergence"
     clear = diagnose(model, None, ids, wrong, reference, half_precision=True, tie_tolerance=real["top2_margin"] / 2)
     assert clear["verdict"] == "diverged"
+
+
+def test_a_margin_of_one_step_of_the_logits_dtype_is_a_tie_under_half_precision(monkeypatch) -> None:
+    model = tiny_model("gpt2").to(torch.bfloat16)
+    ids = torch.tensor([[5, 6, 7]])
+    reference = reference_tokens(model, ids, 8, eos_token_id=None)
+    margin, step = verdicts.top2_margin(model, ids, reference, 4)
+    logits = model(ids).logits  # any bfloat16 logit: its step is 2**floor(log2 |x|) / 128
+    assert logits.dtype == torch.bfloat16 and step > 0 and math.log2(step * 128).is_integer()
+    wrong = list(reference)
+    wrong[4] = (wrong[4] + 1) % model.config.vocab_size
+    for found, verdict in (((0.125, 0.125), "tie-divergence"), ((0.25, 0.125), "diverged")):
+        monkeypatch.setattr(verdicts, "top2_margin", lambda *args, found=found: found)
+        info = diagnose(model, None, ids, wrong, reference, half_precision=True, tie_tolerance=0.1)
+        assert info["verdict"] == verdict and info["top2_margin_step"] == 0.125
+        assert "one step of the logits' dtype, 0.125 there" in divergence_message("c", info, 0.1)
+    float32 = diagnose(model, None, ids, wrong, reference, half_precision=False, tie_tolerance=0.1)
+    assert float32["verdict"] == "diverged"  # float32: never a tie
 
 
 def test_first_divergence_and_quality_score() -> None:

@@ -3,6 +3,7 @@ sampling the engine's accept/resample rule checked on the case's own distributio
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,14 +50,17 @@ def quality_score(tokens: Sequence[int], reference: Sequence[int]) -> float:
     return sum(got == want for got, want in zip(tokens, reference)) / len(reference)
 
 
-def top2_margin(model, input_ids: torch.Tensor, reference: Sequence[int], position: int) -> float:
-    """The target's logit gap between its best and second-best token at ``position``."""
+def top2_margin(model, input_ids: torch.Tensor, reference: Sequence[int], position: int) -> tuple[float, float]:
+    """The target's logit gap between its best and second-best token at ``position``, and one step of its logits'
+    dtype at the best logit's size (the gap between two neighbouring values: 0.125 near 20 in bfloat16)."""
     prefix = torch.cat([input_ids[0], torch.tensor(reference[:position], dtype=torch.long, device=input_ids.device)])
     ids = prefix.unsqueeze(0)
     with torch.inference_mode():
-        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1).logits[0, -1].float()
-    best = torch.topk(logits, 2).values
-    return float(best[0] - best[1])
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1).logits[0, -1]
+    best = torch.topk(logits.float(), 2).values
+    top = abs(float(best[0]))
+    step = 2.0 ** math.floor(math.log2(top)) * torch.finfo(logits.dtype).eps if top > 0 else 0.0
+    return float(best[0] - best[1]), step
 
 
 def diagnose(
@@ -68,15 +72,18 @@ def diagnose(
     half_precision: bool,
     tie_tolerance: float,
 ) -> dict[str, Any]:
-    """Verdict and, on divergence, what a reader needs to see why."""
+    """Verdict and, on divergence, what a reader needs to see why.
+
+    Under half precision a divergence is a tie where the margin is below the tolerance or at most one step of
+    the logits' dtype: two neighbouring values, which any other order of the same sums can swap."""
     position = first_divergence(tokens, reference)
     if position is None:
         return {"verdict": "lossless", "first_divergence": None}
     got = tokens[position] if position < len(tokens) else None
     want = reference[position] if position < len(reference) else None
     # No margin when the output ran longer than the reference: there is no target choice to weigh.
-    margin = top2_margin(model, input_ids, reference, position) if want is not None else None
-    tie = half_precision and margin is not None and margin < tie_tolerance
+    margin, step = top2_margin(model, input_ids, reference, position) if want is not None else (None, None)
+    tie = half_precision and margin is not None and (margin < tie_tolerance or margin <= step)
     decode = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else (lambda ids: str(list(ids)))
     return {
         "verdict": "tie-divergence" if tie else "diverged",
@@ -87,7 +94,12 @@ def diagnose(
         "got_text": decode([got]) if got is not None else "<end>",
         "context_text": decode(list(reference[max(0, position - 12) : position])),
         "top2_margin": margin,
+        "top2_margin_step": step,
     }
+
+
+def _step_text(step: float | None) -> str:
+    return "" if step is None else f", {step:.4g} there"
 
 
 def _margin_text(margin: float | None) -> str:
@@ -111,7 +123,8 @@ def divergence_message(case_id: str, info: dict[str, Any], tie_tolerance: float)
         f"  expected: {info['expected_token']} {info['expected_text']!r} (target greedy)\n"
         f"  got:      {info['got_token']} {info['got_text']!r} (speculative)\n"
         f"  target top-2 logit margin there: {_margin_text(info['top2_margin'])} "
-        f"(tie tolerance under float16/bfloat16: {tie_tolerance})"
+        f"(a tie under float16/bfloat16 below {tie_tolerance} or at most one step of the logits' dtype"
+        f"{_step_text(info.get('top2_margin_step'))})"
     )
 
 

@@ -510,6 +510,12 @@ class CaseResult:
     )
     first_divergence: int | None = _field("first differing new token, if any", VERDICT, default=None)
     top2_margin: float | None = _field("target's top-2 logit margin at the divergence", VERDICT, default=None)
+    top2_margin_step: float | None = _field(
+        "one step of the logits' dtype at the top logit's size there: a margin up to it is a tie under half precision",
+        VERDICT,
+        default=None,
+        csv=False,
+    )
     expected_token: int | None = _field("target's token at the divergence", VERDICT, default=None, csv=False)
     expected_text: str | None = _field("its text", VERDICT, default=None, csv=False)
     got_token: int | None = _field("speculative token at the divergence", VERDICT, default=None, csv=False)
