@@ -27,13 +27,11 @@ RECORDED_LATER_KEYS = ("native_dtypes",)
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    from ..engine.native_dtypes import read_cpuinfo  # the engine package imports torch: only when asked
+
+    for line in read_cpuinfo().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
