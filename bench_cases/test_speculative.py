@@ -1,6 +1,6 @@
 """The benchmark cases: one per (model pair, k, prompt).
 
-Select with -k (``pytest bench_cases -k "gpt2_large and k8"``) or with the
+Select with -k (``pytest bench_cases -k "gemma3_int8 and k8"``) or with the
 ``specbench`` marker; settings are the ``--specbench-*`` options.
 """
 

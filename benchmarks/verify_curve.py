@@ -8,15 +8,18 @@ v(m) is the median seconds of one target forward pass over m new positions after
 warm KV cache, as a verify pass of m - 1 drafted tokens runs; it is measured by the plugin's own
 probe (``engine.cost_probe.verify_costs``). Kernel forms (``--forms``):
 
-- ``own``: the model's own kernels (torch's ``linear`` head). The hf engine's path is this one:
-  transformers' own forward, so it is not timed apart.
-- ``engine``: the native engine's output head (``engine.output_head.column_head``, ``auto``):
-  ``weight @ hidden.T`` at the row counts where it measured faster.
-- ``column``: ``weight @ hidden.T`` at every row count of 2 or more.
+- ``own``: the model's own kernels. The hf engine's path is this one: transformers' own forward,
+  so it is not timed apart.
+- ``engine``: the native engine's forms (``engine.verify_forms``, ``auto``): per layer shape and
+  row count, the fastest of the model's own ``linear``, the few-rows kernel and (the head)
+  ``weight @ hidden.T``, settled before the rounds.
+- ``rows``: the few-rows kernel (``engine.few_rows``) in every layer it serves (float32 on CPU).
+- ``column``: the head as ``weight @ hidden.T`` at every row count of 2 or more.
 
 Every round runs each (dtype, form) once, the order rotated from round to round, so drift hits
 them alike and ratios compare things run side by side. A sweep's first pass over each m is a
-warm-up and is not kept. Not a test: run it alone, on a quiet machine.
+warm-up and is not kept. v(m)/v(1) is the median over rounds of each round's own ratio, with the
+lowest and highest of them beside it. Not a test: run it alone, on a quiet machine.
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ import torch
 from tabulate import tabulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pytest_specbench.engine import few_rows  # noqa: E402
 from pytest_specbench.engine.cost_probe import verify_costs  # noqa: E402
 from pytest_specbench.engine.native_dtypes import native_dtype_facts, native_dtypes  # noqa: E402
+from pytest_specbench.engine.verify_forms import form_choices  # noqa: E402
 from pytest_specbench.models.base import DTYPE_NAMES  # noqa: E402
 
 #: form name -> the engine's head kernel (engine/names.py HEAD_KERNELS) it runs under
-FORMS: dict[str, str] = {"own": "linear", "engine": "auto", "column": "column"}
+FORMS: dict[str, str] = {"own": "linear", "engine": "auto", "rows": "rows", "column": "column"}
 DEFAULT_POSITIONS = (1, 2, 3, 5, 9, 17)
 TINY_TARGET = "tiny:gemma3"
 TINY_PROMPT_TOKENS = 24
@@ -87,8 +92,9 @@ def load_targets(target: str, dtypes: Sequence[str], device: str, prompt: str) -
 
 def measure(
     models: dict[str, Any], input_ids: torch.Tensor, forms: Sequence[str], positions: Sequence[int], repeats: int
-) -> dict[tuple[str, str], dict[int, float]]:
-    """Median v(m) per (dtype, form): ``repeats`` rounds, each running every (dtype, form) once, order rotated."""
+) -> dict[tuple[str, str], list[list[float]]]:
+    """Every round's curve v(1) .. v(max m) per (dtype, form): ``repeats`` rounds, each running every
+    (dtype, form) once, order rotated."""
     contenders = [(dtype, form) for dtype in models for form in forms]
     samples: dict[tuple[str, str], list[list[float]]] = {contender: [] for contender in contenders}
     for round_index in range(repeats):
@@ -96,34 +102,59 @@ def measure(
         for dtype, form in contenders[shift:] + contenders[:shift]:
             curve = verify_costs(models[dtype], input_ids, max(positions), repeats=1, head_kernel=FORMS[form])
             samples[dtype, form].append(curve)
-    return {
+    return samples
+
+
+def curve_rows(samples: dict[tuple[str, str], list[list[float]]], positions: Sequence[int]) -> list[dict[str, Any]]:
+    """One row per (dtype, form, m): median v(m); v(m)/v(1) as the median, lowest and highest of the rounds'
+    own ratios; and median v(m) over float32's median v(m) in the same form."""
+    medians = {
         contender: {m: statistics.median(curve[m - 1] for curve in curves) for m in positions}
         for contender, curves in samples.items()
     }
-
-
-def curve_rows(medians: dict[tuple[str, str], dict[int, float]]) -> list[dict[str, Any]]:
-    """One row per (dtype, form, m): v(m), v(m)/v(1), and v(m) over float32's v(m) in the same form."""
     rows = []
-    for (dtype, form), curve in medians.items():
+    for (dtype, form), curves in samples.items():
         float32 = medians.get(("float32", form))
-        for m, seconds in curve.items():
+        for m in positions:
+            ratios = [curve[m - 1] / curve[0] for curve in curves]
             rows.append(
                 {
                     "dtype": dtype,
                     "form": form,
                     "m": m,
-                    "v_s": seconds,
-                    "ratio_to_v1": seconds / curve[1],
-                    "ratio_to_float32": seconds / float32[m] if float32 else None,
+                    "v_s": medians[dtype, form][m],
+                    "ratio_to_v1": statistics.median(ratios),
+                    "ratio_to_v1_low": min(ratios),
+                    "ratio_to_v1_high": max(ratios),
+                    "ratio_to_float32": medians[dtype, form][m] / float32[m] if float32 else None,
                 }
             )
     return rows
 
 
+def engine_forms(models: dict[str, Any], max_rows: int) -> dict[str, dict[str, str]]:
+    """Per dtype, the engine's settled form of each layer group: ``{"head 151936x1536": "2-9 rows, 10-17 own"}``."""
+    described: dict[str, dict[str, str]] = {}
+    for dtype, model in models.items():
+        layers = {}
+        for (shape, _, is_head), by_rows in form_choices(model, "auto", max_rows).items():
+            name = f"{'head' if is_head else 'linear'} {'x'.join(map(str, shape))}"
+            runs: list[list] = []
+            for rows, form in by_rows.items():
+                if runs and runs[-1][2] == form:
+                    runs[-1][1] = rows
+                else:
+                    runs.append([rows, rows, form])
+            layers[name] = ", ".join(
+                f"{low}-{high} {form}" if low < high else f"{low} {form}" for low, high, form in runs
+            )
+        described[dtype] = layers
+    return described
+
+
 def table(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as a text table (milliseconds)."""
-    headers = ["dtype", "form", "m", "v(m) ms", "v(m)/v(1)", "v(m)/v_float32(m)"]
+    headers = ["dtype", "form", "m", "v(m) ms", "v(m)/v(1)", "rounds' range", "v(m)/v_float32(m)"]
     body = [
         [
             row["dtype"],
@@ -131,6 +162,7 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             row["m"],
             f"{1000 * row['v_s']:.3f}",
             f"{row['ratio_to_v1']:.2f}",
+            f"{row['ratio_to_v1_low']:.2f} to {row['ratio_to_v1_high']:.2f}",
             "" if row["ratio_to_float32"] is None else f"{row['ratio_to_float32']:.2f}",
         ]
         for row in rows
@@ -173,9 +205,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if dtype not in native:
             print(f"note: {dtype} is not native on {args.device}: its v(m) times an emulation")
     models, input_ids = load_targets(target, dtypes, args.device, args.prompt)
-    rows = curve_rows(measure(models, input_ids, forms, positions, args.repeats))
+    rows = curve_rows(measure(models, input_ids, forms, positions, args.repeats), positions)
     print(f"prompt {input_ids.shape[1]} tokens, median of {args.repeats} round(s); form 'own' is also the hf engine's")
     print(table(rows))
+    chosen = engine_forms(models, max(positions)) if "engine" in forms else {}
+    for dtype, layers in chosen.items():
+        print(f"engine forms, {dtype}: " + "; ".join(f"{layer}: {forms_text}" for layer, forms_text in layers.items()))
+    if few_rows.unavailable_reason():
+        print(f"note: {few_rows.unavailable_reason()}")
     if args.json:
         document = {
             "target": target,
@@ -186,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "native_dtype_facts": native_dtype_facts(args.device),
             "threads": torch.get_num_threads(),
             "curves": rows,
+            "engine_forms": chosen,
+            "few_rows_kernel": few_rows.unavailable_reason() or "built",
         }
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -21,6 +21,7 @@ matrix=(
     --specbench-k=4
     --specbench-prompts=natural,code_python,repetitive,list_items
     --specbench-max-new-tokens=32
+    --specbench-dtype=float32
     --specbench-min-rounds=1
     --specbench-max-rounds=1
     --specbench-gpu=cpu

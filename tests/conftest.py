@@ -43,7 +43,7 @@ def tiny_run(args: tuple[str, ...], pairs_file: Path, prompts: str, benchmark: b
     options = [
         f"--specbench-pairs-file={pairs_file}", "--specbench-pairs=tiny", f"--specbench-prompts={prompts}",
         "--specbench-k=1,4", "--specbench-max-new-tokens=12", "--specbench-warmup=0", "--specbench-min-rounds=1",
-        "--specbench-max-rounds=1",
+        "--specbench-max-rounds=1", "--specbench-dtype=float32",
         "-p", "no:cacheprovider", "-p", "no:randomly",
     ]  # fmt: skip
     if not benchmark and not any(arg.startswith("--benchmark") for arg in args):

@@ -66,6 +66,7 @@ __all__ = [
     "byte_tokenizer",
     "char_tokenizer",
     "hf_generate",
+    "hub_snapshot",
     "noisy_copy",
     "run_document",
     "same_logits",
@@ -109,6 +110,17 @@ def write_tiny_pair(
         encoding="utf-8",
     )
     return pairs_file
+
+
+def hub_snapshot(hub: Path, repo_id: str, commit: str = "0" * 40) -> Path:
+    """The snapshot folder of ``repo_id`` in the Hugging Face hub cache ``hub`` (``models--org--name/snapshots/
+    <commit>``, with ``refs/main`` naming it), created empty: save a checkpoint there to fake a cached model."""
+    repo = hub / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return snapshot
 
 
 def write_tiny_gguf(path: Path, seed: int = 0) -> LlamaForCausalLM:

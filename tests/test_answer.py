@@ -187,3 +187,15 @@ def test_the_ranking_reads_each_run_over_its_own_paired_baseline_so_drift_betwee
     assert answer["best_k"] == 4 and answer["slower"] == [{"k": 2, "eliminated_by": None}]
     (planted,) = prompt_answers([dataclasses.replace(row, baseline_round_decode_token_s=[]) for row in rows])
     assert planted["tied"] == [2]
+
+
+def test_the_engines_side_by_side_name_the_native_engines_kernels():
+    from factory import case_result
+
+    native = case_result(engine="native", k=4, few_rows_rows=[2, 3, 5], column_head_rows=[5])
+    hf = case_result(engine="hf", k=4, few_rows_rows=[], column_head_rows=[])
+    text = "\n".join(summary_lines([native, hf]))
+    assert "engines side by side" in text
+    assert "block sizes with the few-rows kernel: 2, 3, 5; with the head as weight @ hidden.T: 5" in text
+    assert "the hf engine runs transformers' own" in text
+    assert "few-rows kernel" not in "\n".join(summary_lines([native]))  # one engine: nothing to explain

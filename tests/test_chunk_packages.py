@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.measure.pairs import BUILTIN_PAIRS, OPT_IN_PAIRS, PairError, all_pairs, select_pairs
+from pytest_specbench.measure.pairs import (
+    BUILTIN_PAIRS,
+    GPU_DEFAULT_PAIRS,
+    OPT_IN_PAIRS,
+    PairError,
+    all_pairs,
+    select_pairs,
+)
 from pytest_specbench.models import chunks, embedded, gguf_cache
 from pytest_specbench.models.base import ModelUnavailable
 from pytest_specbench.models.chunks import Chunk, ChunkedGGUF, ChunkMismatch
@@ -305,7 +312,7 @@ def test_without_the_extra_the_qwen_models_are_unavailable_naming_it(monkeypatch
 
 def test_the_qwen_pairs_resolve_by_name_and_stay_out_of_the_default_selection(tmp_path: Path) -> None:
     defined = all_pairs(tmp_path, None)
-    assert list(defined) == list(BUILTIN_PAIRS)  # what the default run selects: unchanged
+    assert list(defined) == list(BUILTIN_PAIRS)  # what the default run selects from: unchanged
     assert not set(OPT_IN_PAIRS) & set(defined)
     names = (
         "qwen_coder",
@@ -348,11 +355,11 @@ def _collected_pairs(result: pytest.RunResult) -> set[str]:
 
 @pytest.mark.slow  # two pytester collections: seconds
 def test_the_default_run_collects_no_qwen_case_and_a_named_one_does(bench, monkeypatch, tmp_path: Path) -> None:
-    # Whether or not the extra is installed here: the default matrix is the six built-in pairs.
+    # Whether or not the extra is installed here: the default matrix is the built-in pairs (a CPU's).
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the GPT-2 pairs: unavailable at once, no hub probe
     common = ("--collect-only", "-q", "-p", "no:randomly", "-p", "no:cacheprovider")
-    assert _collected_pairs(bench(*common, defaults=False)) == set(BUILTIN_PAIRS)
+    assert _collected_pairs(bench(*common, defaults=False)) == set(BUILTIN_PAIRS) - set(GPU_DEFAULT_PAIRS)
     named = bench(
         *common,
         "--specbench-pairs=qwen_coder,qwen_coder_pld",

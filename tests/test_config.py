@@ -7,16 +7,19 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specbench.engine.native_dtypes import native_dtypes
 from pytest_specbench.settings.config import ConfigError, check_files, parse_settings, read_settings
 
 
 def test_cpu_gets_the_small_defaults_and_gpu_the_seed_matrix() -> None:
     cpu = parse_settings({}, cuda_available=lambda: False)
+    assert cpu.dtypes == native_dtypes("cpu")  # float32, beside bfloat16 where this CPU computes it natively
     # The seeds' k sweep on every machine; fewer prompts and fewer tokens on CPU; one budget for the run.
     assert (cpu.ks, cpu.max_new_tokens, cpu.min_rounds, cpu.case_budget) == ((1, 2, 4, 8, 16), 32, 3, None)
     assert (cpu.run_budget, cpu.race) == (900.0, True)
     assert cpu.prompt_categories == ("natural", "code_python", "repetitive", "list_items")
-    gpu = parse_settings({}, cuda_available=lambda: True)
+    float32 = {"dtype": ("float32", "--specbench-dtype")}  # auto would probe a GPU this machine may lack
+    gpu = parse_settings(float32, cuda_available=lambda: True)
     assert (gpu.ks, gpu.max_new_tokens, gpu.min_rounds, gpu.case_budget, gpu.run_budget) == (
         (1, 2, 4, 8, 16),
         128,
@@ -26,7 +29,7 @@ def test_cpu_gets_the_small_defaults_and_gpu_the_seed_matrix() -> None:
     )
     assert gpu.prompt_categories == ()  # all
     # an explicit cuda device means the GPU defaults, whatever this machine has
-    assert parse_settings({"gpu": ("cuda:1", "--specbench-gpu")}).max_new_tokens == 128
+    assert parse_settings({**float32, "gpu": ("cuda:1", "--specbench-gpu")}).max_new_tokens == 128
     assert parse_settings({"gpu": ("cpu", "--specbench-gpu")}, cuda_available=lambda: True).max_new_tokens == 32
 
 

@@ -40,14 +40,21 @@ def _dtype(raw: str, **others: str):
 # --- the option ----------------------------------------------------------------------------------------------
 
 
-def test_the_default_is_float32_alone_and_recorded_as_before() -> None:
-    config = parse_settings({})
-    assert config.dtypes == ("float32",)
+def test_the_default_is_the_devices_native_dtypes_and_one_dtype_is_recorded_as_before(monkeypatch) -> None:
+    import pytest_specbench.engine.native_dtypes as native
+
+    for flags, expected in (("avx2 fma", ("float32",)), ("avx512f amx_bf16", ("float32", "bfloat16"))):
+        monkeypatch.setattr(native, "read_cpuinfo", lambda flags=flags: f"flags\t: {flags}\n")
+        monkeypatch.setattr(native, "_torch_cpu_bf16", lambda: True)
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+        assert parse_settings({}).dtypes == expected
     # One dtype is recorded as the plain name a run recorded before the option took a list, so stored baselines
-    # and logs still compare equal.
+    # and logs still compare equal; the CI gate's baseline names float32, which its command pins.
+    config = parse_settings({"dtype": ("float32", "--specbench-dtype")})
     assert result_settings(config)["--specbench-dtype"] == "float32"
     example = json.loads((Path(__file__).resolve().parents[1] / "examples" / "specbench_baseline.json").read_text())
     assert example["settings"]["--specbench-dtype"] == result_settings(config)["--specbench-dtype"]
+    assert "--specbench-dtype=float32" in (Path(__file__).resolve().parents[1] / "examples" / "ci-gate.sh").read_text()
 
 
 def test_a_comma_list_runs_each_dtype_and_is_recorded_as_a_list() -> None:

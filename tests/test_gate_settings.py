@@ -30,6 +30,7 @@ TINY = {
     "prompts": "natural,code_json",
     "k": "1,4",
     "max-new-tokens": "12",
+    "dtype": "float32",
     "warmup": "0",
     "min-rounds": "1",
     "max-rounds": "1",

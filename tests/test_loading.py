@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from factory import same_logits, save_checkpoint, word_gpt2, word_tokenizer, write_tiny_gguf
+from factory import hub_snapshot, same_logits, save_checkpoint, word_gpt2, word_tokenizer, write_tiny_gguf
 from huggingface_hub import constants as hub_constants
 
 from pytest_specbench.models.loading import (
@@ -149,18 +149,9 @@ def test_invalid_hub_id_is_unavailable_without_hint(offline_hub):
     assert info.value.hint is None
 
 
-def _fake_snapshot(hub: Path, repo_id: str, commit: str = "0" * 40) -> Path:
-    repo = hub / f"models--{repo_id.replace('/', '--')}"
-    snapshot = repo / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
-    return snapshot
-
-
 def test_hub_id_loads_from_the_local_cache_offline(offline_hub):
     assert hub_cache_dir() == offline_hub
-    original = save_word_checkpoint(_fake_snapshot(offline_hub, "tiny/gpt2"))
+    original = save_word_checkpoint(hub_snapshot(offline_hub, "tiny/gpt2"))
     assert model_available("tiny/gpt2") is None
     loaded = load_model("tiny/gpt2")
     assert loaded.source == "hub-cache"
@@ -168,7 +159,7 @@ def test_hub_id_loads_from_the_local_cache_offline(offline_hub):
 
 
 def test_partly_cached_hub_snapshot_is_unavailable(offline_hub):
-    snapshot = _fake_snapshot(offline_hub, "tiny/partial")
+    snapshot = hub_snapshot(offline_hub, "tiny/partial")
     save_word_checkpoint(snapshot)
     (snapshot / "model.safetensors").unlink()
     with pytest.raises(ModelUnavailable, match="partly in the local Hugging Face cache"):

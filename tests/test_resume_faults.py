@@ -130,7 +130,7 @@ def test_a_run_without_options_on_an_unfinished_log_is_a_usage_error_too(bench, 
     assert bench(interrupted=True).ret == pytest.ExitCode.INTERRUPTED
     (pytester.path / "conftest.py").unlink()
     log = (pytester.path / "spec_results.jsonl").read_bytes()
-    result = bench("-k", "gpt2_large and k8", "-p", "no:randomly", "--benchmark-disable", defaults=False)
+    result = bench("-k", "gpt2_distil and k8", "-p", "no:randomly", "--benchmark-disable", defaults=False)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*spec_results.jsonl is the results log of a run that did not finish*--specbench-resume=spec_results.jsonl*"]

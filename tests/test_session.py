@@ -59,6 +59,7 @@ def test_a_declared_pair_whose_model_is_missing_fails_though_not_named(bench, mi
         f"--specbench-pairs-file={missing_models_pairs_file}",
         "--specbench-k=1",
         "--specbench-prompts=natural",
+        "--specbench-dtype=float32",
         "-k",
         "t3",
         "-p",
@@ -66,7 +67,7 @@ def test_a_declared_pair_whose_model_is_missing_fails_though_not_named(bench, mi
         "--benchmark-disable",
         defaults=False,
     )
-    result.assert_outcomes(failed=1, deselected=6)  # the six built-in pairs are not selected
+    result.assert_outcomes(failed=1, deselected=3)  # the CPU default's three built-in pairs are not selected
     result.stdout.fnmatch_lines(["*t3: model '*modles/target' does not exist*"])
 
 
@@ -74,7 +75,7 @@ def test_a_declared_pair_whose_model_is_missing_fails_though_not_named(bench, mi
 def test_an_unrequested_built_in_pair_is_skipped_and_a_named_one_fails(bench, offline_hub) -> None:
     common = ("--specbench-k=1", "--specbench-prompts=natural", "-p", "no:randomly", "--benchmark-disable")
     result = bench(*common, "-k", "gpt2_distil", "-rs", defaults=False)
-    result.assert_outcomes(skipped=1, deselected=5)
+    result.assert_outcomes(skipped=1, deselected=2)  # the CPU default's two embedded pairs
     result.stdout.fnmatch_lines([f"*gpt2_distil: {HUB_OFFLINE}*"])
     assert result.ret == pytest.ExitCode.OK
 

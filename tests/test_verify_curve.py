@@ -20,12 +20,26 @@ def verify_curve():
 
 
 def test_the_rows_divide_by_v1_and_by_float32(verify_curve) -> None:
-    medians = {("float32", "own"): {1: 2.0, 5: 3.0}, ("bfloat16", "own"): {1: 1.0, 5: 1.0}}
-    rows = {(row["dtype"], row["m"]): row for row in verify_curve.curve_rows(medians)}
-    assert rows["float32", 5]["ratio_to_v1"] == 1.5 and rows["float32", 5]["ratio_to_float32"] == 1.0
-    assert rows["bfloat16", 5]["ratio_to_v1"] == 1.0 and rows["bfloat16", 5]["ratio_to_float32"] == pytest.approx(1 / 3)
-    alone = verify_curve.curve_rows({("bfloat16", "engine"): {1: 1.0}})
+    # Two rounds per (dtype, form); curves hold v(1) .. v(5).
+    samples = {
+        ("float32", "own"): [[2.0, 0, 0, 0, 3.0], [4.0, 0, 0, 0, 4.0]],
+        ("bfloat16", "own"): [[1.0, 0, 0, 0, 1.0], [1.0, 0, 0, 0, 1.5]],
+    }
+    rows = {(row["dtype"], row["m"]): row for row in verify_curve.curve_rows(samples, [1, 5])}
+    assert rows["float32", 5]["v_s"] == 3.5 and rows["float32", 5]["ratio_to_v1"] == 1.25  # median of 1.5 and 1.0
+    assert (rows["float32", 5]["ratio_to_v1_low"], rows["float32", 5]["ratio_to_v1_high"]) == (1.0, 1.5)
+    assert rows["bfloat16", 5]["ratio_to_float32"] == pytest.approx(1.25 / 3.5)
+    assert rows["float32", 1]["ratio_to_v1"] == 1.0
+    alone = verify_curve.curve_rows({("bfloat16", "engine"): [[1.0]]}, [1])
     assert alone[0]["ratio_to_float32"] is None  # no float32 curve to divide by
+
+
+def test_the_engine_forms_are_described_as_runs_of_row_counts(verify_curve, monkeypatch) -> None:
+    chosen = {((300, 48), "float32", True): {2: "own", 3: "rows", 4: "rows", 5: "column"}}
+    monkeypatch.setattr(verify_curve, "form_choices", lambda model, kernel, max_rows: chosen)
+    assert verify_curve.engine_forms({"float32": object()}, 5) == {
+        "float32": {"head 300x48": "2 own, 3-4 rows, 5 column"}
+    }
 
 
 def test_v1_is_always_measured(verify_curve) -> None:
@@ -44,7 +58,7 @@ def test_an_unknown_dtype_or_form_is_named(verify_curve) -> None:
 @pytest.mark.slow
 def test_the_tiny_run_prints_every_m_and_dtype(verify_curve, tmp_path: Path, capsys) -> None:
     out = tmp_path / "curve.json"
-    assert verify_curve.main(["--tiny", "--repeats", "1", "--forms", "own,engine", "--json", str(out)]) == 0
+    assert verify_curve.main(["--tiny", "--repeats", "2", "--forms", "own,engine", "--json", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     cells = {tuple(line.split()[:3]) for line in lines if line.split()[:1] in (["float32"], ["bfloat16"])}
     dtypes, forms, positions = ("float32", "bfloat16"), ("own", "engine"), (1, 2, 3, 5, 9, 17)
@@ -52,5 +66,6 @@ def test_the_tiny_run_prints_every_m_and_dtype(verify_curve, tmp_path: Path, cap
     assert cells == expected
     document = json.loads(out.read_text(encoding="utf-8"))
     assert {(row["dtype"], row["form"], str(row["m"])) for row in document["curves"]} == expected
-    assert all(row["v_s"] > 0 for row in document["curves"])
+    assert all(row["v_s"] > 0 and row["ratio_to_v1_low"] <= row["ratio_to_v1_high"] for row in document["curves"])
+    assert set(document["engine_forms"]) == set(dtypes)
     assert document["native_dtypes"][0] == "float32" and document["native_dtype_facts"]["device_type"] == "cpu"

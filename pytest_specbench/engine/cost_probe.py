@@ -17,8 +17,8 @@ from transformers import PreTrainedModel
 from .compiled_steps import one_token_step
 from .drafters import Drafter, ModelDrafter
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
-from .output_head import column_head
 from .timing import DeviceClock
+from .verify_forms import settle_verify_forms, verify_forms
 
 
 def _prefilled(model: PreTrainedModel, input_ids: torch.Tensor, static_length: int | None = None, role: str = "target"):
@@ -45,16 +45,16 @@ def verify_costs(
 ) -> list[float]:
     """Seconds of one target pass over m new positions after the prompt, m = 1 .. max_positions (median).
 
-    The output head runs as in the engine's verify pass (``head_kernel``, see
-    :mod:`~pytest_specbench.engine.output_head`); its per-row-count measurement falls in the
-    untimed first sweep.
+    The linear layers run as in the engine's verify pass (``head_kernel``, see
+    :mod:`~pytest_specbench.engine.verify_forms`), their forms settled before the sweeps.
     """
     clock = DeviceClock(model.device)
     static_length = None if compile_length is None else max(compile_length, input_ids.shape[1] + max_positions)
     cache = _prefilled(model, input_ids, static_length)
     prompt_length = cache_length(cache)
     samples: dict[int, list[float]] = {m: [] for m in range(1, max_positions + 1)}
-    with column_head(model, head_kernel):
+    settle_verify_forms(model, max_positions, head_kernel)
+    with verify_forms(model, head_kernel):
         for repeat in range(repeats + 1):  # the first sweep warms up and is not kept
             for m in samples:
                 block = _filler(input_ids, m)

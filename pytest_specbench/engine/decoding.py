@@ -24,11 +24,11 @@ from .compiled_steps import one_token_step
 from .drafters import Drafter, ModelDrafter, as_drafter
 from .inputs import as_batch_of_one, check_lengths
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
-from .output_head import column_head
 from .sampling import GREEDY, SamplingParams, accept_draft, next_token, sampling_distribution
 from .schedules import ConstantSchedule, DraftSchedule
 from .stats import DecodeStats, GenerationResult, record_step, record_step_times, record_verify_step
 from .timing import DeviceClock
+from .verify_forms import VerifyForms, verify_forms
 
 __all__ = ["GreedyStepper", "greedy_generate", "speculative_generate"]
 
@@ -333,6 +333,15 @@ def _decode(
         ids, hit_eos, t_step = _speculative_step(run, ids, max_length, t_step)
 
 
+def _with_own_kernels(between_steps: Callable[[float], None], forms: VerifyForms) -> Callable[[float], None]:
+    # What runs between the steps (an interleaved baseline) keeps the model's own kernels, untouched.
+    def run_between(seconds: float) -> None:
+        with forms.suspended():
+            between_steps(seconds)
+
+    return run_between
+
+
 @torch.inference_mode()
 def speculative_generate(
     target: PreTrainedModel,
@@ -358,8 +367,8 @@ def speculative_generate(
     the accepted prefix plus the target's next token, until ``max_new_tokens`` or just after ``eos_token_id``.
     ``temperature > 0`` samples (:func:`~pytest_specbench.engine.sampling.accept_draft`), ``top_p``/``top_k`` filter
     both models' logits as ``model.generate`` does, and a seeded ``generator`` makes it reproducible.
-    ``head_kernel``: the verify head's form (:mod:`~pytest_specbench.engine.output_head`); ``compile_steps=True``:
-    static caches and compiled draft steps (:mod:`~pytest_specbench.engine.compiled_steps`);
+    ``head_kernel``: the multi-row passes' kernels (:mod:`~pytest_specbench.engine.verify_forms`);
+    ``compile_steps=True``: static caches and compiled draft steps (:mod:`~pytest_specbench.engine.compiled_steps`);
     ``between_steps(seconds)`` runs after the prefill and each step, untimed (the interleaved baseline runs there).
     """
     sampling = SamplingParams(temperature, top_p, top_k)
@@ -367,7 +376,9 @@ def speculative_generate(
         target, draft, k, input_ids, max_new_tokens, sampling, generator, eos_token_id, compile_steps
     )
     prompt_length = ids.shape[1]
-    with column_head(target, head_kernel):
+    with verify_forms(target, head_kernel) as forms:
+        if between_steps is not None:
+            between_steps = _with_own_kernels(between_steps, forms)
         start = run.clock.now()
         ids, paused = _decode(run, ids, prompt_length + max_new_tokens, start, between_steps)
     stats = run.stats

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-#: how the native engine computes the target's output head over a verify block (engine/output_head.py):
-#: ``auto``, the measured-faster form per row count; ``column``, always ``weight @ hidden.T``;
-#: ``linear``, always the model's own head
-HEAD_KERNELS: tuple[str, ...] = ("auto", "column", "linear")
+#: how the native engine computes the linear layers of the target's multi-row passes (engine/verify_forms.py):
+#: ``auto``, the measured-fastest form per layer shape and row count; ``rows``, the few-rows kernel wherever it
+#: applies (float32 on CPU); ``column``, the output head as ``weight @ hidden.T``; ``linear``, the model's own
+HEAD_KERNELS: tuple[str, ...] = ("auto", "rows", "column", "linear")
 
 #: the k values that name a draft-length schedule instead of a constant k (engine/schedules.py):
 #: ``auto``, the cost model's choice per step; ``heuristic``, transformers' own schedule

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -24,9 +24,9 @@ from ..engine.cost_model import (
 from ..engine.cost_probe import verify_costs
 from ..engine.drafters import BatchDrafter, Drafter, ModelDrafter
 from ..engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
-from ..engine.output_head import column_head_rows, settle_head_forms
 from ..engine.stats import GenerationResult
 from ..engine.timing import DeviceClock
+from ..engine.verify_forms import column_head_rows, few_rows_rows, settle_verify_forms
 
 #: the longest k the cost probe covers when a schedule chooses k (auto, heuristic)
 SCHEDULE_MAX_K = 16
@@ -39,6 +39,8 @@ class CostProfile:
     verify_costs_s: list[float]  # v(1) .. v(m): one target pass over m positions
     draft_token_s: float  # one drafted token: the draft's one-position pass
     column_head_rows: list[int]  # verify block sizes whose head runs as weight @ hidden.T
+    # verify block sizes at which some linear layer runs the few-rows kernel (engine/few_rows.py)
+    few_rows_rows: list[int] = field(default_factory=list)
     # The draft's two-position pass: the catch-up after a fully accepted block (its own last token and the
     # target's bonus token); None where not measured (taken as no dearer than one position).
     draft_catch_up_s: float | None = None
@@ -152,15 +154,16 @@ def measure_costs(
 ) -> CostProfile:
     """The cost model's inputs for one pair: v(1) .. v(max_positions), the draft's one- and two-position passes
     (with the target's one-position pass timed in turn with them), and the verify block sizes (2 .. ``head_rows``)
-    whose head runs as weight @ hidden.T, every one measured here, before any timed run."""
-    curve = verify_costs(target_model, input_ids, max_positions, head_kernel=head_kernel, compile_length=compile_length)
+    whose linear layers run other forms than the model's own, every one measured here, before any timed run."""
     head_rows = max(head_rows or 0, max_positions)
-    settle_head_forms(target_model, head_rows, head_kernel)
+    settle_verify_forms(target_model, head_rows, head_kernel)
+    curve = verify_costs(target_model, input_ids, max_positions, head_kernel=head_kernel, compile_length=compile_length)
     one, two, reference = draft_pass_costs(target_model, drafter, input_ids, compile_length=compile_length)
     return CostProfile(
         verify_costs_s=curve,
         draft_token_s=one,
         column_head_rows=column_head_rows(target_model, head_kernel, head_rows),
+        few_rows_rows=few_rows_rows(target_model, head_kernel, head_rows),
         draft_catch_up_s=two,
         draft_reference_s=reference,
     )
@@ -255,13 +258,12 @@ def calibrated_costs(costs: CostProfile, pairs: Sequence[tuple[GenerationResult,
     )
 
 
-def case_column_head_rows(engine: str, k: int | str, costs: CostProfile | None) -> list[int]:
-    """The verify block sizes of a case whose head ran as weight @ hidden.T: native engine only, and at a
-    constant k only blocks of k + 1 rows or fewer."""
-    if costs is None or engine != "native":
+def case_block_rows(engine: str, k: int | str, rows: list[int]) -> list[int]:
+    """Of the verify block sizes ``rows`` (a :class:`CostProfile` list), those a case ran: native engine only,
+    and at a constant k only blocks of k + 1 rows or fewer."""
+    if engine != "native":
         return []
-    rows = list(costs.column_head_rows)
-    return [m for m in rows if m <= k + 1] if isinstance(k, int) else rows
+    return [m for m in rows if m <= k + 1] if isinstance(k, int) else list(rows)
 
 
 def cost_model_fields(

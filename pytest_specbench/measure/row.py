@@ -13,7 +13,7 @@ from ..engine.stats import DecodeStats, GenerationResult
 from ..results.schema import CaseResult
 from ..results.statistics import coefficient_of_variation
 from ..settings.options import DTYPE_ID_SUFFIXES
-from .costs import CostProfile, case_column_head_rows, cost_model_fields
+from .costs import CostProfile, case_block_rows, cost_model_fields
 from .engines import sampling_kwargs
 from .matrix import Case
 from .pairing import Pairing
@@ -224,7 +224,12 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         **cost_model_fields(
             case.k, drafted, accepted, measurement.costs, speed["decode_speedup"], other_time_s=other_time_s
         ),
-        column_head_rows=case_column_head_rows(case.engine, case.k, measurement.costs),
+        column_head_rows=case_block_rows(
+            case.engine, case.k, measurement.costs.column_head_rows if measurement.costs else []
+        ),
+        few_rows_rows=case_block_rows(
+            case.engine, case.k, measurement.costs.few_rows_rows if measurement.costs else []
+        ),
         **(measurement.sizes or {}),
         **(dict(zip(("peak_memory_mb", "peak_memory_kind"), memory)) if memory else {}),
     )

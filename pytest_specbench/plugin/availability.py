@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..measure.matrix import Case
-from ..measure.pairs import PairSpec
+from ..measure.pairs import PairSpec, default_pair_names
 from ..settings.config import SpecbenchConfig
 
 
@@ -19,10 +19,12 @@ class PairAvailability:
     def unavailable_reason(self, pair: PairSpec, probe_hub: bool = True) -> str | None:
         """Why ``pair`` cannot run here (its first missing model, with the command that fetches it), or None.
 
-        ``probe_hub=False`` looks at local files only: a hub model not in the cache is then unavailable.
+        ``probe_hub=False`` looks at local files only: a hub model not in the cache is then unavailable. So is it
+        for a pair nobody chose (:meth:`chosen`): a run downloads only the models the user asked for.
         """
         from ..models.loading import model_available
 
+        probe_hub = probe_hub and self.chosen(pair)
         for source in pair.sources():
             revision = pair.revision if source == pair.target else None
             key = (source, revision, probe_hub)
@@ -39,6 +41,10 @@ class PairAvailability:
         """Whether the user asked for ``pair``: named in --specbench-pairs, or declared in a pairs file or
         pyproject.toml. A chosen pair whose model is missing fails; only built-in pairs nobody named are skipped."""
         return pair.name in self._config.pairs or pair.declared_in is not None
+
+    def left_out(self) -> tuple[str, ...]:
+        """The built-in pairs the default selection left out on this device (none when --specbench-pairs is given)."""
+        return () if self._config.pairs else default_pair_names(self._defined, self._config.on_gpu)[1]
 
     def empty_selection_lines(self, pairs: Sequence[PairSpec], cases: Sequence[Case]) -> list[str]:
         """Why nothing ran when -k/-m matched no case: what this machine's matrix holds, and how to add more."""

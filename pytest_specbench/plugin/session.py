@@ -142,5 +142,6 @@ class SpecbenchSession:
             ending=self.ending,
             files=self.files,
             empty_selection=lambda: self.availability.empty_selection_lines(self.pairs, self.cases),
+            left_out=self.availability.left_out(),
         )
         return summary_sections(snapshot)

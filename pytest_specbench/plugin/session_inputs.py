@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.matrix import build_matrix, shard_pairs
-from ..measure.pairs import all_pairs, select_pairs
+from ..measure.pairs import all_pairs, default_pair_names, select_pairs
 from ..measure.prompts import Prompt, load_prompts, select_prompts
 from ..measure.resume import load_resume
 from ..results.run_files import RunFiles
@@ -24,7 +24,7 @@ def build_session(
     a baseline or a resumed log of other settings. ``rootdir`` is pytest's (its git commit names the run in
     the history), ``command`` the pytest command line; only the ``controller`` handles signals."""
     defined = all_pairs(rootdir, config.pairs_file)  # every pair (built in, pyproject, pairs file)
-    pairs = select_pairs(defined, config.pairs or tuple(defined))
+    pairs = select_pairs(defined, config.pairs or default_pair_names(defined, config.on_gpu)[0])
     if config.shard is not None:
         pairs = shard_pairs(pairs, *config.shard)
     all_prompts = load_prompts(config.prompt_file)

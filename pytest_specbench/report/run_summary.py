@@ -36,6 +36,7 @@ class RunSnapshot:
     ending: RunEnding  # what ended the run early, the gate's outcome
     files: RunFiles
     empty_selection: Callable[[], list[str]]  # why -k/-m matched no case (probes local models: only then)
+    left_out: Sequence[str] = ()  # built-in pairs the default selection left out on this device
 
     @property
     def results(self) -> list[CaseResult]:
@@ -52,7 +53,7 @@ def summary_sections(run: RunSnapshot) -> list[tuple[str, list[Line]]]:
     tally, files, gate = run.tally, run.files, run.ending.gate
     if not (tally.collected or tally.began or run.rows.by_case or gate is not None or files.refusals or tally.skipped):
         return []
-    lines = _headline(run) + _plain(_budget_lines(run))
+    lines = _headline(run) + _plain(_left_out_lines(run)) + _plain(_budget_lines(run))
     replayed = run.rows.replayed
     if replayed:
         lines.append((f"{len(replayed)} case(s) taken from {run.config.resume}, not run again", False))
@@ -140,6 +141,13 @@ def _rerun_lines(run: RunSnapshot) -> list[str]:
         f"{len(changed)} case(s) of {run.config.resume} run again, not taken from it: their inputs "
         f"changed since it was logged: {named}"
     ]
+
+
+def _left_out_lines(run: RunSnapshot) -> list[str]:
+    """A line naming the built-in pairs the default selection left out, and how to ask for them."""
+    from ..measure.pairs import left_out_note
+
+    return [left_out_note(run.left_out)] if run.left_out else []
 
 
 def _budget_lines(run: RunSnapshot) -> list[str]:

@@ -88,6 +88,7 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: di
             headers=("k", "prompts", "native", "hf", "native / hf"),
             floatfmt=("", "", ".2f", ".2f", ".2f"),
         ).splitlines()
+        lines += _kernel_lines(rows)
     lines += ["", *_answer_lines(pair, answer, engines, several_dtypes(rows))]
     lines += _dtype_view_lines(pair, answer, engines)
     positions = pooled_position_acceptance(constant_k_rows(rows))
@@ -98,6 +99,22 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: di
         )
         lines.append("  " + "  ".join(f"{i}: {share:.2f}" for i, _, share in positions))
     return lines + [""]
+
+
+def _block_sizes(sizes: set[int]) -> str:
+    return ", ".join(map(str, sorted(sizes))) or "none"
+
+
+def _kernel_lines(rows: Sequence[CaseResult]) -> list[str]:
+    """Why the engines' verify passes cost differently: the kernels the native engine chose."""
+    native = [row for row in rows if row.engine == "native"]
+    few_rows = {size for row in native for size in row.few_rows_rows}
+    columns = {size for row in native for size in row.column_head_rows}
+    return [
+        "the native engine's verify passes ran the kernels it measured fastest (block sizes with the few-rows "
+        f"kernel: {_block_sizes(few_rows)}; with the head as weight @ hidden.T: {_block_sizes(columns)}); the hf "
+        "engine runs transformers' own (docs/engines.md, \"The verify pass's kernels\")"
+    ]
 
 
 def _per_k_lines(rows: Sequence[CaseResult], engines: bool) -> list[str]:

@@ -439,6 +439,14 @@ class CaseResult:
         default=[],
         csv=False,
     )
+    few_rows_rows: list = _field(
+        "native engine: the verify block sizes (rows; up to k + 1 at a constant k) at which some "
+        "linear layer of the target ran the few-rows kernel, measured fastest there "
+        "(--specbench-head-kernel); the others ran the model's own kernels",
+        COST_MODEL,
+        default=[],
+        csv=False,
+    )
 
     # --- memory and size
     target_params: int | None = _field("target parameters", MEMORY, default=None)

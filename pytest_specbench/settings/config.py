@@ -78,6 +78,9 @@ class SpecbenchConfig:
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
     # Names of the options the user gave (command line or ini); the rest are defaults.
     given: frozenset[str] = field(default_factory=frozenset, compare=False)
+    # The GPU defaults apply (a CUDA device given, or none given and one available): they pick the default pairs
+    # (measure.pairs.default_pair_names) as they pick the other options' defaults.
+    on_gpu: bool = False
 
 
 def parse_settings(
@@ -139,7 +142,7 @@ def parse_settings(
     if "log" not in values:  # its default follows the CSV (or the JSON) wherever that goes
         beside = fields["csv_path"] or fields["json_path"]
         fields["log_path"] = beside.with_suffix(".jsonl") if beside is not None else None
-    return SpecbenchConfig(**fields, raw=raw_record, given=given)
+    return SpecbenchConfig(**fields, raw=raw_record, given=given, on_gpu=on_gpu)
 
 
 def resolve_auto_dtypes(devices: tuple[str, ...], on_gpu: bool) -> tuple[str, ...]:

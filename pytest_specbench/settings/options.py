@@ -434,8 +434,10 @@ OPTIONS: tuple[Option, ...] = (
         "pairs",
         "pairs",
         "comma list of model pair ids to run (default: every defined pair except the "
-        "opt-in Qwen pairs, which run only when named). A pair named here or declared in a pairs file fails "
-        "when its model is missing; a built-in pair nobody named is skipped with the reason",
+        "opt-in Qwen pairs, which run only when named, and on a CPU the built-in gpt2_tiny, gpt2_medium and "
+        "gpt2_large, which run when named or on a GPU). A pair named here or declared in a pairs file fails "
+        "when its model is missing; a built-in pair nobody named is skipped with the reason unless its models "
+        "are in the local cache (it is never downloaded)",
         _comma_list("a comma list of pair ids; leave the option out to run every defined pair"),
         metavar="IDS",
         unset=(),
@@ -478,9 +480,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "head-kernel",
         "head_kernel",
-        "how the native engine computes the target's output head over a verify "
-        "block: auto (per row count, whichever of linear and weight @ hidden.T measured faster), column "
-        "(always the latter) or linear (the model's own) (default auto)",
+        "how the native engine computes the linear layers of the target's multi-row passes (a verify "
+        "block): auto (per layer shape and row count, the fastest of the model's own, the few-rows kernel and, "
+        "for the output head, weight @ hidden.T, measured before timing), rows (the few-rows kernel, float32 on "
+        "CPU), column (the head as weight @ hidden.T) or linear (the model's own) (default auto)",
         _head_kernel,
         "auto",
         metavar="KERNEL",
@@ -554,10 +557,10 @@ OPTIONS: tuple[Option, ...] = (
         "dtypes",
         f"comma list of model dtypes ({', '.join(DTYPES)}): every case runs once in each, against the target's "
         f"baseline in the same dtype, ids gaining -bf16 or -fp16 when several run; {AUTO_DTYPES}: the dtypes the "
-        "run's device computes natively (default float32). A pair's own dtype in its pairs file wins: it runs "
-        "once, in that one",
+        "run's device computes natively, float32 first (the default: a run shows the dtype its machine should "
+        "use beside float32). A pair's own dtype in its pairs file wins: it runs once, in that one",
         _dtypes,
-        "float32",
+        AUTO_DTYPES,
         metavar="DTYPES",
         changes_results=True,
         order_free=True,
