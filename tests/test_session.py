@@ -73,7 +73,14 @@ def test_a_declared_pair_whose_model_is_missing_fails_though_not_named(bench, mi
 
 @pytest.mark.slow
 def test_an_unrequested_built_in_pair_is_skipped_and_a_named_one_fails(bench, offline_hub) -> None:
-    common = ("--specbench-k=1", "--specbench-prompts=natural", "-p", "no:randomly", "--benchmark-disable")
+    common = (
+        "--specbench-k=1",
+        "--specbench-prompts=natural",
+        "-p",
+        "no:randomly",
+        "--benchmark-disable",
+        "--specbench-dtype=float32",
+    )
     result = bench(*common, "-k", "gpt2_distil", "-rs", defaults=False)
     result.assert_outcomes(skipped=1, deselected=2)  # the CPU default's two embedded pairs
     result.stdout.fnmatch_lines([f"*gpt2_distil: {HUB_OFFLINE}*"])
