@@ -10,9 +10,11 @@ re-exports them under the names the tests import, and adds what only the tests n
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -47,6 +49,7 @@ from pytest_specbench.testing.tiny_models import (
 
 #: the tests import these names from here, the shared builders among them
 __all__ = [
+    "benchmark_script",
     "ARCHITECTURES",
     "BOS_TOKEN_ID",
     "BYTE_EOS",
@@ -265,3 +268,12 @@ def same_logits(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     ids = torch.arange(3, 19).remainder(a.config.vocab_size).unsqueeze(0)
     with torch.no_grad():
         return torch.allclose(a(input_ids=ids).logits, b(input_ids=ids).logits, atol=1e-5)
+
+
+def benchmark_script(name: str) -> ModuleType:
+    """The script ``benchmarks/<name>.py`` imported as a module (benchmarks/ is no package)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

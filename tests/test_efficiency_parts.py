@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-from factory import case_result
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "efficiency_parts.py"
+from factory import benchmark_script, case_result
 
 
 @pytest.fixture(scope="module")
 def parts():
-    spec = importlib.util.spec_from_file_location("efficiency_parts", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("efficiency_parts")
 
 
 def _row(**changes):

@@ -169,6 +169,10 @@ def test_a_resume_that_measured_nothing_adds_no_run_to_the_history(bench, pytest
     assert [row["case"] for row in json.loads(old.read_text())["results"]] == ["tiny-k1-natural", "tiny-k1-code_json"]
 
 
+#: the documented selection of one GPT-2 case, as a machine without GPT-2's weights runs it (float32 alone)
+GPT2_DISTIL_K8 = ("-k", "gpt2_distil and k8", "-p", "no:randomly", "--benchmark-disable", "--specbench-dtype=float32")
+
+
 @pytest.mark.slow
 def test_a_run_that_measured_nothing_replaces_nothing_and_says_why(
     bench, pytester: pytest.Pytester, offline_hub
@@ -179,12 +183,7 @@ def test_a_run_that_measured_nothing_replaces_nothing_and_says_why(
 
     # The documented selection on a machine without GPT-2's weights: no option, no -rs.
     result = bench(
-        "-k",
-        "gpt2_distil and k8",
-        "-p",
-        "no:randomly",
-        "--benchmark-disable",
-        "--specbench-dtype=float32",
+        *GPT2_DISTIL_K8,
         defaults=False,
     )
     result.assert_outcomes(skipped=4)
@@ -240,12 +239,7 @@ def test_a_run_then_one_of_nothing_runnable_then_the_first_ones_resume_lose_noth
     bench().assert_outcomes(passed=4)  # the main job
     first_csv = (pytester.path / "spec_results.csv").read_text()
     bench(
-        "-k",
-        "gpt2_distil and k8",
-        "-p",
-        "no:randomly",
-        "--benchmark-disable",
-        "--specbench-dtype=float32",
+        *GPT2_DISTIL_K8,
         defaults=False,
     ).assert_outcomes(skipped=4)
     result = bench("--specbench-resume=spec_results.jsonl")  # the first run's resume command

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "verify_curve.py"
+from factory import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def verify_curve():
-    spec = importlib.util.spec_from_file_location("verify_curve", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("verify_curve")
 
 
 def test_the_rows_divide_by_v1_and_by_float32(verify_curve) -> None:
