@@ -24,7 +24,7 @@ def test_a_run_writes_every_figure_and_a_report_that_links_them(bench, pytester:
     result = bench("--specbench-plots=figures", "--specbench-report=out/report.md")
     result.assert_outcomes(passed=4)
     figures = Path(pytester.path) / "figures"
-    expected = [f"{figure}_tiny.png" for figure in FIGURES] + ["speedup_by_category.png"]
+    expected = [f"{figure}_tiny.png" for figure in FIGURES] + ["speedup_by_category.png", "request_acceptance_tiny.png"]
     assert sorted(path.name for path in figures.iterdir()) == sorted(expected)
     for name in expected:
         image = matplotlib.image.imread(figures / name)

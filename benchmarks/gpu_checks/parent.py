@@ -104,6 +104,7 @@ def pytest_bench(
         "-rfEs", "--benchmark-disable", f"--junitxml={folder / 'junit.xml'}",
         f"--specbench-gpu={run.device}", f"--specbench-pairs={','.join(pairs)}",
         f"--specbench-k={','.join(map(str, ks))}", f"--specbench-prompts={','.join(prompts)}",
+        "--specbench-prompts-per-category=1",
         f"--specbench-max-new-tokens={tokens}", f"--specbench-engine={engines}",
         f"--specbench-warmup={warmup}", f"--specbench-min-rounds={min_rounds}",
         f"--specbench-max-rounds={max_rounds}", f"--specbench-case-budget={case_budget}",

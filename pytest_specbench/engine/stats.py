@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -33,6 +35,8 @@ class DecodeStats:
     # Tokens the prefill step commits: 1 for this engine; more for Hugging Face's, whose first
     # target pass also verifies a draft block.
     prefill_tokens: int = 1
+    # Prefill steps among the steps: 1, or a multi-turn run's one per turn (its turns' stats summed).
+    prefill_steps: int = 1
     # Per step: tokens proposed and how many of them the target accepted.
     drafted_per_step: list[int] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
@@ -51,8 +55,8 @@ class DecodeStats:
 
     @property
     def decode_steps(self) -> int:
-        """Steps after the prefill: the verify passes."""
-        return max(self.steps - 1, 0)
+        """Steps after the prefill(s): the verify passes."""
+        return max(self.steps - self.prefill_steps, 0)
 
     @property
     def decode_tokens(self) -> int:
@@ -102,10 +106,32 @@ class GenerationResult:
     sequences: torch.Tensor
     prompt_length: int
     stats: DecodeStats
+    # A multi-turn run: each turn's own result, in order (``stats`` sums them); empty for one turn.
+    turns: list[GenerationResult] = field(default_factory=list)
 
     @property
     def token_ids(self) -> list[int]:
         return self.sequences[0, self.prompt_length :].tolist()
+
+
+def summed_stats(parts: Sequence[DecodeStats]) -> DecodeStats:
+    """One run's stats from its parts' (a multi-turn run's turns): counts and times added, per-step lists
+    joined in order, so ``prefill_steps`` counts each part's prefill."""
+    total = DecodeStats(prefill_tokens=0, prefill_steps=0)
+    for part in parts:
+        for item in dataclasses.fields(DecodeStats):
+            value = getattr(part, item.name)
+            setattr(total, item.name, getattr(total, item.name) + (list(value) if isinstance(value, list) else value))
+    return total
+
+
+def joined_result(turns: Sequence[GenerationResult]) -> GenerationResult:
+    """A multi-turn run as one result: the first turn's prompt, every turn's new tokens in order, the summed
+    stats, and each turn's own result in ``turns``."""
+    first = turns[0]
+    new = [turn.sequences[:, turn.prompt_length :] for turn in turns]
+    sequences = torch.cat([first.sequences[:, : first.prompt_length], *new], dim=1)
+    return GenerationResult(sequences, first.prompt_length, summed_stats([t.stats for t in turns]), list(turns))
 
 
 def record_step(stats: DecodeStats, drafted: int, accepted: int, bonus: int, k: int) -> None:

@@ -147,6 +147,11 @@ class BatchRun(CaseRun):
         if not isinstance(drafter, BatchDrafter):
             raise NotApplicable(f"the batched engine drafts with a BatchDrafter; pair {pair.name}'s drafter is not one")
         prompts = batch_prompts(case.prompt, context.all_prompts, case.batch)
+        if any(prompt.conversation for prompt in prompts):
+            raise NotApplicable(
+                "a batch of conversation prompts (a Spec-Bench or MT-bench question file): these run at batch 1, "
+                "where each turn reads the conversation in its chat form"
+            )
         row_ids, ids, mask, pad = _batch_input(self, prompts)
         eos = target.tokenizer.eos_token_id if config.stop_at_eos else None
         n = config.max_new_tokens

@@ -45,7 +45,8 @@ def case_inputs(case: Case, config: SpecbenchConfig, prompts: Sequence[Prompt]) 
     from .batches import batch_prompts
 
     pair = case.pair
-    texts = [prompt.text for prompt in batch_prompts(case.prompt, prompts, case.batch)]  # batch 1: its own
+    # batch 1: its own; a conversation by every turn (its form, not only its text, is what the model reads)
+    texts = [list(p.turns) if p.conversation else p.text for p in batch_prompts(case.prompt, prompts, case.batch)]
     if config.context_tokens is not None:
         texts.append(filler_text(prompts, exclude_id=case.prompt.id))
     parts = {"target": source_identity(pair.target, revision=pair.revision, cache_dir=config.cache_dir)}

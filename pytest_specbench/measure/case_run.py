@@ -58,6 +58,7 @@ class CaseRun(ABC):
     :meth:`verdict` of the last run's tokens."""
 
     setup: PreparedCase  # set by prepare()
+    turn_verdicts: list[dict[str, Any]] | None = None  # a multi-turn case's, per turn, once judged
 
     def __init__(self, case: Case, context: MeasureContext) -> None:
         self.case, self.context = case, context

@@ -7,16 +7,25 @@ import torch
 from transformers import PreTrainedModel
 
 from ..models.base import UnrunnableCase, context_window
+from .conversation import conversation_text, has_chat_template
 from .matrix import Case
 from .prompts import Prompt, filler_text, fit_context
 
 
 def prompt_input_ids(
-    tokenizer, prompt: Prompt, all_prompts: list[Prompt], context_tokens: int | None, device: str
+    tokenizer,
+    prompt: Prompt,
+    all_prompts: list[Prompt],
+    context_tokens: int | None,
+    device: str,
+    answers: tuple[str, ...] = (),
 ) -> torch.Tensor:
-    """Tokenise a prompt, padded or cut to ``context_tokens`` (special tokens included) when asked."""
-    plain = tokenizer(prompt.text, add_special_tokens=False).input_ids
-    full = tokenizer(prompt.text).input_ids
+    """Tokenise a prompt, padded or cut to ``context_tokens`` (special tokens included) when asked. A conversation
+    prompt is its turn after ``answers`` (the earlier turns' answers) in conversation form (:mod:`.conversation`)."""
+    text = conversation_text(tokenizer, prompt.turns, answers) if prompt.conversation else prompt.text
+    plain = tokenizer(text, add_special_tokens=False).input_ids
+    # A chat template writes its own special tokens (a BOS) into the text.
+    full = plain if prompt.conversation and has_chat_template(tokenizer) else tokenizer(text).input_ids
     # Leading special tokens (a BOS) stay in front of any padding.
     lead = full[: len(full) - len(plain)] if full[len(full) - len(plain) :] == plain else []
     if context_tokens is not None:

@@ -26,6 +26,10 @@ COMPILED_STEPS = (
     "--specbench-compile: a compiled baseline step between the run's steps changed the run's output "
     "(tests/test_compiled_steps.py)"
 )
+MULTI_TURN_RUNS = (
+    "a multi-turn prompt: each turn's run starts from its own input, and a baseline between its steps would "
+    "cross from one turn's to the next"
+)
 ROUNDS_ASKED = "--specbench-pairing=rounds asked"
 BASELINE_ONCE_ASKED = "--specbench-baseline-once asked"
 

@@ -1,8 +1,10 @@
 """The prompt suite: loading, validating and selecting prompts, and fitting
 them to a fixed context length.
 
-A prompt file is JSON Lines: one object per line,
-``{"id": "natural-01", "category": "natural", "text": "..."}``.
+A prompt file is JSON Lines: one object per line, either this project's
+``{"id": "natural-01", "category": "natural", "text": "..."}`` or a question of
+Spec-Bench's and MT-bench's ``question.jsonl``,
+``{"question_id": 81, "category": "writing", "turns": ["...", "..."]}``.
 This module does not import pytest: the plugin maps its options onto these
 plain functions, and scripts can use them directly.
 """
@@ -10,14 +12,23 @@ plain functions, and scripts can use them directly.
 from __future__ import annotations
 
 import json
+import random
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..settings.options import CATEGORY_GROUPINGS
+
 __all__ = [
     "CATEGORIES",
+    "CATEGORY_GROUPINGS",
+    "CATEGORY_GROUPS",
+    "MT_BENCH_CATEGORIES",
+    "MT_BENCH_GROUP",
+    "category_group",
     "DEFAULT_PROMPT_FILE",
     "FILLER_SEPARATOR",
     "Prompt",
@@ -26,6 +37,7 @@ __all__ = [
     "filler_text",
     "fit_context",
     "load_prompts",
+    "sample_line",
     "select_prompts",
 ]
 
@@ -67,6 +79,23 @@ _LINE_FORMAT = (
     "ignored, and blank lines and lines starting with '#' are skipped"
 )
 
+# Spec-Bench's data/spec_bench/question.jsonl and MT-bench's question.jsonl share this format.
+_QUESTION_FORMAT = (
+    "a question line must be one JSON object of Spec-Bench's or MT-bench's question.jsonl format, such as "
+    '{"question_id": 81, "category": "writing", "turns": ["...", "..."]}: "turns" a list of one or more '
+    'non-empty strings, asked in order; "reference" and other keys are ignored'
+)
+_EITHER_FORMAT = (
+    'each line must be one JSON object in one of two formats: a prompt such as {"id": "natural-01", '
+    '"category": "natural", "text": "..."} ("id" optional), or a question of Spec-Bench\'s or MT-bench\'s '
+    'question.jsonl such as {"question_id": 81, "category": "writing", "turns": ["...", "..."]}; other keys are '
+    "ignored"
+)
+_ID_RULE = (
+    "an integer >= 0, or a string of letters, digits, '_' and '-' starting with a letter or digit "
+    '(the prompt id is "<category>-<question_id>", part of a pytest id)'
+)
+
 
 def _label_problem(value: str) -> str | None:
     """Why ``value`` cannot serve as an id or category, or None if it can."""
@@ -77,11 +106,19 @@ def _label_problem(value: str) -> str | None:
 
 @dataclass(frozen=True)
 class Prompt:
-    """One benchmark prompt: an unfinished text for the model to continue."""
+    """One benchmark prompt: an unfinished text for the model to continue, or (``conversation``) a question of
+    Spec-Bench's or MT-bench's format, put to the model as a chat turn by turn. ``text`` is the first turn."""
 
     id: str
     category: str
     text: str
+    later_turns: tuple[str, ...] = ()  # a conversation's turns after the first, each asked after the target's answer
+    conversation: bool = False
+
+    @property
+    def turns(self) -> tuple[str, ...]:
+        """Every turn, the first (``text``) included."""
+        return (self.text, *self.later_turns)
 
     def __post_init__(self) -> None:
         # Checked here too, so prompts built in code obey the file's rules.
@@ -94,6 +131,10 @@ class Prompt:
                 raise ValueError(f"Prompt.{field_name}: {problem}")
         if not self.text.strip():
             raise ValueError("Prompt.text must not be empty")
+        if self.later_turns and not self.conversation:
+            raise ValueError("Prompt.later_turns needs conversation=True: only a chat has turns")
+        if not all(isinstance(turn, str) and turn.strip() for turn in self.later_turns):
+            raise ValueError("Prompt.later_turns must be non-empty strings")
 
 
 class PromptFileError(ValueError):
@@ -169,24 +210,31 @@ def _unencodable(text: str) -> str | None:
     return None
 
 
-def _string_field(path: Path, lineno: int, obj: dict[str, object], key: str) -> str | None:
+def _string_field(
+    path: Path, lineno: int, obj: dict[str, object], key: str, accepted: str = _LINE_FORMAT
+) -> str | None:
     if key not in obj:
         return None
     value = obj[key]
     if not isinstance(value, str):
-        raise PromptFileError(path, lineno, f'"{key}" must be a string, got {type(value).__name__}')
+        raise PromptFileError(path, lineno, f'"{key}" must be a string, got {type(value).__name__}', accepted)
     return value
+
+
+def _category(path: Path, lineno: int, obj: dict[str, Any], accepted: str) -> str:
+    """A record's category, checked; a fault is a PromptFileError naming the line."""
+    category = _string_field(path, lineno, obj, "category", accepted)
+    if category is None:
+        raise PromptFileError(path, lineno, 'missing "category"', accepted)
+    problem = _label_problem(category)
+    if problem:
+        raise PromptFileError(path, lineno, f'bad "category": {problem}', accepted)
+    return category
 
 
 def _category_and_text(path: Path, lineno: int, obj: dict[str, Any]) -> tuple[str, str]:
     """A record's category and text, each checked; a fault is a PromptFileError naming the line."""
-    category = _string_field(path, lineno, obj, "category")
-    if category is None:
-        raise PromptFileError(path, lineno, 'missing "category"')
-    problem = _label_problem(category)
-    if problem:
-        raise PromptFileError(path, lineno, f'bad "category": {problem}')
-
+    category = _category(path, lineno, obj, _LINE_FORMAT)
     body = _string_field(path, lineno, obj, "text")
     if body is None:
         raise PromptFileError(path, lineno, 'missing "text"')
@@ -198,11 +246,92 @@ def _category_and_text(path: Path, lineno: int, obj: dict[str, Any]) -> tuple[st
     return category, body
 
 
+def _question_id(path: Path, lineno: int, obj: dict[str, Any]) -> str:
+    """A question's ``question_id`` as the label it adds to the prompt id."""
+    if "question_id" not in obj:
+        raise PromptFileError(path, lineno, 'missing "question_id"', _QUESTION_FORMAT)
+    value = obj["question_id"]
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise PromptFileError(
+            path, lineno, f'"question_id" must be an integer or a string, got {type(value).__name__}', _QUESTION_FORMAT
+        )
+    if not _LABEL_RE.fullmatch(str(value)):
+        raise PromptFileError(path, lineno, f'bad "question_id": {value!r} is not allowed', f"use {_ID_RULE}")
+    return str(value)
+
+
+def _turns(path: Path, lineno: int, obj: dict[str, Any]) -> list[str]:
+    """A question's turns, each a non-empty string a tokenizer can encode."""
+    turns = obj["turns"]
+    if not isinstance(turns, list):
+        raise PromptFileError(
+            path, lineno, f'"turns" must be a list of strings, got {type(turns).__name__}', _QUESTION_FORMAT
+        )
+    if not turns:
+        raise PromptFileError(path, lineno, '"turns" is empty', _QUESTION_FORMAT)
+    for index, turn in enumerate(turns):
+        where = f'"turns[{index}]" (turn {index + 1})'
+        if not isinstance(turn, str):
+            raise PromptFileError(
+                path, lineno, f"{where} must be a string, got {type(turn).__name__}", _QUESTION_FORMAT
+            )
+        if not turn.strip():
+            raise PromptFileError(path, lineno, f"{where} is empty", _QUESTION_FORMAT)
+        problem = _unencodable(turn)
+        if problem:
+            raise PromptFileError(path, lineno, f"{where} {problem}", _UNICODE_RULE)
+    return turns
+
+
+def _question(path: Path, lineno: int, obj: dict[str, Any]) -> Prompt:
+    """A Spec-Bench/MT-bench question as a conversation: its first turn the text, the others its later turns."""
+    category = _category(path, lineno, obj, _QUESTION_FORMAT)
+    question_id = _question_id(path, lineno, obj)
+    turns = _turns(path, lineno, obj)
+    return Prompt(
+        id=f"{category}-{question_id}",
+        category=category,
+        text=turns[0],
+        later_turns=tuple(turns[1:]),
+        conversation=True,
+    )
+
+
+def _prompt(path: Path, lineno: int, obj: dict[str, Any], per_category: dict[str, int]) -> Prompt:
+    """A line of this project's format; ``per_category`` counts the prompts of each category before it."""
+    category, body = _category_and_text(path, lineno, obj)
+    prompt_id = _string_field(path, lineno, obj, "id")
+    if prompt_id is None:
+        prompt_id = f"{category}-{per_category.get(category, 0) + 1:02d}"
+    else:
+        problem = _label_problem(prompt_id)
+        if problem:
+            raise PromptFileError(path, lineno, f'bad "id": {problem}')
+    # Text is kept exactly as written: leading/trailing whitespace changes the tokens the model sees.
+    return Prompt(id=prompt_id, category=category, text=body)
+
+
+def _record(path: Path, lineno: int, obj: dict[str, Any], per_category: dict[str, int]) -> Prompt:
+    """The prompt of one line, its format told by its fields: "turns" a question, "text" this project's."""
+    has_text, has_turns = "text" in obj, "turns" in obj
+    if has_text and has_turns:
+        raise PromptFileError(
+            path, lineno, 'both "text" and "turns": a line is a prompt ("text") or a question ("turns")', _EITHER_FORMAT
+        )
+    if not has_text and not has_turns:
+        raise PromptFileError(path, lineno, 'missing "text" (a prompt) or "turns" (a question)', _EITHER_FORMAT)
+    prompt = _question(path, lineno, obj) if has_turns else _prompt(path, lineno, obj, per_category)
+    # Every prompt of the category so far counts, so a derived id says where the prompt sits in its category.
+    per_category[prompt.category] = per_category.get(prompt.category, 0) + 1
+    return prompt
+
+
 def load_prompts(path: str | Path | None = None) -> list[Prompt]:
     """Load a JSON Lines prompt file, in file order (None: the shipped suite).
 
-    Raises PromptFileError (a ValueError) naming the file and the 1-based
-    line of the first problem.
+    Each line is a prompt of this project's format (``{"id"?, "category", "text"}``) or a question of
+    Spec-Bench's and MT-bench's ``question.jsonl`` (``{"question_id", "category", "turns"}``), told apart by its
+    fields. Raises PromptFileError (a ValueError) naming the file and the 1-based line of the first problem.
     """
     path = DEFAULT_PROMPT_FILE if path is None else Path(path).expanduser()
     text = _read_text(path)
@@ -217,52 +346,116 @@ def load_prompts(path: str | Path | None = None) -> list[Prompt]:
         if not line or line.startswith("#"):
             continue
         obj = _parse_line(path, lineno, line)
-
-        category, body = _category_and_text(path, lineno, obj)
-
-        # n counts every prompt of this category so far, so a derived id says
-        # where the prompt sits in its category even when others have ids.
-        n = per_category[category] = per_category.get(category, 0) + 1
-        prompt_id = _string_field(path, lineno, obj, "id")
-        if prompt_id is None:
-            prompt_id = f"{category}-{n:02d}"
-        else:
-            problem = _label_problem(prompt_id)
-            if problem:
-                raise PromptFileError(path, lineno, f'bad "id": {problem}')
-        if prompt_id in id_lines:
-            raise PromptFileError(
-                path,
-                lineno,
-                f"duplicate id {prompt_id!r} (first used on line {id_lines[prompt_id]})",
-                'ids must be unique; a prompt without "id" gets "<category>-<NN>", '
-                "NN being its 1-based position within its category",
-            )
-        id_lines[prompt_id] = lineno
-
-        # Text is kept exactly as written: leading/trailing whitespace changes
-        # the tokens the model sees.
-        prompts.append(Prompt(id=prompt_id, category=category, text=body))
+        prompt = _record(path, lineno, obj, per_category)
+        if prompt.id in id_lines:
+            _duplicate(path, lineno, prompt, id_lines[prompt.id])
+        id_lines[prompt.id] = lineno
+        prompts.append(prompt)
 
     if not prompts:
         raise PromptFileError(path, None, "no prompts in file")
     return prompts
 
 
+def _duplicate(path: Path, lineno: int, prompt: Prompt, first: int) -> None:
+    if prompt.conversation:
+        raise PromptFileError(
+            path,
+            lineno,
+            f'duplicate "question_id": the id {prompt.id!r} it gives was first used on line {first}',
+            'ids must be unique; a question\'s id is "<category>-<question_id>"',
+        )
+    raise PromptFileError(
+        path,
+        lineno,
+        f"duplicate id {prompt.id!r} (first used on line {first})",
+        'ids must be unique; a prompt without "id" gets "<category>-<NN>", '
+        "NN being its 1-based position within its category",
+    )
+
+
+#: MT-bench's eight categories, which Spec-Bench's ``speed.py`` reports as one group
+MT_BENCH_CATEGORIES: tuple[str, ...] = (
+    "writing",
+    "roleplay",
+    "reasoning",
+    "math",
+    "coding",
+    "extraction",
+    "stem",
+    "humanities",
+)
+MT_BENCH_GROUP = "mt_bench"
+
+
+def category_group(category: str, grouping: str = "spec_bench") -> str:
+    """The group ``category`` is reported in under ``grouping`` (one of :data:`CATEGORY_GROUPINGS`)."""
+    if grouping not in CATEGORY_GROUPINGS:
+        raise ValueError(f"unknown category grouping {grouping!r}; use one of {', '.join(CATEGORY_GROUPINGS)}")
+    return MT_BENCH_GROUP if grouping == "spec_bench" and category in MT_BENCH_CATEGORIES else category
+
+
+#: category groups ``--specbench-prompts`` takes beside categories: each names the categories of its own
+CATEGORY_GROUPS: dict[str, tuple[str, ...]] = {MT_BENCH_GROUP: MT_BENCH_CATEGORIES}
+
+
 def _categories_in_order(prompts: Sequence[Prompt]) -> list[str]:
     return list(dict.fromkeys(p.category for p in prompts))
+
+
+def _groups_held(available: Sequence[str]) -> dict[str, list[str]]:
+    """Each group of which the file holds a category: the categories it holds, in file order."""
+    held = {group: [c for c in available if c in members] for group, members in CATEGORY_GROUPS.items()}
+    return {group: categories for group, categories in held.items() if categories}
+
+
+def _wanted(names: Sequence[str], available: list[str]) -> set[str]:
+    """The categories ``names`` selects (a category of the file wins over a group of that name)."""
+    groups = _groups_held(available)
+    wanted: set[str] = set()
+    unknown: list[str] = []
+    for name in dict.fromkeys(names):
+        if name in available:
+            wanted.add(name)
+        elif name in groups:
+            wanted.update(groups[name])
+        else:
+            unknown.append(name)
+    if unknown:
+        listed = f"available: {', '.join(available)}"
+        if groups:
+            listed += "; groups: " + "; ".join(f"{g} ({', '.join(cats)})" for g, cats in groups.items())
+        raise ValueError(
+            f"unknown prompt categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(map(repr, unknown))}; {listed}"
+        )
+    return wanted
+
+
+def _kept_positions(size: int, per_category: int | None, seed: int | None, category: str) -> range | set[int]:
+    """Which positions (0-based, within its category) of a category of ``size`` prompts run."""
+    if per_category is None or per_category >= size:
+        return range(size)
+    if seed is None:
+        return range(per_category)
+    # A generator of its own per category (string seeds hash stably across Python versions), so a category's
+    # sample does not depend on which other categories run; a whole permutation cut at N, so the sample of N is
+    # part of the sample of N + 1.
+    order = random.Random(f"specbench-prompts:{seed}:{category}").sample(range(size), size)
+    return set(order[:per_category])
 
 
 def select_prompts(
     prompts: Sequence[Prompt],
     categories: Sequence[str] | None,
     per_category: int | None = None,
+    seed: int | None = None,
 ) -> list[Prompt]:
     """Keep the prompts of ``categories`` (None: all), in the order of ``prompts``.
 
-    ``per_category`` keeps only the first N prompts of each category.
-    An unknown category raises ValueError listing the categories ``prompts``
-    has (a user file may define its own).
+    ``categories`` may name category groups (``mt_bench``: the MT-bench categories ``prompts`` holds).
+    ``per_category`` keeps N prompts of each category: the first N, or with ``seed`` a sample drawn with it,
+    kept in file order; a category of N or fewer runs whole. An unknown category raises ValueError listing the
+    categories ``prompts`` has (a user file may define its own) and the groups it holds.
     """
     if isinstance(categories, str):
         # A bare string is a Sequence[str] too, and would select 'c', 'o', ...
@@ -276,23 +469,59 @@ def select_prompts(
     else:
         if not categories:
             raise ValueError("no categories given; pass None to select all categories")
-        unknown = [c for c in dict.fromkeys(categories) if c not in available]
-        if unknown:
-            raise ValueError(
-                f"unknown prompt categor{'y' if len(unknown) == 1 else 'ies'} "
-                f"{', '.join(map(repr, unknown))}; available: {', '.join(available)}"
-            )
-        wanted = set(categories)
+        wanted = _wanted(categories, available)
 
+    sizes = Counter(p.category for p in prompts)
+    kept_positions = {c: _kept_positions(sizes[c], per_category, seed, c) for c in wanted}
     kept: list[Prompt] = []
-    counts: dict[str, int] = {}
+    position: dict[str, int] = {}
     for prompt in prompts:
         if prompt.category not in wanted:
             continue
-        counts[prompt.category] = counts.get(prompt.category, 0) + 1
-        if per_category is None or counts[prompt.category] <= per_category:
+        index = position[prompt.category] = position.get(prompt.category, -1) + 1
+        if index in kept_positions[prompt.category]:
             kept.append(prompt)
     return kept
+
+
+def _span(counts: Sequence[int]) -> str:
+    return f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)} to {max(counts)}"
+
+
+def _ids(prompts: Sequence[Prompt], most: int = 8) -> str:
+    """The prompts' ids, the middle left out of a long list."""
+    ids = [p.id for p in prompts]
+    if len(ids) <= most:
+        return ", ".join(ids)
+    return f"{', '.join(ids[: most - 2])}, ..., {ids[-1]} ({len(ids)} ids)"
+
+
+def sample_line(
+    prompts: Sequence[Prompt],
+    selected: Sequence[Prompt],
+    per_category: int | None,
+    seed: int | None,
+    source: str,
+) -> str:
+    """One line saying which prompts of ``source`` run: every prompt of their categories, or N per category, the
+    first N or (``seed``) a sample drawn with it, with the ids. ``selected`` is what :func:`select_prompts`
+    returned for these arguments; the line names the options that choose otherwise."""
+    categories = _categories_in_order(selected)
+    sizes = Counter(p.category for p in prompts)
+    kept = Counter(p.category for p in selected)
+    line = f"prompts: {len(selected)} of the {len(prompts)} in {source}"
+    if categories != _categories_in_order(prompts):
+        line += f", from {len(categories)} of its {len(sizes)} categories"
+    elif len(selected) == len(prompts):
+        return f"prompts: all {len(prompts)} in {source}"
+    if all(kept[c] == sizes[c] for c in categories):
+        return line + ", every prompt of each"
+    counts = f"{_span([kept[c] for c in categories])} of {_span([sizes[c] for c in categories])}"
+    if seed is None:
+        how = f"each category's first {counts} (--specbench-prompts-per-category=N draws a seeded sample)"
+    else:
+        how = f"{counts} per category, a sample drawn with seed {seed} (--specbench-seed)"
+    return f"{line}: {how}; ids: {_ids(selected)}"
 
 
 def case_label(prompt: Prompt, single_per_category: bool) -> str:

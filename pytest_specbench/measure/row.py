@@ -10,6 +10,7 @@ import torch
 
 from ..engine.sampling import SamplingParams
 from ..engine.stats import DecodeStats, GenerationResult
+from ..results.requests import request_fields, request_stats
 from ..results.schema import CaseResult
 from ..results.statistics import coefficient_of_variation
 from ..settings.options import DTYPE_ID_SUFFIXES
@@ -54,6 +55,12 @@ class Measurement:
     batch_prompt_ids: list[str] | None = None  # a batch's: each row's prompt id (None for a single sequence)
     spreads: Spreads = NO_SPREADS  # the block's pooled noise; by default each case's own
     pairing: Pairing | None = None  # how the block timed its baselines; absent in hand-built measurements
+    turn_verdicts: list[dict[str, Any]] | None = None  # a multi-turn case's verdict per turn
+
+
+def median(runs: list[GenerationResult], field: str) -> float:
+    """The median over ``runs`` of a DecodeStats field."""
+    return statistics.median(getattr(run.stats, field) for run in runs)
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -83,6 +90,7 @@ def _identity_fields(case: Case, measurement: Measurement) -> dict[str, Any]:
         category=case.prompt.category,
         **sampling_kwargs(measurement.sampling or SamplingParams()),
         prompt_tokens=int(measurement.input_ids.shape[1]),
+        turns=_turn_records(measurement),
     )
 
 
@@ -94,9 +102,6 @@ def _speed_fields(measurement: Measurement, ci_target: float) -> dict[str, Any]:
     baseline_tps = _spread([run.stats.tokens_per_second for run in baselines])
     speculative_tps = _spread([run.stats.tokens_per_second for run in speculative])
     new_tokens = max(speculative[-1].stats.new_tokens, 1)
-
-    def median(runs: list[GenerationResult], field: str) -> float:
-        return statistics.median(getattr(run.stats, field) for run in runs)
 
     return dict(
         latency_ms=1000 * median(speculative, "wall_time_s") / new_tokens,
@@ -181,6 +186,33 @@ def _begins(tokens: list, reference: list) -> bool:
     return tokens == reference[: len(tokens)]
 
 
+def _turn_records(measurement: Measurement) -> list[dict[str, Any]]:
+    """A multi-turn case's figures per turn (empty for one turn): medians over its runs and its baselines."""
+    verdicts = measurement.turn_verdicts or []
+    records = []
+    for index, verdict in enumerate(verdicts):
+        runs = [run.turns[index] for run in measurement.speculative]
+        baselines = [run.turns[index] for run in measurement.baselines if len(run.turns) > index]
+        run_ms = 1000 * median(runs, "time_per_decode_token_s")
+        baseline_ms = 1000 * median(baselines, "time_per_decode_token_s") if baselines else None
+        last = runs[-1].stats
+        records.append(
+            dict(
+                turn=index + 1,
+                prompt_tokens=runs[-1].prompt_length,
+                new_tokens=last.new_tokens,
+                tau=last.tokens_per_step,
+                acceptance_rate=last.acceptance_rate,
+                decode_ms_per_token=run_ms,
+                baseline_decode_ms_per_token=baseline_ms,
+                decode_speedup=baseline_ms / run_ms if baseline_ms and run_ms > 0 else None,
+                verdict=verdict["verdict"],
+                first_divergence=verdict.get("first_divergence"),
+            )
+        )
+    return records
+
+
 def _verdict_fields(measurement: Measurement) -> dict[str, Any]:
     reference, verdict = measurement.reference, measurement.verdict
     tokens = _flat(measurement.speculative[-1].token_ids)
@@ -216,6 +248,8 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         **_verdict_fields(measurement),
         **_block_fields(measurement.block, measurement.pairing),
         **batch,
+        # Each round's run, turn or batch row is one request (results/requests.py).
+        **request_fields(request_stats(speculative, batched=measurement.batch_prompt_ids is not None)),
         device=device,
         dtype=dtype,
         threads=torch.get_num_threads(),

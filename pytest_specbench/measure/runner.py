@@ -20,6 +20,7 @@ from .memory import peak_memory_mb, reset_peak_memory
 from .pairing import Pairing, choose_pairing
 from .row import BlockRecord, Measurement
 from .sequence import SequenceRun
+from .turns import TurnsRun
 
 
 @dataclass
@@ -32,8 +33,10 @@ class BlockPlan:
 
 
 def case_run_for(case: Case, context: MeasureContext) -> CaseRun:
-    """The case as its kind measures it: a batch, or a single sequence."""
-    return BatchRun(case, context) if case.batched else SequenceRun(case, context)
+    """The case as its kind measures it: a batch, a conversation of several turns, or a single sequence."""
+    if case.batched:
+        return BatchRun(case, context)
+    return TurnsRun(case, context) if case.prompt.later_turns else SequenceRun(case, context)
 
 
 def _prepared(
@@ -59,6 +62,7 @@ def _measurement(
     """What timing the case gave, judged: its runs, its paired baselines, its verdict and what its row needs."""
     case = case_run.case
     stop = member.stop or MAX_ROUNDS
+    verdict = case_run.verdict(member.runs[-1].token_ids)
     return Measurement(
         input_ids=case_run.input_ids,
         reference=case_run.reference,
@@ -66,7 +70,8 @@ def _measurement(
         speculative=member.runs,
         paired=pairing.paired,
         spreads=block.spreads(pairing.paired),
-        verdict=case_run.verdict(member.runs[-1].token_ids),
+        verdict=verdict,
+        turn_verdicts=case_run.turn_verdicts,
         target_load_s=case_run.target.load_time_s,
         target_load_source=case_run.target.source,
         costs=case_run.costs,

@@ -18,10 +18,11 @@ from ..engine.timing import DeviceClock
 from ..models.base import NotApplicable, context_window
 from ..models.loading import LoadedModel
 from .blocks import interleaved_pair
-from .case_run import BaselineRun, CaseRun, NewInterleaved
+from .case_run import BaselineRun, CaseRun, MeasureContext, NewInterleaved
 from .costs import CostProfile, calibrated_costs, measure_costs, probed_k
 from .engines import ENGINES, RunInputs, SpeculativeRun, sampling_kwargs, sampling_params, speculative_runner
 from .inputs import check_context_windows, prompt_input_ids
+from .matrix import Case
 from .verdicts import diagnose, sampling_check, sampling_verdict
 
 #: untimed (baseline, speculative) pairs, after the warm-up, that re-time a draft model's costs
@@ -45,9 +46,24 @@ class SequenceSetup:
 
 
 class SequenceRun(CaseRun):
-    """A case of batch size 1."""
+    """A case of batch size 1; of a conversation prompt, the turn after ``answers`` (the target's answers to the
+    turns before it: :mod:`.turns` runs one per turn)."""
 
     setup: SequenceSetup
+
+    def __init__(self, case: Case, context: MeasureContext, answers: tuple[str, ...] = ()) -> None:
+        super().__init__(case, context)
+        self.answers = answers
+
+    @property
+    def turn(self) -> int:
+        """Its turn of the prompt, from 0."""
+        return len(self.answers)
+
+    @property
+    def prompt_key(self) -> str:
+        """Its input's name among the run's references: the prompt id, and a later turn's number."""
+        return self.case.prompt.id + (f"/turn{self.turn + 1}" if self.turn else "")
 
     def prepare(self) -> None:
         case, context = self.case, self.context
@@ -57,9 +73,13 @@ class SequenceRun(CaseRun):
         refusal = ENGINES[case.engine].refusal(case, drafter)
         if refusal:
             raise NotApplicable(refusal)
+        # A later turn's input holds the answers before it, which depend on the dtype.
+        later = (dtype, self.turn) if self.turn else ()
         input_ids = shared.input_ids(
-            (pair.target, pair.revision, case.prompt.id),
-            lambda: prompt_input_ids(target.tokenizer, case.prompt, all_prompts, config.context_tokens, store.device),
+            (pair.target, pair.revision, case.prompt.id, *later),
+            lambda: prompt_input_ids(
+                target.tokenizer, case.prompt, all_prompts, config.context_tokens, store.device, self.answers
+            ),
         )
         eos = target.tokenizer.eos_token_id if config.stop_at_eos else None
         n = config.max_new_tokens
@@ -68,7 +88,7 @@ class SequenceRun(CaseRun):
             models[f"draft {pair.draft_label!r}"] = drafter.model
         check_context_windows(case, int(input_ids.shape[1]), n, models)
         sampling = sampling_params(config)
-        reference = store.reference(pair, case.prompt.id, input_ids, n, eos, dtype) if sampling.greedy else []
+        reference = store.reference(pair, self.prompt_key, input_ids, n, eos, dtype) if sampling.greedy else []
         # Never past what a run can use: k + 1, the new tokens, and the target's window after the prompt.
         window = context_window(target.model.config)
         longest = probed_k(config.ks, n, None if window is None else window[0] - int(input_ids.shape[1]))
@@ -83,6 +103,16 @@ class SequenceRun(CaseRun):
             ),
         )
         self.setup = SequenceSetup(target, drafter, input_ids, n, eos, sampling, reference, costs, costs_key)
+
+    def greedy_answer(self) -> list[int]:
+        """The target's greedy tokens for its input (its reference, computed under sampling too): what the next
+        turn's input holds as this turn's answer."""
+        setup, case = self.setup, self.case
+        if setup.reference:
+            return setup.reference
+        return self.context.store.reference(
+            case.pair, self.prompt_key, setup.input_ids, setup.max_new_tokens, setup.eos_token_id, self.dtype
+        )
 
     def _new_runner(self) -> SpeculativeRun:
         setup, config = self.setup, self.context.config
@@ -168,7 +198,7 @@ class SequenceRun(CaseRun):
                 self.half_precision,
                 config.tie_tolerance,
             )
-        key = (case.pair.name, self.dtype, case.prompt.id, setup.sampling, config.sampling_check_draws, config.seed)
+        key = (case.pair.name, self.dtype, self.prompt_key, setup.sampling, config.sampling_check_draws, config.seed)
         check = shared.sampling_check(
             key,
             lambda: sampling_check(

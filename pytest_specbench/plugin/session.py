@@ -36,6 +36,7 @@ class SpecbenchSession:
     signals: SignalStop = field(default_factory=SignalStop, repr=False)  # active on the controller only
     baseline: dict[str, Any] | None = None  # the loaded baseline document, when gating
     resume: Resume = field(default_factory=Resume)  # the rows --specbench-resume replays, the cases it reruns
+    prompt_sample: str = ""  # which prompts of the file run, and how they were drawn: the summary's line
     tally: CaseTally = field(init=False)  # which cases were collected, selected, began, failed, skipped
     rows: CaseRows = field(init=False)  # the typed row of each finished case, measured here or replayed
     began_at: float = field(default_factory=time.perf_counter, repr=False)  # the run's budget counts from here
@@ -143,5 +144,6 @@ class SpecbenchSession:
             files=self.files,
             empty_selection=lambda: self.availability.empty_selection_lines(self.pairs, self.cases),
             left_out=self.availability.left_out(),
+            prompt_sample=self.prompt_sample,
         )
         return summary_sections(snapshot)

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..measure.matrix import build_matrix, shard_pairs
 from ..measure.pairs import all_pairs, default_pair_names, select_pairs
-from ..measure.prompts import Prompt, load_prompts, select_prompts
+from ..measure.prompts import DEFAULT_PROMPT_FILE, Prompt, load_prompts, sample_line, select_prompts
 from ..measure.resume import load_resume
 from ..results.run_files import RunFiles
 from ..settings.config import SpecbenchConfig
@@ -40,16 +40,30 @@ def build_session(
         signals=SignalStop(active=controller),
         baseline=load_checked_baseline(config),
         resume=load_resume(config, cases, all_prompts),
+        prompt_sample=prompt_sample_line(config, all_prompts, prompts),
     )
 
 
 def selected_prompts(config: SpecbenchConfig, all_prompts: list[Prompt]) -> list[Prompt]:
     """The prompts the matrix runs: the CPU default categories are the shipped suite's, so a user's own
-    prompt file runs whole unless --specbench-prompts names categories."""
+    prompt file runs whole unless --specbench-prompts names categories (or groups)."""
     categories = config.prompt_categories or None
     if config.prompt_file is not None and "prompts" not in config.given:
         categories = None
-    return select_prompts(all_prompts, categories, config.prompts_per_category)
+    return select_prompts(all_prompts, categories, config.prompts_per_category, sample_seed(config))
+
+
+def sample_seed(config: SpecbenchConfig) -> int | None:
+    """The seed of the prompts' per-category sample: the run's (--specbench-seed) when a number per category was
+    given; None (each category's first prompts) for the CPU default, so a CPU run keeps the shipped suite's
+    short first prompts."""
+    return config.seed if "prompts-per-category" in config.given else None
+
+
+def prompt_sample_line(config: SpecbenchConfig, all_prompts: list[Prompt], selected: list[Prompt]) -> str:
+    """The summary's line saying which prompts of the file the run's matrix holds, and how they were drawn."""
+    source = str(config.prompt_file) if config.prompt_file is not None else f"the shipped {DEFAULT_PROMPT_FILE.name}"
+    return sample_line(all_prompts, selected, config.prompts_per_category, sample_seed(config), source)
 
 
 def load_checked_baseline(config: SpecbenchConfig) -> dict[str, Any] | None:

@@ -33,6 +33,8 @@ from .answer import pair_sentence, prompt_table, run_answer
 from .batch import per_k_rows
 from .dtype_view import dtype_order, not_shown_lines, several_dtypes, speed_table
 from .formatting import new_tokens_text, number, value_with_interval, with_interval
+from .leaderboard import leaderboard_markdown
+from .requests import requests_section
 
 #: efficiency below this is called low in the findings
 LOW_EFFICIENCY = 0.8
@@ -223,8 +225,11 @@ def report_markdown(
             f"![decode speedup by category at the best k]({_relative(figures_dir / 'speedup_by_category.png', start)})",
             "",
         ]
+    # Spec-Bench's layout (report/leaderboard.py), grouped as the run's --specbench-category-groups.
+    lines += leaderboard_markdown(results, options.get("specbench_category_groups") or "spec_bench")
     lines += _batch_section(results, figures_dir, start)
     lines += _regret_section(answer, figures_dir, start)
+    lines += requests_section(results, figures_dir, start)  # report/requests.py: each request counted once
     lines += _whole_run_lines(analyses, results)
     return "\n".join(lines).rstrip() + "\n"
 

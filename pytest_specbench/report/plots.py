@@ -36,6 +36,7 @@ def figure_names(pairs: Sequence[str], batched_pairs: Sequence[str] = ()) -> lis
         [f"{figure}_{pair}.png" for pair in pairs for figure in FIGURES]
         + ["speedup_by_category.png"]
         + [f"{BATCH_FIGURE}_{pair}.png" for pair in batched_pairs]
+        + [f"request_acceptance_{pair}.png" for pair in pairs]  # where a request of the pair drafted something
     )
 
 
@@ -306,6 +307,39 @@ def schedule_regret(answers: Sequence[dict[str, Any]], pair: str, directory: Pat
     return _save(fig, directory, f"schedule_regret_{pair}.png")
 
 
+def request_acceptance(results: Sequence[CaseResult], pair: str, directory: Path) -> Path | None:
+    """The share of a pair's requests (report/requests.py) at each acceptance, one line per (engine, dtype, k,
+    batch); None where no request of the pair drafted anything."""
+    from .requests import REQUEST_FIGURE, request_groups
+
+    groups = [g for g in request_groups(results) if g.pair == pair]
+    series = [(g, [v for v in g.acceptance if v is not None]) for g in groups]
+    series = [(g, values) for g, values in series if values]
+    if not series:
+        return None
+    bins = [i / 20 for i in range(21)]
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    # Each line named by k and by what else differs between the lines.
+    differ = [part for part in ("engine", "dtype", "batch") if len({getattr(g, part) for g, _ in series}) > 1]
+    for i, (group, values) in enumerate(series):
+        label = " ".join([f"k={group.k}", *(f"{part} {getattr(group, part)}" for part in differ)])
+        ax.hist(
+            values,
+            bins=bins,
+            weights=[1 / len(values)] * len(values),
+            histtype="step",
+            lw=1.6,
+            color=f"C{i % 10}",
+            label=f"{label} ({len(values)} requests, mean {sum(values) / len(values):.2f})",
+        )
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("acceptance of a request (accepted / drafted tokens)")
+    ax.set_ylabel("share of requests")
+    ax.set_title(f"{pair}: per-request acceptance\n(each round, turn and batch row one request; every prompt pooled)")
+    ax.legend(fontsize=7)
+    return _save(fig, directory, f"{REQUEST_FIGURE}_{pair}.png")
+
+
 def write_plots(results: Sequence[CaseResult], directory: Path) -> list[Path]:
     """Every figure of the run under ``directory`` (created); returns the files written.
 
@@ -321,6 +355,9 @@ def write_plots(results: Sequence[CaseResult], directory: Path) -> list[Path]:
     written: list[Path] = []
     for dtype, rows in by_dtype.items():
         written += _dtype_plots(rows, directory, DTYPE_ID_SUFFIXES.get(dtype, f"-{dtype}") if several else "")
+    for pair in rows_by_pair(results):  # one per pair, its dtypes, engines and every k as lines
+        histogram = request_acceptance(results, pair, directory)
+        written += [histogram] if histogram is not None else []
     return written
 
 

@@ -37,6 +37,7 @@ class RunSnapshot:
     files: RunFiles
     empty_selection: Callable[[], list[str]]  # why -k/-m matched no case (probes local models: only then)
     left_out: Sequence[str] = ()  # built-in pairs the default selection left out on this device
+    prompt_sample: str = ""  # which prompts of the file run, and how they were drawn (a seeded sample per category)
 
     @property
     def results(self) -> list[CaseResult]:
@@ -53,7 +54,8 @@ def summary_sections(run: RunSnapshot) -> list[tuple[str, list[Line]]]:
     tally, files, gate = run.tally, run.files, run.ending.gate
     if not (tally.collected or tally.began or run.rows.by_case or gate is not None or files.refusals or tally.skipped):
         return []
-    lines = _headline(run) + _plain(_left_out_lines(run)) + _plain(_budget_lines(run))
+    lines = _plain([run.prompt_sample] if run.prompt_sample else []) + _headline(run) + _plain(_left_out_lines(run))
+    lines += _plain(_budget_lines(run))
     replayed = run.rows.replayed
     if replayed:
         lines.append((f"{len(replayed)} case(s) taken from {run.config.resume}, not run again", False))
@@ -87,7 +89,7 @@ def _headline(run: RunSnapshot) -> list[Line]:
         return _plain(run.empty_selection() + skipped_pairs)
     from .summary import summary_lines
 
-    return _plain(summary_lines(run.results, run.config.ci_target) + skipped_pairs)
+    return _plain(summary_lines(run.results, run.config.ci_target, run.config.category_groups) + skipped_pairs)
 
 
 def _ending(run: RunSnapshot) -> list[Line]:

@@ -25,6 +25,8 @@ from .answer import pair_sentence, prompt_table, run_answer
 from .batch import batch_answer, batch_lines, per_k_rows
 from .dtype_view import TITLE, dtype_order, not_shown_lines, several_dtypes, view_table
 from .formatting import new_tokens_text, with_interval
+from .leaderboard import leaderboard_lines
+from .requests import tpot_text
 
 _MARK = {"lossless": "yes", "tie-divergence": "tie", "diverged": "NO"}
 UNSTABLE_MARK = "!"
@@ -41,9 +43,11 @@ def _cell(row: CaseResult, name: str, fmt: str, interval: bool) -> str:
     return with_interval(row, name, fmt) + (f" {UNSTABLE_MARK}" if row.unstable else "")
 
 
-def summary_lines(results: Sequence[CaseResult], ci_target: float = 0.05) -> list[str]:
+def summary_lines(
+    results: Sequence[CaseResult], ci_target: float = 0.05, category_groups: str = "spec_bench"
+) -> list[str]:
     """The terminal summary: a table per pair, a per-k summary, the answer (best k per prompt, ties, slower k),
-    the unstable cases."""
+    the leaderboard view of a run of Spec-Bench's questions (grouped by ``category_groups``), the unstable cases."""
     if not results:
         return ["no specbench case ran: nothing to summarise"]
     engines = several_engines(results)
@@ -51,6 +55,7 @@ def summary_lines(results: Sequence[CaseResult], ci_target: float = 0.05) -> lis
     lines: list[str] = []
     for pair, rows in rows_by_pair(results).items():
         lines += _pair_lines(pair, rows, engines, answer)
+    lines += leaderboard_lines(results, category_groups)  # report/leaderboard.py: empty unless Spec-Bench's questions
     # The answer for serving (report/batch.py): only when more than one batch size ran.
     return lines + batch_lines(results) + _closing_lines(results, ci_target)
 
@@ -118,7 +123,8 @@ def _kernel_lines(rows: Sequence[CaseResult]) -> list[str]:
 
 
 def _per_k_lines(rows: Sequence[CaseResult], engines: bool) -> list[str]:
-    """Per k (and dtype, and engine, when more than one ran): geometric mean speedups, mean acceptance and tau."""
+    """Per k (and dtype, and engine, when more than one ran): geometric mean speedups, mean acceptance and tau,
+    and the time per output token at p50 and p99 over the requests of every prompt."""
     per_k = []
     dtypes = dtype_order([row.dtype for row in rows])
     order = sorted(rows, key=lambda row: (k_order(row.k), dtypes.index(row.dtype), row.engine))
@@ -132,13 +138,15 @@ def _per_k_lines(rows: Sequence[CaseResult], engines: bool) -> list[str]:
                 geometric_mean([row.speedup for row in at_k]),
                 sum(row.acceptance_rate for row in at_k) / len(at_k),
                 sum(row.tau for row in at_k) / len(at_k),
+                tpot_text(at_k),  # report/requests.py: over every prompt's requests
             ]
         )
     lead = ("k", *(["dtype"] if len(dtypes) > 1 else []), *(["engine"] if engines else []))
     return tabulate(
         per_k,
-        headers=(*lead, "cases", "geomean decode speedup", "geomean e2e speedup", "mean accept", "mean tau"),
-        floatfmt=("",) * len(lead) + ("", ".2f", ".2f", ".3f", ".2f"),
+        headers=(*lead, "cases", "geomean decode speedup", "geomean e2e speedup", "mean accept", "mean tau")
+        + ("TPOT p50 / p99 ms",),
+        floatfmt=("",) * len(lead) + ("", ".2f", ".2f", ".3f", ".2f", ""),
     ).splitlines()
 
 

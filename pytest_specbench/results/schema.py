@@ -117,8 +117,15 @@ class CaseResult:
     top_p: float = _field("top-p of the sampling (1: off)", IDENTITY, default=1.0)
     top_k: int = _field("top-k of the sampling (0: off)", IDENTITY, default=0)
     category: str = _field("prompt category", IDENTITY)
-    prompt_tokens: int = _field("prompt length in tokens", IDENTITY)
+    prompt_tokens: int = _field("prompt length in tokens (a multi-turn prompt: its turns' inputs summed)", IDENTITY)
     new_tokens: int = _field("tokens generated per run (batch > 1: by the case's own row)", IDENTITY)
+    turns: list = _field(
+        "a multi-turn prompt, per turn: its input and new tokens, tau, acceptance, median decode milliseconds per "
+        "token of the runs and of the baselines, and its verdict (empty for one turn; the row's figures sum the turns)",
+        IDENTITY,
+        default=[],
+        csv=False,
+    )
     inputs_fingerprint: dict = _field(
         "what the case measured from, a digest per part: target, draft "
         "(the models' files, or hub id and revision), drafter (its "
@@ -316,6 +323,60 @@ class CaseResult:
     )
     row_acceptance_min: float | None = _field("batch > 1: the lowest row acceptance", ACCEPTANCE, default=None)
     row_acceptance_max: float | None = _field("batch > 1: the highest row acceptance", ACCEPTANCE, default=None)
+    # --- per request (results/requests.py): each request counts once, as serving teams read them
+    requests: int = _field(
+        "requests the per-request fields are over: each timed speculative run (round), a multi-turn run's each "
+        "turn, a batched run's each row (the length of request_tpot_ms; 0 in a row of an older version)",
+        ACCEPTANCE,
+        default=0,
+    )
+    request_acceptance: list = _field(
+        "each request's accepted / drafted tokens (null where it drafted nothing), rounds in order, then turns or rows",
+        ACCEPTANCE,
+        default=[],
+        csv=False,
+    )
+    request_tau: list = _field(
+        "each request's tokens per decode step, bonus included (null without a decode step)",
+        ACCEPTANCE,
+        default=[],
+        csv=False,
+    )
+    request_tpot_ms: list = _field(
+        "each request's time per output token: decode milliseconds per token after its first, prefill excluded "
+        "(null for a request of one token; batch > 1: until its row finished)",
+        TIMING,
+        default=[],
+        csv=False,
+    )
+    request_mean_acceptance: float | None = _field(
+        "mean over the requests of their acceptance, each request weighted once (acceptance_rate weights each "
+        "drafted token once)",
+        ACCEPTANCE,
+        default=None,
+    )
+    acceptance_p10: float | None = _field(
+        "10th percentile of request_acceptance over the case's requests (numpy.percentile, linear method)",
+        ACCEPTANCE,
+        default=None,
+    )
+    acceptance_p50: float | None = _field("median of request_acceptance, likewise", ACCEPTANCE, default=None)
+    acceptance_p90: float | None = _field("90th percentile of request_acceptance, likewise", ACCEPTANCE, default=None)
+    tau_p10: float | None = _field(
+        "10th percentile of request_tau over the case's requests (numpy.percentile, linear method)",
+        ACCEPTANCE,
+        default=None,
+    )
+    tau_p50: float | None = _field("median of request_tau, likewise", ACCEPTANCE, default=None)
+    tau_p90: float | None = _field("90th percentile of request_tau, likewise", ACCEPTANCE, default=None)
+    tpot_p50_ms: float | None = _field(
+        "median time per output token over the case's requests, milliseconds (numpy.percentile, linear method; "
+        "over few requests a high percentile lies between the slowest two)",
+        TIMING,
+        default=None,
+    )
+    tpot_p95_ms: float | None = _field("95th percentile of request_tpot_ms, likewise", TIMING, default=None)
+    tpot_p99_ms: float | None = _field("99th percentile of request_tpot_ms, likewise", TIMING, default=None)
     target_forward_passes: int = _field("target forward passes of one speculative run", ACCEPTANCE)
     draft_forward_passes: int = _field("draft model forward passes of one speculative run", ACCEPTANCE)
     accepted_per_step: list = _field(

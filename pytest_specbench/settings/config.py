@@ -37,7 +37,8 @@ class SpecbenchConfig:
     compile_steps: bool
     prompt_categories: tuple[str, ...]  # empty: all
     prompt_file: Path | None
-    prompts_per_category: int
+    prompts_per_category: int | None  # None: every prompt of each category
+    category_groups: str  # measure.prompts.CATEGORY_GROUPINGS
     context_tokens: int | None
     max_new_tokens: int
     dtypes: tuple[str, ...]  # model dtypes, each case run once in each ("auto" resolved: see resolve_auto_dtypes)

@@ -148,6 +148,28 @@ def _head_kernel(raw: str) -> str:
     return raw
 
 
+def _per_category(raw: str) -> int | None:
+    """N prompts per category, or ``all`` (None): every prompt of each."""
+    if raw == "all":
+        return None
+    try:
+        return _int(1)(raw)
+    except ValueError as error:
+        raise ValueError(f"{error}, or all (every prompt of each category)") from None
+
+
+#: how categories group in the leaderboard view (``--specbench-category-groups``): ``spec_bench`` as Spec-Bench's
+#: ``speed.py`` reports them (MT-bench's categories as one group, every other category its own), ``category``
+#: each category its own
+CATEGORY_GROUPINGS: tuple[str, ...] = ("spec_bench", "category")
+
+
+def _category_grouping(raw: str) -> str:
+    if raw not in CATEGORY_GROUPINGS:
+        raise ValueError(f"unknown category grouping {raw!r}; accepted: {', '.join(CATEGORY_GROUPINGS)}")
+    return raw
+
+
 #: --specbench-dtype's word for the dtypes the run's device computes natively (settings/config.py resolves it)
 AUTO_DTYPES = "auto"
 #: what a dtype adds to a case id when several run (float32 adds nothing, so its ids stay those of a one-dtype run)
@@ -501,8 +523,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "prompts",
         "prompt_categories",
-        f"comma list of prompt categories (default: all; on CPU, of the shipped suite, {CPU_PROMPTS})",
-        _comma_list("a comma list of prompt categories; leave the option out for the default categories"),
+        "comma list of prompt categories and category groups (mt_bench: the MT-bench categories the file "
+        f"holds) (default: all; on CPU, of the shipped suite, {CPU_PROMPTS})",
+        _comma_list("a comma list of prompt categories or groups; leave the option out for the default categories"),
         cpu_default=CPU_PROMPTS,
         metavar="CATEGORIES",
         unset=(),
@@ -510,7 +533,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "prompt-file",
         "prompt_file",
-        "JSON Lines prompt file to use instead of the shipped suite",
+        'JSON Lines prompt file to use instead of the shipped suite: prompts ({"id", "category", "text"}, "id" '
+        'optional) or the questions of Spec-Bench\'s or MT-bench\'s question.jsonl ({"question_id", "category", '
+        '"turns"}, each turn asked in order), each line told apart by its fields',
         _existing_file,
         metavar="PATH",
         reads=True,
@@ -519,10 +544,23 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "prompts-per-category",
         "prompts_per_category",
-        "prompts run per category (default 1)",
-        _int(1),
-        "1",
+        "prompts run per category: N or all (default all; on CPU 1). A given N is a sample drawn from each "
+        "category with --specbench-seed and run in file order (a category of N or fewer runs whole); the CPU "
+        "default runs each category's first prompt. The terminal summary says which ran",
+        _per_category,
+        "all",
+        cpu_default="1",
         metavar="N",
+    ),
+    Option(
+        "category-groups",
+        "category_groups",
+        "how the leaderboard view groups prompt categories: spec_bench (as Spec-Bench's speed.py: MT-bench's "
+        "eight categories as one mt_bench group, every other category its own) or category (each its own) "
+        "(default spec_bench)",
+        _category_grouping,
+        "spec_bench",
+        metavar="GROUPING",
     ),
     Option(
         "context-tokens",
