@@ -227,3 +227,14 @@ def test_a_question_file_runs_turn_by_turn_lossless_with_the_leaderboard_view(be
     assert rows["tiny-k4-translation"]["turns"] == []
     out = result.stdout.str()
     assert "mt_bench" in out and "Overall" in out  # the leaderboard view, for a question file
+
+
+def test_a_pairs_header_counts_new_tokens_per_run_not_a_multi_turn_rows_sum() -> None:
+    from factory import case_result
+
+    from pytest_specbench.report.formatting import new_tokens_text
+
+    two_turns = case_result(new_tokens=64, turns=[{"turn": 1, "new_tokens": 32}, {"turn": 2, "new_tokens": 32}])
+    one_turn = case_result(new_tokens=32, turns=[])
+    assert new_tokens_text([two_turns, one_turn]) == "32 new tokens"
+    assert new_tokens_text([two_turns]) == "32 new tokens per turn"

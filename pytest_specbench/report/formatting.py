@@ -37,7 +37,10 @@ def new_tokens_text(rows: Sequence[CaseResult], per_run: str = "") -> str:
     they agree), since a batch's sequences may stop at different lengths and its first alone misreports it."""
     first_of_size: dict[int, CaseResult] = {}
     for row in rows:
-        first_of_size.setdefault(row.batch, row)
+        if not row.turns:  # a multi-turn row sums its turns: a one-turn row says what each run decodes
+            first_of_size.setdefault(row.batch, row)
+    if not first_of_size and rows:  # only multi-turn rows: each turn's count
+        return f"{rows[0].turns[0]['new_tokens']} new tokens per turn"
     parts = []
     for size, row in sorted(first_of_size.items()):
         per_sequence = row.batch_new_tokens
