@@ -321,6 +321,8 @@ def test_the_qwen_pairs_resolve_by_name_and_stay_out_of_the_default_selection(tm
         "qwen_coder_pld",
         "qwen_coder_05b_int8",
         "qwen_coder_05b_pld",
+        "qwen_coder_gemma",
+        "qwen_coder_05b_gemma",
     )
     assert tuple(OPT_IN_PAIRS) == names
     pairs = {pair.name: pair for pair in select_pairs(defined, names)}

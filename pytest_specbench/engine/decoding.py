@@ -384,5 +384,6 @@ def speculative_generate(
     stats = run.stats
     stats.wall_time_s = run.clock.now() - start - paused
     stats.draft_forward_passes = run.drafter.forward_passes
+    stats.translation_time_s = run.drafter.translation_time_s
     stats.new_tokens = ids.shape[1] - prompt_length
     return GenerationResult(sequences=ids, prompt_length=prompt_length, stats=stats)

@@ -29,10 +29,13 @@ class Drafter(ABC):
 
     #: forward passes of a draft model since the last ``reset`` (0 for model-free drafters)
     forward_passes: int = 0
+    #: seconds of proposals since the last ``reset`` spent translating between tokenizers (0 when they share one)
+    translation_time_s: float = 0.0
 
     def reset(self) -> None:
         """Forget any state from a previous generation."""
         self.forward_passes = 0
+        self.translation_time_s = 0.0
 
     def prefill(self, prompt_ids: torch.Tensor) -> None:
         """Read the prompt (shape ``(1, L)``) before the first proposal; the engine times it with the prefill."""

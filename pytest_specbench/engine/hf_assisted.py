@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from transformers import PreTrainedModel
 
+from .cross_tokenizer import CrossTokenizerDrafter
 from .drafters import ModelDrafter, PromptLookupDrafter
 from .forward_log import ForwardLog
 from .names import AUTO, HEURISTIC
@@ -26,7 +27,7 @@ from .sampling import SamplingParams
 from .stats import DecodeStats, GenerationResult
 from .timing import DeviceClock
 
-__all__ = ["hf_assisted_generate", "hf_schedule_settings"]
+__all__ = ["hf_assisted_generate", "hf_schedule_settings", "universal_assisted_refusal"]
 
 _ASSISTANT_KNOBS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
@@ -127,9 +128,33 @@ def _stats_from_logs(
     return stats
 
 
+def universal_assisted_refusal(target: PreTrainedModel, drafter: CrossTokenizerDrafter) -> str | None:
+    """Why transformers' universal assisted generation cannot run this pair, or None: it takes two equal
+    vocab_sizes for one shared tokenizer and refuses ``assistant_tokenizer`` then."""
+    target_size = target.config.get_text_config().vocab_size
+    if drafter.model.config.get_text_config().vocab_size != target_size:
+        return None
+    return (
+        f"transformers' universal assisted generation refuses a draft whose vocab_size equals the target's "
+        f"({target_size}): it takes equal sizes for one shared tokenizer; run this pair on the native engine"
+    )
+
+
+def _universal_assisted_kwargs(
+    target: PreTrainedModel, drafter: CrossTokenizerDrafter, sampling: SamplingParams | None
+) -> dict[str, object]:
+    """generate()'s tokenizers for transformers' universal assisted generation (a draft with its own tokenizer)."""
+    if sampling is not None and not sampling.greedy:
+        raise ValueError("cross-tokenizer drafting is greedy only, on this engine as on the native one")
+    refusal = universal_assisted_refusal(target, drafter)
+    if refusal:
+        raise ValueError(refusal)
+    return {"tokenizer": drafter.target_tokenizer, "assistant_tokenizer": drafter.draft_tokenizer}
+
+
 def hf_assisted_generate(
     target: PreTrainedModel,
-    drafter: ModelDrafter | PromptLookupDrafter | PreTrainedModel,
+    drafter: ModelDrafter | PromptLookupDrafter | CrossTokenizerDrafter | PreTrainedModel,
     input_ids: torch.Tensor,
     k: int | str,
     max_new_tokens: int,
@@ -146,20 +171,23 @@ def hf_assisted_generate(
 
     ``k`` is an integer (constant draft length), ``"heuristic"`` or ``"auto"`` (see
     :func:`hf_schedule_settings`); prompt lookup takes an integer k only (transformers has no
-    schedule for it) and uses the drafter's n-gram size. The first target pass reads the prompt
-    and verifies the first draft block at once; it counts as the prefill step, and every token it
-    commits as prefill tokens.
+    schedule for it) and uses the drafter's n-gram size. A :class:`~.cross_tokenizer.CrossTokenizerDrafter` runs
+    transformers' universal assisted generation (greedy only; the two vocab_sizes must differ). The first
+    target pass reads the prompt and verifies the first draft block at once; it counts as the prefill step,
+    and every token it commits as prefill tokens.
     """
     ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1).to(target.device)
     prompt_length = ids.shape[1]
     config = plain_generation_config(target, max_new_tokens, eos_token_id, sampling)
-    draft_model = drafter.model if isinstance(drafter, ModelDrafter) else drafter
+    draft_model = drafter.model if isinstance(drafter, (ModelDrafter, CrossTokenizerDrafter)) else drafter
     if draft_model is target:
         raise ValueError(
             "the draft is the target itself (one model object): its forward passes could not be "
             "told from the target's; pass a copy of it as the draft"
         )
     settings, kwargs = _drafting_settings(config, draft_model, k, type(drafter).__name__)
+    if isinstance(drafter, CrossTokenizerDrafter):
+        kwargs.update(_universal_assisted_kwargs(target, drafter, sampling))
 
     clock = DeviceClock(target.device)
     draft_log = ForwardLog()

@@ -32,6 +32,8 @@ class DecodeStats:
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
     prefill_time_s: float = 0.0
+    # Decode phase, a part of draft_time_s: a cross-tokenizer drafter's text translation (0 for a shared tokenizer).
+    translation_time_s: float = 0.0
     # Tokens the prefill step commits: 1 for this engine; more for Hugging Face's, whose first
     # target pass also verifies a draft block.
     prefill_tokens: int = 1

@@ -22,6 +22,7 @@ from ..engine.cost_model import (
     recommended_k_for,
 )
 from ..engine.cost_probe import verify_costs
+from ..engine.cross_tokenizer import CrossTokenizerDrafter
 from ..engine.drafters import BatchDrafter, Drafter, ModelDrafter
 from ..engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from ..engine.stats import GenerationResult
@@ -109,19 +110,26 @@ def draft_pass_costs(
     read its own last token, and its first pass of the next step reads that token and the target's bonus token
     together. Each pass runs on a warm cache of the prompt, cropped back after it, as the engine runs it (with
     ``compile_length``: static caches of that size, the draft's one-token step compiled, longer feeds eager).
-    A drafter without a model costs nothing: ``(0.0, None, None)``.
+    A drafter without a model costs nothing: ``(0.0, None, None)``. A draft with another tokenizer
+    (:class:`~..engine.cross_tokenizer.CrossTokenizerDrafter`) is timed on the prompt in its own tokens; its
+    passes only, the re-tokenisation between them is in the runs' draft time (see :func:`calibrated_costs`).
     """
-    if not isinstance(drafter, ModelDrafter):
+    if isinstance(drafter, CrossTokenizerDrafter):
+        draft, draft_input = drafter.model, drafter.draft_ids_for(input_ids)
+    elif isinstance(drafter, ModelDrafter):
+        draft, draft_input = drafter.model, input_ids
+    else:
         return 0.0, None, None  # prompt lookup and other model-free drafters: microseconds of tensor search
-    draft = drafter.model
     clock = DeviceClock(draft.device)
     target_ids = input_ids.to(target_model.device)
-    draft_ids = input_ids.to(draft.device)
+    draft_ids = draft_input.to(draft.device)
     static = None if compile_length is None else max(compile_length, input_ids.shape[1] + 2)
+    # A cross-tokenizer draft runs eager on a dynamic cache, whatever --specbench-compile says: time it so.
+    draft_static = static if isinstance(drafter, ModelDrafter) else None
     target_cache = _prefilled_cache(target_model, target_ids, static, "target")
-    draft_cache = _prefilled_cache(draft, draft_ids, static, "draft")
+    draft_cache = _prefilled_cache(draft, draft_ids, draft_static, "draft")
     target_length, draft_length = cache_length(target_cache), cache_length(draft_cache)
-    step = draft if compile_length is None else one_token_step(draft)
+    step = draft if draft_static is None else one_token_step(draft)
     pair = draft_ids[0].repeat(2)[-2:].unsqueeze(0)  # two real tokens, even from a one-token prompt
     passes = {
         "target": lambda: target_model(
@@ -237,6 +245,8 @@ def calibrated_costs(costs: CostProfile, pairs: Sequence[tuple[GenerationResult,
     what the timed rows paid on a shared CPU (docs/results/2026-12-01-default-cpu-run-run-costs.md). The curve,
     v(m), stays the probe's. Unchanged where nothing was drafted or decoded, or for a drafter that costs
     nothing."""
+    # A draft with another tokenizer: its runs' draft time holds the re-tokenisation (DecodeStats'
+    # translation_time_s is part of draft_time_s), so its c here is what a drafted token costs it all told.
     draft_s = sum(run.stats.draft_time_s for _, run in pairs)
     passes = sum(run.stats.draft_forward_passes for _, run in pairs)
     catch_ups = min(
@@ -305,6 +315,8 @@ def cost_model_fields(
         step_overhead_ms=1000 * overhead_s if other_time_s is not None else None,
     )
     if not isinstance(k, int) or k >= len(curve):  # a schedule's k changes step to step: one k's predictions fail
+        return fields
+    if max(drafted_per_step, default=0) >= len(curve):  # transformers' drafts of another tokenizer may pass k
         return fields
     fields["verify_cost_ratio"] = curve[k] / curve[0]
     if alpha is not None and steps:

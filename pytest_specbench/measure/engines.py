@@ -12,9 +12,10 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from ..engine.cross_tokenizer import CrossTokenizerDrafter
 from ..engine.decoding import speculative_generate
 from ..engine.drafters import Drafter, PromptLookupDrafter
-from ..engine.hf_assisted import hf_assisted_generate
+from ..engine.hf_assisted import hf_assisted_generate, universal_assisted_refusal
 from ..engine.names import AUTO, HEURISTIC
 from ..engine.sampling import SamplingParams
 from ..engine.schedules import CostModelSchedule, DraftSchedule, HeuristicSchedule
@@ -109,9 +110,30 @@ HF_SELF_DRAFT_REFUSAL = (
 )
 
 
-def _hf_refusal(case: Case, drafter: Drafter | None) -> str | None:
+def cross_tokenizer_refusal(case: Case, temperature: float = 0.0) -> str | None:
+    """Why a case of a pair marked ``cross_tokenizer`` cannot run (it is skipped with the reason), or None: its
+    drafts cross to the target as text, one sequence at a time, and only a greedy acceptance rule judges a draft
+    by the tokens it became (speculative sampling needs the draft's probabilities in the target's tokens)."""
+    if not case.pair.cross_tokenizer:
+        return None
+    why = f"pair {case.pair.name}'s draft has another tokenizer than its target (cross_tokenizer = true)"
     if case.batched:
-        return HF_BATCH_REFUSAL
+        return f"{why}: it drafts through text one sequence at a time, so it runs at batch 1 only, not {case.batch}"
+    if temperature > 0:
+        return (
+            f"{why}: greedy only, so it does not run under sampling (--specbench-temperature={temperature:g}); "
+            "the sampling acceptance rule needs the draft's probabilities over the target's tokens"
+        )
+    return None
+
+
+def _native_refusal(case: Case, drafter: Drafter | None, target: PreTrainedModel | None = None) -> str | None:
+    return cross_tokenizer_refusal(case)
+
+
+def _hf_refusal(case: Case, drafter: Drafter | None, target: PreTrainedModel | None = None) -> str | None:
+    if case.batched:
+        return cross_tokenizer_refusal(case) or HF_BATCH_REFUSAL
     pair = case.pair
     if pair.drafter == "model" and pair.draft == pair.target:
         return f"pair {pair.name}: {HF_SELF_DRAFT_REFUSAL}"
@@ -120,21 +142,27 @@ def _hf_refusal(case: Case, drafter: Drafter | None) -> str | None:
             f"transformers' prompt lookup has no draft-length schedule, so the hf engine runs "
             f"pair {case.pair.name} at integer k only, not k={case.k}"
         )
+    if isinstance(drafter, CrossTokenizerDrafter) and target is not None:
+        refusal = universal_assisted_refusal(target, drafter)
+        return f"pair {pair.name}: {refusal}" if refusal else None
     return None
 
 
 @dataclass(frozen=True)
 class Engine:
     runner: Callable[[Case, RunInputs], SpeculativeRun]
-    # Why a case cannot run on this engine (it is skipped with the reason), or None.
-    refusal: Callable[[Case, Drafter | None], str | None] = lambda case, drafter: None
+    # Why a case cannot run on this engine (it is skipped with the reason), or None; the target when loaded.
+    refusal: Callable[..., str | None] = lambda case, drafter, target=None: None
     # Why its runs cannot take ``between_steps`` (speculative_generate's), so no baseline runs between their
     # steps (a :mod:`.pairing` reason); None where they can.
     whole_runs: str | None = None
 
 
 #: every engine by name: the names are settings/options.py's ENGINE_NAMES, which the option parser accepts
-ENGINES: dict[str, Engine] = {"native": Engine(_native), "hf": Engine(_hf, _hf_refusal, HF_WHOLE_RUNS)}
+ENGINES: dict[str, Engine] = {
+    "native": Engine(_native, _native_refusal),
+    "hf": Engine(_hf, _hf_refusal, HF_WHOLE_RUNS),
+}
 if tuple(ENGINES) != ENGINE_NAMES:  # an accepted name with no engine would fail only when a case ran on it
     raise RuntimeError(
         f"the engine registry holds {tuple(ENGINES)}, the option accepts {ENGINE_NAMES}: list the same names in both"

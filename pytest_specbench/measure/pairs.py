@@ -3,7 +3,9 @@
 A pair names a target model and how its drafts are made: by a draft model
 (``drafter = "model"``), a copy of the target's first layers
 (``"truncated"``), an int8 copy of the target (``"int8"``) or prompt lookup
-(``"prompt_lookup"``).
+(``"prompt_lookup"``). A draft model with another tokenizer than its target's
+runs only in a pair marked ``cross_tokenizer = true`` (its drafts are
+re-tokenised as text: docs/pairs.md, "Drafts with another tokenizer").
 
 Built-in pairs come in two kinds: :data:`BUILTIN_PAIRS`, the default
 selection when ``--specbench-pairs`` is not given (each runs, or is skipped
@@ -50,6 +52,8 @@ class PairSpec:
     dtype: str | None = None  # overrides --specbench-dtype for this pair
     description: str = ""
     embedded: bool = False  # runs without the hub (the offline default)
+    # The draft model has another tokenizer: its drafts cross to the target as text (greedy, batch 1 only).
+    cross_tokenizer: bool = False
     declared_in: str | None = None  # the pairs file or pyproject.toml that declares it; None for a built-in
 
     @property
@@ -161,6 +165,22 @@ OPT_IN_PAIRS: dict[str, PairSpec] = {
             embedded=True,
             description="Qwen2.5-Coder 0.5B verified, prompt lookup drafts",
         ),
+        PairSpec(
+            "qwen_coder_gemma",
+            QWEN_1_5B,
+            EMBEDDED_GEMMA,
+            embedded=True,
+            cross_tokenizer=True,
+            description="Qwen2.5-Coder 1.5B verified, Gemma 3 270M drafts (another tokenizer)",
+        ),
+        PairSpec(
+            "qwen_coder_05b_gemma",
+            QWEN_0_5B,
+            EMBEDDED_GEMMA,
+            embedded=True,
+            cross_tokenizer=True,
+            description="Qwen2.5-Coder 0.5B verified, Gemma 3 270M drafts (another tokenizer)",
+        ),
     )
 }
 
@@ -179,6 +199,7 @@ def pair_from_mapping(name: str, data: Mapping[str, Any], where: str) -> PairSpe
         "num_layers",
         "ngram_size",
         "max_proposal",
+        "cross_tokenizer",
     }
     unknown = sorted(set(data) - known)
     if unknown:
@@ -199,6 +220,7 @@ def pair_from_mapping(name: str, data: Mapping[str, Any], where: str) -> PairSpe
             if not isinstance(data[key], int) or data[key] < 1:
                 raise PairError(f"{where}: pair {name!r}: {key} must be an integer >= 1, got {data[key]!r}")
             options.append((key, data[key]))
+    cross_tokenizer = _cross_tokenizer(name, data, drafter, where)
     dtype = data.get("dtype")
     if dtype is not None and dtype not in DTYPES:
         raise PairError(f"{where}: pair {name!r} has dtype = {dtype!r}; accepted: {', '.join(DTYPES)}")
@@ -212,7 +234,22 @@ def pair_from_mapping(name: str, data: Mapping[str, Any], where: str) -> PairSpe
         dtype=dtype,
         description=str(data.get("description", "")),
         declared_in=where,
+        cross_tokenizer=cross_tokenizer,
     )
+
+
+def _cross_tokenizer(name: str, data: Mapping[str, Any], drafter: str, where: str) -> bool:
+    """``cross_tokenizer``: a TOML boolean, and only where a draft model drafts (the other drafters share the
+    target's tokenizer)."""
+    value = data.get("cross_tokenizer", False)
+    if not isinstance(value, bool):
+        raise PairError(f"{where}: pair {name!r}: cross_tokenizer must be true or false, got {value!r}")
+    if value and drafter != "model":
+        raise PairError(
+            f'{where}: pair {name!r}: cross_tokenizer = true is only for drafter = "model" (a draft model with '
+            f"another tokenizer), not {drafter!r}, which drafts in the target's own tokens"
+        )
+    return value
 
 
 def _resolve(source: str, where: str) -> str:

@@ -56,6 +56,7 @@ class Measurement:
     spreads: Spreads = NO_SPREADS  # the block's pooled noise; by default each case's own
     pairing: Pairing | None = None  # how the block timed its baselines; absent in hand-built measurements
     turn_verdicts: list[dict[str, Any]] | None = None  # a multi-turn case's verdict per turn
+    vocabulary_overlap: float | None = None  # a cross-tokenizer pair's (ModelStore.vocabulary_overlap)
 
 
 def median(runs: list[GenerationResult], field: str) -> float:
@@ -173,6 +174,19 @@ def _step_fields(last: DecodeStats, median_run: DecodeStats) -> dict[str, Any]:
     )
 
 
+def _tokenizer_fields(measurement: Measurement) -> dict[str, Any]:
+    """A draft with another tokenizer: how much of the target's vocabulary it shares, and the share of its draft
+    time spent re-tokenising, summed over the timed runs (None where no run recorded any: the hf engine's
+    translation happens inside transformers)."""
+    runs = [run.stats for run in measurement.speculative]
+    translation_s = sum(stats.translation_time_s for stats in runs)
+    draft_s = sum(stats.draft_time_s for stats in runs)
+    return dict(
+        vocabulary_overlap=measurement.vocabulary_overlap,
+        translation_share=translation_s / draft_s if translation_s > 0 and draft_s > 0 else None,
+    )
+
+
 def _flat(tokens: list) -> list:
     """A batch's tokens (a list per row) as one list; a single run's as they are."""
     return [token for row in tokens for token in row] if tokens and isinstance(tokens[0], list) else tokens
@@ -247,6 +261,7 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         **steps,
         **_verdict_fields(measurement),
         **_block_fields(measurement.block, measurement.pairing),
+        **_tokenizer_fields(measurement),
         **batch,
         # Each round's run, turn or batch row is one request (results/requests.py).
         **request_fields(request_stats(speculative, batched=measurement.batch_prompt_ids is not None)),

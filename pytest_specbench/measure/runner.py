@@ -78,6 +78,7 @@ def _measurement(
         sizes=case_run.sizes(),
         peak_memory=memory,
         draft_label=case_run.draft_label,
+        vocabulary_overlap=case_run.context.store.vocabulary_overlap(case.pair, case_run.dtype),
         sampling=case_run.sampling,
         block=BlockRecord(case.block, list(member.rounds), member.eliminated_by, stop, block.rounds),
         batch_prompt_ids=case_run.batch_prompt_ids,

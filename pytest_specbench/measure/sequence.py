@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ..engine.cross_tokenizer import CrossTokenizerDrafter
 from ..engine.decoding import GreedyStepper, greedy_generate
 from ..engine.drafters import Drafter, ModelDrafter
 from ..engine.interleave import InterleavedBaseline
@@ -20,7 +21,15 @@ from ..models.loading import LoadedModel
 from .blocks import interleaved_pair
 from .case_run import BaselineRun, CaseRun, MeasureContext, NewInterleaved
 from .costs import CostProfile, calibrated_costs, measure_costs, probed_k
-from .engines import ENGINES, RunInputs, SpeculativeRun, sampling_kwargs, sampling_params, speculative_runner
+from .engines import (
+    ENGINES,
+    RunInputs,
+    SpeculativeRun,
+    cross_tokenizer_refusal,
+    sampling_kwargs,
+    sampling_params,
+    speculative_runner,
+)
 from .inputs import check_context_windows, prompt_input_ids
 from .matrix import Case
 from .verdicts import diagnose, sampling_check, sampling_verdict
@@ -68,9 +77,12 @@ class SequenceRun(CaseRun):
     def prepare(self) -> None:
         case, context = self.case, self.context
         store, shared, config, all_prompts = context.store, context.shared, context.config, context.all_prompts
+        refusal = cross_tokenizer_refusal(case, config.temperature)  # before any model loads
+        if refusal:
+            raise NotApplicable(refusal)
         pair, dtype = case.pair, store.dtype_for(case)
         target, drafter = store.target(pair, dtype), store.drafter(pair, dtype)
-        refusal = ENGINES[case.engine].refusal(case, drafter)
+        refusal = ENGINES[case.engine].refusal(case, drafter, target.model)
         if refusal:
             raise NotApplicable(refusal)
         # A later turn's input holds the answers before it, which depend on the dtype.
@@ -172,7 +184,7 @@ class SequenceRun(CaseRun):
         pair's draft costs in the engine's own loop, and every case on that profile reads the new one (see
         :func:`.costs.calibrated_costs`). Interleaved where the block interleaves: the ratio of two runs timed
         apart moves with the machine's speed."""
-        if self.case.engine != "native" or not isinstance(self.setup.drafter, ModelDrafter):
+        if self.case.engine != "native" or not isinstance(self.setup.drafter, (ModelDrafter, CrossTokenizerDrafter)):
             return
         pairs = [
             interleaved_pair(self.run, new_interleaved) if new_interleaved else (baseline(), self.run())

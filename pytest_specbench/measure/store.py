@@ -30,6 +30,7 @@ class ModelStore:
         self.load_counts: Counter[str] = Counter()  # by "source (dtype)"
         self._models: dict[tuple, LoadedModel] = {}
         self._drafters: dict[tuple[str, str], Drafter] = {}
+        self._overlaps: dict[str, float] = {}  # by pair name
         self._references: dict[tuple, list[int]] = {}
 
     def dtype_for(self, case: Case) -> str:
@@ -56,7 +57,7 @@ class ModelStore:
     def drafter(self, pair: PairSpec, dtype: str | None = None) -> Drafter:
         """The pair's drafter in ``dtype`` (see :meth:`pair_dtype`); a drafter derived from the target (int8,
         truncated) is derived from the target in that dtype. For a draft model, its tokenizer is checked against
-        the target's first."""
+        the target's first, unless the pair is marked ``cross_tokenizer`` (its drafts cross as text)."""
         key = (pair.name, self.pair_dtype(pair, dtype))
         if key not in self._drafters:
             self._drafters[key] = self._build_drafter(pair, key[1])
@@ -71,6 +72,10 @@ class ModelStore:
         options = pair.options
         if pair.drafter == "model":
             draft = self.model(pair.draft, None, dtype)  # a pair's revision is its target's
+            if pair.cross_tokenizer:  # ids never cross: neither check applies
+                from ..engine.cross_tokenizer import CrossTokenizerDrafter
+
+                return CrossTokenizerDrafter(draft.model, draft.tokenizer, target.tokenizer)
             check_same_tokenization(target.tokenizer, draft.tokenizer, pair.target, pair.draft)
             check_draft_vocabulary(target.model.config, draft.model.config, pair.target, pair.draft)
             return ModelDrafter(draft.model)
@@ -84,6 +89,19 @@ class ModelStore:
                 ngram_size=options.get("ngram_size", DEFAULT_NGRAM_SIZE), max_proposal=options.get("max_proposal")
             )
         raise ValueError(f"pair {pair.name!r}: unknown drafter {pair.drafter!r}")
+
+    def vocabulary_overlap(self, pair: PairSpec, dtype: str | None = None) -> float | None:
+        """A cross-tokenizer pair's share of the target's token texts that the draft's vocabulary holds too,
+        computed once per pair; None for any other pair (its draft shares the target's tokens)."""
+        if not pair.cross_tokenizer:
+            return None
+        from ..models.tokenization import vocabulary_overlap
+
+        if pair.name not in self._overlaps:  # the tokenizers are the same in every dtype
+            dtype = self.pair_dtype(pair, dtype)
+            target, draft = self.target(pair, dtype), self.model(pair.draft, None, dtype)
+            self._overlaps[pair.name] = vocabulary_overlap(target.tokenizer, draft.tokenizer)
+        return self._overlaps[pair.name]
 
     def reference(
         self,

@@ -22,6 +22,7 @@ __all__ = [
     "VocabularyMismatch",
     "check_draft_vocabulary",
     "check_same_tokenization",
+    "vocabulary_overlap",
 ]
 
 #: varied texts that tend to expose differing vocabularies and normalisation
@@ -48,7 +49,11 @@ class TokenizerMismatch(UnrunnableCase):
         self.target_name = target_name
         self.draft_name = draft_name
         self.detail = detail
-        super().__init__(f"draft {draft_name!r} does not share the tokenizer of target {target_name!r}: {detail}")
+        super().__init__(
+            f"draft {draft_name!r} does not share the tokenizer of target {target_name!r}: {detail}; to pair them "
+            "anyway, mark the pair cross_tokenizer = true in its pairs file or pyproject.toml (its drafts then cross "
+            'as text: docs/pairs.md, "Drafts with another tokenizer")'
+        )
 
 
 def _shorten(ids: list[int], limit: int = 12) -> str:
@@ -107,3 +112,28 @@ def check_draft_vocabulary(
             f"{target_size}: the draft could propose ids {target_size} to {draft_size - 1}, which the target has "
             f"no embedding for; pair the target with a draft whose vocab_size is at most {target_size}"
         )
+
+
+def _token_texts(tokenizer: PreTrainedTokenizerBase) -> set[str]:
+    """The text of each id decoded alone, special ids and partial UTF-8 (U+FFFD) left out."""
+    special = set(tokenizer.all_special_ids)
+    ids = [[i] for i in range(len(tokenizer)) if i not in special]
+    backend = getattr(tokenizer, "backend_tokenizer", None)  # a fast tokenizer: one batch in Rust, no Python per id
+    if backend is not None:
+        texts = backend.decode_batch(ids, skip_special_tokens=False)
+    else:
+        texts = tokenizer.batch_decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    return {text for text in texts if "\ufffd" not in text}
+
+
+def vocabulary_overlap(target_tokenizer: PreTrainedTokenizerBase, draft_tokenizer: PreTrainedTokenizerBase) -> float:
+    """Share of target token texts (each id decoded alone, special and U+FFFD ones dropped) also the draft's.
+
+    Both sets leave out special ids and texts with U+FFFD (partial UTF-8 bytes); 0.0 for a target with none.
+    A cross-tokenizer draft proposes through text, so this says how much of the target's vocabulary it can spell
+    in one token. It decodes each vocabulary once (one batch): callers that ask often should keep the answer.
+    """
+    target_texts = _token_texts(target_tokenizer)
+    if not target_texts:
+        return 0.0
+    return len(target_texts & _token_texts(draft_tokenizer)) / len(target_texts)

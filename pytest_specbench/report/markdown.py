@@ -35,6 +35,7 @@ from .dtype_view import dtype_order, not_shown_lines, several_dtypes, speed_tabl
 from .formatting import new_tokens_text, number, value_with_interval, with_interval
 from .leaderboard import leaderboard_markdown
 from .requests import requests_section
+from .summary import cross_tokenizer_line
 
 #: efficiency below this is called low in the findings
 LOW_EFFICIENCY = 0.8
@@ -325,6 +326,7 @@ def _pair_lines(
         *_pair_header(pair, rows),
         _case_table(rows, engines),
         "",
+        *_cross_tokenizer_lines(rows),
         *_engine_lines(rows),
         *_answer_lines(pair, answer, engines, several_dtypes(rows)),
         *_dtype_view_lines(pair, answer),
@@ -354,6 +356,13 @@ def _pair_header(pair: str, rows: Sequence[CaseResult]) -> list[str]:
         f"({first.peak_memory_kind or 'n/a'}).",
         "",
     ]
+
+
+def _cross_tokenizer_lines(rows: Sequence[CaseResult]) -> list[str]:
+    """Under the case table of a pair whose draft has another tokenizer: its vocabulary overlap and translation
+    share (report/summary.py's line, as a sentence)."""
+    line = cross_tokenizer_line(rows)
+    return [f"{line[0].upper()}{line[1:]}.", ""] if line else []
 
 
 def _engine_lines(rows: Sequence[CaseResult]) -> list[str]:

@@ -16,6 +16,7 @@ from .analysis import (
     constant_k_rows,
     geometric_mean,
     k_order,
+    median,
     pooled_position_acceptance,
     row_order,
     rows_by_pair,
@@ -81,6 +82,8 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: di
     ]
     # Cells come formatted (a value with its interval is text): tabulate must not parse them again.
     lines += tabulate(table, headers=[header for _, header, _, _ in columns], disable_numparse=True).splitlines()
+    tokenizer = cross_tokenizer_line(rows)
+    lines += [tokenizer] if tokenizer else []
     lines += ["", *_per_k_lines(per_k_rows(rows), engines)]  # several batch sizes: the smallest
     comparisons = compare_engines(rows)
     if comparisons:
@@ -104,6 +107,25 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: di
         )
         lines.append("  " + "  ".join(f"{i}: {share:.2f}" for i, _, share in positions))
     return lines + [""]
+
+
+def cross_tokenizer_line(rows: Sequence[CaseResult]) -> str | None:
+    """For a pair whose draft has another tokenizer: the share of the target's vocabulary it shares and the
+    share of its draft time spent re-tokenising (median over the cases that timed it); None for any other pair."""
+    overlaps = [row.vocabulary_overlap for row in rows if row.vocabulary_overlap is not None]
+    shares = [row.translation_share for row in rows if row.translation_share is not None]
+    if not overlaps and not shares:
+        return None
+    parts = [f"vocabulary overlap {overlaps[0]:.2f}"] if overlaps else []
+    if shares:
+        cases = f", median of {len(shares)} cases" if len(shares) > 1 else ""
+        parts.append(f"translation {median(shares):.1%} of draft time{cases}")
+    else:
+        parts.append("translation not timed apart (inside transformers)")
+    return (
+        f"draft tokenizer differs: {', '.join(parts)}; acceptance is counted per target token, as the target "
+        "verified the re-tokenised drafts"
+    )
 
 
 def _block_sizes(sizes: set[int]) -> str:

@@ -294,6 +294,13 @@ class CaseResult:
     draft_time_s: float = _field("seconds spent drafting in the decode phase (median speculative run)", TIMING)
     verify_time_s: float = _field("seconds in target verify passes in the decode phase (median run)", TIMING)
     other_time_s: float = _field("decode seconds neither drafting nor verifying (median run)", TIMING)
+    translation_share: float | None = _field(
+        "a draft with another tokenizer (cross_tokenizer): the share of the draft time spent re-tokenising "
+        "between the two vocabularies, over every timed speculative run (null for a draft sharing the "
+        "target's tokenizer)",
+        TIMING,
+        default=None,
+    )
 
     # --- acceptance
     acceptance_rate: float = _field(
@@ -379,6 +386,13 @@ class CaseResult:
     tpot_p99_ms: float | None = _field("99th percentile of request_tpot_ms, likewise", TIMING, default=None)
     target_forward_passes: int = _field("target forward passes of one speculative run", ACCEPTANCE)
     draft_forward_passes: int = _field("draft model forward passes of one speculative run", ACCEPTANCE)
+    vocabulary_overlap: float | None = _field(
+        "a draft with another tokenizer (cross_tokenizer): the share of the target's token texts that the "
+        "draft's vocabulary holds too (null for a draft sharing the target's tokenizer); acceptance is "
+        "counted in the target's tokens either way",
+        ACCEPTANCE,
+        default=None,
+    )
     accepted_per_step: list = _field(
         "accepted tokens at each step (batch > 1: every row's decode steps in "
         "turn after one prefill entry, a step of one sequence each)",

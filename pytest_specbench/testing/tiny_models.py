@@ -231,3 +231,62 @@ def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
 
 #: the drafter tests' prompt: it repeats itself, so that prompt lookup finds n-grams to copy
 REPETITIVE_PROMPT = [5, 6, 7, 8, 9, 10] * 4 + [5, 6]
+
+
+# --- tokenizers that differ from a target's: cross-tokenizer drafting ---------------------
+
+#: merges of :func:`merged_byte_tokenizer`, in byte-level symbols (Ġ is a space); some cross a word boundary
+BYTE_MERGES: tuple[tuple[str, str], ...] = (
+    ("s", "Ġ"), ("d", "Ġ"), ("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"),
+    ("o", "n"), ("a", "n"), ("r", "e"), ("Ġ", "w"), ("o", "r"), ("e", "Ġ"), ("Ġthe", "Ġ"), ("l", "l"),
+)  # fmt: skip
+
+
+def merged_byte_tokenizer() -> PreTrainedTokenizerFast:
+    """:func:`byte_tokenizer` (the same 257 ids) plus the merged tokens of :data:`BYTE_MERGES` after them.
+
+    No pre-tokenizer split, so merges cross spaces ("eĠ" ends one word and starts the next): its tokens straddle
+    the boundaries of a byte-level or a word-level tokenizer's.
+    """
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {symbol: index for index, symbol in enumerate(sorted(alphabet))}
+    vocab[BYTE_EOS] = len(vocab)
+    for left, right in BYTE_MERGES:
+        vocab.setdefault(left + right, len(vocab))
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=list(BYTE_MERGES)))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token=BYTE_EOS, bos_token=BYTE_EOS, pad_token=BYTE_EOS
+    )
+
+
+def permuted_byte_tokenizer(permutation: list[int]) -> PreTrainedTokenizerFast:
+    """:func:`byte_tokenizer` renumbered: its id ``i`` becomes ``permutation[i]`` (the same tokens and text)."""
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    symbols = [*sorted(alphabet), BYTE_EOS]
+    tokenizer = Tokenizer(models.BPE(vocab={s: permutation[i] for i, s in enumerate(symbols)}, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token=BYTE_EOS, bos_token=BYTE_EOS, pad_token=BYTE_EOS
+    )
+
+
+@torch.no_grad()
+def permuted_copy(model: PreTrainedModel, permutation: list[int]) -> PreTrainedModel:
+    """A copy of ``model`` whose token ``i`` is id ``permutation[i]``: embedding and output rows (and the special
+    ids) moved to match, so it computes what ``model`` does in another numbering."""
+    clone = copy.deepcopy(model)
+    order = torch.as_tensor(permutation, dtype=torch.long)
+    matrices = {id(m.weight): m.weight for m in (clone.get_input_embeddings(), clone.get_output_embeddings())}
+    for weight in matrices.values():  # a tied head is the embedding: moved once
+        moved = torch.empty_like(weight)
+        moved[order] = weight
+        weight.copy_(moved)
+    for config in (clone.config, clone.generation_config):
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            value = getattr(config, name, None)
+            if isinstance(value, int) and 0 <= value < len(permutation):
+                setattr(config, name, permutation[value])
+    return clone.eval()
