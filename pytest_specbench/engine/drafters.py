@@ -27,6 +27,8 @@ from .sampling import SamplingParams, sample_tokens, sampling_distribution
 class Drafter(ABC):
     """Proposes draft tokens; stays in step with the committed sequence."""
 
+    #: the draft model that proposes, or None for a model-free drafter (prompt lookup)
+    model: PreTrainedModel | None = None
     #: forward passes of a draft model since the last ``reset`` (0 for model-free drafters)
     forward_passes: int = 0
     #: seconds of proposals since the last ``reset`` spent translating between tokenizers (0 when they share one)

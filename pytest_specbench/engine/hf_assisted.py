@@ -19,7 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 from .cross_tokenizer import CrossTokenizerDrafter
-from .drafters import ModelDrafter, PromptLookupDrafter
+from .drafters import Drafter, ModelDrafter, PromptLookupDrafter
 from .forward_log import ForwardLog
 from .names import AUTO, HEURISTIC
 from .plain_generate import plain_generate, plain_generation_config
@@ -179,7 +179,7 @@ def hf_assisted_generate(
     ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1).to(target.device)
     prompt_length = ids.shape[1]
     config = plain_generation_config(target, max_new_tokens, eos_token_id, sampling)
-    draft_model = drafter.model if isinstance(drafter, (ModelDrafter, CrossTokenizerDrafter)) else drafter
+    draft_model = drafter.model if isinstance(drafter, Drafter) and drafter.model is not None else drafter
     if draft_model is target:
         raise ValueError(
             "the draft is the target itself (one model object): its forward passes could not be "

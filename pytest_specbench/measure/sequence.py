@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from ..engine.cross_tokenizer import CrossTokenizerDrafter
 from ..engine.decoding import GreedyStepper, greedy_generate
 from ..engine.drafters import Drafter, ModelDrafter
 from ..engine.interleave import InterleavedBaseline
@@ -184,7 +183,7 @@ class SequenceRun(CaseRun):
         pair's draft costs in the engine's own loop, and every case on that profile reads the new one (see
         :func:`.costs.calibrated_costs`). Interleaved where the block interleaves: the ratio of two runs timed
         apart moves with the machine's speed."""
-        if self.case.engine != "native" or not isinstance(self.setup.drafter, (ModelDrafter, CrossTokenizerDrafter)):
+        if self.case.engine != "native" or self.setup.drafter.model is None:
             return
         pairs = [
             interleaved_pair(self.run, new_interleaved) if new_interleaved else (baseline(), self.run())

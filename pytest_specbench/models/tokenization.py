@@ -129,9 +129,9 @@ def _token_texts(tokenizer: PreTrainedTokenizerBase) -> set[str]:
 def vocabulary_overlap(target_tokenizer: PreTrainedTokenizerBase, draft_tokenizer: PreTrainedTokenizerBase) -> float:
     """Share of target token texts (each id decoded alone, special and U+FFFD ones dropped) also the draft's.
 
-    Both sets leave out special ids and texts with U+FFFD (partial UTF-8 bytes); 0.0 for a target with none.
-    A cross-tokenizer draft proposes through text, so this says how much of the target's vocabulary it can spell
-    in one token. It decodes each vocabulary once (one batch): callers that ask often should keep the answer.
+    U+FFFD marks partial UTF-8 bytes; 0.0 for a target with no text left. A cross-tokenizer draft proposes
+    through text, so this says how much of the target's vocabulary it can spell in one token. It decodes each
+    vocabulary once (one batch): callers that ask often should keep the answer.
     """
     target_texts = _token_texts(target_tokenizer)
     if not target_texts:

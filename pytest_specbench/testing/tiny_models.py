@@ -173,17 +173,27 @@ BYTE_EOS = "<|endoftext|>"
 WORDS = ["<unk>", "<bos>", "<eos>"] + [f"w{i}" for i in range(3, 128)]
 
 
-def byte_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per byte plus EOS (id 256): any text encodes, nothing to download."""
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {symbol: index for index, symbol in enumerate(sorted(alphabet))}
-    vocab[BYTE_EOS] = len(vocab)
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+def _byte_symbols() -> list[str]:
+    """The byte-level symbols in id order, then EOS (id 256)."""
+    return [*sorted(pre_tokenizers.ByteLevel.alphabet()), BYTE_EOS]
+
+
+def _byte_level_tokenizer(
+    vocab: dict[str, int], merges: list[tuple[str, str]] | None = None, *, split_words: bool = True
+) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer over ``vocab`` with EOS (also BOS and pad) :data:`BYTE_EOS`; ``split_words=False``
+    lets merges cross spaces."""
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges or []))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split_words)
     tokenizer.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, eos_token=BYTE_EOS, bos_token=BYTE_EOS, pad_token=BYTE_EOS
     )
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per byte plus EOS (id 256): any text encodes, nothing to download."""
+    return _byte_level_tokenizer({symbol: index for index, symbol in enumerate(_byte_symbols())})
 
 
 def word_tokenizer(words: list[str] = WORDS, *, bos: str = "<bos>", eos: str = "<eos>") -> PreTrainedTokenizerFast:
@@ -248,29 +258,15 @@ def merged_byte_tokenizer() -> PreTrainedTokenizerFast:
     No pre-tokenizer split, so merges cross spaces ("eĠ" ends one word and starts the next): its tokens straddle
     the boundaries of a byte-level or a word-level tokenizer's.
     """
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {symbol: index for index, symbol in enumerate(sorted(alphabet))}
-    vocab[BYTE_EOS] = len(vocab)
+    vocab = {symbol: index for index, symbol in enumerate(_byte_symbols())}
     for left, right in BYTE_MERGES:
         vocab.setdefault(left + right, len(vocab))
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=list(BYTE_MERGES)))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, eos_token=BYTE_EOS, bos_token=BYTE_EOS, pad_token=BYTE_EOS
-    )
+    return _byte_level_tokenizer(vocab, list(BYTE_MERGES), split_words=False)
 
 
 def permuted_byte_tokenizer(permutation: list[int]) -> PreTrainedTokenizerFast:
     """:func:`byte_tokenizer` renumbered: its id ``i`` becomes ``permutation[i]`` (the same tokens and text)."""
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    symbols = [*sorted(alphabet), BYTE_EOS]
-    tokenizer = Tokenizer(models.BPE(vocab={s: permutation[i] for i, s in enumerate(symbols)}, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, eos_token=BYTE_EOS, bos_token=BYTE_EOS, pad_token=BYTE_EOS
-    )
+    return _byte_level_tokenizer({symbol: permutation[i] for i, symbol in enumerate(_byte_symbols())})
 
 
 @torch.no_grad()
