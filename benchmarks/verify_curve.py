@@ -5,16 +5,18 @@
     python benchmarks/verify_curve.py --tiny --repeats 1        # a tiny random model: a quick check of the script
 
 v(m) is the median seconds of one target forward pass over m new positions after a prompt, on a
-warm KV cache, as a verify pass of m - 1 drafted tokens runs; it is measured by the plugin's own
-probe (``engine.cost_probe.verify_costs``). Kernel forms (``--forms``):
+warm KV cache, as a verify pass of m - 1 drafted tokens runs (m = 1: a decode step); it is measured
+by the plugin's own probe (``engine.cost_probe.verify_costs``). Each pass's effective bandwidth is
+the target's weight bytes over v(m), printed beside this process's memory read bandwidth
+(``engine.bandwidth``) as its share. Kernel forms (``--forms``):
 
 - ``own``: the model's own kernels. The hf engine's path is this one: transformers' own forward,
   so it is not timed apart.
 - ``engine``: the native engine's forms (``engine.verify_forms``, ``auto``): per layer shape and
-  row count, the fastest of the model's own ``linear``, the few-rows kernel and (the head)
-  ``weight @ hidden.T``, settled before the rounds.
+  row count (one row included: the greedy baseline's steps), the fastest of the model's own
+  ``linear``, the few-rows kernel and (the head) ``weight @ hidden.T``, settled before the rounds.
 - ``rows``: the few-rows kernel (``engine.few_rows``) in every layer it serves (float32 on CPU).
-- ``column``: the head as ``weight @ hidden.T`` at every row count of 2 or more.
+- ``column``: the head as ``weight @ hidden.T`` at every row count.
 
 Every round runs each (dtype, form) once, the order rotated from round to round, so drift hits
 them alike and ratios compare things run side by side. A sweep's first pass over each m is a
@@ -38,6 +40,7 @@ from tabulate import tabulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pytest_specbench.engine import few_rows  # noqa: E402
+from pytest_specbench.engine.bandwidth import MAX_BUFFER_BYTES, memory_read_gbps, weight_bytes  # noqa: E402
 from pytest_specbench.engine.cost_probe import verify_costs  # noqa: E402
 from pytest_specbench.engine.native_dtypes import native_dtype_facts, native_dtypes  # noqa: E402
 from pytest_specbench.engine.verify_forms import form_choices  # noqa: E402
@@ -105,9 +108,15 @@ def measure(
     return samples
 
 
-def curve_rows(samples: dict[tuple[str, str], list[list[float]]], positions: Sequence[int]) -> list[dict[str, Any]]:
+def curve_rows(
+    samples: dict[tuple[str, str], list[list[float]]],
+    positions: Sequence[int],
+    nbytes: dict[str, int] | None = None,
+    read_gbps: float | None = None,
+) -> list[dict[str, Any]]:
     """One row per (dtype, form, m): median v(m); v(m)/v(1) as the median, lowest and highest of the rounds'
-    own ratios; and median v(m) over float32's median v(m) in the same form."""
+    own ratios; median v(m) over float32's median v(m) in the same form; and with the dtypes' weight bytes
+    ``nbytes``, the pass's effective bandwidth (GB/s) and its share of ``read_gbps``."""
     medians = {
         contender: {m: statistics.median(curve[m - 1] for curve in curves) for m in positions}
         for contender, curves in samples.items()
@@ -127,9 +136,15 @@ def curve_rows(samples: dict[tuple[str, str], list[list[float]]], positions: Seq
                     "ratio_to_v1_low": min(ratios),
                     "ratio_to_v1_high": max(ratios),
                     "ratio_to_float32": medians[dtype, form][m] / float32[m] if float32 else None,
+                    **_bandwidth(nbytes.get(dtype) if nbytes else None, medians[dtype, form][m], read_gbps),
                 }
             )
     return rows
+
+
+def _bandwidth(nbytes: int | None, seconds: float, read_gbps: float | None) -> dict[str, float | None]:
+    gbps = nbytes / seconds / 1e9 if nbytes and seconds > 0 else None
+    return {"gbps": gbps, "read_share": gbps / read_gbps if gbps and read_gbps else None}
 
 
 def engine_forms(models: dict[str, Any], max_rows: int) -> dict[str, dict[str, str]]:
@@ -154,7 +169,7 @@ def engine_forms(models: dict[str, Any], max_rows: int) -> dict[str, dict[str, s
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as a text table (milliseconds)."""
-    headers = ["dtype", "form", "m", "v(m) ms", "v(m)/v(1)", "rounds' range", "v(m)/v_float32(m)"]
+    headers = ["dtype", "form", "m", "v(m) ms", "v(m)/v(1)", "rounds' range", "v(m)/v_float32(m)", "GB/s", "of read"]
     body = [
         [
             row["dtype"],
@@ -164,6 +179,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             f"{row['ratio_to_v1']:.2f}",
             f"{row['ratio_to_v1_low']:.2f} to {row['ratio_to_v1_high']:.2f}",
             "" if row["ratio_to_float32"] is None else f"{row['ratio_to_float32']:.2f}",
+            "" if row.get("gbps") is None else f"{row['gbps']:.1f}",
+            "" if row.get("read_share") is None else f"{row['read_share']:.0%}",
         ]
         for row in rows
     ]
@@ -205,8 +222,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if dtype not in native:
             print(f"note: {dtype} is not native on {args.device}: its v(m) times an emulation")
     models, input_ids = load_targets(target, dtypes, args.device, args.prompt)
-    rows = curve_rows(measure(models, input_ids, forms, positions, args.repeats), positions)
+    nbytes = {dtype: weight_bytes(model) for dtype, model in models.items()}
+    read_gbps = memory_read_gbps(args.device, max(nbytes.values()))
+    samples = measure(models, input_ids, forms, positions, args.repeats)
+    read_after = memory_read_gbps(args.device, max(nbytes.values()), fresh=True)
+    rows = curve_rows(samples, positions, nbytes, read_gbps)
     print(f"prompt {input_ids.shape[1]} tokens, median of {args.repeats} round(s); form 'own' is also the hf engine's")
+    print(
+        f"memory read bandwidth {read_gbps:.1f} GB/s before the rounds, {read_after:.1f} after "
+        f"(a float32 sum over {min(max(nbytes.values()), MAX_BUFFER_BYTES) / 2**30:.2f} GiB, "
+        f"{torch.get_num_threads()} threads); weights: "
+        + ", ".join(f"{dtype} {size / 1e9:.2f} GB" for dtype, size in nbytes.items())
+    )
     print(table(rows))
     chosen = engine_forms(models, max(positions)) if "engine" in forms else {}
     for dtype, layers in chosen.items():
@@ -222,6 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "native_dtypes": list(native),
             "native_dtype_facts": native_dtype_facts(args.device),
             "threads": torch.get_num_threads(),
+            "memory_read_gbps": read_gbps,
+            "memory_read_gbps_after": read_after,
+            "weight_bytes": nbytes,
             "curves": rows,
             "engine_forms": chosen,
             "few_rows_kernel": few_rows.unavailable_reason() or "built",

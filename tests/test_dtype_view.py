@@ -131,6 +131,24 @@ def test_the_fastest_dtype_and_k_against_float32_with_ties_across_dtypes():
     json.dumps(view, allow_nan=False)
 
 
+def test_a_suspect_dtype_and_k_is_never_the_fastest_nor_ranked():
+    """bfloat16 k=2, the fastest, made suspect (its own speedup above tau): its dtype's answer moves to k=4, and the
+    view sets it apart, marked in the report's table."""
+    rows = [
+        dataclasses.replace(row, suspect=True, suspect_cause="above tau") if row.case == "p-k2-code-bf16" else row
+        for row in _rows("float32", "bfloat16", "float16")
+    ]
+    (view,) = dtype_views(rows, prompt_answers(rows))
+    assert (view["fastest"]["dtype"], view["fastest"]["k"]) == ("bfloat16", 4)
+    assert view["suspect"] == [{"dtype": "bfloat16", "k": 2}]
+    ranked = view["tied"] + view["slower"] + view["unknown"]
+    assert {"dtype": "bfloat16", "k": 2} not in ranked and len(ranked) == 5
+    report = report_markdown(rows, {}, {})
+    assert any(
+        line.replace(" ", "").startswith("|2|") and ">tau|" in line.replace(" ", "") for line in report.splitlines()
+    )
+
+
 def test_no_float32_no_view_and_one_dtype_nothing_new():
     rows = _rows("bfloat16", "float16")
     (view,) = dtype_views(rows, prompt_answers(rows))

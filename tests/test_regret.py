@@ -153,6 +153,7 @@ def test_the_answer_json_holds_each_prompt_and_the_pair_summary():
         assert set(auto) == {
             "k",
             "decode_speedup",
+            "suspect",
             "ratio_to_best",
             "ratio_to_best_ci_low",
             "ratio_to_best_ci_high",

@@ -68,6 +68,30 @@ def verify_costs(
 
 
 @torch.inference_mode()
+def own_kernel_step_costs(
+    model: PreTrainedModel, input_ids: torch.Tensor, head_kernel: str = "auto", repeats: int = 5
+) -> tuple[float, float]:
+    """Seconds of one one-row decode step in the engine's forms and in the model's own (transformers') kernels,
+    timed in turn (medians): their ratio is what the kernels gain, a figure apart from any speedup."""
+    clock = DeviceClock(model.device)
+    cache = _prefilled(model, input_ids)
+    prompt_length = cache_length(cache)
+    settle_verify_forms(model, 1, head_kernel)
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    feed = input_ids[:, -1:]
+    for repeat in range(repeats + 1):  # the first round warms up and is not kept
+        for engine_forms in (True, False):
+            with verify_forms(model, head_kernel if engine_forms else "linear"):
+                start = clock.now()
+                model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1)
+                elapsed = clock.now() - start
+            crop_to(cache, prompt_length)
+            if repeat:
+                samples[engine_forms].append(elapsed)
+    return statistics.median(samples[True]), statistics.median(samples[False])
+
+
+@torch.inference_mode()
 def draft_token_cost(
     drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5, compile_length: int | None = None
 ) -> float:

@@ -28,7 +28,7 @@ from .sampling import GREEDY, SamplingParams, accept_draft, next_token, sampling
 from .schedules import ConstantSchedule, DraftSchedule
 from .stats import DecodeStats, GenerationResult, record_step, record_step_times, record_verify_step
 from .timing import DeviceClock
-from .verify_forms import VerifyForms, verify_forms
+from .verify_forms import settle_verify_forms, verify_forms
 
 __all__ = ["GreedyStepper", "greedy_generate", "speculative_generate"]
 
@@ -59,6 +59,7 @@ def greedy_generate(
     top_k: int = 0,
     generator: torch.Generator | None = None,
     eos_token_id: int | None = None,
+    head_kernel: str = "auto",
     compile_steps: bool = False,
 ) -> GenerationResult:
     """Target-only decoding with a KV cache: the baseline.
@@ -69,9 +70,13 @@ def greedy_generate(
     samples each token from the target's distribution after temperature, top-k
     and top-p, as ``model.generate(do_sample=True)`` does, drawing from ``generator``.
 
+    ``head_kernel``: the linear layers' forms, as in :func:`speculative_generate`. The default, ``"auto"``,
+    settles the one-row forms first, so the baseline runs the kernels a speculative run's passes run
+    (:mod:`.verify_forms`); ``"linear"`` keeps the model's own, as ``model.generate`` runs.
     ``compile_steps=True`` runs the one-token steps through ``torch.compile`` on a static cache
     (:mod:`~pytest_specbench.engine.compiled_steps`).
     """
+    settle_verify_forms(model, 1, head_kernel)
     stepper = GreedyStepper(
         model,
         input_ids,
@@ -83,13 +88,14 @@ def greedy_generate(
     )
     clock = DeviceClock(model.device)
     stats = DecodeStats()
-    start = clock.now()
-    while not stepper.done:
-        stepper.step()
-        record_step(stats, 0, 0, 1, 0)  # every greedy token is the target's own
-        if stepper.new_tokens == 1:
-            stats.prefill_time_s = clock.now() - start  # the prompt's pass: time to first token
-    stats.wall_time_s = clock.now() - start
+    with verify_forms(model, head_kernel):
+        start = clock.now()
+        while not stepper.done:
+            stepper.step()
+            record_step(stats, 0, 0, 1, 0)  # every greedy token is the target's own
+            if stepper.new_tokens == 1:
+                stats.prefill_time_s = clock.now() - start  # the prompt's pass: time to first token
+        stats.wall_time_s = clock.now() - start
     stats.verify_time_s = stats.wall_time_s - stats.prefill_time_s
     stats.new_tokens = stepper.new_tokens
     return stepper.result(stats)
@@ -333,15 +339,6 @@ def _decode(
         ids, hit_eos, t_step = _speculative_step(run, ids, max_length, t_step)
 
 
-def _with_own_kernels(between_steps: Callable[[float], None], forms: VerifyForms) -> Callable[[float], None]:
-    # What runs between the steps (an interleaved baseline) keeps the model's own kernels, untouched.
-    def run_between(seconds: float) -> None:
-        with forms.suspended():
-            between_steps(seconds)
-
-    return run_between
-
-
 @torch.inference_mode()
 def speculative_generate(
     target: PreTrainedModel,
@@ -367,18 +364,18 @@ def speculative_generate(
     the accepted prefix plus the target's next token, until ``max_new_tokens`` or just after ``eos_token_id``.
     ``temperature > 0`` samples (:func:`~pytest_specbench.engine.sampling.accept_draft`), ``top_p``/``top_k`` filter
     both models' logits as ``model.generate`` does, and a seeded ``generator`` makes it reproducible.
-    ``head_kernel``: the multi-row passes' kernels (:mod:`~pytest_specbench.engine.verify_forms`);
+    ``head_kernel``: the target's linear layers' forms (:mod:`~pytest_specbench.engine.verify_forms`);
     ``compile_steps=True``: static caches and compiled draft steps (:mod:`~pytest_specbench.engine.compiled_steps`);
-    ``between_steps(seconds)`` runs after the prefill and each step, untimed (the interleaved baseline runs there).
+    ``between_steps(seconds)`` runs after the prefill and each step, untimed (the interleaved baseline runs there,
+    with the target's linear layers in the same forms).
     """
     sampling = SamplingParams(temperature, top_p, top_k)
     run, ids = _Speculation.start(
         target, draft, k, input_ids, max_new_tokens, sampling, generator, eos_token_id, compile_steps
     )
     prompt_length = ids.shape[1]
-    with verify_forms(target, head_kernel) as forms:
-        if between_steps is not None:
-            between_steps = _with_own_kernels(between_steps, forms)
+    # An interleaved baseline's steps run in between, under the same forms: equal kernels on both sides.
+    with verify_forms(target, head_kernel):
         start = run.clock.now()
         ids, paused = _decode(run, ids, prompt_length + max_new_tokens, start, between_steps)
     stats = run.stats

@@ -1,12 +1,14 @@
-"""A float32 CPU kernel for ``linear`` over a few rows: the verify pass's projections at memory speed.
+"""A float32 and bfloat16 CPU kernel for ``linear`` over 1 to 32 rows: decode steps and verify passes at
+memory speed.
 
 torch's float32 ``linear`` over 4 to 32 rows of a large weight costs two to three one-row passes on
-some CPUs (docs/engines.md, "The verify pass's kernels"): its matrix kernels are tiled for many
-rows, so each weight block is fetched more than once or computed before the next arrives. The
-kernel in ``kernels/few_rows.cpp`` reads each block of weight rows once and multiplies it with
-every row of ``x`` while it is in registers, fetching ahead. Each output is one dot product summed
-in a fixed order, so its result does not depend on the row or thread count; it rounds differently
-from torch's kernels in the last bits, as a many-row pass does from a one-row pass.
+some CPUs, and its one-row passes stream the weights at about half the machine's read bandwidth
+(docs/engines.md, "The verify pass's kernels"). The kernel in ``kernels/few_rows.cpp`` reads each
+block of weight rows once and multiplies it with every row of ``x`` while it is in registers,
+fetching ahead. bfloat16 multiplies with AVX512_BF16 dot products where the CPU has them (denormal
+inputs then count as zero), and otherwise widens to float32 in registers. Each output is one dot product
+summed in float32 in a fixed order, so its result does not depend on the row or thread count; it
+rounds differently from torch's kernels in the last bits, as a many-row pass does from a one-row pass.
 
 It is compiled on first use (``torch.utils.cpp_extension``, a C++ compiler and ninja needed, for
 this CPU's instruction set, or AVX2's under ``ATEN_CPU_CAPABILITY=avx2``) and cached per source,
@@ -28,7 +30,17 @@ import torch
 
 from .native_dtypes import cpu_flags, read_cpuinfo
 
-__all__ = ["MAX_ROWS", "SOURCE", "compile_flags", "few_rows_linear", "kernel", "supports", "unavailable_reason"]
+__all__ = [
+    "DTYPES",
+    "applies_to",
+    "MAX_ROWS",
+    "SOURCE",
+    "compile_flags",
+    "few_rows_linear",
+    "kernel",
+    "supports",
+    "unavailable_reason",
+]
 
 SOURCE = Path(__file__).with_name("kernels") / "few_rows.cpp"
 #: the most rows one call takes (``kMaxRows`` in the source)
@@ -76,18 +88,39 @@ def unavailable_reason() -> str | None:
     return _build()[1]
 
 
+#: the weight dtypes the kernel computes
+DTYPES = (torch.float32, torch.bfloat16)
+
+
 def supports(module: torch.nn.Module, rows: int) -> bool:
-    """Whether the kernel can compute ``module`` (a float32 CPU ``Linear``) over ``rows`` rows."""
+    """Whether the kernel can compute ``module`` (a float32 or bfloat16 CPU ``Linear``) over ``rows`` rows."""
     weight = getattr(module, "weight", None)
     return (
         isinstance(weight, torch.Tensor)
-        and weight.dtype == torch.float32
+        and weight.dtype in DTYPES
         and weight.device.type == "cpu"
         and weight.dim() == 2
         and 1 <= rows <= MAX_ROWS
     )
 
 
+# A custom op, not the bare extension call, so that compiled one-token steps (engine/compiled_steps.py)
+# trace through it instead of breaking their graph.
+@torch.library.custom_op("specbench::few_rows_linear", mutates_args=())
+def _linear_op(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return kernel().linear(hidden, weight, bias)
+
+
+@_linear_op.register_fake
+def _(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return hidden.new_empty((*hidden.shape[:-1], weight.shape[0]))
+
+
+def applies_to(model: torch.nn.Module) -> bool:
+    """Whether some plain linear layer of ``model`` has weights the kernel computes."""
+    return any(type(module) is torch.nn.Linear and supports(module, 1) for module in model.modules())
+
+
 def few_rows_linear(module: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
     """``module(hidden)`` through the kernel (which must be built and :func:`supports` the call)."""
-    return kernel().linear(hidden, module.weight, module.bias)
+    return _linear_op(hidden, module.weight, module.bias)

@@ -1,20 +1,23 @@
-"""The kernels of the native engine's multi-row passes: every linear layer in its measured-fastest form.
+"""The kernels of the native engine's target passes: every linear layer in its measured-fastest form.
 
-A verify pass runs the target over a few positions; it reads the same weights as a one-row step, so at
+A decode step reads every weight once; a verify pass reads the same weights for a few positions, so at
 memory speed it costs about one step. torch's own kernels fall short of that on some CPUs (docs/engines.md,
-"The verify pass's kernels"). Within :func:`verify_forms`, each plain ``torch.nn.Linear`` of the model runs a
-multi-row call in one of three forms, all computing the same dot products (the last bits may round
+"The verify pass's kernels"). Within :func:`verify_forms`, each plain ``torch.nn.Linear`` of the model runs
+a call of up to 32 rows in one of three forms, all computing the same dot products (the last bits may round
 differently, as a one-row and a many-row pass do; the lossless check covers every form):
 
 - ``own``: the model's own ``linear``;
-- ``rows``: the few-rows kernel (:mod:`.few_rows`; float32 on CPU, up to 32 rows);
+- ``rows``: the few-rows kernel (:mod:`.few_rows`; float32 and bfloat16 on CPU, 1 to 32 rows);
 - ``column``: ``weight @ hidden.T`` (the output head only, :mod:`.output_head`).
 
 ``kernel="auto"`` uses, per (weight shape, dtype, row count), the form measured fastest by
 :func:`settle_verify_forms`, before any timed run: each applicable form runs over every layer of that
 shape (so weights come from memory, as in a pass), interleaved, median of 3 after a warm-up. A row
 count not settled keeps ``own``. ``"rows"`` and ``"column"`` force their form where it applies,
-``"linear"`` keeps the model's own kernels. One-row calls always run the model's own kernels.
+``"linear"`` keeps the model's own kernels.
+
+One-row calls settle and run exactly as multi-row calls do, so the greedy baseline's steps and the
+speculative run's passes use the same kernels: a speedup then measures speculation, not a kernel.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import contextlib
 import statistics
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
@@ -35,7 +37,6 @@ from .timing import DeviceClock
 
 __all__ = [
     "HEAD_KERNELS",
-    "VerifyForms",
     "column_head_rows",
     "few_rows_rows",
     "form_choices",
@@ -113,14 +114,14 @@ def _fastest(layers: list[torch.nn.Linear], forms: list[str], rows: int) -> str:
 
 @torch.inference_mode()
 def settle_verify_forms(model: PreTrainedModel, max_rows: int, kernel: str = "auto") -> None:
-    """Under ``auto``, measure every (layer group, row count 2 .. ``max_rows``) not measured yet, so that no
+    """Under ``auto``, measure every (layer group, row count 1 .. ``max_rows``) not measured yet, so that no
     timed run measures one."""
     _check_kernel(kernel)
     if kernel != "auto":
         return
     table = _choices.setdefault(model, {})
     for group, layers in _layers(model).items():
-        for rows in range(2, max_rows + 1):
+        for rows in range(1, max_rows + 1):
             if (group, rows) not in table:
                 table[group, rows] = _fastest(layers, _applicable(group, layers[0], rows), rows)
 
@@ -133,12 +134,12 @@ def _form(kernel: str, table: dict, group: _Group, layer: torch.nn.Linear, rows:
 
 
 def form_choices(model: PreTrainedModel, kernel: str = "auto", max_rows: int = few_rows.MAX_ROWS + 1) -> dict:
-    """``{(weight shape, dtype name, is the head): {row count: form}}`` for row counts 2 .. ``max_rows``."""
+    """``{(weight shape, dtype name, is the head): {row count: form}}`` for row counts 1 .. ``max_rows``."""
     _check_kernel(kernel)
     table = _choices.get(model, {})
     return {
         (group[0], str(group[1]).removeprefix("torch."), group[2]): {
-            rows: _form(kernel, table, group, layers[0], rows) for rows in range(2, max_rows + 1)
+            rows: _form(kernel, table, group, layers[0], rows) for rows in range(1, max_rows + 1)
         }
         for group, layers in _layers(model).items()
     }
@@ -152,47 +153,35 @@ def _rows_using(model: PreTrainedModel, kernel: str, max_rows: int, form: str, h
 
 
 def column_head_rows(model: PreTrainedModel, kernel: str, max_rows: int) -> list[int]:
-    """The row counts 2 .. ``max_rows`` whose output head runs as ``weight @ hidden.T``."""
+    """The row counts 1 .. ``max_rows`` whose output head runs as ``weight @ hidden.T``."""
     return _rows_using(model, kernel, max_rows, COLUMN, head_only=True)
 
 
 def few_rows_rows(model: PreTrainedModel, kernel: str, max_rows: int) -> list[int]:
-    """The row counts 2 .. ``max_rows`` at which some linear layer runs the few-rows kernel."""
+    """The row counts 1 .. ``max_rows`` at which some linear layer runs the few-rows kernel."""
     return _rows_using(model, kernel, max_rows, ROWS, head_only=False)
-
-
-@dataclass
-class VerifyForms:
-    """The patched layers of one :func:`verify_forms` block; :meth:`suspended` restores their own forward."""
-
-    patched: dict[torch.nn.Linear, Callable]
-
-    @contextlib.contextmanager
-    def suspended(self) -> Iterator[None]:
-        """The model's own kernels for every call within (an interleaved baseline's steps)."""
-        patches = {layer: vars(layer).pop("forward") for layer in self.patched}
-        try:
-            yield
-        finally:
-            for layer, forward in patches.items():
-                layer.forward = forward
 
 
 def _patched_forward(layer: torch.nn.Linear, group: _Group, kernel: str, table: dict) -> Callable:
     own = layer.forward
+    # A forced kernel's forms are fixed now, so that a compiled step traces a lookup, not the kernel's build.
+    forced = (
+        {}
+        if kernel == "auto"
+        else {rows: _form(kernel, table, group, layer, rows) for rows in range(1, few_rows.MAX_ROWS + 1)}
+    )
 
     def forward(hidden: torch.Tensor) -> torch.Tensor:
         rows = hidden.numel() // hidden.shape[-1]
-        if rows < 2:
-            return own(hidden)
-        return _call(_form(kernel, table, group, layer, rows), layer, hidden, own)
+        form = table.get((group, rows), OWN) if kernel == "auto" else forced.get(rows, OWN)
+        return _call(form, layer, hidden, own)
 
     return forward
 
 
 @contextlib.contextmanager
-def verify_forms(model: PreTrainedModel, kernel: str = "auto") -> Iterator[VerifyForms]:
-    """Within the block, multi-row calls of ``model``'s linear layers use the kernel's forms (see above).
+def verify_forms(model: PreTrainedModel, kernel: str = "auto") -> Iterator[None]:
+    """Within the block, calls of ``model``'s linear layers use the kernel's forms (see above).
 
     Leaves alone layers that are not a plain float ``torch.nn.Linear`` (quantised ones, say), and every
     layer inside an enclosing ``verify_forms`` of the same model.
@@ -205,7 +194,7 @@ def verify_forms(model: PreTrainedModel, kernel: str = "auto") -> Iterator[Verif
             for layer in layers:
                 patched[layer] = layer.forward = _patched_forward(layer, group, kernel, table)
     try:
-        yield VerifyForms(patched)
+        yield
     finally:
         for layer in patched:
             vars(layer).pop("forward", None)

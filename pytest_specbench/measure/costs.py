@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from ..engine import few_rows
+from ..engine.bandwidth import effective_gbps, memory_read_gbps, weight_bytes
 from ..engine.compiled_steps import one_token_step
 from ..engine.cost_model import (
     accepted_length_histogram,
@@ -21,13 +23,13 @@ from ..engine.cost_model import (
     predict_steps,
     recommended_k_for,
 )
-from ..engine.cost_probe import verify_costs
+from ..engine.cost_probe import own_kernel_step_costs, verify_costs
 from ..engine.cross_tokenizer import CrossTokenizerDrafter
 from ..engine.drafters import BatchDrafter, Drafter, ModelDrafter
 from ..engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from ..engine.stats import GenerationResult
 from ..engine.timing import DeviceClock
-from ..engine.verify_forms import column_head_rows, few_rows_rows, settle_verify_forms
+from ..engine.verify_forms import column_head_rows, few_rows_rows, settle_verify_forms, verify_forms
 
 #: the longest k the cost probe covers when a schedule chooses k (auto, heuristic)
 SCHEDULE_MAX_K = 16
@@ -52,6 +54,15 @@ class CostProfile:
     # runs after the warm-up, see :func:`calibrated_costs`); the probe's one-position pass is kept.
     draft_cost_source: str = "probe"
     probe_draft_token_s: float | None = None
+    # The target's one-row step in transformers' own kernels, timed in turn with the engine's: what the
+    # engine's kernels gain over transformers' forward, a figure apart from any speedup. None: not measured.
+    own_step_s: float | None = None
+    engine_step_s: float | None = None
+    # The target's weight bytes and this process's memory read bandwidth (GB/s), for each pass's share of it.
+    weight_bytes: int | None = None
+    memory_read_gbps: float | None = None
+    # The few-rows kernel: "built", why it is not, or "" where no pass could use it (the row's few_rows_kernel).
+    few_rows_kernel: str = ""
 
     @property
     def _draft_unit(self) -> float:
@@ -101,7 +112,12 @@ def _prefilled_cache(model, input_ids: torch.Tensor, static_length: int | None, 
 
 @torch.inference_mode()
 def draft_pass_costs(
-    target_model, drafter: Drafter, input_ids: torch.Tensor, repeats: int = 7, compile_length: int | None = None
+    target_model,
+    drafter: Drafter,
+    input_ids: torch.Tensor,
+    repeats: int = 7,
+    compile_length: int | None = None,
+    head_kernel: str = "auto",
 ) -> tuple[float, float | None, float | None]:
     """Seconds of the draft's one-position pass, its two-position pass and the target's one-position pass (medians),
     the three timed in turn within each repeat, so that their ratios compare passes of the same moment.
@@ -139,15 +155,17 @@ def draft_pass_costs(
         "two": lambda: step(input_ids=pair, cache=draft_cache, use_cache=True, logits_to_keep=1),
     }
     samples: dict[str, list[float]] = {name: [] for name in passes}
-    for repeat in range(repeats + 1):  # the first round warms up (and compiles) and is not kept
-        for name, run in passes.items():
-            start = clock.now()
-            run()
-            elapsed = clock.now() - start
-            crop_to(target_cache, target_length)
-            crop_to(draft_cache, draft_length)
-            if repeat:
-                samples[name].append(elapsed)
+    # The target's linear layers in the engine's forms, as in a run (its one-row step is the unit of c).
+    with verify_forms(target_model, head_kernel):
+        for repeat in range(repeats + 1):  # the first round warms up (and compiles) and is not kept
+            for name, run in passes.items():
+                start = clock.now()
+                run()
+                elapsed = clock.now() - start
+                crop_to(target_cache, target_length)
+                crop_to(draft_cache, draft_length)
+                if repeat:
+                    samples[name].append(elapsed)
     return (statistics.median(samples["one"]), statistics.median(samples["two"]), statistics.median(samples["target"]))
 
 
@@ -161,12 +179,20 @@ def measure_costs(
     head_rows: int | None = None,
 ) -> CostProfile:
     """The cost model's inputs for one pair: v(1) .. v(max_positions), the draft's one- and two-position passes
-    (with the target's one-position pass timed in turn with them), and the verify block sizes (2 .. ``head_rows``)
-    whose linear layers run other forms than the model's own, every one measured here, before any timed run."""
+    (with the target's one-position pass timed in turn with them), the pass sizes (1 .. ``head_rows``) whose
+    linear layers run other forms than the model's own, every one settled here before any timed run, and the
+    figures of the target's passes against memory (:func:`bandwidth_fields`)."""
     head_rows = max(head_rows or 0, max_positions)
     settle_verify_forms(target_model, head_rows, head_kernel)
     curve = verify_costs(target_model, input_ids, max_positions, head_kernel=head_kernel, compile_length=compile_length)
-    one, two, reference = draft_pass_costs(target_model, drafter, input_ids, compile_length=compile_length)
+    one, two, reference = draft_pass_costs(
+        target_model, drafter, input_ids, compile_length=compile_length, head_kernel=head_kernel
+    )
+    engine_step = own_step = None
+    if head_kernel != "linear":  # otherwise both are the model's own
+        engine_step, own_step = own_kernel_step_costs(target_model, input_ids, head_kernel)
+    nbytes = weight_bytes(target_model)
+    wanted = head_kernel in ("auto", "rows") and few_rows.applies_to(target_model)
     return CostProfile(
         verify_costs_s=curve,
         draft_token_s=one,
@@ -174,6 +200,11 @@ def measure_costs(
         few_rows_rows=few_rows_rows(target_model, head_kernel, head_rows),
         draft_catch_up_s=two,
         draft_reference_s=reference,
+        own_step_s=own_step,
+        engine_step_s=engine_step,
+        weight_bytes=nbytes,
+        memory_read_gbps=memory_read_gbps(target_model.device, nbytes),
+        few_rows_kernel=(few_rows.unavailable_reason() or "built") if wanted else "",
     )
 
 
@@ -274,6 +305,23 @@ def case_block_rows(engine: str, k: int | str, rows: list[int]) -> list[int]:
     if engine != "native":
         return []
     return [m for m in rows if m <= k + 1] if isinstance(k, int) else list(rows)
+
+
+def bandwidth_fields(engine: str, costs: CostProfile | None, k: int | str) -> dict[str, Any]:
+    """The row's kernel and memory figures from the probe, for the native engine's passes only: the read
+    bandwidth, the one-row step's and the case's verify pass's effective bandwidth (weight bytes over v(1)
+    and v(k + 1)), and what the engine's one-row step gains over transformers' own."""
+    if engine != "native" or costs is None:
+        return {}
+    curve, nbytes = costs.verify_costs_s, costs.weight_bytes
+    fields: dict[str, Any] = {"memory_read_gbps": costs.memory_read_gbps, "few_rows_kernel": costs.few_rows_kernel}
+    if nbytes:
+        fields["one_row_gbps"] = effective_gbps(nbytes, curve[0])
+        if isinstance(k, int) and k < len(curve):
+            fields["verify_pass_gbps"] = effective_gbps(nbytes, curve[k])
+    if costs.own_step_s and costs.engine_step_s:
+        fields["kernel_step_gain"] = costs.own_step_s / costs.engine_step_s
+    return fields
 
 
 def cost_model_fields(

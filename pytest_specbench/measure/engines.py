@@ -156,12 +156,19 @@ class Engine:
     # Why its runs cannot take ``between_steps`` (speculative_generate's), so no baseline runs between their
     # steps (a :mod:`.pairing` reason); None where they can.
     whole_runs: str | None = None
+    # Whether its runs keep the model's own forward (transformers' generate), so its baseline must too: a
+    # speedup compares equal kernels.
+    own_kernels: bool = False
+
+    def baseline_kernel(self, head_kernel: str) -> str:
+        """The kernel forms of this engine's greedy baseline, given the run's ``--specbench-head-kernel``."""
+        return "linear" if self.own_kernels else head_kernel
 
 
 #: every engine by name: the names are settings/options.py's ENGINE_NAMES, which the option parser accepts
 ENGINES: dict[str, Engine] = {
     "native": Engine(_native, _native_refusal),
-    "hf": Engine(_hf, _hf_refusal, HF_WHOLE_RUNS),
+    "hf": Engine(_hf, _hf_refusal, HF_WHOLE_RUNS, own_kernels=True),
 }
 if tuple(ENGINES) != ENGINE_NAMES:  # an accepted name with no engine would fail only when a case ran on it
     raise RuntimeError(

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from ..engine.sampling import SamplingParams
 from ..engine.stats import DecodeStats, GenerationResult
+from ..results.invariants import suspect_fields
 from ..results.requests import request_fields, request_stats
 from ..results.schema import CaseResult
 from ..results.statistics import coefficient_of_variation
 from ..settings.options import DTYPE_ID_SUFFIXES
-from .costs import CostProfile, case_block_rows, cost_model_fields
+from .costs import CostProfile, bandwidth_fields, case_block_rows, cost_model_fields
 from .engines import sampling_kwargs
 from .matrix import Case
 from .pairing import Pairing
@@ -255,7 +256,7 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
             speculative[-1], measurement.batch_prompt_ids, speed, steps, other_time_s
         )
     drafted, accepted = steps["drafted_per_step"], steps["accepted_per_step"]
-    return CaseResult(
+    row = CaseResult(
         **_identity_fields(case, measurement),
         **speed,
         **steps,
@@ -273,6 +274,7 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         **cost_model_fields(
             case.k, drafted, accepted, measurement.costs, speed["decode_speedup"], other_time_s=other_time_s
         ),
+        **bandwidth_fields(case.engine, measurement.costs, case.k),
         column_head_rows=case_block_rows(
             case.engine, case.k, measurement.costs.column_head_rows if measurement.costs else []
         ),
@@ -282,3 +284,5 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         **(measurement.sizes or {}),
         **(dict(zip(("peak_memory_mb", "peak_memory_kind"), memory)) if memory else {}),
     )
+    # A speedup the bound speedup <= tau does not allow: the two runs' kernels differed (results/invariants.py).
+    return replace(row, **suspect_fields(row))

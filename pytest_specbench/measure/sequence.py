@@ -151,6 +151,7 @@ class SequenceRun(CaseRun):
             setup.max_new_tokens,
             eos_token_id=setup.eos_token_id,
             generator=generator,
+            head_kernel=ENGINES[self.case.engine].baseline_kernel(config.head_kernel),
             compile_steps=config.compile_steps,
             **sampling_kwargs(setup.sampling),
         )

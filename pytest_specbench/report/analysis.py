@@ -158,15 +158,18 @@ def recommended_among(curve: Sequence[tuple[int, float]], ks: Sequence[int] | No
 
 def analyse_prompts(results: Sequence[CaseResult]) -> list[PromptAnalysis]:
     """Per (pair, prompt, dtype), in order of appearance, over the constant-k rows of this package's engine (each
-    dtype has its own baseline and verify costs)."""
+    dtype has its own baseline and verify costs). The best is among the rows not suspect (results/invariants.py),
+    or among all where every one is (the report marks its speedup); a suspect k is never the recommended one."""
     results = constant_k_rows(results)
     analyses = []
     keys = dict.fromkeys((row.pair, row.prompt, row.dtype) for row in results)
     for pair, prompt, dtype in keys:
         rows = [row for row in results if (row.pair, row.prompt, row.dtype) == (pair, prompt, dtype)]
-        best = max(rows, key=lambda row: row.decode_speedup)
+        best = max([row for row in rows if not row.suspect] or rows, key=lambda row: row.decode_speedup)
         curve = predicted_curve(rows)
-        analyses.append(PromptAnalysis(pair, prompt, best.k, best, pooled_alpha(rows), recommended_among(curve), curve))
+        suspect = {row.k for row in rows if row.suspect}  # a measured speedup above tau: never recommended
+        recommended = recommended_among(curve, [k for k, _ in curve if k not in suspect])
+        analyses.append(PromptAnalysis(pair, prompt, best.k, best, pooled_alpha(rows), recommended, curve))
     return analyses
 
 

@@ -10,7 +10,10 @@ same data; see racing's docstring). A row without round data (a file written bef
 "unknown": the test cannot be run, and "tied" would claim what nobody measured. So is every k of a
 (pair, engine, prompt) whose rows come from more than one run (``run_id``: some replayed from a results log
 by ``--specbench-resume``, some measured now): round i of one run is not round i of another, so nothing pairs
-them; the answer says so (``not_ranked_reason``) rather than rank minutes-apart data.
+them; the answer says so (``not_ranked_reason``) rather than rank minutes-apart data. A *suspect* k (its decode
+speedup above tau: results/invariants.py) is not ranked either: its speedup credits speculation with a kernel's
+gain, so it is neither the best, nor tied, nor slower, nor recommended; the answer lists it under ``suspect`` with
+:data:`SUSPECT_SPEEDUP`. Where every k of a prompt is suspect, the answer has no best k (``best_k`` None).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ..results.racing import SLOWER, TIED, UNKNOWN, rank_against_best
 from ..results.schema import CaseResult
 from .analysis import k_order, predicted_curve, recommended_among
 from .dtype_view import dtype_views
-from .formatting import entry_with_interval
+from .formatting import SUSPECT_MARK, entry_with_interval
 from .regret import hf_summary, interval_text, ratio_to_best, ratio_to_hf, round_times, schedule_summaries
 
 #: the schedule compared across engines: transformers' own default against this package's cost model
@@ -35,6 +38,8 @@ ALPHA = 0.05
 #: why a (pair, engine, prompt)'s k were not ranked: rows of several runs, or rows without round data
 SPLIT_ACROSS_RUNS = "its cases were measured in different runs"
 NO_ROUND_DATA = "no round data"
+#: why a k was not ranked although it ran: its decode speedup broke the bound speedup <= tau
+SUSPECT_SPEEDUP = "suspect: a decode speedup above tau, the two runs' kernels differed"
 
 
 def _measured(row: CaseResult) -> bool:
@@ -58,12 +63,17 @@ def prompt_answer(rows: Sequence[CaseResult]) -> dict[str, Any] | None:
     """The answer for the rows of one (pair, engine, prompt); None when no constant k ran.
 
     The best is the constant k with the highest decode speedup among those the race did not eliminate (all of
-    them, if it eliminated every one); schedules (k=auto, k=heuristic) are not raced, only set beside it.
+    them, if it eliminated every one), suspect k left out; schedules (k=auto, k=heuristic) are not raced, only set
+    beside it.
     """
     rows = [row for row in rows if _measured(row)]
-    constant = {row.k: row for row in rows if _constant_k(row)}
-    if not constant:
+    measured = {row.k: row for row in rows if _constant_k(row)}
+    if not measured:
         return None
+    suspect = [{"k": k, "cause": row.suspect_cause} for k, row in sorted(measured.items()) if row.suspect]
+    constant = {k: row for k, row in measured.items() if not row.suspect}
+    if not constant:
+        return _no_best(next(iter(measured.values())), suspect)
     standing = [row for row in constant.values() if row.eliminated_by is None] or list(constant.values())
     best = max(standing, key=lambda row: row.decode_speedup)
     status: dict[int, str] = {}
@@ -79,14 +89,11 @@ def prompt_answer(rows: Sequence[CaseResult]) -> dict[str, Any] | None:
         status.update(rank_against_best(with_data, best.k, alpha=ALPHA))
         status.update({k: UNKNOWN for k, rounds in timed.items() if rounds is None})
     ordered = sorted(status, key=k_order)
-    # Among the k this run measured, so that its regret is a measured figure.
-    recommended = recommended_among(predicted_curve(list(constant.values())), list(constant))
+    # Among the k this run measured and trusts, so that its regret is a measured figure.
+    recommended = recommended_among(predicted_curve(list(measured.values())), list(constant))
     at_recommended = constant.get(recommended)
     return {
-        "pair": best.pair,
-        "engine": best.engine,
-        "prompt": best.prompt,
-        "dtype": best.dtype,
+        **_identity(best),
         "best_k": best.k,
         **_interval(best),
         "tied": [k for k in ordered if status[k] == TIED],
@@ -97,6 +104,8 @@ def prompt_answer(rows: Sequence[CaseResult]) -> dict[str, Any] | None:
         "not_ranked_reason": (SPLIT_ACROSS_RUNS if split else NO_ROUND_DATA)
         if any(status[k] == UNKNOWN for k in ordered)
         else None,
+        # the k not ranked because their speedup is suspect, each with its cause
+        "suspect": suspect,
         "recommended_k": recommended,
         "recommended_decode_speedup": at_recommended.decode_speedup if at_recommended else None,
         # measured speedup at the recommended k / the best's: 1 when the model picks the best, None when not run
@@ -104,10 +113,26 @@ def prompt_answer(rows: Sequence[CaseResult]) -> dict[str, Any] | None:
         # each schedule's decode speedup / the best's, paired over the rounds both ran (see regret.py: the best
         # is picked after the fact from the same data, so the ratio is a conservative figure)
         "schedules": [
-            {"k": row.k, "decode_speedup": row.decode_speedup, **ratio_to_best(row, best)}
+            {"k": row.k, "decode_speedup": row.decode_speedup, "suspect": row.suspect, **ratio_to_best(row, best)}
             for row in sorted(rows, key=lambda row: k_order(row.k))
             if not _constant_k(row)
         ],
+    }
+
+
+def _identity(row: CaseResult) -> dict[str, Any]:
+    return {"pair": row.pair, "engine": row.engine, "prompt": row.prompt, "dtype": row.dtype}
+
+
+def _no_best(row: CaseResult, suspect: list[dict[str, Any]]) -> dict[str, Any]:
+    """The answer where every constant k is suspect: no best, nothing ranked or recommended, and why."""
+    return {
+        **_identity(row),
+        "best_k": None,
+        **dict.fromkeys(("decode_speedup", "decode_speedup_ci_low", "decode_speedup_ci_high")),
+        **{"tied": [], "slower": [], "unknown": [], "ranking": UNKNOWN, "not_ranked_reason": SUSPECT_SPEEDUP},
+        **{"suspect": suspect, "recommended_k": None, "recommended_decode_speedup": None, "regret": None},
+        "schedules": [],
     }
 
 
@@ -144,21 +169,26 @@ def pair_answers(prompts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((answer["pair"], answer["engine"], answer.get("dtype", "")), []).append(answer)
     lines = []
     for (pair, engine, dtype), answers in groups.items():
-        best = Counter(answer["best_k"] for answer in answers)
-        top = Counter(k for answer in answers for k in (answer["best_k"], *answer["tied"]))
+        ranked = [answer for answer in answers if answer["best_k"] is not None]  # not every k suspect
+        best = Counter(answer["best_k"] for answer in ranked)
+        top = Counter(k for answer in ranked for k in (answer["best_k"], *answer["tied"]))
         ks = sorted(top, key=lambda k: (-top[k], -best[k], k_order(k)))
         lines.append(
             {
                 "pair": pair,
                 "engine": engine,
                 "dtype": dtype,
-                "k": ks[0],
-                "best_or_tied": top[ks[0]],
-                "best": best[ks[0]],
+                "k": ks[0] if ks else None,  # None: every k of every prompt suspect
+                "best_or_tied": top[ks[0]] if ks else 0,
+                "best": best[ks[0]] if ks else 0,
                 "prompts": len(answers),
-                "undecided_prompts": sum(a["ranking"] == UNKNOWN for a in answers),
+                # the suspect k of each prompt (not ranked), by k: on how many prompts
+                "suspect": _suspect_counts(answers),
+                # prompts whose every k is suspect: no best k
+                "unanswered_prompts": len(answers) - len(ranked),
+                "undecided_prompts": sum(a["ranking"] == UNKNOWN for a in ranked),
                 "undecided_reasons": sorted(
-                    {a.get("not_ranked_reason") or NO_ROUND_DATA for a in answers if a["ranking"] == UNKNOWN}
+                    {a.get("not_ranked_reason") or NO_ROUND_DATA for a in ranked if a["ranking"] == UNKNOWN}
                 ),
                 "counts": [{"k": k, "best_or_tied": top[k], "best": best[k]} for k in ks],
                 # over prompts: each schedule's ratio to the best constant k, native k=auto over hf k=auto
@@ -167,6 +197,11 @@ def pair_answers(prompts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return lines
+
+
+def _suspect_counts(answers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    counts = Counter(item["k"] for answer in answers for item in answer.get("suspect", []))
+    return [{"k": k, "prompts": counts[k]} for k in sorted(counts, key=k_order)]
 
 
 def run_answer(results: Sequence[CaseResult]) -> dict[str, list[dict[str, Any]]]:
@@ -203,13 +238,14 @@ def prompt_table(
     for a in answers:
         recommended = "" if a["recommended_k"] is None else str(a["recommended_k"])
         regret = ("not run" if a["regret"] is None else f"{a['regret']:.2f}") if recommended else ""
+        best = a["best_k"] is not None
         cells.append(
             [
                 a["prompt"],
                 *([a["engine"]] if engines else []),
                 *([a.get("dtype", "")] if dtypes else []),
-                str(a["best_k"]),
-                entry_with_interval(a),
+                str(a["best_k"]) if best else "-",
+                entry_with_interval(a) if best else "-",
                 _ks(a["tied"]),
                 _slower(a),
                 _not_ranked(a),
@@ -237,15 +273,20 @@ def prompt_table(
 
 
 def _not_ranked(answer: dict[str, Any]) -> str:
-    if not answer["unknown"]:
-        return "-"
-    return f"{_ks(answer['unknown'])} ({answer.get('not_ranked_reason') or NO_ROUND_DATA})"
+    parts = []
+    if answer["unknown"]:
+        parts.append(f"{_ks(answer['unknown'])} ({answer.get('not_ranked_reason') or NO_ROUND_DATA})")
+    suspect = [item["k"] for item in answer.get("suspect", [])]
+    if suspect:
+        parts.append(f"{_ks(suspect)} ({SUSPECT_SPEEDUP})")
+    return "; ".join(parts) or "-"
 
 
 def _schedule_ratio(schedule: dict[str, Any]) -> str:
-    return interval_text(
+    ratio = interval_text(
         schedule["ratio_to_best"], schedule.get("ratio_to_best_ci_low"), schedule.get("ratio_to_best_ci_high")
     )
+    return f"{ratio} {SUSPECT_MARK}" if schedule.get("suspect") else ratio
 
 
 def _hf_cell(against: dict[str, Any] | None) -> str:
@@ -266,13 +307,26 @@ def pair_sentence(pair: dict[str, Any], engines: bool, dtypes: bool = False) -> 
         if pair["undecided_prompts"]
         else ""
     )
+    suspect = _suspect_clause(pair.get("suspect") or [])
+    if pair["k"] is None:
+        return f"Across {pair['prompts']} prompt(s){engine}: no k is best{suspect}."
+    unanswered = pair.get("unanswered_prompts") or 0
+    suspect = (f"; on {unanswered} prompt(s) no k is best" if unanswered else "") + suspect
     return (
         f"Across {pair['prompts']} prompt(s){engine}: k={pair['k']} is best or tied with the best on "
         f"{pair['best_or_tied']} (best on {pair['best']}); per k, best or tied: "
         + ", ".join(f"{c['k']}: {c['best_or_tied']}" for c in pair["counts"])
-        + f"{undecided}."
+        + f"{undecided}{suspect}."
         + "".join(f" {line}" for line in regret_sentences(pair))
     )
+
+
+def _suspect_clause(suspect: Sequence[dict[str, Any]]) -> str:
+    """The pair's suspect k, each with on how many prompts, as a clause of its sentence; empty without any."""
+    if not suspect:
+        return ""
+    named = ", ".join(f"k={item['k']} on {item['prompts']} prompt(s)" for item in suspect)
+    return f"; not ranked ({SUSPECT_SPEEDUP}): {named}"
 
 
 def regret_sentences(pair: dict[str, Any]) -> list[str]:

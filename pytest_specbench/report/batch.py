@@ -90,8 +90,8 @@ def _best_at(rows: list[CaseResult]) -> dict[str, Any]:
     stated = prompt_answer(rows)
     top = (
         next(row for row in rows if row.k == stated["best_k"])
-        if stated
-        else max(rows, key=lambda row: row.decode_speedup)
+        if stated and stated["best_k"] is not None
+        else max([row for row in rows if not row.suspect] or rows, key=lambda row: row.decode_speedup)
     )
     predicted = [row for row in rows if row.predicted_speedup is not None]
     top_predicted = max(predicted, key=lambda row: row.predicted_speedup) if predicted else None

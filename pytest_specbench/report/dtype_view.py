@@ -12,7 +12,9 @@ The fastest is the fastest against float32 among each dtype's best k (report/ans
 fastest's own dtype, tied or slower as that dtype's paired ranking says; in another dtype, a k slower than its own
 dtype's best is slower (the fastest is no slower than that best), and the rest are tested one-sided against the
 fastest, unpaired (:func:`..results.statistics.slower_p_unpaired`), with the race's step-down (family-wise 5%,
-corrected for the fastest being picked from the same data).
+corrected for the fastest being picked from the same data). A suspect (dtype, k) (results/invariants.py: its own
+decode speedup above tau) is none of these: its dtype's answer never names it best, and the view lists it apart
+(``suspect``), its speedup marked in the report's table.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ..results.racing import SLOWER, TIED, UNKNOWN, step_down
 from ..results.schema import CaseResult
 from ..results.statistics import Interval, slower_p_unpaired, speedup_interval
 from .analysis import k_order
-from .formatting import entry_with_interval
+from .formatting import SUSPECT_MARK, entry_with_interval
 
 FLOAT32 = "float32"
 
@@ -91,6 +93,7 @@ def _entry(row: CaseResult, speedup: Interval | None) -> dict[str, Any]:
         "decode_speedup_ci_low": None if speedup is None else speedup.low,
         "decode_speedup_ci_high": None if speedup is None else speedup.high,
         "paired": row.dtype == FLOAT32,  # float32's own paired speedup; the others unpaired
+        "suspect": row.suspect,  # its own speedup above tau: not ranked
     }
 
 
@@ -101,7 +104,7 @@ def _statuses(
     status: dict[tuple[str, Any], str] = {}
     p_values: dict[tuple[str, Any], float | None] = {}
     for (dtype, k), row in rows.items():
-        if (dtype, k) == (fastest["dtype"], fastest["k"]) or not isinstance(k, int):
+        if (dtype, k) == (fastest["dtype"], fastest["k"]) or not isinstance(k, int) or row.suspect:
             continue
         own = answers.get(dtype)
         if own is None:  # no answer of its own to rank it by
@@ -129,6 +132,7 @@ def group_view(rows: Sequence[CaseResult], answers: Sequence[dict[str, Any]]) ->
         **{"pair": first.pair, "engine": first.engine, "prompt": first.prompt, "batch": first.batch},
         **{"dtypes": dtypes, "shown": FLOAT32 in dtypes, "not_shown_reason": None if FLOAT32 in dtypes else NO_FLOAT32},
         **{"fastest": None, "tied": [], "slower": [], "unknown": [], "float32_best": None, "entries": []},
+        "suspect": [{"dtype": row.dtype, "k": row.k} for row in rows if row.suspect and isinstance(row.k, int)],
     }
     if not view["shown"]:
         return view
@@ -138,7 +142,8 @@ def group_view(rows: Sequence[CaseResult], answers: Sequence[dict[str, Any]]) ->
     by_key = {(row.dtype, row.k): row for row in ordered}
     entries = {(entry["dtype"], entry["k"]): entry for entry in view["entries"]}
     own = {answer["dtype"]: answer for answer in answers}
-    bests = [entries[dtype, own[dtype]["best_k"]] for dtype in dtypes if dtype in own]
+    # A dtype whose every k is suspect has no best (answer.py), so nothing of it to be fastest.
+    bests = [entries[dtype, own[dtype]["best_k"]] for dtype in dtypes if own.get(dtype, {}).get("best_k") is not None]
     view["float32_best"] = next((dict(entry) for entry in bests if entry["dtype"] == FLOAT32), None)
     bests = [entry for entry in bests if entry["decode_speedup"] is not None]
     if not bests:
@@ -209,7 +214,7 @@ def speed_table(view: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
     cells: dict[Any, dict[str, str]] = {}
     fastest = view["fastest"]
     for entry in view["entries"]:
-        text = _speedup_text(entry)
+        text = _speedup_text(entry) + (f" {SUSPECT_MARK}" if entry.get("suspect") else "")
         if fastest is not None and (entry["dtype"], entry["k"]) == (fastest["dtype"], fastest["k"]):
             text = f"**{text}**"
         cells.setdefault(entry["k"], {})[entry["dtype"]] = text

@@ -7,6 +7,9 @@ from typing import Any
 
 from ..results.schema import CaseResult
 
+#: beside a suspect decode speedup (results/invariants.py): above tau, so the two runs' kernels differed
+SUSPECT_MARK = ">tau"
+
 
 def value_with_interval(value: float, low: float | None, high: float | None, fmt: str = ".2f") -> str:
     """``1.42 [1.30, 1.55]``; a value without an interval (timed in one round) says so rather than look exact."""
@@ -52,3 +55,8 @@ def new_tokens_text(rows: Sequence[CaseResult], per_run: str = "") -> str:
             each = str(per_sequence[0]) if len(set(per_sequence)) == 1 else ", ".join(map(str, per_sequence))
             parts.append(f"batch {size}: {sum(per_sequence)} new tokens per batch ({each} per sequence)")
     return "; ".join(parts)
+
+
+def suspect_lines(results: Sequence[CaseResult]) -> list[str]:
+    """Each suspect case (results/invariants.py) and its cause, one line each, in the order given."""
+    return [f"{row.case}: {row.suspect_cause or 'suspect'}" for row in results if row.suspect]

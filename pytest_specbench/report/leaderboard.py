@@ -6,7 +6,8 @@ the run's other groups in run order), tau and Overall. A group's figure is the g
 ``decode_speedup`` with a 95% t interval over their logs (two cases or more), which holds the spread between
 prompts as well as the timing noise. Spec-Bench averages otherwise (docs/spec-bench.md): the mean of per-question
 tokens per second over the baseline's mean, wall time with prefill. Only lossless cases count: a speedup bought
-with different output is no speedup; the table says how many it left out. Like the answers against k, it reads the
+with different output is no speedup, nor is a suspect one (results/invariants.py: above tau, the two runs' kernels
+differed); the table says how many it left out and why. Like the answers against k, it reads the
 smallest batch size (:func:`.batch.per_k_rows`): Spec-Bench runs at batch 1.
 """
 
@@ -73,7 +74,7 @@ class Leaderboard:
     batch: int
     groups: list[str]
     lines: list[LeaderboardLine] = field(default_factory=list)
-    left_out: Counter = field(default_factory=Counter)  # verdict (or "no speedup") -> cases
+    left_out: Counter = field(default_factory=Counter)  # verdict (or "no speedup", "suspect") -> cases
 
 
 def geometric_figure(speedups: Sequence[float]) -> GroupFigure:
@@ -110,18 +111,28 @@ def group_columns(rows: Sequence[CaseResult], grouping: str = "spec_bench") -> l
     ]
 
 
+#: why a lossless case with a measured speedup is left out
+SUSPECT = "suspect"
+
+
 def _counts(row: CaseResult) -> bool:
-    """A lossless case with a measured decode speedup (NaN and None are not)."""
+    """A lossless case with a measured decode speedup (NaN and None are not) that is not suspect."""
     speedup = row.decode_speedup
-    return row.verdict == "lossless" and isinstance(speedup, (int, float)) and speedup > 0
+    return row.verdict == "lossless" and isinstance(speedup, (int, float)) and speedup > 0 and not row.suspect
+
+
+def _left_out_why(row: CaseResult) -> str:
+    """Why :func:`_counts` leaves ``row`` out: its verdict, suspect, or no speedup."""
+    if row.verdict != "lossless":
+        return row.verdict
+    return SUSPECT if row.suspect else "no speedup"
 
 
 def _board(rows: Sequence[CaseResult], grouping: str) -> Leaderboard:
     first = rows[0]
     board = Leaderboard(first.pair, first.engine, first.dtype, first.batch, group_columns(rows, grouping))
     counted = [row for row in rows if _counts(row)]
-    left_out = [row.verdict for row in rows if not _counts(row)]
-    board.left_out.update("no speedup" if verdict == "lossless" else verdict for verdict in left_out)
+    board.left_out.update(_left_out_why(row) for row in rows if not _counts(row))
     for k in sorted({row.k for row in counted}, key=k_order):
         at_k = [row for row in counted if row.k == k]
         by_group: dict[str, list[float]] = {}
@@ -182,7 +193,7 @@ def left_out_text(board: Leaderboard) -> str:
     if not total:
         return ""
     why = ", ".join(f"{count} {verdict}" for verdict, count in sorted(board.left_out.items()))
-    return f"{total} case(s) left out, not lossless or not measured: {why}"
+    return f"{total} case(s) left out, not lossless, not measured or suspect (a speedup above tau): {why}"
 
 
 def shows_in_terminal(results: Sequence[CaseResult]) -> bool:
@@ -201,9 +212,9 @@ def _boards_with_titles(results: Sequence[CaseResult], grouping: str) -> list[tu
 def _caption(grouping: str) -> str:
     grouped = "MT-bench's eight categories as mt_bench" if grouping == "spec_bench" else "each category its own"
     return (
-        f"decode speedup, lossless cases only: geometric mean over a group's cases with a 95% t interval over "
-        f"their logs (n cases), groups as --specbench-category-groups={grouping} ({grouped}); tau: tokens per "
-        "decode step pooled over every decode step"
+        "decode speedup, lossless cases only, suspect ones left out: geometric mean over a group's cases with a "
+        f"95% t interval over their logs (n cases), groups as --specbench-category-groups={grouping} ({grouped}); "
+        "tau: tokens per decode step pooled over every decode step"
     )
 
 

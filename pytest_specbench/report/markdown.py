@@ -32,13 +32,18 @@ from .analysis import (
 from .answer import pair_sentence, prompt_table, run_answer
 from .batch import per_k_rows
 from .dtype_view import dtype_order, not_shown_lines, several_dtypes, speed_table
-from .formatting import new_tokens_text, number, value_with_interval, with_interval
+from .formatting import SUSPECT_MARK, new_tokens_text, number, suspect_lines, value_with_interval, with_interval
 from .leaderboard import leaderboard_markdown
 from .requests import requests_section
 from .summary import cross_tokenizer_line
 
 #: efficiency below this is called low in the findings
 LOW_EFFICIENCY = 0.8
+
+
+def _marked(row: CaseResult, name: str = "decode_speedup") -> str:
+    """The row's speedup with its interval, and :data:`.formatting.SUSPECT_MARK` where it is suspect."""
+    return with_interval(row, name) + (f" {SUSPECT_MARK}" if row.suspect else "")
 
 
 def _verdict(row: CaseResult) -> str:
@@ -303,12 +308,13 @@ def _machine_lines(options: dict[str, Any], env: dict[str, Any]) -> list[str]:
 
 
 def _headline_lines(results: Sequence[CaseResult]) -> list[str]:
-    """The run's best decode speedup, where it was measured, and how many cases diverged."""
-    best = max(results, key=lambda row: row.decode_speedup)
+    """The run's best decode speedup (a suspect one only where every case is), where it was measured, and how many
+    cases diverged."""
+    best = max([row for row in results if not row.suspect] or results, key=lambda row: row.decode_speedup)
     return [
         "## Headline",
         "",
-        f"Best decode speedup: **{with_interval(best)}** with pair `{best.pair}` (target {best.target}, "
+        f"Best decode speedup: **{_marked(best)}** with pair `{best.pair}` (target {best.target}, "
         f"draft {best.draft}) at k={best.k} on the `{best.prompt}` prompt; end to end, prefill "
         f"included, {with_interval(best, 'speedup')}. {len(results)} cases, "
         f"{sum(1 for row in results if row.verdict == 'diverged')} diverged from the target's greedy "
@@ -326,6 +332,7 @@ def _pair_lines(
         *_pair_header(pair, rows),
         _case_table(rows, engines),
         "",
+        *_suspect_lines(rows),
         *_cross_tokenizer_lines(rows),
         *_engine_lines(rows),
         *_answer_lines(pair, answer, engines, several_dtypes(rows)),
@@ -358,6 +365,20 @@ def _pair_header(pair: str, rows: Sequence[CaseResult]) -> list[str]:
     ]
 
 
+def _suspect_lines(rows: Sequence[CaseResult]) -> list[str]:
+    """Under the case table: each suspect case (results/invariants.py) with its cause, as a list; none without."""
+    named = suspect_lines(rows)
+    if not named:
+        return []
+    return [
+        f"Suspect speedups ({SUSPECT_MARK}): a decode speedup above tau, which only unequal kernels in the "
+        "speculative run and its greedy baseline explain; the answer does not rank these cases.",
+        "",
+        *(f"- {line}" for line in named),
+        "",
+    ]
+
+
 def _cross_tokenizer_lines(rows: Sequence[CaseResult]) -> list[str]:
     """Under the case table of a pair whose draft has another tokenizer: its vocabulary overlap and translation
     share (report/summary.py's line, as a sentence)."""
@@ -371,7 +392,7 @@ def _engine_lines(rows: Sequence[CaseResult]) -> list[str]:
     if not comparisons:
         return []
     return [
-        "Engines side by side: end-to-end speedup over the same greedy baseline (prefill included, "
+        "Engines side by side: end-to-end speedup, each over a greedy baseline in its own kernels (prefill included, "
         "since transformers' first target pass also verifies a draft block), geometric mean over "
         "prompts.",
         "",
@@ -393,7 +414,7 @@ def _best_k_table(analyses: Sequence[PromptAnalysis]) -> str:
                 a.prompt,
                 *([a.best_row.dtype] if dtypes else []),
                 a.best_k,
-                with_interval(a.best_row),
+                _marked(a.best_row),
                 number(a.alpha, ".3f"),
                 number(a.recommended_k, "d"),
                 number(dict(a.predicted_curve).get(a.recommended_k)),
@@ -506,7 +527,7 @@ def _case_table(rows: Sequence[CaseResult], engines: bool) -> str:
                 row.k,
                 *([row.dtype] if dtypes else []),
                 *([row.engine] if engines else []),
-                with_interval(row),
+                _marked(row),
                 *(number(getattr(row, name), fmt) for _, name, fmt in _CASE_COLUMNS),
                 row.verdict,
             ]

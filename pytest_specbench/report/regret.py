@@ -114,11 +114,13 @@ def over_prompts(ratios: Sequence[dict[str, Any]], prefix: str = "") -> dict[str
 
 
 def schedule_summaries(answers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per schedule in the answers of one (pair, engine): :func:`over_prompts` of its ratio to the best."""
+    """Per schedule in the answers of one (pair, engine): :func:`over_prompts` of its ratio to the best, over the
+    prompts where its speedup is not suspect (results/invariants.py: above tau, not a measured gain)."""
     by_k: dict[Any, list[dict[str, Any]]] = {}
     for answer in answers:
         for schedule in answer["schedules"]:
-            by_k.setdefault(schedule["k"], []).append(schedule)
+            if not schedule.get("suspect"):
+                by_k.setdefault(schedule["k"], []).append(schedule)
     summaries = []
     for k, items in by_k.items():
         summary = over_prompts(

@@ -23,9 +23,10 @@ from .analysis import (
     several_engines,
 )
 from .answer import pair_sentence, prompt_table, run_answer
+from .bandwidth import bandwidth_lines
 from .batch import batch_answer, batch_lines, per_k_rows
 from .dtype_view import TITLE, dtype_order, not_shown_lines, several_dtypes, view_table
-from .formatting import new_tokens_text, with_interval
+from .formatting import SUSPECT_MARK, new_tokens_text, suspect_lines, with_interval
 from .leaderboard import leaderboard_lines
 from .requests import tpot_text
 
@@ -41,14 +42,16 @@ def _cell(row: CaseResult, name: str, fmt: str, interval: bool) -> str:
         return "" if value is None else str(value)
     if not interval:
         return f"{value:{fmt}}"
-    return with_interval(row, name, fmt) + (f" {UNSTABLE_MARK}" if row.unstable else "")
+    marks = ([UNSTABLE_MARK] if row.unstable else []) + ([SUSPECT_MARK] if row.suspect else [])
+    return " ".join([with_interval(row, name, fmt), *marks])
 
 
 def summary_lines(
     results: Sequence[CaseResult], ci_target: float = 0.05, category_groups: str = "spec_bench"
 ) -> list[str]:
     """The terminal summary: a table per pair, a per-k summary, the answer (best k per prompt, ties, slower k),
-    the leaderboard view of a run of Spec-Bench's questions (grouped by ``category_groups``), the unstable cases."""
+    the leaderboard view of a run of Spec-Bench's questions (grouped by ``category_groups``), the unstable and the
+    suspect cases."""
     if not results:
         return ["no specbench case ran: nothing to summarise"]
     engines = several_engines(results)
@@ -67,7 +70,7 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: di
     lines = [
         f"{pair}: target {first.target}, draft {first.draft} "
         f"({first.device}, {', '.join(dtype_order([row.dtype for row in rows]))}, {new_tokens_text(rows)}; "
-        f"speedups with their 95% interval, {UNSTABLE_MARK} = unstable)"
+        f"speedups with their 95% interval, {UNSTABLE_MARK} = unstable, {SUSPECT_MARK} = suspect)"
     ]
     batches = len({row.batch for row in rows}) > 1
     columns = tuple(
@@ -84,12 +87,14 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: di
     lines += tabulate(table, headers=[header for _, header, _, _ in columns], disable_numparse=True).splitlines()
     tokenizer = cross_tokenizer_line(rows)
     lines += [tokenizer] if tokenizer else []
+    lines += bandwidth_lines(rows)
     lines += ["", *_per_k_lines(per_k_rows(rows), engines)]  # several batch sizes: the smallest
     comparisons = compare_engines(rows)
     if comparisons:
         lines += [
             "",
-            "engines side by side (end-to-end speedup over the same greedy baseline, geometric mean over prompts):",
+            "engines side by side (end-to-end speedup, each over a greedy baseline in its own kernels, "
+            "geometric mean over prompts):",
         ]
         lines += tabulate(
             [(c.k, c.prompts, c.native_speedup, c.hf_speedup, c.ratio) for c in comparisons],
@@ -222,7 +227,20 @@ def _closing_lines(results: Sequence[CaseResult], ci_target: float) -> list[str]
             "Try a quieter machine, fewer xdist workers, a fixed --specbench-threads"
             f"{f' (ran with {threads[0]})' if len(threads) == 1 else ''}, or a longer --specbench-budget."
         )
-    return lines
+    return lines + _suspect_lines(results)
+
+
+def _suspect_lines(results: Sequence[CaseResult]) -> list[str]:
+    """The cases whose decode speedup exceeds tau (results/invariants.py), each with its cause: not ranked."""
+    named = suspect_lines(results)
+    if not named:
+        return []
+    return [
+        f"{len(named)} case(s) suspect ({SUSPECT_MARK}): a decode speedup above tau, which only unequal kernels in "
+        "the speculative run and its greedy baseline explain; not ranked in the answer (docs/measuring.md, "
+        '"Suspect speedups"):',
+        *(f"  {line}" for line in named),
+    ]
 
 
 def csv_text(results: Iterable[CaseResult]) -> str:

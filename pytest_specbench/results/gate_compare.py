@@ -44,8 +44,19 @@ CROSS_MACHINE_Z = 3.0
 # 0.0200000000000000018) is not flagged.
 _EPSILON = 1e-9
 
+#: the check a suspect speedup fails under speed gating (results/invariants.py: above tau, not a measured gain)
+SUSPECT_SPEEDUP = "suspect speedup"
+
 # Regressions of one case are listed in this order (the most serious first).
-_KIND_ORDER = {"settings": 0, "lossless": 1, "acceptance": 2, "pair acceptance": 3, "speedup": 4, "missing": 5}
+_KIND_ORDER = {
+    "settings": 0,
+    "lossless": 1,
+    "acceptance": 2,
+    "pair acceptance": 3,
+    SUSPECT_SPEEDUP: 4,
+    "speedup": 5,
+    "missing": 6,
+}
 
 
 def _read(entry: Mapping[str, Any], name: str) -> Any:
@@ -68,6 +79,8 @@ _GATED_FIELDS = (
     "drafted_tokens",
     "speedup",
     "first_divergence",
+    "suspect",
+    "suspect_cause",
 )
 
 
@@ -88,6 +101,9 @@ class GatedResult:
     drafted_tokens: int | None
     speedup: float | None
     first_divergence: int | None
+    # A baseline entry keeps neither: the schema's defaults (not suspect).
+    suspect: bool
+    suspect_cause: str | None
 
     @classmethod
     def from_row(cls, entry: Mapping[str, Any], case: str) -> GatedResult:
@@ -134,7 +150,7 @@ class Regression:
     """One check a case failed against its baseline."""
 
     case: str
-    kind: str  # "acceptance" | "pair acceptance" | "lossless" | "missing" | "speedup" | "settings"
+    kind: str  # "acceptance" | "pair acceptance" | "lossless" | "missing" | "speedup" | "suspect speedup" | "settings"
     old: float | bool | str | None
     new: float | bool | str | None
     detail: str
@@ -162,7 +178,7 @@ def shown_value(kind: str, value: float | bool | str | None) -> str:
         return value
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return f"{value:.2f}" if kind == "speedup" else f"{value:.3f}"
+    return f"{value:.2f}" if kind in ("speedup", SUSPECT_SPEEDUP) else f"{value:.3f}"
 
 
 def sort_regressions(regressions: Iterable[Regression]) -> list[Regression]:
@@ -190,7 +206,9 @@ def compare(
     - acceptance, same machine: a case's old - new > max_acceptance_drop (absolute);
     - pair acceptance, across machines (``same_machine=False``): a pair's acceptance pooled over the cases both
       runs have dropped by more than ``pair_tolerance`` (other kernels flip near-tied tokens: cases move, pairs don't);
-    - speedup, same machine and only when max_speedup_drop is given: old - new > max_speedup_drop * old;
+    - speedup, same machine and only when max_speedup_drop is given: old - new > max_speedup_drop * old; a
+      suspect row (its decode speedup above tau: results/invariants.py) fails as "suspect speedup" instead,
+      whatever its speedup, since that speedup credits speculation with a kernel's gain and measures nothing;
     - missing: a baseline case with no result, unless allow_missing; its detail says why.
     Cases absent from the baseline (``new_cases``) and the ``excluded`` ones (other settings, left out by
     ``--specbench-gate-differing=compare-matching``) are neither gated nor missing. ``settings`` defaults to
@@ -316,6 +334,8 @@ def _check_acceptance(old: GatedResult, row: GatedResult, allowed: float) -> lis
 
 def _check_speedup(old: GatedResult, row: GatedResult, allowed: float | None) -> list[Regression]:
     old_speedup, new_speedup = old.speedup, row.speedup
+    if allowed is not None and row.suspect:  # not a measured speedup: never passed, however high
+        return [_suspect(old, row)]
     if allowed is None or not is_finite_number(old_speedup) or old_speedup <= 0:
         return []
     if not is_finite_number(new_speedup):
@@ -325,6 +345,14 @@ def _check_speedup(old: GatedResult, row: GatedResult, allowed: float | None) ->
         return []
     detail = f"drop {(old_speedup - new_speedup) / old_speedup:.1%} > allowed {allowed:.1%}"
     return [Regression(row.case, "speedup", float(old_speedup), float(new_speedup), detail, allowed)]
+
+
+def _suspect(old: GatedResult, row: GatedResult) -> Regression:
+    """The speed check's failure of a suspect row: its speedup is no measurement to hold against the baseline."""
+    old_speedup = float(old.speedup) if is_finite_number(old.speedup) else None
+    new_speedup = float(row.speedup) if is_finite_number(row.speedup) else None
+    detail = f"not passed as measured: {row.suspect_cause or 'a decode speedup above tau'}"
+    return Regression(row.case, SUSPECT_SPEEDUP, old_speedup, new_speedup, detail)
 
 
 # --- the settings a gate compares ------------------------------------------------------------------

@@ -11,7 +11,14 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .gate_compare import CROSS_MACHINE_Z, Regression, SettingDifference, SettingsCheck, shown_value
+from .gate_compare import (
+    CROSS_MACHINE_Z,
+    SUSPECT_SPEEDUP,
+    Regression,
+    SettingDifference,
+    SettingsCheck,
+    shown_value,
+)
 
 StrPath = str | PathLike[str]
 
@@ -64,6 +71,8 @@ def _allowed(regression: Regression) -> str:
         return f"drop <= {regression.limit:.3f}"
     if regression.kind == "speedup" and regression.limit is not None:
         return f"drop <= {regression.limit:.1%}"
+    if regression.kind == SUSPECT_SPEEDUP:
+        return "decode speedup <= tau"
     if regression.kind == "lossless":
         return "lossless"
     if regression.kind == "missing":

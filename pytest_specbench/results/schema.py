@@ -217,6 +217,20 @@ class CaseResult:
         "budget allowed, and not eliminated by the race",
         TIMING,
     )
+    suspect: bool = _field(
+        "a decode speedup above tau, which only unequal kernels in the two runs explain (a verify pass cheaper "
+        "than a baseline step): its 95% interval's low end (the estimate, with no interval) above tau by more "
+        "than 5% (under sampling the largest tau of its requests; batch 1 rows only; results/invariants.py); "
+        "the answer does not rank it and a speed-gated run fails it",
+        TIMING,
+        default=False,
+    )
+    suspect_cause: str | None = _field(
+        "why the row is suspect, in words with the figures: its speedup, tau, and a verify pass's cost over a "
+        "baseline step (null when not suspect)",
+        TIMING,
+        default=None,
+    )
     block: str = _field(
         "the block it was timed in: the cases sharing its target and prompt, timed in shared "
         "rounds with baselines between its cases ({target}:{prompt id})",
@@ -507,7 +521,7 @@ class CaseResult:
         csv=False,
     )
     column_head_rows: list = _field(
-        "native engine: the verify block sizes (rows; up to k + 1 at a constant k) whose "
+        "native engine: the target pass sizes (rows, 1 a decode step; up to k + 1 at a constant k) whose "
         "target output head ran as weight @ hidden.T, measured faster than linear there "
         "(--specbench-head-kernel); the others ran the model's own linear",
         COST_MODEL,
@@ -515,12 +529,41 @@ class CaseResult:
         csv=False,
     )
     few_rows_rows: list = _field(
-        "native engine: the verify block sizes (rows; up to k + 1 at a constant k) at which some "
-        "linear layer of the target ran the few-rows kernel, measured fastest there "
-        "(--specbench-head-kernel); the others ran the model's own kernels",
+        "native engine: the target pass sizes (rows, 1 a decode step of the run and of its greedy "
+        "baseline; up to k + 1 at a constant k) at which some linear layer of the target ran the "
+        "few-rows kernel, measured fastest there (--specbench-head-kernel); the others ran the "
+        "model's own kernels",
         COST_MODEL,
         default=[],
         csv=False,
+    )
+    few_rows_kernel: str = _field(
+        "the few-rows kernel on this machine: built, or why not (torch's own kernels then ran "
+        "everywhere); empty where no CPU pass could use it",
+        COST_MODEL,
+        default="",
+    )
+    kernel_step_gain: float | None = _field(
+        "native engine: the target's one-row decode step in transformers' own kernels over the "
+        "same step in the engine's forms, timed in turn by the cost probe: what the kernels gain, "
+        "on both sides of every speedup alike, so part of none",
+        COST_MODEL,
+        default=None,
+    )
+    memory_read_gbps: float | None = _field(
+        "GB/s of one read of a buffer as large as the target's weights (capped at 1 GiB), in this "
+        "process with its threads: the memory limit of a one-row step",
+        COST_MODEL,
+        default=None,
+    )
+    one_row_gbps: float | None = _field(
+        "the target's weight bytes over v(1), the one-row decode step as the engine runs it: its "
+        "effective bandwidth, to set beside memory_read_gbps",
+        COST_MODEL,
+        default=None,
+    )
+    verify_pass_gbps: float | None = _field(
+        "the target's weight bytes over v(k + 1), the case's full verify pass", COST_MODEL, default=None
     )
 
     # --- memory and size

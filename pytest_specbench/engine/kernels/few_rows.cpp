@@ -1,10 +1,16 @@
-// y = x @ w.T + bias for a few rows of x (float32, CPU): each block of w's rows is read from memory once
-// and used for every row of x, so a pass over a few rows streams the weights about as fast as a pass over
-// one. Each output is one dot product summed in a fixed order, whatever the row count or thread count.
+// y = x @ w.T + bias for a few rows of x (float32 or bfloat16, CPU): each block of w's rows is read from
+// memory once and used for every row of x, so a pass over one row or a few streams the weights at about
+// the machine's read bandwidth. Each output is one dot product summed in float32 in a fixed order,
+// whatever the row count or thread count. bfloat16 reads half the bytes: with AVX512_BF16 its pairs multiply
+// in one dot-product instruction (denormal inputs count as zero); elsewhere they widen to float32 in
+// registers (a shift: exact).
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <cstdint>
 
 namespace {
 
@@ -14,13 +20,33 @@ constexpr int kLanes = 16;  // floats in one vector register
 constexpr int kLanes = 8;  // AVX2: registers of 8 floats, and half as many of them
 #endif
 typedef float lanes __attribute__((vector_size(kLanes * sizeof(float))));
-constexpr int64_t kPrefetchAhead = 128;  // floats of each weight row fetched ahead of the one in use
+constexpr int64_t kPrefetchBytes = 512;  // of each weight row, fetched ahead of the bytes in use
 constexpr int kMaxRows = 32;
 
 inline lanes load(const float* p) {
   lanes v;
   __builtin_memcpy(&v, p, sizeof(v));
   return v;
+}
+
+// bfloat16 is float32's upper half: widening is a shift, exact (one zero-extending load and a shift).
+inline lanes load(const uint16_t* p) {
+#if defined(__AVX512F__)
+  const __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16);
+#else
+  const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
+#endif
+  lanes v;
+  __builtin_memcpy(&v, &w, sizeof(v));
+  return v;
+}
+
+inline float widen(float v) { return v; }
+inline float widen(uint16_t v) {
+  const uint32_t bits = uint32_t(v) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return f;
 }
 
 // A tree of halving adds: a short weight row (a small model's width) ends in many of these sums.
@@ -43,29 +69,33 @@ inline float lane_sum(lanes v) {
 #endif
 }
 
-// Outputs [n0, n1) of all M rows, NB weight rows at a time.
-template <int M, int NB>
-void weight_rows(const float* x, int64_t K, const float* w, int64_t n0, int64_t n1, float* y, int64_t N) {
-  const int64_t whole = K / kLanes * kLanes;
+// Outputs [n0, n1) of all M rows (x in float32), NB weight rows at a time. Each step takes a whole cache
+// line of every weight row (U vectors: two for bfloat16), with one prefetch per line.
+template <int M, int NB, typename W>
+void weight_rows(const float* x, int64_t K, const W* w, int64_t n0, int64_t n1, float* y, int64_t N) {
+  constexpr int64_t ahead = kPrefetchBytes / sizeof(W);
+  constexpr int U = sizeof(float) / sizeof(W);
+  constexpr int64_t step = kLanes * U;
+  const int64_t whole = K / step * step;
   for (int64_t n = n0; n + NB <= n1; n += NB) {
     lanes acc[M][NB];
     for (int r = 0; r < M; ++r)
       for (int j = 0; j < NB; ++j) acc[r][j] = lanes{};
-    for (int64_t k = 0; k < whole; k += kLanes) {
-      lanes wv[NB];
-      for (int j = 0; j < NB; ++j) {
-        wv[j] = load(w + (n + j) * K + k);
-        __builtin_prefetch(w + (n + j) * K + k + kPrefetchAhead, 0, 3);
-      }
-      for (int r = 0; r < M; ++r) {
-        const lanes xv = load(x + r * K + k);
-        for (int j = 0; j < NB; ++j) acc[r][j] += xv * wv[j];
+    for (int64_t k = 0; k < whole; k += step) {
+      for (int j = 0; j < NB; ++j) __builtin_prefetch(w + (n + j) * K + k + ahead, 0, 3);
+      for (int u = 0; u < U; ++u) {
+        lanes wv[NB];
+        for (int j = 0; j < NB; ++j) wv[j] = load(w + (n + j) * K + k + u * kLanes);
+        for (int r = 0; r < M; ++r) {
+          const lanes xv = load(x + r * K + k + u * kLanes);
+          for (int j = 0; j < NB; ++j) acc[r][j] += xv * wv[j];
+        }
       }
     }
     for (int r = 0; r < M; ++r)
       for (int j = 0; j < NB; ++j) {
         float sum = lane_sum(acc[r][j]);
-        for (int64_t t = whole; t < K; ++t) sum += x[r * K + t] * w[(n + j) * K + t];
+        for (int64_t t = whole; t < K; ++t) sum += x[r * K + t] * widen(w[(n + j) * K + t]);
         y[r * N + n + j] = sum;
       }
   }
@@ -74,21 +104,53 @@ void weight_rows(const float* x, int64_t K, const float* w, int64_t n0, int64_t 
 // Enough weight rows per block to reuse each x load, few enough to keep the accumulators in registers
 // (AVX-512 has 32 vector registers, AVX2 16).
 #if defined(__AVX512F__)
-constexpr int block_for(int rows) { return rows <= 4 ? 6 : rows <= 9 ? 4 : rows <= 14 ? 2 : 1; }
+constexpr int block_for(int rows) { return rows <= 4 ? 6 : rows <= 6 ? 4 : rows <= 9 ? 3 : rows <= 14 ? 2 : 1; }
 #else
 constexpr int block_for(int rows) { return rows <= 2 ? 4 : rows <= 4 ? 3 : rows <= 6 ? 2 : 1; }
 #endif
 
-template <int M>
-void all_outputs(const float* x, int64_t K, const float* w, int64_t N, float* y) {
+#if defined(__AVX512BF16__)
+// bfloat16 x and weights on a CPU with AVX512_BF16: one dot-product instruction takes 32 of each, products
+// exact, sums in float32 (a pair summed before it joins the accumulator).
+template <int M, int NB>
+void weight_rows(const uint16_t* x, int64_t K, const uint16_t* w, int64_t n0, int64_t n1, float* y, int64_t N) {
+  constexpr int64_t ahead = kPrefetchBytes / sizeof(uint16_t), step = 32;
+  const int64_t whole = K / step * step;
+  for (int64_t n = n0; n + NB <= n1; n += NB) {
+    __m512 acc[M][NB];
+    for (int r = 0; r < M; ++r)
+      for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < whole; k += step) {
+      __m512bh wv[NB];
+      for (int j = 0; j < NB; ++j) {
+        wv[j] = (__m512bh)_mm512_loadu_si512(w + (n + j) * K + k);
+        __builtin_prefetch(w + (n + j) * K + k + ahead, 0, 3);
+      }
+      for (int r = 0; r < M; ++r) {
+        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * K + k);
+        for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], xv, wv[j]);
+      }
+    }
+    for (int r = 0; r < M; ++r)
+      for (int j = 0; j < NB; ++j) {
+        float sum = lane_sum((lanes)acc[r][j]);
+        for (int64_t t = whole; t < K; ++t) sum += widen(x[r * K + t]) * widen(w[(n + j) * K + t]);
+        y[r * N + n + j] = sum;
+      }
+  }
+}
+#endif
+
+template <int M, typename X, typename W>
+void all_outputs(const X* x, int64_t K, const W* w, int64_t N, float* y) {
   constexpr int NB = block_for(M);
   const int64_t blocks = N / NB;
   at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) { weight_rows<M, NB>(x, K, w, b0 * NB, b1 * NB, y, N); });
   if (blocks * NB < N) weight_rows<M, 1>(x, K, w, blocks * NB, N, y, N);
 }
 
-template <int M>
-void dispatch(int64_t rows, const float* x, int64_t K, const float* w, int64_t N, float* y) {
+template <int M, typename X, typename W>
+void dispatch(int64_t rows, const X* x, int64_t K, const W* w, int64_t N, float* y) {
   if constexpr (M <= kMaxRows) {
     if (rows == M) return all_outputs<M>(x, K, w, N, y);
     return dispatch<M + 1>(rows, x, K, w, N, y);
@@ -96,24 +158,38 @@ void dispatch(int64_t rows, const float* x, int64_t K, const float* w, int64_t N
 }
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const c10::optional<torch::Tensor>& bias) {
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32, "float32 only");
+  const auto dtype = weight.scalar_type();
+  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16, "float32 or bfloat16 weights only");
+  TORCH_CHECK(x.scalar_type() == dtype, "x must have the weight's dtype");
   TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu(), "CPU tensors only");
   TORCH_CHECK(weight.dim() == 2 && x.size(-1) == weight.size(1), "x's last dimension must be weight's second");
-  const torch::Tensor rows_x = x.reshape({-1, x.size(-1)}).contiguous();
   const torch::Tensor w = weight.contiguous();
-  const int64_t rows = rows_x.size(0), K = rows_x.size(1), N = w.size(0);
+  const int64_t rows = x.numel() / x.size(-1), K = x.size(-1), N = w.size(0);
   TORCH_CHECK(rows >= 1 && rows <= kMaxRows, "1 to 32 rows, got ", rows);
-  torch::Tensor y = torch::empty({rows, N}, rows_x.options());
-  dispatch<1>(rows, rows_x.data_ptr<float>(), K, w.data_ptr<float>(), N, y.data_ptr<float>());
-  if (bias.has_value() && bias->defined()) y.add_(*bias);
+  torch::Tensor y = torch::empty({rows, N}, x.options().dtype(torch::kFloat32));
+  if (dtype == torch::kFloat32) {
+    const torch::Tensor rows_x = x.reshape({rows, K}).contiguous();
+    dispatch<1>(rows, rows_x.data_ptr<float>(), K, w.data_ptr<float>(), N, y.data_ptr<float>());
+  } else {
+    const auto* w16 = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
+#if defined(__AVX512BF16__)
+    const torch::Tensor rows_x = x.reshape({rows, K}).contiguous();
+    dispatch<1>(rows, reinterpret_cast<const uint16_t*>(rows_x.data_ptr<at::BFloat16>()), K, w16, N, y.data_ptr<float>());
+#else
+    // x is a few rows: widened to float32 once; the sums run in float32 and round once at the end.
+    const torch::Tensor rows_x = x.reshape({rows, K}).to(torch::kFloat32).contiguous();
+    dispatch<1>(rows, rows_x.data_ptr<float>(), K, w16, N, y.data_ptr<float>());
+#endif
+  }
+  if (bias.has_value() && bias->defined()) y.add_(bias->to(torch::kFloat32));
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = N;
-  return y.reshape(shape);
+  return y.to(dtype).reshape(shape);
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear", &linear, "x @ weight.T + bias for 1 to 32 rows of x (float32, CPU)");
+  m.def("linear", &linear, "x @ weight.T + bias for 1 to 32 rows of x (float32 or bfloat16, CPU)");
   m.attr("max_rows") = kMaxRows;
 }

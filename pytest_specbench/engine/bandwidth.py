@@ -1,0 +1,62 @@
+"""The machine's memory read bandwidth, measured in-process, and a pass's effective bandwidth.
+
+A one-row decode step reads every weight once and does little else, so its floor is the weights' bytes
+over the bandwidth at which this process can read memory. The read is timed on a buffer as large as
+the weights (capped at :data:`MAX_BUFFER_BYTES`, far past any cache), with the threads the run uses:
+a float32 sum, which streams the buffer once. A pass's effective bandwidth is the target's weight bytes
+over its time; its share of the read bandwidth says how far a kernel is from the memory limit.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+
+import torch
+
+from .timing import DeviceClock
+
+__all__ = ["MAX_BUFFER_BYTES", "effective_gbps", "memory_read_gbps", "weight_bytes"]
+
+#: the largest buffer the read is timed on: well past any cache, and small beside the models
+MAX_BUFFER_BYTES = 1 << 30
+_REPEATS = 7
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's parameters and buffers (tied weights once): what a one-row pass reads at least."""
+    tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def effective_gbps(nbytes: int, seconds: float) -> float | None:
+    """``nbytes`` read in ``seconds``, in GB/s (10**9 bytes); None for a time that is not positive."""
+    return nbytes / seconds / 1e9 if seconds > 0 else None
+
+
+@torch.inference_mode()
+def memory_read_gbps(device: torch.device | str, nbytes: int, fresh: bool = False) -> float:
+    """GB/s of one read of ``nbytes`` (capped at :data:`MAX_BUFFER_BYTES`) on ``device``: the median of
+    several timed reads after one untimed, with torch's current thread count; measured once per (device,
+    size, threads) unless ``fresh``."""
+    size = max(min(int(nbytes), MAX_BUFFER_BYTES) // 4 * 4, 1 << 20)
+    key = (str(torch.device(device)), size, torch.get_num_threads())
+    return _time_read(*key) if fresh else _read_gbps(*key)
+
+
+@functools.cache
+def _read_gbps(device: str, size: int, threads: int) -> float:
+    return _time_read(device, size, threads)
+
+
+def _time_read(device: str, size: int, threads: int) -> float:
+    buffer = torch.ones(size // 4, dtype=torch.float32, device=device)
+    clock = DeviceClock(device)
+    times = []
+    for repeat in range(_REPEATS + 1):  # the first read faults the pages in and is not kept
+        start = clock.now()
+        buffer.sum()
+        if repeat:
+            times.append(clock.now() - start)
+    del buffer
+    return size / statistics.median(times) / 1e9

@@ -1,0 +1,55 @@
+"""The summary's kernel and memory lines of a pair: each pass's effective bandwidth beside the machine's
+read bandwidth, what the engine's kernels gain over transformers' own, and a kernel that could not be built."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from statistics import median
+
+from ..results.schema import CaseResult
+from .dtype_view import dtype_order
+
+
+def _share(gbps: float, read: float | None) -> str:
+    return f"{gbps:.1f} GB/s" + (f" ({gbps / read:.0%})" if read else "")
+
+
+def _dtype_line(dtype: str, rows: Sequence[CaseResult]) -> str | None:
+    reads = [row.memory_read_gbps for row in rows if row.memory_read_gbps]
+    steps = [row.one_row_gbps for row in rows if row.one_row_gbps]
+    if not steps:
+        return None
+    read = median(reads) if reads else None
+    parts = [f"memory read {read:.1f} GB/s" if read else "memory read not measured"]
+    parts.append(f"one-row step {_share(median(steps), read)}")
+    by_k: dict[int, list[float]] = {}
+    for row in rows:
+        if isinstance(row.k, int) and row.verify_pass_gbps:
+            by_k.setdefault(row.k, []).append(row.verify_pass_gbps)
+    if by_k:
+        low, high = min(by_k), max(by_k)
+        verify = f"verify pass {_share(median(by_k[low]), read)} at k={low}"
+        parts.append(verify + (f" to {_share(median(by_k[high]), read)} at k={high}" if high != low else ""))
+    gains = [row.kernel_step_gain for row in rows if row.kernel_step_gain]
+    if gains:
+        parts.append(
+            f"transformers' own one-row step {median(gains):.2f}x the engine's (kernels on both sides of each "
+            "speedup, so in none)"
+        )
+    return f"  {dtype}: " + "; ".join(parts)
+
+
+def bandwidth_lines(rows: Sequence[CaseResult]) -> list[str]:
+    """Per dtype of the native engine's rows: the bandwidth of the target's passes (weight bytes over v(1) and
+    v(k + 1)) as shares of the memory read bandwidth; a line naming why the few-rows kernel did not run."""
+    native = [row for row in rows if row.engine == "native"]
+    lines = []
+    for dtype in dtype_order([row.dtype for row in native]):
+        line = _dtype_line(dtype, [row for row in native if row.dtype == dtype])
+        if line:
+            lines.append(line)
+    if lines:
+        lines.insert(0, "target passes against memory (weight bytes over the probe's pass time, medians of the cases):")
+    missing = sorted({row.few_rows_kernel for row in native if row.few_rows_kernel not in ("", "built")})
+    lines += [f"few-rows kernel not used: {reason}; torch's own kernels ran" for reason in missing]
+    return lines
