@@ -42,8 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pytest_specbench.engine import few_rows  # noqa: E402
 from pytest_specbench.engine.bandwidth import MAX_BUFFER_BYTES, memory_read_gbps, weight_bytes  # noqa: E402
 from pytest_specbench.engine.cost_probe import verify_costs  # noqa: E402
+from pytest_specbench.engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache  # noqa: E402
 from pytest_specbench.engine.native_dtypes import native_dtype_facts, native_dtypes  # noqa: E402
-from pytest_specbench.engine.verify_forms import form_choices  # noqa: E402
+from pytest_specbench.engine.timing import DeviceClock  # noqa: E402
+from pytest_specbench.engine.verify_forms import form_choices, verify_forms  # noqa: E402
 from pytest_specbench.models.base import DTYPE_NAMES  # noqa: E402
 
 #: form name -> the engine's head kernel (engine/names.py HEAD_KERNELS) it runs under
@@ -106,6 +108,40 @@ def measure(
             curve = verify_costs(models[dtype], input_ids, max(positions), repeats=1, head_kernel=FORMS[form])
             samples[dtype, form].append(curve)
     return samples
+
+
+def one_row_split(model: Any, input_ids: torch.Tensor, form: str, repeats: int = 5) -> dict[str, float]:
+    """One decode step split into its linear layers and the rest (medians of ``repeats`` steps): a step
+    whose linear layers stream at the memory limit is bounded by what runs between them."""
+    linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
+    clock, inside, started = DeviceClock(model.device), [0.0], [0.0]
+    hooks = [layer.register_forward_pre_hook(lambda *_: started.__setitem__(0, clock.now())) for layer in linears]
+    hooks += [
+        layer.register_forward_hook(lambda *_: inside.__setitem__(0, inside[0] + clock.now() - started[0]))
+        for layer in linears
+    ]
+    cache = new_cache(model)
+    model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+    enable_rollback(cache)
+    length = cache_length(cache)
+    steps, in_linear = [], []
+    try:
+        with verify_forms(model, FORMS[form]):
+            for repeat in range(repeats + 1):  # the first step warms up and is not kept
+                inside[0] = 0.0
+                start = clock.now()
+                model(input_ids=input_ids[:, -1:], cache=cache, use_cache=True, logits_to_keep=1)
+                if repeat:
+                    steps.append(clock.now() - start)
+                    in_linear.append(inside[0])
+                crop_to(cache, length)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    linear_bytes = sum(
+        layer.weight.numel() * layer.weight.element_size() for layer in {id(x.weight): x for x in linears}.values()
+    )
+    return {"step_s": statistics.median(steps), "linear_s": statistics.median(in_linear), "linear_bytes": linear_bytes}
 
 
 def curve_rows(
@@ -235,6 +271,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ", ".join(f"{dtype} {size / 1e9:.2f} GB" for dtype, size in nbytes.items())
     )
     print(table(rows))
+    splits = {f"{dtype} {form}": one_row_split(models[dtype], input_ids, form) for dtype in models for form in forms}
+    for name, split in splits.items():
+        share = split["linear_s"] / split["step_s"]
+        gbps = split["linear_bytes"] / split["linear_s"] / 1e9
+        print(
+            f"one-row step, {name}: {1000 * split['step_s']:.1f} ms, {share:.0%} of it in linear layers, which "
+            f"stream their {split['linear_bytes'] / 1e9:.2f} GB at {gbps:.1f} GB/s ({gbps / read_gbps:.0%} of read)"
+        )
     chosen = engine_forms(models, max(positions)) if "engine" in forms else {}
     for dtype, layers in chosen.items():
         print(f"engine forms, {dtype}: " + "; ".join(f"{layer}: {forms_text}" for layer, forms_text in layers.items()))
@@ -254,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "weight_bytes": nbytes,
             "curves": rows,
             "engine_forms": chosen,
+            "one_row_split": splits,
             "few_rows_kernel": few_rows.unavailable_reason() or "built",
         }
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")

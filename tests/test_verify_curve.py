@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from factory import benchmark_script
+import torch
+from factory import benchmark_script, tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +65,21 @@ def test_the_tiny_run_prints_every_m_and_dtype(verify_curve, tmp_path: Path, cap
     assert all(row["v_s"] > 0 and row["ratio_to_v1_low"] <= row["ratio_to_v1_high"] for row in document["curves"])
     assert set(document["engine_forms"]) == set(dtypes)
     assert document["native_dtypes"][0] == "float32" and document["native_dtype_facts"]["device_type"] == "cpu"
+    # One step per (dtype, form), split into its linear layers and the rest.
+    assert set(document["one_row_split"]) == {f"{dtype} {form}" for dtype in dtypes for form in forms}
+    for split in document["one_row_split"].values():
+        assert 0 < split["linear_s"] < split["step_s"] and split["linear_bytes"] > 0
+    assert any(line.startswith("one-row step, float32 engine: ") for line in lines)
+
+
+def test_the_split_counts_the_time_inside_every_linear_layer(verify_curve, monkeypatch) -> None:
+    model = tiny_model("llama")
+    linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
+    ticks = iter(range(10**6))
+    # A clock that advances one second per read: each linear layer's call spans exactly one second.
+    monkeypatch.setattr(verify_curve.DeviceClock, "now", lambda self: float(next(ticks)))
+    split = verify_curve.one_row_split(model, torch.tensor([[5, 17, 33, 9]]), "own", repeats=1)
+    assert split["linear_s"] == len(linears)
+    assert split["step_s"] == 2 * len(linears) + 1  # the step's own two reads around the layers' pairs
+    tied = {id(layer.weight): layer.weight for layer in linears}.values()
+    assert split["linear_bytes"] == sum(weight.numel() * weight.element_size() for weight in tied)

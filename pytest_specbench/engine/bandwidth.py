@@ -24,9 +24,21 @@ _REPEATS = 7
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the model's parameters and buffers (tied weights once): what a one-row pass reads at least."""
+    """Bytes of the model's parameters and buffers (tied weights once) that a one-row pass reads: all but an
+    input embedding the output head does not share, of which a pass reads only its tokens' rows."""
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    embeddings, head = (
+        _embedding_weight(model, "get_input_embeddings"),
+        _embedding_weight(model, "get_output_embeddings"),
+    )
+    if embeddings is not None and embeddings is not head:
+        tensors.pop(id(embeddings), None)
     return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def _embedding_weight(model: torch.nn.Module, getter: str) -> torch.Tensor | None:
+    module = getattr(model, getter, lambda: None)()
+    return getattr(module, "weight", None)
 
 
 def effective_gbps(nbytes: int, seconds: float) -> float | None:
