@@ -194,27 +194,36 @@ def test_the_speed_gate_fails_a_suspect_speedup_however_high():
 
 # --- through the plugin: a planted asymmetry ----------------------------------------------------------------------
 
-#: the greedy baseline's every target step 20 ms dearer than the speculative run's passes: an asymmetry no tiny
-#: model's step (well under a millisecond) could hide, restored when the run ends (pytester runs in this process)
+#: every target pass sleeps, so times are sleep-bound and steady on a busy machine; the greedy baseline's steps
+#: sleep 60 ms against the verify passes' 20 ms: an asymmetry no tiny model's step (well under a millisecond)
+#: could hide. Restored when the run ends (pytester runs in this process).
 SLOW_BASELINE_CONFTEST = """
 import time
 
-from pytest_specbench.engine.decoding import GreedyStepper
+from pytest_specbench.engine import decoding
 
-_step = GreedyStepper.step
+_step = decoding.GreedyStepper.step
+_verify = decoding._verify
 
 
 def _slow_step(self):
-    time.sleep(0.02)
+    time.sleep(0.06)
     _step(self)
 
 
+def _slow_verify(*args):
+    time.sleep(0.02)
+    return _verify(*args)
+
+
 def pytest_configure(config):
-    GreedyStepper.step = _slow_step
+    decoding.GreedyStepper.step = _slow_step
+    decoding._verify = _slow_verify
 
 
 def pytest_unconfigure(config):
-    GreedyStepper.step = _step
+    decoding.GreedyStepper.step = _step
+    decoding._verify = _verify
 """
 
 
@@ -223,7 +232,8 @@ def pytest_unconfigure(config):
 def test_a_planted_asymmetry_is_caught_and_an_honest_run_is_not(bench, pytester: pytest.Pytester, planted: bool):
     if planted:
         pytester.makeconftest(SLOW_BASELINE_CONFTEST)
-    result = bench("--specbench-min-rounds=3", "--specbench-max-rounds=3", "--specbench-race=off", prompts="natural")
+    args = ("--specbench-min-rounds=3", "--specbench-max-rounds=3", "--specbench-race=off", "--specbench-threads=1")
+    result = bench(*args, prompts="natural")
     result.assert_outcomes(passed=2)
     rows = json.loads((Path(pytester.path) / "spec_results.json").read_text())["results"]
     assert len(rows) == 2
