@@ -109,3 +109,10 @@ def test_collected_cases_wake_the_plugin_without_any_option(pytester: pytest.Pyt
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(["*test_speculative_decoding[[]gpt2_distil-k1-natural[]]*"])
+
+
+def test_pytest_help_lists_the_options_with_their_percent_signs(pytester: pytest.Pytester) -> None:
+    # argparse formats help text with %: an unescaped "95% interval" once broke `pytest --help` in every project
+    result = pytester.runpytest_subprocess("--help")
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    result.stdout.fnmatch_lines(["*--specbench-ci-target=FRACTION*", "*95% interval*"])

@@ -27,10 +27,11 @@ from .session import SpecbenchSession
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specbench", "speculative decoding benchmarks (pytest-specbench)")
     for option in OPTIONS:
+        shown = option.help.replace("%", "%%")  # argparse formats help with %: "95% interval" would read "%i"
         if option.flag:
-            group.addoption(option.cli, dest=option.dest, action="store_true", default=None, help=option.help)
+            group.addoption(option.cli, dest=option.dest, action="store_true", default=None, help=shown)
         else:
-            group.addoption(option.cli, dest=option.dest, default=None, metavar=option.metavar, help=option.help)
+            group.addoption(option.cli, dest=option.dest, default=None, metavar=option.metavar, help=shown)
         parser.addini(option.dest, option.help, type="bool" if option.flag else "string")
 
 
