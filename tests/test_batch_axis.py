@@ -339,7 +339,6 @@ def test_a_row_that_differs_is_caught_and_a_near_tie_is_reported_as_a_tie(tiny_b
     pairs, prompts, store, shared = tiny_batch
     case = build_matrix([pairs["tiny"]], (4,), [p for p in prompts if p.category == "natural"][:1], batches=(3,))[0]
     batch_run = batches.BatchRun(case, MeasureContext(store, shared, _settings(max_new_tokens="12"), prompts))
-    batch_run.prepare()
     setup = batch_run.setup
     tokens = [list(row) for row in setup.references]
     assert batches.batch_verdict(setup, tokens, False, 0.1)["verdict"] == "lossless"
@@ -427,9 +426,11 @@ def _batched_run(rows: list[list[tuple[int, int]]], k: int, wall_s: float = 1.0)
 def _batch_row(k: int, rows: list[list[tuple[int, int]]]) -> CaseResult:
     import torch
 
+    from pytest_specbench.measure.batches import batch_row_fields
     from pytest_specbench.measure.row import Measurement, build_result
 
     speculative = _batched_run(rows, k, wall_s=0.5)
+    prompt_ids = [prompt.id for prompt in PROMPTS[: len(rows)]]
     baseline = _batched_run([[(0, 0)] * (len(steps) + sum(a for _, a in steps)) for steps in rows], 0)
     measurement = Measurement(
         input_ids=torch.zeros(1, 3, dtype=torch.long),
@@ -440,7 +441,8 @@ def _batch_row(k: int, rows: list[list[tuple[int, int]]]) -> CaseResult:
         verdict={"verdict": "lossless", "first_divergence": None},
         target_load_s=0.0,
         target_load_source="local",
-        batch_prompt_ids=[prompt.id for prompt in PROMPTS[: len(rows)]],
+        batch_prompt_ids=prompt_ids,
+        kind_fields=lambda last, speed, steps, other: batch_row_fields(last, prompt_ids, speed, steps, other),
     )
     case = Case(PAIR, k, PROMPTS[0], "natural", batch=len(rows))
     return build_result(case, measurement, "cpu", "float32", 0.05)

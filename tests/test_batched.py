@@ -26,7 +26,7 @@ from pytest_specbench.engine.batched import (
 )
 from pytest_specbench.engine.decoding import speculative_generate
 from pytest_specbench.engine.drafters import (
-    BatchDrafter,
+    Drafter,
     ModelDrafter,
     PromptLookupDrafter,
     RowDrafters,
@@ -208,11 +208,17 @@ def test_a_model_drafter_and_a_list_of_drafters_work_too(llama_pair, llama_refs)
 
 
 def test_any_batch_drafter_serves_the_batched_engine(llama_pair, llama_refs) -> None:
-    """The engine talks to every drafter through the declared BatchDrafter interface, so a new one plugs in."""
+    """The engine talks to every drafter through the batch form of the one Drafter interface, so a new one plugs
+    in by saying it drafts batches."""
 
-    class Silent(BatchDrafter):  # drafts nothing: every step is the target's own token
+    class Silent(Drafter):  # drafts nothing: every step is the target's own token
+        drafts_batches = True
+
         def __init__(self) -> None:
             self.calls: list[str] = []
+
+        def propose(self, committed_ids, k, min_confidence=None):
+            return torch.empty(0, dtype=torch.long)
 
         def prefill_rows(self, ids, mask, layout="auto") -> None:
             self.calls.append("prefill")
@@ -221,7 +227,7 @@ def test_any_batch_drafter_serves_the_batched_engine(llama_pair, llama_refs) -> 
             self.calls.append("propose")
             return [[] for _ in sequences]
 
-    assert all(issubclass(cls, BatchDrafter) for cls in (ModelDrafter, PromptLookupDrafter, RowDrafters))
+    assert all(cls.drafts_batches for cls in (ModelDrafter, PromptLookupDrafter, RowDrafters))
     target, _ = llama_pair
     prompts = BATCHES[3]
     silent = Silent()

@@ -147,7 +147,7 @@ def test_an_interleaved_round_gives_each_run_its_own_baseline_between_its_steps_
     assert all(len(made.steps) == 3 for made in _FakeInterleaved.made)
     assert {index: len(runs) for index, runs in block.baselines.items()} == {0: 3, 1: 3, 2: 3}
     assert all(len(case.paired_baselines) == len(case.runs) == 3 for case in cases)
-    assert block.case_baselines(cases[0], True) == cases[0].paired_baselines
+    assert block.case_baselines(cases[0]) == cases[0].paired_baselines
 
 
 def test_a_block_with_a_case_that_cannot_interleave_times_whole_baselines_between_the_cases():
@@ -213,7 +213,7 @@ def test_a_drift_linear_in_time_cancels_exactly_and_nearest_baseline_pairing_wou
     ]
     block = time_block(cases, lambda: drift.run(1.0), _config(min_rounds=4, max_rounds=4, race=False), None)
     for timed in cases:
-        base = [run.stats.time_per_decode_token_s for run in block.case_baselines(timed, paired=True)]
+        base = [run.stats.time_per_decode_token_s for run in block.case_baselines(timed)]
         own = [run.stats.time_per_decode_token_s for run in timed.runs]
         assert [b / o for b, o in zip(base, own)] == pytest.approx([1 / nominal[timed.case.k]] * 4, rel=1e-9)
     # The planted bug: pairing each run with the round's first baseline leaves the drift in.
@@ -234,7 +234,7 @@ def test_interpolated_pairing_is_tighter_than_the_rounds_first_baseline_under_dr
         block = time_block(cases, baseline, _config(min_rounds=6, max_rounds=6, race=False), None)
         for timed in cases:
             own = [run.stats.time_per_decode_token_s for run in timed.runs]
-            paired = [run.stats.time_per_decode_token_s for run in block.case_baselines(timed, paired=True)]
+            paired = [run.stats.time_per_decode_token_s for run in block.case_baselines(timed)]
             first = [block.baselines[index][0].stats.time_per_decode_token_s for index in timed.rounds]
             widths.append(speedup_interval(paired, own, paired=True).relative_half_width)
             planted.append(speedup_interval(first, own, paired=True).relative_half_width)
@@ -248,7 +248,7 @@ def test_a_wide_case_runs_to_max_rounds_while_a_tight_one_stops_and_pairs_with_i
     block = time_block([steady[0], cases[0]], lambda: _run(1.0), _config(max_rounds=8, race=False), None)
     assert steady[0].stop == blocks.TIGHT and cases[0].stop == blocks.MAX_ROUNDS
     assert block.rounds == 8 == len(cases[0].rounds)
-    assert len(block.case_baselines(steady[0], paired=True)) == len(steady[0].rounds) == 3
+    assert len(block.case_baselines(steady[0])) == len(steady[0].rounds) == 3
 
 
 def test_the_budget_stops_a_block_but_never_below_min_rounds():
@@ -308,7 +308,8 @@ def test_baseline_once_times_the_baseline_in_the_first_min_rounds_only():
     config = _config(min_rounds=2, max_rounds=5, baseline_once=True, race=False)
     block = time_block(cases, baseline, config, None, pairing=Pairing(BASELINE_ONCE, BASELINE_ONCE))
     assert calls.count("base") == 2 and sorted(block.baselines) == [0, 1] and not cases[0].paired_baselines
-    assert len(block.case_baselines(cases[0], paired=False)) == 2
+    assert len(block.case_baselines(cases[0])) == 2
+    assert not block.paired and block.spreads() == (None, None)  # unpaired: no pooled noise
 
 
 def test_a_case_budget_stops_that_case():
@@ -425,9 +426,8 @@ def test_a_blocks_intervals_pool_its_cases_noise_and_a_case_alone_keeps_its_own(
     times = {k: 0.3 + 0.05 * k for k in range(1, 11)}
     cases, baseline, _ = _block(times, Noise(seed=11, run_sd=0.05))
     block = time_block(cases, baseline, _config(min_rounds=3, max_rounds=3, race=False), None)
-    decode = block.spreads(paired=True)[1]
+    decode = block.spreads()[1]
     assert decode is not None and decode.dof == 20 and 0.03 < decode.sd < 0.12
-    pooled = [precision(block.case_baselines(c, True), c.runs, True, block.spreads(True)) for c in cases]
-    own = [precision(block.case_baselines(c, True), c.runs, True) for c in cases]
+    pooled = [precision(block.case_baselines(c), c.runs, True, block.spreads()) for c in cases]
+    own = [precision(block.case_baselines(c), c.runs, True) for c in cases]
     assert statistics.median(own) > 1.5 * statistics.median(pooled)
-    assert block.spreads(paired=False) == (None, None)

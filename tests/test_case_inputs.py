@@ -68,3 +68,22 @@ def test_only_rows_whose_inputs_match_are_replayed(tiny_pairs_file, weak_pairs_f
     replayed, rerun = replayable(rows, cases, config, PROMPTS)
     assert sorted(replayed) == sorted([cases[0].id, cases[3].id, "other-k1-natural"])
     assert rerun == {cases[1].id: ["draft model"], cases[2].id: ["inputs not recorded"]}
+
+
+def test_marking_a_pair_cross_tokenizer_changes_its_drafter_settings(tiny_pairs_file, config) -> None:
+    # A log made with the plain drafter must not be replayed for the text bridge: the same models, another drafter.
+    plain = _first_case(tiny_pairs_file)
+    crossed = dataclasses.replace(plain, pair=dataclasses.replace(plain.pair, cross_tokenizer=True))
+    assert plain.id == crossed.id
+    changes = inputs_changes(case_inputs(plain, config, PROMPTS), case_inputs(crossed, config, PROMPTS))
+    assert changes == ["drafter settings"]
+
+
+def test_the_case_part_is_the_fingerprinted_axes_as_logged_before_the_axes_were_declared(tiny_pairs_file, config):
+    import hashlib
+    import json
+
+    case = _first_case(tiny_pairs_file)
+    before = {"engine": case.engine, "k": case.k, "batch": case.batch, "dtype": case.dtype}  # the hand-built part
+    digest = hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
+    assert case_inputs(case, config, PROMPTS)["case"] == digest  # logs of earlier versions still replay

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from factory import WORDS, byte_gpt2, byte_tokenizer, case_result, save_checkpoint, word_gpt2, word_tokenizer
 
-from pytest_specbench.measure.engines import ENGINES, cross_tokenizer_refusal
+from pytest_specbench.measure.drafter_kinds import kind_refusal
+from pytest_specbench.measure.engines import ENGINES
 from pytest_specbench.measure.matrix import Case
 from pytest_specbench.measure.pairs import OPT_IN_PAIRS, PairError, PairSpec, load_pairs_file
 from pytest_specbench.measure.prompts import Prompt
@@ -131,10 +132,10 @@ def test_a_cross_tokenizer_pair_is_refused_at_batch_and_under_sampling(engine: s
     batch_reason = ENGINES[engine].refusal(_case(cross, engine, batch=2), None)
     assert batch_reason is not None and "batch 1 only" in batch_reason and "mixed" in batch_reason
     assert ENGINES[engine].refusal(_case(cross, engine), None) is None
-    sampling_reason = cross_tokenizer_refusal(_case(cross, engine), 0.8)
+    sampling_reason = ENGINES[engine].refusal(_case(cross, engine), temperature=0.8)
     assert sampling_reason is not None and "greedy only" in sampling_reason and "temperature=0.8" in sampling_reason
-    assert cross_tokenizer_refusal(_case(cross, engine), 0.0) is None
-    assert cross_tokenizer_refusal(_case(same, engine, batch=2), 0.8) is None  # other pairs: the usual refusals
+    assert kind_refusal(cross, temperature=0.0) is None
+    assert kind_refusal(same, batch=2, temperature=0.8) is None  # other pairs: the usual refusals
 
 
 def test_the_hf_engine_skips_a_pair_of_equal_vocab_sizes_which_transformers_refuses() -> None:

@@ -104,8 +104,13 @@ def test_step_counts_by_hand() -> None:
 
 def test_hf_engine_refuses_what_is_neither_a_draft_model_nor_prompt_lookup() -> None:
     target = tiny_model("gpt2")
-    with pytest.raises(TypeError, match="draft model or prompt lookup"):
+    with pytest.raises(TypeError, match="a transformers PreTrainedModel or a Drafter, got object"):
         hf_assisted_generate(target, object(), torch.tensor([PROMPT]), 2, NEW_TOKENS)
+    from pytest_specbench.engine.drafters import PromptLookupDrafter, RowDrafters
+
+    rows = RowDrafters([PromptLookupDrafter()])  # a Drafter that transformers has no method for
+    with pytest.raises(TypeError, match="draft model or prompt lookup, got RowDrafters"):
+        hf_assisted_generate(target, rows, torch.tensor([PROMPT]), 2, NEW_TOKENS)
 
 
 def test_hf_engine_refuses_a_draft_that_is_the_target_object_and_the_plugin_skips_such_a_pair() -> None:

@@ -100,8 +100,7 @@ def _measured(tiny_turns, pair: str = "tiny", prompt: Prompt = QUESTION, **optio
     config = _settings(**options)
     cases = build_matrix([pairs[pair]], (1, 4), [prompt], config.engines, (1,))
     context = MeasureContext(store, shared, config, [prompt])
-    run = case_run_for(cases[0], context)
-    run.prepare()
+    run = case_run_for(cases[0], context)  # prepared as it is made
     return cases, measure_block(cases, context), run, config
 
 
@@ -181,15 +180,14 @@ def test_a_wrong_token_in_the_second_turn_is_reported_there(tiny_turns):
     _, measured, run, config = _measured(tiny_turns)
     run.start_runs()
     result = run.run()
-    tokens = result.token_ids
     second = config.max_new_tokens + 3
-    tokens[second] = (tokens[second] + 1) % run.target.model.config.vocab_size
-    planted = run._last[1]
+    planted = result.turns[1]  # the second turn's fourth new token made wrong: judged from the result alone
     planted.sequences = planted.sequences.clone()
-    planted.sequences[0, planted.prompt_length + 3] = tokens[second]
-    verdict = run.verdict(tokens)
-    assert verdict["verdict"] == "diverged" and verdict["first_divergence"] == second
-    assert [v["verdict"] for v in run.turn_verdicts] == ["lossless", "diverged"]
+    token = int(planted.sequences[0, planted.prompt_length + 3])
+    planted.sequences[0, planted.prompt_length + 3] = (token + 1) % run.target.model.config.vocab_size
+    judgement = run.judge(result)
+    assert judgement.verdict["verdict"] == "diverged" and judgement.verdict["first_divergence"] == second
+    assert [v["verdict"] for v in judgement.turn_verdicts] == ["lossless", "diverged"]
 
 
 def test_a_multi_turn_answer_leaves_special_tokens_out():

@@ -37,7 +37,12 @@ def _run(steps: list[tuple[int, int]], wall_s: float, prefill_s: float = 0.1, k:
 
 
 def _row(speculative: list, k: int = 4, batch_prompt_ids: list[str] | None = None) -> CaseResult:
+    from pytest_specbench.measure.batches import batch_row_fields
+
     batch = len(batch_prompt_ids) if batch_prompt_ids else 1
+    kind_fields = None
+    if batch_prompt_ids:
+        kind_fields = lambda last, speed, steps, other: batch_row_fields(last, batch_prompt_ids, speed, steps, other)  # noqa: E731
     measurement = Measurement(
         input_ids=torch.zeros(1, 3, dtype=torch.long),
         reference=speculative[-1].token_ids,
@@ -48,6 +53,7 @@ def _row(speculative: list, k: int = 4, batch_prompt_ids: list[str] | None = Non
         target_load_s=0.0,
         target_load_source="local",
         batch_prompt_ids=batch_prompt_ids,
+        kind_fields=kind_fields,
     )
     case = Case(PAIR, k, PROMPTS[0], "natural", batch=batch)
     return build_result(case, measurement, "cpu", "float32", 0.05)

@@ -4,9 +4,9 @@
 >>> out = batched_speculative_generate(target, draft, ids, mask, k=4, max_new_tokens=32)
 >>> [row.token_ids for row in out], out.stats.decode_tokens_per_second   # per row; the whole batch
 
-Greedy only. Each step every unfinished row drafts up to ``k`` tokens
-(:class:`~pytest_specbench.engine.drafters.BatchDrafter`), the target scores all rows' blocks in one pass, and each
-row commits its own accepted prefix plus the target's next token; both caches
+Greedy only. Each step every unfinished row drafts up to ``k`` tokens (the batch form of
+:class:`~pytest_specbench.engine.drafters.Drafter`), the target scores all rows' blocks in one pass, and each row
+commits its own accepted prefix plus the target's next token; both caches
 (:class:`~pytest_specbench.engine.row_cache.RowCache`) roll back per row, and a finished row leaves them. Lossless
 means equal to the target's batched greedy ``generate`` with the same padding, and to its unbatched output up to
 float rounding at near-ties (transformers #39421): docs/measuring.md, "Batch size".
@@ -21,7 +21,7 @@ import torch
 from transformers import PreTrainedModel
 
 from .acceptance import block_limit, greedy_accepted
-from .drafters import BatchDrafter, Drafter, ModelDrafter, RowDrafters
+from .drafters import Drafter, ModelDrafter, RowDrafters
 from .inputs import check_batch, check_lengths, left_pad
 from .row_cache import RowCache
 from .stats import DecodeStats, GenerationResult, record_step, record_step_times, record_verify_step
@@ -182,22 +182,24 @@ def batched_greedy_generate(
 # --- drafting ----------------------------------------------------------------------------
 
 
-def _as_batch_drafter(draft, batch_size: int) -> BatchDrafter:
+def _as_batch_drafter(draft, batch_size: int) -> Drafter:
+    """What the batched engine drafts with: a model's :class:`ModelDrafter`, a drafter that drafts batches, or one
+    drafter per row (each asked in turn)."""
     if isinstance(draft, PreTrainedModel):
         return ModelDrafter(draft)
-    if isinstance(draft, BatchDrafter):
-        return draft
+    if isinstance(draft, Drafter):
+        if draft.drafts_batches:
+            return draft
+        raise TypeError(f"{type(draft).__name__} does not draft batches: pass one instance per row (a list)")
     if isinstance(draft, Sequence) and not isinstance(draft, (str, bytes)):
         drafters = list(draft)
         if len(drafters) != batch_size or not all(isinstance(d, Drafter) for d in drafters):
             raise ValueError(f"a sequence of drafters needs one Drafter per row ({batch_size})")
-        if any(isinstance(d, ModelDrafter) for d in drafters):
-            raise ValueError("pass a draft model once (the model or one ModelDrafter), not one ModelDrafter per row")
+        if any(d.model is not None and d.drafts_batches for d in drafters):
+            raise ValueError("pass a draft model once (the model or one ModelDrafter), not one drafter per row")
         return RowDrafters(drafters)
-    if isinstance(draft, Drafter):
-        raise TypeError(f"{type(draft).__name__} keeps per-sequence state: pass one instance per row (a list)")
     raise TypeError(
-        f"draft must be a PreTrainedModel, a BatchDrafter (ModelDrafter, PromptLookupDrafter) or a "
+        f"draft must be a PreTrainedModel, a Drafter that drafts batches (ModelDrafter, PromptLookupDrafter) or a "
         f"list of Drafters, got {type(draft).__name__}"
     )
 
@@ -211,7 +213,7 @@ class _BatchRun:
 
     rows: list[_Row]
     cache: RowCache
-    drafter: BatchDrafter
+    drafter: Drafter
     k: int
     max_new_tokens: int
     eos_token_id: int | None

@@ -15,7 +15,7 @@ import torch
 from transformers import PreTrainedModel
 
 from .compiled_steps import one_token_step
-from .drafters import Drafter, ModelDrafter
+from .drafters import Drafter
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from .timing import DeviceClock
 from .verify_forms import settle_verify_forms, verify_forms
@@ -96,11 +96,13 @@ def draft_token_cost(
     drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5, compile_length: int | None = None
 ) -> float:
     """Seconds of one drafted token: a draft model's one-token step on the prompt's cache; 0 without a model."""
-    if not isinstance(drafter, ModelDrafter):
-        return 0.0  # prompt lookup and other model-free drafters: microseconds of tensor search
     model = drafter.model
+    if model is None:
+        return 0.0  # prompt lookup and other model-free drafters: microseconds of tensor search
     clock = DeviceClock(model.device)
-    ids = input_ids.to(model.device)
+    ids = drafter.draft_ids_for(input_ids).to(model.device)
+    if not drafter.compiles:
+        compile_length = None
     static_length = None if compile_length is None else max(compile_length, ids.shape[1] + 1)
     cache = _prefilled(model, ids, static_length, role="draft")
     step = model if compile_length is None else one_token_step(model)

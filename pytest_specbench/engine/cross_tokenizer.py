@@ -48,8 +48,12 @@ class CrossTokenizerDrafter(Drafter):
 
     The draft keeps its KV cache across steps: each proposal re-encodes the committed text, crops the cache to
     the longest prefix it shares with the new draft ids and feeds only the rest. ``translation_time_s`` counts
-    the tokenizer work of proposals (the prefill's is timed with the prefill).
+    the tokenizer work of proposals (the prefill's is timed with the prefill). It drafts one sequence at a time,
+    greedily, and eagerly (its steps change length with the text).
     """
+
+    drafts_sampled = False
+    assisted_by = "universal"
 
     def __init__(
         self,

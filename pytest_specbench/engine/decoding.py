@@ -21,7 +21,7 @@ from transformers import Cache, PreTrainedModel
 
 from .acceptance import block_limit, greedy_accepted
 from .compiled_steps import one_token_step
-from .drafters import Drafter, ModelDrafter, as_drafter
+from .drafters import Drafter, as_drafter
 from .inputs import as_batch_of_one, check_lengths
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from .sampling import GREEDY, SamplingParams, accept_draft, next_token, sampling_distribution
@@ -224,7 +224,7 @@ class _Speculation:
         ids = as_batch_of_one(input_ids, target.device)
         max_length = ids.shape[1] + max_new_tokens
         cache = _target_cache(target, max_length, compile_steps)
-        if compile_steps and isinstance(drafter, ModelDrafter):
+        if compile_steps:
             drafter.compile_steps(max_length)
         enable_rollback(cache)
         run = cls(

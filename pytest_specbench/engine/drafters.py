@@ -1,12 +1,10 @@
 """Drafters: whatever proposes the tokens that the target verifies.
 
-The engine talks to every drafter through :class:`Drafter`: ``reset`` before
-a generation, ``prefill`` with the prompt, then per step ``propose`` up to
-``k`` tokens that continue the committed sequence and ``commit`` how many of
-them the target accepted. The batched engine talks to a drafter through
-:class:`BatchDrafter`, the same steps for every row of a left-padded batch at once;
-:class:`ModelDrafter` and :class:`PromptLookupDrafter` implement both, and
-:class:`RowDrafters` runs one unbatched drafter per row.
+The engine talks to every drafter through :class:`Drafter`: ``reset`` before a generation, ``prefill`` with the
+prompt, then per step ``propose`` up to ``k`` tokens that continue the committed sequence and ``commit`` how many of
+them the target accepted. Its batch form, for the batched engine, is the same steps for every row of a left-padded
+batch at once (``prefill_rows``, ``propose_rows``, ``commit_rows``, ``select_rows``). What a drafter can do is
+said by its attributes (``model``, ``drafts_batches``, ``drafts_sampled``), never by its class: callers read those.
 """
 
 from __future__ import annotations
@@ -31,8 +29,21 @@ class Drafter(ABC):
     model: PreTrainedModel | None = None
     #: forward passes of a draft model since the last ``reset`` (0 for model-free drafters)
     forward_passes: int = 0
-    #: seconds of proposals since the last ``reset`` spent translating between tokenizers (0 when they share one)
+    #: draft forward passes of the last ``prefill_rows`` or ``propose_rows``, which every active row took part in
+    last_passes: int = 0
+    #: seconds of proposals since the last ``reset`` spent outside the draft's passes in work of its own (a drafter
+    #: with another tokenizer: re-tokenisation); the engine reports it apart from the draft's time
     translation_time_s: float = 0.0
+    #: it drafts for a batch (the batch form below). The default batch form asks this one instance for each row
+    #: in turn, which is right only for a drafter that keeps no per-sequence state; others override it or say no.
+    drafts_batches: bool = False
+    #: it proposes under sampling with the distributions it drew from (:meth:`propose_sampled`)
+    drafts_sampled: bool = True
+    #: its draft model's one-token steps run compiled under :meth:`compile_steps`
+    compiles: bool = False
+    #: how transformers' ``generate()`` runs it: ``"assistant_model"``, ``"prompt_lookup"``, ``"universal"``
+    #: (universal assisted generation, another tokenizer), or None where it has no such method
+    assisted_by: str | None = None
 
     def reset(self) -> None:
         """Forget any state from a previous generation."""
@@ -41,6 +52,15 @@ class Drafter(ABC):
 
     def prefill(self, prompt_ids: torch.Tensor) -> None:
         """Read the prompt (shape ``(1, L)``) before the first proposal; the engine times it with the prefill."""
+
+    def compile_steps(self, max_length: int) -> None:
+        """Until the next reset, run its one-token steps compiled on a static cache of ``max_length`` positions
+        (``--specbench-compile``); a drafter with nothing to compile ignores it."""
+
+    def draft_ids_for(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``input_ids`` (the target's tokens, ``(1, L)``) as its draft model reads them: the same ids, unless its
+        tokenizer is another one."""
+        return input_ids
 
     @abstractmethod
     def propose(self, committed_ids: torch.Tensor, k: int, min_confidence: float | None = None) -> torch.Tensor:
@@ -66,43 +86,38 @@ class Drafter(ABC):
     def commit(self, num_accepted: int) -> None:
         """The target kept the first ``num_accepted`` tokens of the last proposal, then added its own."""
 
+    # --- the batch form (where ``drafts_batches``) -----------------------------------------------------------
 
-class BatchDrafter(ABC):
-    """Drafts for every row of a left-padded batch: the batched engine's drafter interface.
+    _rows: RowDrafters | None = None  # the default batch form's rows, from prefill_rows
 
-    Per batch: ``reset``, ``prefill_rows`` with the prompts, then per step ``propose_rows`` for the
-    active rows and ``commit_rows`` what each accepted; ``select_rows`` when rows leave the batch.
-    """
-
-    #: draft forward passes of the last ``prefill_rows`` or ``propose_rows``, which every active row took part in
-    last_passes: int = 0
-    #: draft forward passes since the last ``reset``
-    forward_passes: int = 0
-
-    def reset(self) -> None:
-        """Forget any state from a previous batch."""
-        self.forward_passes = 0
-
-    @abstractmethod
     def prefill_rows(self, ids: torch.Tensor, mask: torch.Tensor, layout: str = "auto") -> None:
         """Read the left-padded prompts ``ids`` (B, T), whose real tokens ``mask`` marks; ``layout`` is a
         draft cache's :class:`~pytest_specbench.engine.row_cache.RowCache` layout."""
+        self._rows = RowDrafters([self] * ids.shape[0])
+        self._rows.prefill_rows(ids, mask, layout)
 
-    @abstractmethod
     def propose_rows(self, sequences: list[list[int]], limits: list[int], pad_token_id: int) -> list[list[int]]:
         """Per active row, at most ``limits[i]`` tokens continuing ``sequences[i]`` (its committed tokens);
         ``pad_token_id`` fills the holes of a padded batched pass."""
+        return self._rows.propose_rows(sequences, limits, pad_token_id)
 
     def commit_rows(self, accepted: list[int]) -> None:
         """Each active row kept the first ``accepted[i]`` tokens of its last proposal, then the target's own."""
+        if self._rows is not None:
+            self._rows.commit_rows(accepted)
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only the active rows ``rows`` (indices into the current active rows)."""
+        if self._rows is not None:
+            self._rows.select_rows(rows)
 
 
-class RowDrafters(BatchDrafter):
-    """One unbatched :class:`Drafter` per row, each asked in turn; an instance may serve several rows only
-    if it keeps no per-sequence state (prompt lookup). Draft passes are counted in ``forward_passes`` only."""
+class RowDrafters(Drafter):
+    """The batch form of one :class:`Drafter` per row, each asked in turn; an instance may serve several rows only
+    if it keeps no per-sequence state (prompt lookup). Draft passes are counted in ``forward_passes`` only.
+    Unbatched, it is its first row's drafter."""
+
+    drafts_batches = True
 
     def __init__(self, drafters: Sequence[Drafter]) -> None:
         self.drafters = list(drafters)
@@ -113,6 +128,9 @@ class RowDrafters(BatchDrafter):
         for drafter in self.drafters:
             drafter.reset()
         self.active = list(range(len(self.drafters)))
+
+    def propose(self, committed_ids: torch.Tensor, k: int, min_confidence: float | None = None) -> torch.Tensor:
+        return self.drafters[0].propose(committed_ids, k, min_confidence)
 
     def prefill_rows(self, ids: torch.Tensor, mask: torch.Tensor, layout: str = "auto") -> None:
         self.reset()
@@ -148,13 +166,17 @@ def _kept_in_draft_cache(accepted: int, drafted: int) -> int:
     return min(accepted, max(drafted - 1, 0))
 
 
-class ModelDrafter(Drafter, BatchDrafter):
+class ModelDrafter(Drafter):
     """A small causal LM that drafts with its own KV cache: greedily, or by sampling under sampling.
 
     The cache is rolled back to the committed prefix after each step, so the
     prefix is never recomputed. For a batch it drafts for all rows in batched passes with
     its own :class:`~pytest_specbench.engine.row_cache.RowCache`.
     """
+
+    drafts_batches = True
+    compiles = True
+    assisted_by = "assistant_model"
 
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
@@ -292,7 +314,7 @@ def as_drafter(draft: PreTrainedModel | Drafter) -> Drafter:
     raise TypeError(f"draft must be a transformers PreTrainedModel or a Drafter, got {type(draft).__name__}")
 
 
-class PromptLookupDrafter(Drafter, BatchDrafter):
+class PromptLookupDrafter(Drafter):
     """Model-free n-gram drafter ("prompt lookup decoding").
 
     Finds the most recent earlier occurrence of the sequence's last
@@ -300,8 +322,12 @@ class PromptLookupDrafter(Drafter, BatchDrafter):
     token, as transformers' prompt lookup does) and proposes the tokens that
     followed it. Proposes nothing when no n-gram recurs; the engine then
     takes a plain target step. Pays off on inputs that repeat themselves
-    (code edits, summaries quoting their source, extraction).
+    (code edits, summaries quoting their source, extraction). It keeps no state between proposals, so the
+    default batch form (this one instance asked for each row) is its own.
     """
+
+    drafts_batches = True
+    assisted_by = "prompt_lookup"
 
     def __init__(self, ngram_size: int = DEFAULT_NGRAM_SIZE, max_proposal: int | None = None) -> None:
         if isinstance(ngram_size, bool) or not isinstance(ngram_size, int) or ngram_size < 1:
@@ -330,14 +356,3 @@ class PromptLookupDrafter(Drafter, BatchDrafter):
                     start = int(hits[-1, 0]) + n  # the most recent occurrence
                     return sequence[start : start + limit].clone()
         return torch.empty(0, dtype=torch.long, device=committed_ids.device)
-
-    def prefill_rows(self, ids: torch.Tensor, mask: torch.Tensor, layout: str = "auto") -> None:
-        # It keeps no state between proposals, so this one instance serves every row.
-        self._rows = RowDrafters([self] * ids.shape[0])
-        self._rows.prefill_rows(ids, mask, layout)
-
-    def propose_rows(self, sequences: list[list[int]], limits: list[int], pad_token_id: int) -> list[list[int]]:
-        return self._rows.propose_rows(sequences, limits, pad_token_id)
-
-    def select_rows(self, rows: torch.Tensor) -> None:
-        self._rows.select_rows(rows)

@@ -18,8 +18,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from .cross_tokenizer import CrossTokenizerDrafter
-from .drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from .drafters import Drafter, as_drafter
 from .forward_log import ForwardLog
 from .names import AUTO, HEURISTIC
 from .plain_generate import plain_generate, plain_generation_config
@@ -87,22 +86,20 @@ def _step_counts(calls: Sequence, prompt_length: int, final_length: int) -> tupl
 
 
 @torch.inference_mode()
-def _drafting_settings(
-    config, draft_model, k: int | str, drafter_name: str
-) -> tuple[dict[str, object] | None, dict[str, object]]:
+def _drafting_settings(config, drafter: Drafter, k: int | str) -> tuple[dict[str, object] | None, dict[str, object]]:
     """Set prompt lookup's knobs on ``config``, or return the assistant's schedule settings and generate()'s
-    ``assistant_model`` argument."""
-    if isinstance(draft_model, PromptLookupDrafter):
+    ``assistant_model`` argument, by how transformers runs the drafter (``Drafter.assisted_by``)."""
+    if drafter.assisted_by == "prompt_lookup":
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(
                 f"transformers' prompt lookup has no draft-length schedule; k must be an integer >= 1, got {k!r}"
             )
         config.prompt_lookup_num_tokens = k
-        config.max_matching_ngram_size = draft_model.ngram_size
+        config.max_matching_ngram_size = drafter.ngram_size
         return None, {}
-    if isinstance(draft_model, PreTrainedModel):
-        return hf_schedule_settings(k), {"assistant_model": draft_model}
-    raise TypeError(f"the hf engine needs a draft model or prompt lookup, got {drafter_name}")
+    if drafter.assisted_by in ("assistant_model", "universal"):
+        return hf_schedule_settings(k), {"assistant_model": drafter.model}
+    raise TypeError(f"the hf engine needs a draft model or prompt lookup, got {type(drafter).__name__}")
 
 
 def _stats_from_logs(
@@ -128,7 +125,7 @@ def _stats_from_logs(
     return stats
 
 
-def universal_assisted_refusal(target: PreTrainedModel, drafter: CrossTokenizerDrafter) -> str | None:
+def universal_assisted_refusal(target: PreTrainedModel, drafter: Drafter) -> str | None:
     """Why transformers' universal assisted generation cannot run this pair, or None: it takes two equal
     vocab_sizes for one shared tokenizer and refuses ``assistant_tokenizer`` then."""
     target_size = target.config.get_text_config().vocab_size
@@ -141,7 +138,7 @@ def universal_assisted_refusal(target: PreTrainedModel, drafter: CrossTokenizerD
 
 
 def _universal_assisted_kwargs(
-    target: PreTrainedModel, drafter: CrossTokenizerDrafter, sampling: SamplingParams | None
+    target: PreTrainedModel, drafter: Drafter, sampling: SamplingParams | None
 ) -> dict[str, object]:
     """generate()'s tokenizers for transformers' universal assisted generation (a draft with its own tokenizer)."""
     if sampling is not None and not sampling.greedy:
@@ -154,7 +151,7 @@ def _universal_assisted_kwargs(
 
 def hf_assisted_generate(
     target: PreTrainedModel,
-    drafter: ModelDrafter | PromptLookupDrafter | CrossTokenizerDrafter | PreTrainedModel,
+    drafter: Drafter | PreTrainedModel,
     input_ids: torch.Tensor,
     k: int | str,
     max_new_tokens: int,
@@ -179,14 +176,15 @@ def hf_assisted_generate(
     ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1).to(target.device)
     prompt_length = ids.shape[1]
     config = plain_generation_config(target, max_new_tokens, eos_token_id, sampling)
-    draft_model = drafter.model if isinstance(drafter, Drafter) and drafter.model is not None else drafter
+    drafter = as_drafter(drafter)
+    draft_model = drafter.model
     if draft_model is target:
         raise ValueError(
             "the draft is the target itself (one model object): its forward passes could not be "
             "told from the target's; pass a copy of it as the draft"
         )
-    settings, kwargs = _drafting_settings(config, draft_model, k, type(drafter).__name__)
-    if isinstance(drafter, CrossTokenizerDrafter):
+    settings, kwargs = _drafting_settings(config, drafter, k)
+    if drafter.assisted_by == "universal":
         kwargs.update(_universal_assisted_kwargs(target, drafter, sampling))
 
     clock = DeviceClock(target.device)

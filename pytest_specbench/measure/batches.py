@@ -21,13 +21,13 @@ import torch
 from transformers import PreTrainedModel
 
 from ..engine.batched import BatchedGenerationResult, batched_greedy_generate, batched_speculative_generate, left_pad
-from ..engine.drafters import BatchDrafter, ModelDrafter
+from ..engine.drafters import Drafter
 from ..engine.plain_generate import own_pad_token_id, plain_generate, plain_generation_config
 from ..engine.sampling import SamplingParams
 from ..models.base import NotApplicable, context_window
 from ..models.loading import LoadedModel
 from ..settings.config import SpecbenchConfig
-from .case_run import BaselineRun, CaseRun, NewInterleaved
+from .case_run import BaselineRun, CaseRun, Judgement
 from .costs import CostProfile, measure_batched_costs, probed_k
 from .engines import ENGINES, SpeculativeRun
 from .inputs import check_context_windows, prompt_input_ids
@@ -74,7 +74,7 @@ class BatchSetup:
     """What a batched case decodes and with what, before anything is timed."""
 
     target: LoadedModel
-    drafter: BatchDrafter
+    drafter: Drafter
     input_ids: torch.Tensor  # (B, T), left padded
     attention_mask: torch.Tensor  # (B, T)
     row_ids: list[torch.Tensor]  # each row's own prompt, (1, T_b), unpadded
@@ -119,7 +119,7 @@ def _batch_input(run: BatchRun, prompts: list[Prompt]) -> tuple[list[torch.Tenso
     target = context.store.target(pair, run.dtype)
     row_ids = [
         context.shared.input_ids(
-            (pair.target, pair.revision, prompt.id),
+            run.case.key("target", row_prompt=prompt.id),
             lambda prompt=prompt: prompt_input_ids(
                 target.tokenizer, prompt, context.all_prompts, context.config.context_tokens, context.store.device
             ),
@@ -139,13 +139,13 @@ class BatchRun(CaseRun):
     def prepare(self) -> None:
         case, context = self.case, self.context
         store, shared, config = context.store, context.shared, context.config
-        refusal = ENGINES[case.engine].refusal(case, None) or batch_refusal(case, config)
+        refusal = ENGINES[case.engine].refusal(case, temperature=config.temperature) or batch_refusal(case, config)
         if refusal:
             raise NotApplicable(refusal)
         pair, dtype = case.pair, self.dtype
         target, drafter = store.target(pair, dtype), store.drafter(pair, dtype)
-        if not isinstance(drafter, BatchDrafter):
-            raise NotApplicable(f"the batched engine drafts with a BatchDrafter; pair {pair.name}'s drafter is not one")
+        if not drafter.drafts_batches:
+            raise NotApplicable(f"pair {pair.name}'s drafter does not draft for batches: it runs at batch 1 only")
         prompts = batch_prompts(case.prompt, context.all_prompts, case.batch)
         if any(prompt.conversation for prompt in prompts):
             raise NotApplicable(
@@ -156,20 +156,25 @@ class BatchRun(CaseRun):
         eos = target.tokenizer.eos_token_id if config.stop_at_eos else None
         n = config.max_new_tokens
         models = {f"target {pair.target!r}": target.model}
-        if isinstance(drafter, ModelDrafter):
+        if drafter.model is not None:
             models[f"draft {pair.draft_label!r}"] = drafter.model
         # The padded width: the batched engine's positions count a row's own tokens only, but its cache holds the
         # padded width, and so does the batched generate() that is its reference.
         check_context_windows(case, int(ids.shape[1]), n, models)
         references = shared.batched_reference(
-            (pair.target, pair.revision, dtype, tuple(prompt.id for prompt in prompts), n, eos),
+            case.key("target", "dtype", rows=tuple(prompt.id for prompt in prompts), new_tokens=n, eos=eos),
             lambda: batched_reference(target.model, ids, mask, n, eos),
         )
-        unbatched = [store.reference(pair, prompt.id, row, n, eos, dtype) for prompt, row in zip(prompts, row_ids)]
+        unbatched = [
+            store.reference(
+                case.key("target", "dtype", input=prompt.id, new_tokens=n, eos=eos), pair, row, n, eos, dtype
+            )
+            for prompt, row in zip(prompts, row_ids)
+        ]
         window = context_window(target.model.config)
         longest = probed_k(config.ks, n, None if window is None else window[0] - int(ids.shape[1]))
         costs = shared.costs(
-            (pair.name, dtype, longest, "batch", case.batch, case.prompt.id),
+            case.key("pair", "dtype", "batch", "prompt_id", longest=longest),
             lambda: measure_batched_costs(target.model, drafter, ids, mask, longest + 1),
         )
         prompt_ids = [prompt.id for prompt in prompts]
@@ -177,8 +182,8 @@ class BatchRun(CaseRun):
             target, drafter, ids, mask, row_ids, prompt_ids, n, eos, pad, references, unbatched, costs
         )
 
-    def _new_runner(self) -> SpeculativeRun:
-        # Each run resets the drafter (a BatchDrafter) and reads the batch's prompts.
+    def new_runner(self) -> SpeculativeRun:
+        # Each run resets the drafter (its batch form) and reads the batch's prompts.
         setup, k = self.setup, int(self.case.k)
         return lambda: batched_speculative_generate(
             setup.target.model,
@@ -201,15 +206,13 @@ class BatchRun(CaseRun):
             eos_token_id=setup.eos_token_id,
         )
 
-    def interleaved_baseline(self) -> NewInterleaved:
-        raise NotImplementedError(BATCHED_RUNS)
-
     @property
     def interleave_refusal(self) -> str | None:
         return BATCHED_RUNS
 
-    def verdict(self, tokens: list[list[int]]) -> dict[str, Any]:
-        return batch_verdict(self.setup, tokens, self.half_precision, self.context.config.tie_tolerance)
+    def judge(self, result: BatchedGenerationResult) -> Judgement:
+        tokens = result.token_ids
+        return Judgement(batch_verdict(self.setup, tokens, self.half_precision, self.context.config.tie_tolerance))
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -222,6 +225,12 @@ class BatchRun(CaseRun):
     @property
     def batch_prompt_ids(self) -> list[str]:
         return list(self.setup.prompt_ids)
+
+    def row_fields(
+        self, last_run: BatchedGenerationResult, speed: dict[str, Any], steps: dict[str, Any], other_time_s: float
+    ) -> tuple[dict[str, Any], float]:
+        """Per-sequence counts from the batch's rows, and the batch's own fields (:func:`batch_row_fields`)."""
+        return batch_row_fields(last_run, self.batch_prompt_ids, speed, steps, other_time_s)
 
 
 def _row_verdict(

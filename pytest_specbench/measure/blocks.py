@@ -55,27 +55,103 @@ class TimedCase:
     stop: str | None = None  # None while it is still timed
 
 
+class RoundStrategy:
+    """How a block's rounds time its baseline beside its cases' runs: one object per pairing kind (:mod:`.pairing`),
+    chosen once per block by :func:`round_strategy`."""
+
+    #: each run is compared with a baseline of its own (interleaved or interpolated), not with them all
+    paired: bool = True
+
+    def run_round(self, block: BlockTiming, index: int, order: list[TimedCase]) -> None:
+        raise NotImplementedError
+
+    def case_baselines(self, block: BlockTiming, timed: TimedCase) -> list[GenerationResult]:
+        """The baselines a case's speedups compare with: its paired ones, one per run."""
+        return list(timed.paired_baselines)
+
+
+@dataclass
+class InterleavedRounds(RoundStrategy):
+    """Each case's run with its own baseline timed between its steps."""
+
+    new_interleaved: Callable[[], InterleavedBaseline]
+
+    def run_round(self, block: BlockTiming, index: int, order: list[TimedCase]) -> None:
+        _run_interleaved_round(block, index, order, self.new_interleaved)
+
+
+@dataclass
+class WholeBaselineRounds(RoundStrategy):
+    """Whole baseline runs between the cases, each run paired with the baseline interpolated in time."""
+
+    run_baseline: Callable[[], GenerationResult]
+    every: int
+
+    def run_round(self, block: BlockTiming, index: int, order: list[TimedCase]) -> None:
+        _run_round(block, index, order, self.every, self.run_baseline)
+
+
+@dataclass
+class BaselineOnceRounds(RoundStrategy):
+    """``--specbench-baseline-once``: one baseline per round in the first rounds, every run compared with them all
+    (unpaired)."""
+
+    run_baseline: Callable[[], GenerationResult]
+    min_rounds: int
+    paired = False
+
+    def run_round(self, block: BlockTiming, index: int, order: list[TimedCase]) -> None:
+        if index < self.min_rounds:
+            block.baselines[index] = [self.run_baseline()]
+        for timed in order:
+            timed.runs.append(timed.run())
+            timed.rounds.append(index)
+
+    def case_baselines(self, block: BlockTiming, timed: TimedCase) -> list[GenerationResult]:
+        """Every baseline run of the block."""
+        return [run for index in sorted(block.baselines) for run in block.baselines[index]]
+
+
+def round_strategy(
+    pairing: Pairing,
+    run_baseline: Callable[[], GenerationResult],
+    config: SpecbenchConfig,
+    new_interleaved: Callable[[], InterleavedBaseline] | None = None,
+) -> RoundStrategy:
+    """The strategy of ``pairing``'s kind; an interleaved one takes ``new_interleaved``, a fresh interleaved
+    baseline per call."""
+    if pairing.interleaved:
+        if new_interleaved is None:
+            raise ValueError("an interleaved pairing needs new_interleaved, a fresh interleaved baseline per call")
+        return InterleavedRounds(new_interleaved)
+    if pairing.paired:
+        return WholeBaselineRounds(run_baseline, config.baseline_every)
+    return BaselineOnceRounds(run_baseline, config.min_rounds)
+
+
 @dataclass
 class BlockTiming:
     """The rounds of one block: the baseline runs of each round that ran them, and every case's runs."""
 
     cases: list[TimedCase]
+    strategy: RoundStrategy
     baselines: dict[int, list[GenerationResult]] = field(default_factory=dict)
     rounds: int = 0
     seconds: float = 0.0
 
-    def case_baselines(self, timed: TimedCase, paired: bool) -> list[GenerationResult]:
-        """The baselines a case's speedups compare with: its paired ones, one per run, when paired; else every
-        baseline run of the block."""
-        if paired:
-            return list(timed.paired_baselines)
-        return [run for index in sorted(self.baselines) for run in self.baselines[index]]
+    @property
+    def paired(self) -> bool:
+        return self.strategy.paired
 
-    def spreads(self, paired: bool) -> Spreads:
+    def case_baselines(self, timed: TimedCase) -> list[GenerationResult]:
+        """The baselines a case's speedups compare with (its strategy's)."""
+        return self.strategy.case_baselines(self, timed)
+
+    def spreads(self) -> Spreads:
         """The block's noise, pooled over its cases' paired rounds (none when unpaired)."""
-        if not paired:
+        if not self.paired:
             return NO_SPREADS
-        return block_spreads([(self.case_baselines(timed, True), timed.runs) for timed in self.cases])
+        return block_spreads([(self.case_baselines(timed), timed.runs) for timed in self.cases])
 
 
 #: whole baselines between the cases: what a block runs when nothing else is asked
@@ -100,13 +176,9 @@ def time_block(
     """Time the block's rounds; ``budget_s`` is its share of the run's budget (None: no limit).
 
     ``after_round(round index, seconds it took)`` is called after each round (the run's estimate uses the first).
-    ``pairing`` says how the baseline is timed (:mod:`.pairing`); an interleaved one takes ``new_interleaved``,
-    a fresh interleaved baseline per call.
+    ``pairing`` says how the baseline is timed (:func:`round_strategy`).
     """
-    if pairing.interleaved and new_interleaved is None:
-        raise ValueError("an interleaved pairing needs new_interleaved, a fresh interleaved baseline per call")
-    block = BlockTiming(list(cases))
-    paired = pairing.paired
+    block = BlockTiming(list(cases), round_strategy(pairing, run_baseline, config, new_interleaved))
     start = time.perf_counter()
     while True:
         active = [timed for timed in block.cases if timed.stop is None]
@@ -121,22 +193,12 @@ def time_block(
             break
         index = block.rounds
         round_start = time.perf_counter()
-        order = _rotated(active, index)
-        if pairing.interleaved:
-            _run_interleaved_round(block, index, order, new_interleaved)
-        elif paired:
-            _run_round(block, index, order, config.baseline_every, run_baseline)
-        else:  # --specbench-baseline-once: one baseline per round in the first rounds, compared unpaired
-            if index < config.min_rounds:
-                block.baselines[index] = [run_baseline()]
-            for timed in order:
-                timed.runs.append(timed.run())
-                timed.rounds.append(index)
+        block.strategy.run_round(block, index, _rotated(active, index))
         block.rounds += 1
         if after_round is not None:
             after_round(index, time.perf_counter() - round_start)
         if block.rounds >= config.min_rounds:
-            _settle(block, config, paired)
+            _settle(block, config)
     block.seconds = time.perf_counter() - start
     return block
 
@@ -220,13 +282,13 @@ def _stop_all(active: list[TimedCase], reason: str) -> None:
         timed.stop = reason
 
 
-def _settle(block: BlockTiming, config: SpecbenchConfig, paired: bool) -> None:
+def _settle(block: BlockTiming, config: SpecbenchConfig) -> None:
     """After a round: stop the cases that are tight or over their own budget, then race the rest."""
-    spreads = block.spreads(paired)
+    spreads, paired = block.spreads(), block.paired
     for timed in block.cases:
         if timed.stop is not None:
             continue
-        baselines = block.case_baselines(timed, paired)
+        baselines = block.case_baselines(timed)
         if precision(baselines, timed.runs, paired, spreads) <= config.ci_target:
             timed.stop = TIGHT
         elif config.case_budget is not None:

@@ -18,7 +18,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..results.schema import CaseResult
+from ..settings.axes import fingerprint_values
 from ..settings.config import SpecbenchConfig
+from .drafter_kinds import kind_of
 from .matrix import Case
 from .prompts import Prompt, filler_text
 
@@ -50,12 +52,13 @@ def case_inputs(case: Case, config: SpecbenchConfig, prompts: Sequence[Prompt]) 
     if config.context_tokens is not None:
         texts.append(filler_text(prompts, exclude_id=case.prompt.id))
     parts = {"target": source_identity(pair.target, revision=pair.revision, cache_dir=config.cache_dir)}
-    if pair.drafter == "model" and pair.draft:
+    kind = kind_of(pair)
+    if kind.draft_model and pair.draft:
         # A pair's revision is its target's (the store loads the draft without one).
         parts["draft"] = source_identity(pair.draft, cache_dir=config.cache_dir)
-    parts["drafter"] = {"kind": pair.drafter, "options": sorted(pair.drafter_options)}
+    parts["drafter"] = kind.fingerprint(pair)
     parts["prompt"] = texts
-    parts["case"] = {"engine": case.engine, "k": case.k, "batch": case.batch, "dtype": pair.dtype or case.dtype}
+    parts["case"] = fingerprint_values(case.axis_values())
     return {name: _digest(value) for name, value in parts.items()}
 
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import torch
 
 from ..engine.cost_probe import parameter_count
-from ..engine.drafters import BatchDrafter, Drafter
+from ..engine.drafters import Drafter
 from ..engine.interleave import InterleavedBaseline
 from ..engine.sampling import SamplingParams
 from ..engine.stats import GenerationResult
@@ -47,41 +47,50 @@ class PreparedCase(Protocol):
     """What every prepared case holds, whatever its kind."""
 
     target: LoadedModel
-    drafter: Drafter | BatchDrafter
+    drafter: Drafter
     costs: CostProfile
     sampling: SamplingParams
 
 
-class CaseRun(ABC):
-    """A case of a block. :meth:`prepare` first (it raises ``NotApplicable``, ``ModelUnavailable`` or
-    ``UnrunnableCase`` for a case that cannot run); then the block warms it up, times :meth:`run` and asks
-    :meth:`verdict` of the last run's tokens."""
+@dataclass(frozen=True)
+class Judgement:
+    """A run's output judged: the case's verdict, and a multi-turn case's verdict per turn."""
 
-    setup: PreparedCase  # set by prepare()
-    turn_verdicts: list[dict[str, Any]] | None = None  # a multi-turn case's, per turn, once judged
+    verdict: dict[str, Any]
+    turn_verdicts: list[dict[str, Any]] | None = None
+
+
+class CaseRun(ABC):
+    """A case of a block, prepared when it is made (making it raises ``NotApplicable``, ``ModelUnavailable`` or
+    ``UnrunnableCase`` for a case that cannot run); the block then warms it up, times :meth:`run` and has
+    :meth:`judge` judge the last run."""
+
+    setup: PreparedCase
 
     def __init__(self, case: Case, context: MeasureContext) -> None:
         self.case, self.context = case, context
         self._runner: SpeculativeRun | None = None
+        self.prepare()
 
     # --- what the subclasses provide
 
     @abstractmethod
     def prepare(self) -> None:
-        """Load the pair, tokenise the input, check the context windows, get the reference and the costs."""
+        """Set :attr:`setup`: load the pair, tokenise the input, check the context windows, get the reference and
+        the costs (called once, by the constructor)."""
 
     @abstractmethod
-    def _new_runner(self) -> SpeculativeRun:
+    def new_runner(self) -> SpeculativeRun:
         """A speculative run on the current costs, with a freshly seeded generator."""
 
     @abstractmethod
     def baseline(self) -> BaselineRun:
         """A target-only run to pair with this case's runs (one generator shared by its calls)."""
 
-    @abstractmethod
-    def interleaved_baseline(self) -> NewInterleaved:
-        """A fresh baseline per call that steps between a run's steps (only where :attr:`interleave_refusal`
-        is None)."""
+    def interleaved_baseline(self) -> NewInterleaved | None:
+        """A fresh baseline per call that steps between a run's steps; None for a case whose runs cannot take
+        one (:attr:`interleave_refusal` says why)."""
+        return None
 
     @property
     @abstractmethod
@@ -89,8 +98,8 @@ class CaseRun(ABC):
         """Why its runs cannot take a baseline between their steps (a :mod:`.pairing` reason), or None."""
 
     @abstractmethod
-    def verdict(self, tokens: list) -> dict[str, Any]:
-        """The last run's tokens judged against the reference(s)."""
+    def judge(self, result: GenerationResult) -> Judgement:
+        """A run's output judged against the reference(s)."""
 
     @property
     @abstractmethod
@@ -107,8 +116,15 @@ class CaseRun(ABC):
         """Each row's prompt id for a batch; None for a single sequence."""
         return None
 
-    def _calibrate(self, baseline: BaselineRun, new_interleaved: NewInterleaved | None) -> None:
+    def calibrate(self, baseline: BaselineRun, new_interleaved: NewInterleaved | None) -> None:
         """After its first warm-up: re-time what the probe measured before any run (nothing by default)."""
+
+    def row_fields(
+        self, last_run: GenerationResult, speed: dict[str, Any], steps: dict[str, Any], other_time_s: float
+    ) -> tuple[dict[str, Any], float]:
+        """The row fields its kind adds (a batch's per-row counts), and the median run's other time as its kind
+        counts it; none by default."""
+        return {}, other_time_s
 
     def refresh_costs(self) -> None:
         """Read its costs back from what the run shares (a calibration may have replaced them)."""
@@ -117,7 +133,7 @@ class CaseRun(ABC):
 
     def start_runs(self) -> None:
         """Begin a series of runs: a fresh speculative runner on the current costs and a reseeded generator."""
-        self._runner = self._new_runner()
+        self._runner = self.new_runner()
 
     def run(self, between_steps: Callable[[float], None] | None = None) -> GenerationResult:
         """One speculative run; ``between_steps`` (interleaving cases only) runs after the prefill and each step."""
@@ -133,17 +149,17 @@ class CaseRun(ABC):
         self.start_runs()
         case, warmup = self.case, self.context.config.warmup
         warmed = self.context.shared.warm_up(
-            (case.pair.name, self.dtype, case.engine, case.batch),
+            case.key("pair", "dtype", "engine", "batch"),
             lambda: [(baseline(), self.run()) for _ in range(warmup)],
         )
         if warmed:
-            self._calibrate(baseline, new_interleaved)
+            self.calibrate(baseline, new_interleaved)
 
     def sizes(self) -> dict[str, int]:
         """The pair's parameter counts, shared by its cases."""
         model = getattr(self.drafter, "model", None)  # a drafter without a model has no parameters
         return self.context.shared.sizes(
-            self.case.pair.name,
+            self.case.key("pair"),
             lambda: {"target_params": parameter_count(self.target.model), "draft_params": parameter_count(model)},
         )
 
@@ -152,7 +168,7 @@ class CaseRun(ABC):
         return self.setup.target
 
     @property
-    def drafter(self) -> Drafter | BatchDrafter:
+    def drafter(self) -> Drafter:
         return self.setup.drafter
 
     @property

@@ -24,8 +24,7 @@ from ..engine.cost_model import (
     recommended_k_for,
 )
 from ..engine.cost_probe import own_kernel_step_costs, verify_costs
-from ..engine.cross_tokenizer import CrossTokenizerDrafter
-from ..engine.drafters import BatchDrafter, Drafter, ModelDrafter
+from ..engine.drafters import Drafter
 from ..engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from ..engine.stats import GenerationResult
 from ..engine.timing import DeviceClock
@@ -130,18 +129,17 @@ def draft_pass_costs(
     (:class:`~..engine.cross_tokenizer.CrossTokenizerDrafter`) is timed on the prompt in its own tokens; its
     passes only, the re-tokenisation between them is in the runs' draft time (see :func:`calibrated_costs`).
     """
-    if isinstance(drafter, CrossTokenizerDrafter):
-        draft, draft_input = drafter.model, drafter.draft_ids_for(input_ids)
-    elif isinstance(drafter, ModelDrafter):
-        draft, draft_input = drafter.model, input_ids
-    else:
+    draft = drafter.model
+    if draft is None:
         return 0.0, None, None  # prompt lookup and other model-free drafters: microseconds of tensor search
+    draft_input = drafter.draft_ids_for(input_ids)
     clock = DeviceClock(draft.device)
     target_ids = input_ids.to(target_model.device)
     draft_ids = draft_input.to(draft.device)
     static = None if compile_length is None else max(compile_length, input_ids.shape[1] + 2)
-    # A cross-tokenizer draft runs eager on a dynamic cache, whatever --specbench-compile says: time it so.
-    draft_static = static if isinstance(drafter, ModelDrafter) else None
+    # A draft that does not compile (another tokenizer) runs eager on a dynamic cache, whatever --specbench-compile
+    # says: time it so.
+    draft_static = static if drafter.compiles else None
     target_cache = _prefilled_cache(target_model, target_ids, static, "target")
     draft_cache = _prefilled_cache(draft, draft_ids, draft_static, "draft")
     target_length, draft_length = cache_length(target_cache), cache_length(draft_cache)
@@ -211,7 +209,7 @@ def measure_costs(
 @torch.inference_mode()
 def measure_batched_costs(
     target_model: PreTrainedModel,
-    drafter: BatchDrafter,
+    drafter: Drafter,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     max_positions: int,
@@ -229,7 +227,7 @@ def measure_batched_costs(
     target = RowCache(target_model)
     target.forward(input_ids, padded)
     draft = None
-    if isinstance(drafter, ModelDrafter):
+    if drafter.model is not None:
         draft = RowCache(drafter.model)
         draft.forward(input_ids.to(drafter.model.device), None if padded is None else padded.to(drafter.model.device))
     last = input_ids[:, -1:]

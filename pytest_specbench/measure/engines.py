@@ -12,9 +12,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from ..engine.cross_tokenizer import CrossTokenizerDrafter
 from ..engine.decoding import speculative_generate
-from ..engine.drafters import Drafter, PromptLookupDrafter
+from ..engine.drafters import Drafter
 from ..engine.hf_assisted import hf_assisted_generate, universal_assisted_refusal
 from ..engine.names import AUTO, HEURISTIC
 from ..engine.sampling import SamplingParams
@@ -23,6 +22,7 @@ from ..engine.stats import GenerationResult
 from ..settings.config import SpecbenchConfig
 from ..settings.options import ENGINE_NAMES
 from .costs import CostProfile
+from .drafter_kinds import kind_of, kind_refusal, peer_method
 from .matrix import Case
 from .pairing import HF_WHOLE_RUNS
 
@@ -110,39 +110,12 @@ HF_SELF_DRAFT_REFUSAL = (
 )
 
 
-def cross_tokenizer_refusal(case: Case, temperature: float = 0.0) -> str | None:
-    """Why a case of a pair marked ``cross_tokenizer`` cannot run (it is skipped with the reason), or None: its
-    drafts cross to the target as text, one sequence at a time, and only a greedy acceptance rule judges a draft
-    by the tokens it became (speculative sampling needs the draft's probabilities in the target's tokens)."""
-    if not case.pair.cross_tokenizer:
-        return None
-    why = f"pair {case.pair.name}'s draft has another tokenizer than its target (cross_tokenizer = true)"
-    if case.batched:
-        return f"{why}: it drafts through text one sequence at a time, so it runs at batch 1 only, not {case.batch}"
-    if temperature > 0:
-        return (
-            f"{why}: greedy only, so it does not run under sampling (--specbench-temperature={temperature:g}); "
-            "the sampling acceptance rule needs the draft's probabilities over the target's tokens"
-        )
-    return None
-
-
-def _native_refusal(case: Case, drafter: Drafter | None, target: PreTrainedModel | None = None) -> str | None:
-    return cross_tokenizer_refusal(case)
-
-
-def _hf_refusal(case: Case, drafter: Drafter | None, target: PreTrainedModel | None = None) -> str | None:
-    if case.batched:
-        return cross_tokenizer_refusal(case) or HF_BATCH_REFUSAL
+def _hf_pair_refusal(case: Case, drafter: Drafter | None, target: PreTrainedModel | None) -> str | None:
+    """What transformers' assisted generation cannot run in this pair beyond its kind's method."""
     pair = case.pair
-    if pair.drafter == "model" and pair.draft == pair.target:
+    if kind_of(pair).draft_model and pair.draft == pair.target:
         return f"pair {pair.name}: {HF_SELF_DRAFT_REFUSAL}"
-    if isinstance(drafter, PromptLookupDrafter) and not isinstance(case.k, int):
-        return (
-            f"transformers' prompt lookup has no draft-length schedule, so the hf engine runs "
-            f"pair {case.pair.name} at integer k only, not k={case.k}"
-        )
-    if isinstance(drafter, CrossTokenizerDrafter) and target is not None:
+    if pair.cross_tokenizer and target is not None and drafter is not None:
         refusal = universal_assisted_refusal(target, drafter)
         return f"pair {pair.name}: {refusal}" if refusal else None
     return None
@@ -150,15 +123,49 @@ def _hf_refusal(case: Case, drafter: Drafter | None, target: PreTrainedModel | N
 
 @dataclass(frozen=True)
 class Engine:
+    """A decoding engine: how it runs a case, and what it cannot run, declared."""
+
+    name: str
     runner: Callable[[Case, RunInputs], SpeculativeRun]
-    # Why a case cannot run on this engine (it is skipped with the reason), or None; the target when loaded.
-    refusal: Callable[..., str | None] = lambda case, drafter, target=None: None
+    # Why it cannot run a batch > 1 (the case is skipped with the reason), or None where it can.
+    batch_refusal: str | None = None
+    # It is a peer engine: it runs a drafter kind by its own method for that kind (measure/drafter_kinds.py).
+    peer: bool = False
+    # What else it cannot run in a pair (its drafter and target when loaded), beyond the above.
+    pair_refusal: Callable[[Case, Drafter | None, PreTrainedModel | None], str | None] = lambda case, drafter, target: (
+        None
+    )
     # Why its runs cannot take ``between_steps`` (speculative_generate's), so no baseline runs between their
     # steps (a :mod:`.pairing` reason); None where they can.
     whole_runs: str | None = None
     # Whether its runs keep the model's own forward (transformers' generate), so its baseline must too: a
     # speedup compares equal kernels.
     own_kernels: bool = False
+
+    def refusal(
+        self,
+        case: Case,
+        drafter: Drafter | None = None,
+        target: PreTrainedModel | None = None,
+        temperature: float = 0.0,
+    ) -> str | None:
+        """Why this engine cannot run ``case`` (it is skipped with the reason), or None. Without the loaded
+        ``drafter`` and ``target`` (before any model loads), only what the case's settings decide."""
+        why = kind_refusal(case.pair, batch=case.batch, temperature=temperature)
+        if why:
+            return why
+        if case.batched and self.batch_refusal:
+            return self.batch_refusal
+        if self.peer:
+            method = peer_method(case.pair, self.name)
+            if isinstance(method, str):
+                return method
+            if method.integer_k_only and not isinstance(case.k, int):
+                return (
+                    f"the {self.name} engine's {method.name} has no draft-length schedule, so it runs "
+                    f"pair {case.pair.name} at integer k only, not k={case.k}"
+                )
+        return self.pair_refusal(case, drafter, target)
 
     def baseline_kernel(self, head_kernel: str) -> str:
         """The kernel forms of this engine's greedy baseline, given the run's ``--specbench-head-kernel``."""
@@ -167,8 +174,19 @@ class Engine:
 
 #: every engine by name: the names are settings/options.py's ENGINE_NAMES, which the option parser accepts
 ENGINES: dict[str, Engine] = {
-    "native": Engine(_native, _native_refusal),
-    "hf": Engine(_hf, _hf_refusal, HF_WHOLE_RUNS, own_kernels=True),
+    engine.name: engine
+    for engine in (
+        Engine("native", _native),
+        Engine(
+            "hf",
+            _hf,
+            batch_refusal=HF_BATCH_REFUSAL,
+            peer=True,
+            pair_refusal=_hf_pair_refusal,
+            whole_runs=HF_WHOLE_RUNS,
+            own_kernels=True,
+        ),
+    )
 }
 if tuple(ENGINES) != ENGINE_NAMES:  # an accepted name with no engine would fail only when a case ran on it
     raise RuntimeError(

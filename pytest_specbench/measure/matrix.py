@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from ..settings.options import DTYPE_ID_SUFFIXES
+from ..settings import axes
+from ..settings.axes import DTYPE_ID_SUFFIXES
 from .pairs import PairSpec
 from .prompts import Prompt, case_label
 
@@ -17,16 +19,27 @@ class Case:
     prompt: Prompt
     prompt_label: str  # the category when one prompt per category runs, else the prompt id
     engine: str = "native"
-    engine_in_id: bool = False  # more than one engine runs
     batch: int = 1  # prompts decoded at once (measure/batches.py)
-    batch_in_id: bool = False  # more than one batch size runs
     dtype: str = "float32"  # the model dtype: the run's, or the pair's own (PairSpec.dtype)
-    dtype_in_id: bool = False  # more than one dtype runs
+    shown: frozenset[str] = frozenset()  # the axes not always in the id that show in it: more than one value runs
 
     @property
     def batched(self) -> bool:
         """Several prompts decoded at once, by the batched engine (measure/batches.py)."""
         return self.batch > 1
+
+    def axis_values(self) -> dict[str, Any]:
+        """The case's value on every axis of the matrix (settings/axes.py), and the key parts derived from them."""
+        return {
+            "pair": self.pair.name,
+            "engine": self.engine,
+            "k": self.k,
+            "batch": self.batch,
+            "prompt": self.prompt_label,
+            "dtype": self.dtype,
+            "target": target_of(self.pair),
+            "prompt_id": self.prompt.id,
+        }
 
     @property
     def id(self) -> str:
@@ -36,10 +49,16 @@ class Case:
         ``gpt2_large-k8-b4-code_python``; with more than one dtype, for a dtype other than float32:
         ``gpt2_large-k8-code_python-bf16`` (a float32 case keeps its id, so stored baselines still match).
         """
-        engine = f"-{self.engine}" if self.engine_in_id else ""
-        batch = f"-b{self.batch}" if self.batch_in_id else ""
-        dtype = DTYPE_ID_SUFFIXES[self.dtype] if self.dtype_in_id else ""
-        return f"{self.pair.name}{engine}-k{self.k}{batch}-{self.prompt_label}{dtype}"
+        return axes.case_id(self.axis_values(), self.shown)
+
+    @property
+    def config(self) -> str:
+        """The first seed's config name, e.g. ``gpt2_large_k8``."""
+        return axes.config_name(self.axis_values(), self.shown)
+
+    def key(self, *depends_on: str, **settings: Hashable) -> tuple:
+        """A cache's key for this case: its values on the axes the cache ``depends_on``, and ``settings``."""
+        return axes.cache_key(self.axis_values(), depends_on, **settings)
 
     @property
     def block(self) -> str:
@@ -77,6 +96,8 @@ def build_matrix(
         per_category[prompt.category] = per_category.get(prompt.category, 0) + 1
     single = all(count == 1 for count in per_category.values())
     labels = [case_label(prompt, single) for prompt in prompts]
+    several = {"engine": engines, "batch": batches, "dtype": dtypes}
+    shown = frozenset(name for name, values in several.items() if len(values) > 1)
     targets: dict[str, int] = {}
     for pair in pairs:
         targets.setdefault(target_of(pair), len(targets))
@@ -87,11 +108,9 @@ def build_matrix(
             prompt=prompt,
             prompt_label=label,
             engine=engine,
-            engine_in_id=len(engines) > 1,
             batch=batch,
-            batch_in_id=len(batches) > 1,
             dtype=dtype,
-            dtype_in_id=len(dtypes) > 1,
+            shown=shown,
         )
         for pair in pairs
         for dtype in ((pair.dtype,) if pair.dtype else dtypes)

@@ -28,8 +28,8 @@ from typing import Any
 from ..engine.names import DEFAULT_NGRAM_SIZE, DEFAULT_TRUNCATED_LAYERS
 from ..models.base import DTYPE_NAMES as DTYPES
 from ..models.base import GEMMA3_270M_NAME, QWEN_CODER_0_5B_NAME, QWEN_CODER_1_5B_NAME
+from .drafter_kinds import DRAFTER_KINDS, KINDS, SETTING_KEYS, DrafterKind, kind_of
 
-DRAFTER_KINDS = ("model", "truncated", "int8", "prompt_lookup")
 EMBEDDED_GEMMA = GEMMA3_270M_NAME
 QWEN_1_5B = QWEN_CODER_1_5B_NAME
 QWEN_0_5B = QWEN_CODER_0_5B_NAME
@@ -63,17 +63,11 @@ class PairSpec:
     @property
     def draft_label(self) -> str:
         """What drafts, in words, for tables and files."""
-        if self.drafter == "model":
-            return self.draft or ""
-        if self.drafter == "truncated":
-            return f"{self.target} first {self.options.get('num_layers', DEFAULT_TRUNCATED_LAYERS)} layers"
-        if self.drafter == "int8":
-            return f"{self.target} int8"
-        return "prompt lookup"
+        return kind_of(self).label(self)
 
     def sources(self) -> tuple[str, ...]:
         """Model sources this pair loads."""
-        return (self.target, self.draft) if self.drafter == "model" and self.draft else (self.target,)
+        return (self.target, self.draft) if kind_of(self).draft_model and self.draft else (self.target,)
 
 
 BUILTIN_PAIRS: dict[str, PairSpec] = {
@@ -189,18 +183,7 @@ def pair_from_mapping(name: str, data: Mapping[str, Any], where: str) -> PairSpe
     """Validate one ``[pairs.NAME]`` table."""
     if not _PAIR_NAME.match(name):
         raise PairError(f"{where}: pair name {name!r} must start with a letter and hold only letters, digits and _")
-    known = {
-        "target",
-        "draft",
-        "drafter",
-        "revision",
-        "dtype",
-        "description",
-        "num_layers",
-        "ngram_size",
-        "max_proposal",
-        "cross_tokenizer",
-    }
+    known = {"target", "draft", "drafter", "revision", "dtype", "description", "cross_tokenizer", *SETTING_KEYS}
     unknown = sorted(set(data) - known)
     if unknown:
         raise PairError(f"{where}: pair {name!r} has unknown keys {unknown}; accepted: {sorted(known)}")
@@ -209,18 +192,28 @@ def pair_from_mapping(name: str, data: Mapping[str, Any], where: str) -> PairSpe
     drafter = data.get("drafter", "model")
     if drafter not in DRAFTER_KINDS:
         raise PairError(f"{where}: pair {name!r} has drafter = {drafter!r}; accepted: {', '.join(DRAFTER_KINDS)}")
+    kind = KINDS[drafter]
+    with_model = [other.name for other in KINDS.values() if other.draft_model]
     draft = data.get("draft")
-    if drafter == "model" and not (isinstance(draft, str) and draft):
-        raise PairError(f'{where}: pair {name!r} uses drafter = "model" and needs draft = "<hub id or local path>"')
-    if drafter != "model" and draft is not None:
-        raise PairError(f'{where}: pair {name!r}: draft is only for drafter = "model", not {drafter!r}')
+    if kind.draft_model and not (isinstance(draft, str) and draft):
+        raise PairError(f'{where}: pair {name!r} uses drafter = "{drafter}" and needs draft = "<hub id or local path>"')
+    if not kind.draft_model and draft is not None:
+        raise PairError(
+            f"{where}: pair {name!r}: draft is only for drafter = {' or '.join(with_model)}, not {drafter!r}"
+        )
     options = []
-    for key in ("num_layers", "ngram_size", "max_proposal"):
-        if key in data:
-            if not isinstance(data[key], int) or data[key] < 1:
-                raise PairError(f"{where}: pair {name!r}: {key} must be an integer >= 1, got {data[key]!r}")
-            options.append((key, data[key]))
-    cross_tokenizer = _cross_tokenizer(name, data, drafter, where)
+    for key in SETTING_KEYS:
+        if key not in data:
+            continue
+        if isinstance(data[key], bool) or not isinstance(data[key], int) or data[key] < 1:
+            raise PairError(f"{where}: pair {name!r}: {key} must be an integer >= 1, got {data[key]!r}")
+        if key not in {setting.key for setting in kind.settings}:
+            readers = [other.name for other in KINDS.values() if key in {setting.key for setting in other.settings}]
+            raise PairError(
+                f"{where}: pair {name!r}: {key} is a setting of drafter = {' or '.join(readers)}, not {drafter!r}"
+            )
+        options.append((key, data[key]))
+    cross_tokenizer = _cross_tokenizer(name, data, kind, where)
     dtype = data.get("dtype")
     if dtype is not None and dtype not in DTYPES:
         raise PairError(f"{where}: pair {name!r} has dtype = {dtype!r}; accepted: {', '.join(DTYPES)}")
@@ -238,16 +231,17 @@ def pair_from_mapping(name: str, data: Mapping[str, Any], where: str) -> PairSpe
     )
 
 
-def _cross_tokenizer(name: str, data: Mapping[str, Any], drafter: str, where: str) -> bool:
-    """``cross_tokenizer``: a TOML boolean, and only where a draft model drafts (the other drafters share the
-    target's tokenizer)."""
+def _cross_tokenizer(name: str, data: Mapping[str, Any], kind: DrafterKind, where: str) -> bool:
+    """``cross_tokenizer``: a TOML boolean, and only for a kind whose draft may have another tokenizer (the
+    others draft in the target's own tokens)."""
     value = data.get("cross_tokenizer", False)
     if not isinstance(value, bool):
         raise PairError(f"{where}: pair {name!r}: cross_tokenizer must be true or false, got {value!r}")
-    if value and drafter != "model":
+    if value and not kind.other_tokenizer:
+        allowed = " or ".join(f'"{other.name}"' for other in KINDS.values() if other.other_tokenizer)
         raise PairError(
-            f'{where}: pair {name!r}: cross_tokenizer = true is only for drafter = "model" (a draft model with '
-            f"another tokenizer), not {drafter!r}, which drafts in the target's own tokens"
+            f"{where}: pair {name!r}: cross_tokenizer = true is only for drafter = {allowed} (a draft model with "
+            f"another tokenizer), not {kind.name!r}, which drafts in the target's own tokens"
         )
     return value
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -14,7 +15,7 @@ from ..results.invariants import suspect_fields
 from ..results.requests import request_fields, request_stats
 from ..results.schema import CaseResult
 from ..results.statistics import coefficient_of_variation
-from ..settings.options import DTYPE_ID_SUFFIXES
+from ..settings.axes import AXIS_NAMES
 from .costs import CostProfile, bandwidth_fields, case_block_rows, cost_model_fields
 from .engines import sampling_kwargs
 from .matrix import Case
@@ -32,6 +33,10 @@ class BlockRecord:
     eliminated_by: int | str | None
     stop: str  # blocks.TIGHT, ELIMINATED, ...
     block_rounds: int  # rounds the whole block ran
+
+
+#: (its last run, the speed fields, the step fields, the median run's other time) -> (its fields, the other time)
+KindFields = Callable[[GenerationResult, dict[str, Any], dict[str, Any], float], tuple[dict[str, Any], float]]
 
 
 @dataclass
@@ -58,6 +63,9 @@ class Measurement:
     pairing: Pairing | None = None  # how the block timed its baselines; absent in hand-built measurements
     turn_verdicts: list[dict[str, Any]] | None = None  # a multi-turn case's verdict per turn
     vocabulary_overlap: float | None = None  # a cross-tokenizer pair's (ModelStore.vocabulary_overlap)
+    # The fields its kind adds from its last run, the speed and step fields, and the other time it leaves
+    # (CaseRun.row_fields); absent in hand-built measurements: none.
+    kind_fields: KindFields | None = None
 
 
 def median(runs: list[GenerationResult], field: str) -> float:
@@ -70,24 +78,15 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 
 def _identity_fields(case: Case, measurement: Measurement) -> dict[str, Any]:
-    pair = case.pair
-    config = (
-        f"{pair.name}_k{case.k}"
-        + ("" if case.engine == "native" else f"_{case.engine}")
-        + (f"_b{case.batch}" if case.batched else "")
-        + (DTYPE_ID_SUFFIXES[case.dtype].replace("-", "_") if case.dtype_in_id else "")
-    )
+    pair, values = case.pair, case.axis_values()
     return dict(
         case=case.id,
-        config=config,
-        pair=pair.name,
+        config=case.config,
+        # each axis's row field, but the dtype: the row's is the one its models ran in (build_result's)
+        **{name: values[name] for name in AXIS_NAMES if name != "dtype"},
         target=pair.target,
         draft=measurement.draft_label or pair.draft_label,
         drafter=pair.drafter,
-        engine=case.engine,
-        k=case.k,
-        batch=case.batch,
-        prompt=case.prompt_label,
         prompt_id=case.prompt.id,
         category=case.prompt.category,
         **sampling_kwargs(measurement.sampling or SamplingParams()),
@@ -248,13 +247,9 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
     memory = measurement.peak_memory
     steps = _step_fields(last, median_run)
     other_time_s = median_run.other_time_s
-    batch: dict[str, Any] = {}
-    if measurement.batch_prompt_ids is not None:  # a batch's rows: per-sequence counts, the batch's own fields
-        from .batches import batch_row_fields
-
-        batch, other_time_s = batch_row_fields(
-            speculative[-1], measurement.batch_prompt_ids, speed, steps, other_time_s
-        )
+    kind: dict[str, Any] = {}
+    if measurement.kind_fields is not None:
+        kind, other_time_s = measurement.kind_fields(speculative[-1], speed, steps, other_time_s)
     drafted, accepted = steps["drafted_per_step"], steps["accepted_per_step"]
     row = CaseResult(
         **_identity_fields(case, measurement),
@@ -263,7 +258,7 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         **_verdict_fields(measurement),
         **_block_fields(measurement.block, measurement.pairing),
         **_tokenizer_fields(measurement),
-        **batch,
+        **kind,
         # Each round's run, turn or batch row is one request (results/requests.py).
         **request_fields(request_stats(speculative, batched=measurement.batch_prompt_ids is not None)),
         device=device,

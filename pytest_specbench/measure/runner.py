@@ -46,9 +46,8 @@ def _prepared(
     ready: list[CaseRun] = []
     refused: dict[str, Measurement | BaseException] = {}
     for case in cases:
-        case_run = case_run_for(case, context)
         try:
-            case_run.prepare()
+            case_run = case_run_for(case, context)  # prepared as it is made
         except (NotApplicable, ModelUnavailable, UnrunnableCase) as error:
             refused[case.id] = error
         else:
@@ -62,16 +61,16 @@ def _measurement(
     """What timing the case gave, judged: its runs, its paired baselines, its verdict and what its row needs."""
     case = case_run.case
     stop = member.stop or MAX_ROUNDS
-    verdict = case_run.verdict(member.runs[-1].token_ids)
+    judgement = case_run.judge(member.runs[-1])
     return Measurement(
         input_ids=case_run.input_ids,
         reference=case_run.reference,
-        baselines=block.case_baselines(member, pairing.paired),
+        baselines=block.case_baselines(member),
         speculative=member.runs,
-        paired=pairing.paired,
-        spreads=block.spreads(pairing.paired),
-        verdict=verdict,
-        turn_verdicts=case_run.turn_verdicts,
+        paired=block.paired,
+        spreads=block.spreads(),
+        verdict=judgement.verdict,
+        turn_verdicts=judgement.turn_verdicts,
         target_load_s=case_run.target.load_time_s,
         target_load_source=case_run.target.source,
         costs=case_run.costs,
@@ -82,6 +81,7 @@ def _measurement(
         sampling=case_run.sampling,
         block=BlockRecord(case.block, list(member.rounds), member.eliminated_by, stop, block.rounds),
         batch_prompt_ids=case_run.batch_prompt_ids,
+        kind_fields=case_run.row_fields,
         pairing=pairing,
     )
 

@@ -10,21 +10,21 @@ from typing import Any
 import torch
 
 from ..engine.decoding import GreedyStepper, greedy_generate
-from ..engine.drafters import Drafter, ModelDrafter
+from ..engine.drafters import Drafter
 from ..engine.interleave import InterleavedBaseline
 from ..engine.names import HEURISTIC
 from ..engine.sampling import SamplingParams
+from ..engine.stats import GenerationResult
 from ..engine.timing import DeviceClock
 from ..models.base import NotApplicable, context_window
 from ..models.loading import LoadedModel
 from .blocks import interleaved_pair
-from .case_run import BaselineRun, CaseRun, MeasureContext, NewInterleaved
+from .case_run import BaselineRun, CaseRun, Judgement, MeasureContext, NewInterleaved
 from .costs import CostProfile, calibrated_costs, measure_costs, probed_k
 from .engines import (
     ENGINES,
     RunInputs,
     SpeculativeRun,
-    cross_tokenizer_refusal,
     sampling_kwargs,
     sampling_params,
     speculative_runner,
@@ -60,8 +60,8 @@ class SequenceRun(CaseRun):
     setup: SequenceSetup
 
     def __init__(self, case: Case, context: MeasureContext, answers: tuple[str, ...] = ()) -> None:
+        self.answers = answers  # before the constructor prepares it: its input holds them
         super().__init__(case, context)
-        self.answers = answers
 
     @property
     def turn(self) -> int:
@@ -76,18 +76,17 @@ class SequenceRun(CaseRun):
     def prepare(self) -> None:
         case, context = self.case, self.context
         store, shared, config, all_prompts = context.store, context.shared, context.config, context.all_prompts
-        refusal = cross_tokenizer_refusal(case, config.temperature)  # before any model loads
+        refusal = ENGINES[case.engine].refusal(case, temperature=config.temperature)  # before any model loads
         if refusal:
             raise NotApplicable(refusal)
         pair, dtype = case.pair, store.dtype_for(case)
         target, drafter = store.target(pair, dtype), store.drafter(pair, dtype)
-        refusal = ENGINES[case.engine].refusal(case, drafter, target.model)
+        refusal = ENGINES[case.engine].refusal(case, drafter, target.model, config.temperature)
         if refusal:
             raise NotApplicable(refusal)
         # A later turn's input holds the answers before it, which depend on the dtype.
-        later = (dtype, self.turn) if self.turn else ()
         input_ids = shared.input_ids(
-            (pair.target, pair.revision, case.prompt.id, *later),
+            case.key("target", "prompt_id", "dtype", turn=self.turn),
             lambda: prompt_input_ids(
                 target.tokenizer, case.prompt, all_prompts, config.context_tokens, store.device, self.answers
             ),
@@ -95,18 +94,23 @@ class SequenceRun(CaseRun):
         eos = target.tokenizer.eos_token_id if config.stop_at_eos else None
         n = config.max_new_tokens
         models = {f"target {pair.target!r}": target.model}
-        if isinstance(drafter, ModelDrafter):  # prompt lookup has no window; derived drafts share the target's
+        # Prompt lookup has no window; a draft with another tokenizer reads other tokens, so its count is not this.
+        if drafter.model is not None and not pair.cross_tokenizer:
             models[f"draft {pair.draft_label!r}"] = drafter.model
         check_context_windows(case, int(input_ids.shape[1]), n, models)
         sampling = sampling_params(config)
-        reference = store.reference(pair, self.prompt_key, input_ids, n, eos, dtype) if sampling.greedy else []
+        reference = []  # under sampling, the statistical check judges the runs
+        if sampling.greedy:
+            reference = store.reference(self.reference_key(n, eos), pair, input_ids, n, eos, dtype)
         # Never past what a run can use: k + 1, the new tokens, and the target's window after the prompt.
         window = context_window(target.model.config)
         longest = probed_k(config.ks, n, None if window is None else window[0] - int(input_ids.shape[1]))
         # A schedule may draft past the probe's longest k (heuristic: from 20 up), at most n - 1 tokens.
         head_rows = max(longest + 1, n if HEURISTIC in config.ks else 0)
         compile_length = int(input_ids.shape[1]) + n if config.compile_steps else None
-        costs_key = (pair.name, dtype, longest, head_rows, config.head_kernel, compile_length)
+        costs_key = case.key(
+            "pair", "dtype", longest=longest, head_rows=head_rows, kernel=config.head_kernel, compiled=compile_length
+        )
         costs = shared.costs(
             costs_key,
             lambda: measure_costs(
@@ -121,11 +125,14 @@ class SequenceRun(CaseRun):
         setup, case = self.setup, self.case
         if setup.reference:
             return setup.reference
-        return self.context.store.reference(
-            case.pair, self.prompt_key, setup.input_ids, setup.max_new_tokens, setup.eos_token_id, self.dtype
-        )
+        n, eos = setup.max_new_tokens, setup.eos_token_id
+        return self.context.store.reference(self.reference_key(n, eos), case.pair, setup.input_ids, n, eos, self.dtype)
 
-    def _new_runner(self) -> SpeculativeRun:
+    def reference_key(self, max_new_tokens: int, eos_token_id: int | None) -> tuple:
+        """Its reference's key: the target's greedy tokens for this input, shared by every pair of the target."""
+        return self.case.key("target", "dtype", input=self.prompt_key, new_tokens=max_new_tokens, eos=eos_token_id)
+
+    def new_runner(self) -> SpeculativeRun:
         setup, config = self.setup, self.context.config
         # Seeded per case, so a sampled case repeats on one machine whatever ran before it.
         inputs = RunInputs(
@@ -179,7 +186,7 @@ class SequenceRun(CaseRun):
     def interleave_refusal(self) -> str | None:
         return ENGINES[self.case.engine].whole_runs
 
-    def _calibrate(self, baseline: BaselineRun, new_interleaved: NewInterleaved | None) -> None:
+    def calibrate(self, baseline: BaselineRun, new_interleaved: NewInterleaved | None) -> None:
         """With a draft model on the native engine, :data:`CALIBRATION_PAIRS` untimed pairs of runs re-time the
         pair's draft costs in the engine's own loop, and every case on that profile reads the new one (see
         :func:`.costs.calibrated_costs`). Interleaved where the block interleaves: the ratio of two runs timed
@@ -196,6 +203,9 @@ class SequenceRun(CaseRun):
         setup = self.setup
         self.setup = dataclasses.replace(setup, costs=self.context.shared.costs(setup.costs_key, lambda: setup.costs))
 
+    def judge(self, result: GenerationResult) -> Judgement:
+        return Judgement(self.verdict(result.token_ids))
+
     def verdict(self, tokens: list[int]) -> dict[str, Any]:
         """Token-equal to the reference (a near-tie allowed under half precision), or the sampling check."""
         case, setup, shared, config = self.case, self.setup, self.context.shared, self.context.config
@@ -210,7 +220,10 @@ class SequenceRun(CaseRun):
                 self.half_precision,
                 config.tie_tolerance,
             )
-        key = (case.pair.name, self.dtype, self.prompt_key, setup.sampling, config.sampling_check_draws, config.seed)
+        key = case.key(
+            "pair", "dtype", "prompt_id", turn=self.turn, sampling=setup.sampling, draws=config.sampling_check_draws,
+            seed=config.seed,
+        )  # fmt: skip
         check = shared.sampling_check(
             key,
             lambda: sampling_check(

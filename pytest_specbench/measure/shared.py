@@ -1,9 +1,9 @@
 """What one worker measures once and shares between the cases that need it.
 
-Every cache here has its own name and key, so what a case reuses (and what it must not) can be read off:
+Every cache here has its own name, and every key is a case's :meth:`~.matrix.Case.key`: the axes the cache depends
+on and the settings beyond them, named, so what a case reuses (and what it must not) can be read off the call:
 the tokenised prompt per target, the batched reference per target and batch, the pair's cost profile, the
-warm-up per pair and engine, the models'
-sizes, the once-timed baseline of ``--specbench-baseline-once``, and the sampling check per case input.
+warm-up per pair and engine, the models' sizes, and the sampling check per case input.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ class SharedMeasurements:
         self._batched_references: dict[Hashable, list[list[int]]] = {}
 
     def input_ids(self, key: tuple, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """By (target, revision, prompt id): every pair with that target reads the same tokens."""
+        """By target and prompt (and turn): every pair with that target reads the same tokens."""
         return _once(self._input_ids, key, compute)
 
     def costs(self, key: tuple, compute: Callable[[], CostProfile]) -> CostProfile:
-        """By (pair, dtype, longest k probed, head rows, head kernel, compiled length); the warm-up's profile once
-        :meth:`replace_costs` has stored it."""
+        """By pair and dtype (and batch), and the probe's settings; the warm-up's profile once :meth:`replace_costs`
+        has stored it."""
         return _once(self._costs, key, compute)
 
     def replace_costs(self, key: tuple, costs: CostProfile) -> None:
@@ -55,14 +55,15 @@ class SharedMeasurements:
         self._warmed.add(key)
         return result
 
-    def sizes(self, pair_name: str, compute: Callable[[], dict[str, int]]) -> dict[str, int]:
-        return _once(self._sizes, pair_name, compute)
+    def sizes(self, key: tuple, compute: Callable[[], dict[str, int]]) -> dict[str, int]:
+        """By pair: its models' parameter counts."""
+        return _once(self._sizes, key, compute)
 
     def sampling_check(self, key: tuple, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """By (pair, dtype, prompt id, sampling settings, draws, seed)."""
+        """By pair, dtype and prompt (and turn), and the sampling settings, draws and seed."""
         return _once(self._sampling_checks, key, compute)
 
     def batched_reference(self, key: tuple, compute: Callable[[], list[list[int]]]) -> list[list[int]]:
-        """By (target, revision, dtype, the batch's prompt ids, new tokens, EOS): every case of a batched block
-        decodes the same batch, so its target's batched ``generate`` runs once."""
+        """By target and dtype, the batch's prompt ids, new tokens and EOS: every case of a batched block decodes the
+        same batch, so its target's batched ``generate`` runs once."""
         return _once(self._batched_references, key, compute)

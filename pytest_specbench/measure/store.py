@@ -8,8 +8,9 @@ from pathlib import Path
 
 import torch
 
-from ..engine.drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from ..engine.drafters import Drafter
 from ..models.loading import LoadedModel, load_model
+from .drafter_kinds import kind_of
 from .matrix import Case
 from .pairs import PairSpec
 from .verdicts import reference_tokens
@@ -64,31 +65,9 @@ class ModelStore:
         return self._drafters[key]
 
     def _build_drafter(self, pair: PairSpec, dtype: str) -> Drafter:
-        from ..engine import derived_models
-        from ..engine.names import DEFAULT_NGRAM_SIZE, DEFAULT_TRUNCATED_LAYERS
-        from ..models.tokenization import check_draft_vocabulary, check_same_tokenization
-
-        target = self.target(pair, dtype)
-        options = pair.options
-        if pair.drafter == "model":
-            draft = self.model(pair.draft, None, dtype)  # a pair's revision is its target's
-            if pair.cross_tokenizer:  # ids never cross: neither check applies
-                from ..engine.cross_tokenizer import CrossTokenizerDrafter
-
-                return CrossTokenizerDrafter(draft.model, draft.tokenizer, target.tokenizer)
-            check_same_tokenization(target.tokenizer, draft.tokenizer, pair.target, pair.draft)
-            check_draft_vocabulary(target.model.config, draft.model.config, pair.target, pair.draft)
-            return ModelDrafter(draft.model)
-        if pair.drafter == "truncated":
-            layers = options.get("num_layers", DEFAULT_TRUNCATED_LAYERS)
-            return ModelDrafter(derived_models.truncated_copy(target.model, layers))
-        if pair.drafter == "int8":
-            return ModelDrafter(derived_models.int8_copy(target.model))
-        if pair.drafter == "prompt_lookup":
-            return PromptLookupDrafter(
-                ngram_size=options.get("ngram_size", DEFAULT_NGRAM_SIZE), max_proposal=options.get("max_proposal")
-            )
-        raise ValueError(f"pair {pair.name!r}: unknown drafter {pair.drafter!r}")
+        kind = kind_of(pair)
+        draft = self.model(pair.draft, None, dtype) if kind.draft_model else None  # the revision is the target's
+        return kind.build(pair, self.target(pair, dtype), draft)
 
     def vocabulary_overlap(self, pair: PairSpec, dtype: str | None = None) -> float | None:
         """A cross-tokenizer pair's share of the target's token texts that the draft's vocabulary holds too,
@@ -105,17 +84,16 @@ class ModelStore:
 
     def reference(
         self,
+        key: tuple,
         pair: PairSpec,
-        prompt_key: str,
         input_ids: torch.Tensor,
         max_new_tokens: int,
         eos_token_id: int | None,
         dtype: str | None = None,
     ) -> list[int]:
-        """The target's ``generate(do_sample=False)`` tokens in ``dtype``, shared by every k of a prompt."""
-        dtype = self.pair_dtype(pair, dtype)
-        target = self.target(pair, dtype)
-        key = (pair.target, pair.revision, dtype, prompt_key, max_new_tokens, eos_token_id)
+        """The target's ``generate(do_sample=False)`` tokens in ``dtype``, under ``key`` (a case's: Case.key), shared
+        by every k of a prompt."""
         if key not in self._references:
+            target = self.target(pair, self.pair_dtype(pair, dtype))
             self._references[key] = reference_tokens(target.model, input_ids, max_new_tokens, eos_token_id)
         return self._references[key]

@@ -8,12 +8,10 @@ so the case's figures sum over the turns, and each turn's own result stays in ``
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from ..engine.stats import GenerationResult, joined_result
-from .case_run import BaselineRun, CaseRun, NewInterleaved
+from .case_run import BaselineRun, CaseRun, Judgement, NewInterleaved
 from .conversation import answer_text
 from .engines import SpeculativeRun
 from .pairing import MULTI_TURN_RUNS
@@ -28,59 +26,50 @@ class TurnsRun(CaseRun):
         self.turns: list[SequenceRun] = []
         answers: list[str] = []
         for index in range(len(turns)):
-            turn = SequenceRun(self.case, self.context, tuple(answers))
-            turn.prepare()
+            turn = SequenceRun(self.case, self.context, tuple(answers))  # prepared as it is made
             self.turns.append(turn)
             if index + 1 < len(turns):
                 answers.append(answer_text(turn.target.tokenizer, turn.greedy_answer()))
         # Target, drafter and sampling are every turn's; the costs (the cost model's) are the first turn's.
         self.setup = self.turns[0].setup
-        self._last: list[GenerationResult] = []
 
-    def _new_runner(self) -> SpeculativeRun:
-        runners = [turn._new_runner() for turn in self.turns]
-
-        def run_turns() -> GenerationResult:
-            self._last = [runner() for runner in runners]
-            return joined_result(self._last)
-
-        return run_turns
+    def new_runner(self) -> SpeculativeRun:
+        runners = [turn.new_runner() for turn in self.turns]
+        return lambda: joined_result([runner() for runner in runners])
 
     def baseline(self) -> BaselineRun:
         baselines = [turn.baseline() for turn in self.turns]
         return lambda: joined_result([baseline() for baseline in baselines])
 
-    def interleaved_baseline(self) -> NewInterleaved:
-        raise RuntimeError(MULTI_TURN_RUNS)
-
     @property
     def interleave_refusal(self) -> str | None:
         return MULTI_TURN_RUNS
 
-    def _calibrate(self, baseline: BaselineRun, new_interleaved: NewInterleaved | None) -> None:
+    def calibrate(self, baseline: BaselineRun, new_interleaved: NewInterleaved | None) -> None:
         first = self.turns[0]
         first.start_runs()
-        first._calibrate(first.baseline(), None)
+        first.calibrate(first.baseline(), None)
 
     def refresh_costs(self) -> None:
         for turn in self.turns:
             turn.refresh_costs()
         self.setup = self.turns[0].setup
 
-    def verdict(self, tokens: list[int]) -> dict[str, Any]:
-        """Each turn's tokens judged against its own reference; the case's verdict is the first turn's that is not
-        lossless (its divergence counted from the case's first new token), else the first turn's."""
-        if [token for result in self._last for token in result.token_ids] != list(tokens):
-            raise ValueError("the tokens judged are not those of the case's last run")
-        self.turn_verdicts = [turn.verdict(result.token_ids) for turn, result in zip(self.turns, self._last)]
+    def judge(self, result: GenerationResult) -> Judgement:
+        """Each turn's tokens (``result.turns``) judged against its own reference; the case's verdict is the first
+        turn's that is not lossless (its divergence counted from the case's first new token), else the first
+        turn's."""
+        if len(result.turns) != len(self.turns):
+            raise ValueError(f"a run of {len(result.turns)} turn(s) judged for a case of {len(self.turns)}")
+        verdicts = [turn.verdict(part.token_ids) for turn, part in zip(self.turns, result.turns)]
         offset = 0
-        for verdict, result in zip(self.turn_verdicts, self._last):
+        for verdict, part in zip(verdicts, result.turns):
             if verdict["verdict"] != "lossless" and verdict.get("first_divergence") is not None:
-                return {**verdict, "first_divergence": offset + verdict["first_divergence"]}
+                return Judgement({**verdict, "first_divergence": offset + verdict["first_divergence"]}, verdicts)
             if verdict["verdict"] != "lossless":
-                return verdict
-            offset += len(result.token_ids)
-        return self.turn_verdicts[0]
+                return Judgement(verdict, verdicts)
+            offset += len(part.token_ids)
+        return Judgement(verdicts[0], verdicts)
 
     @property
     def input_ids(self) -> torch.Tensor:

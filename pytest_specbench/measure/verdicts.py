@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from ..engine.drafters import ModelDrafter
 from ..engine.plain_generate import plain_generate, plain_generation_config
 from ..engine.sampling import (
     SIGNIFICANCE,
@@ -137,7 +136,7 @@ def sampling_check(
     p = sampling_distribution(target_model(input_ids=input_ids, logits_to_keep=1).logits[0, -1], sampling)
     generator = torch.Generator().manual_seed(seed + 2)
     expected_alpha = None
-    if isinstance(drafter, ModelDrafter):
+    if drafter.model is not None:
         draft = drafter.model
         q = sampling_distribution(
             draft(input_ids=input_ids.to(draft.device), logits_to_keep=1).logits[0, -1], sampling

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from ..settings.axes import AXIS_NAMES
 from ..settings.options import OPTIONS
 from .activation import ACTIVATION, Activation, case_id, is_worker
 
@@ -36,9 +37,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "specbench(pair, k, prompt, engine, dtype): a speculative decoding benchmark case"
-    )
+    config.addinivalue_line("markers", f"specbench({', '.join(AXIS_NAMES)}): a speculative decoding benchmark case")
     # Also set on every case; declared here too so --strict-markers passes without xdist.
     config.addinivalue_line("markers", "xdist_group(name): cases that share an xdist worker")
     activation = Activation(config, lambda session: _start(config, session))
@@ -65,9 +64,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             case,
             id=case.id,
             marks=[
-                pytest.mark.specbench(
-                    pair=case.pair.name, k=case.k, prompt=case.prompt_label, engine=case.engine, dtype=case.dtype
-                ),
+                pytest.mark.specbench(**{name: case.axis_values()[name] for name in AXIS_NAMES}),
                 pytest.mark.xdist_group(case.block),
             ],
         )

@@ -18,6 +18,7 @@ from typing import Any
 from ..engine.names import HEAD_KERNELS
 from ..engine.names import SCHEDULES as SCHEDULE_KS
 from ..models.base import DTYPE_NAMES as DTYPES
+from .axes import DTYPE_ID_SUFFIXES  # noqa: F401 (the dtype axis's id parts; plots read it from here)
 
 DEFAULT_KS = "1,2,4,8,16"
 #: the decoding engines --specbench-engine accepts; measure/engines.py registers one engine per name
@@ -173,7 +174,6 @@ def _category_grouping(raw: str) -> str:
 #: --specbench-dtype's word for the dtypes the run's device computes natively (settings/config.py resolves it)
 AUTO_DTYPES = "auto"
 #: what a dtype adds to a case id when several run (float32 adds nothing, so its ids stay those of a one-dtype run)
-DTYPE_ID_SUFFIXES = {"float32": "", "bfloat16": "-bf16", "float16": "-fp16"}
 
 
 def _dtypes(raw: str) -> tuple[str, ...]:
