@@ -195,8 +195,9 @@ def test_the_speed_gate_fails_a_suspect_speedup_however_high():
 # --- through the plugin: a planted asymmetry ----------------------------------------------------------------------
 
 #: every target pass sleeps, so times are sleep-bound and steady on a busy machine; the greedy baseline's steps
-#: sleep 60 ms against the verify passes' 20 ms: an asymmetry no tiny model's step (well under a millisecond)
-#: could hide. Restored when the run ends (pytester runs in this process).
+#: sleep 200 ms against the verify passes' 50 ms: an asymmetry no tiny model's step (well under a millisecond,
+#: tens of milliseconds on a machine busy with other jobs) could hide. Restored when the run ends (pytester runs
+#: in this process).
 SLOW_BASELINE_CONFTEST = """
 import time
 
@@ -207,12 +208,12 @@ _verify = decoding._verify
 
 
 def _slow_step(self):
-    time.sleep(0.06)
+    time.sleep(0.2)
     _step(self)
 
 
 def _slow_verify(*args):
-    time.sleep(0.02)
+    time.sleep(0.05)
     return _verify(*args)
 
 
