@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,15 +56,16 @@ class TimedCase:
     stop: str | None = None  # None while it is still timed
 
 
-class RoundStrategy:
+class RoundStrategy(ABC):
     """How a block's rounds time its baseline beside its cases' runs: one object per pairing kind (:mod:`.pairing`),
     chosen once per block by :func:`round_strategy`."""
 
     #: each run is compared with a baseline of its own (interleaved or interpolated), not with them all
     paired: bool = True
 
+    @abstractmethod
     def run_round(self, block: BlockTiming, index: int, order: list[TimedCase]) -> None:
-        raise NotImplementedError
+        """Run one round of ``order`` (the active cases, rotated), recording runs and baselines in ``block``."""
 
     def case_baselines(self, block: BlockTiming, timed: TimedCase) -> list[GenerationResult]:
         """The baselines a case's speedups compare with: its paired ones, one per run."""
