@@ -102,7 +102,11 @@ def contenders(target, draft, ids, mask, config, k: int, n: int) -> dict:
         "spec_lookup": (lambda: batched_speculative_generate(target, lookup, ids, mask, k, n), [target]),
     }
     if ids.shape[0] == 1:
-        runs["unbatched_model"] = (lambda: speculative_generate(target, draft, ids, k, n), [target, draft])
+        # The model's own kernels, as the batched engine's passes run them.
+        runs["unbatched_model"] = (
+            lambda: speculative_generate(target, draft, ids, k, n, kernels="linear"),
+            [target, draft],
+        )
     return runs
 
 

@@ -18,12 +18,12 @@ it at the commits before and after a change that must not change behaviour::
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from pytest_specbench.cli import load_run, run_results
 from pytest_specbench.testing.tiny_models import byte_gpt2, byte_tokenizer, noisy_copy, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,10 +88,12 @@ def capture(out: Path) -> None:
 
 
 def _cases(folder: Path) -> dict[str, dict]:
+    """Per ``capture:case``, the clock-free fields of its row, read typed (a field a commit's rows lack reads as
+    the schema's default)."""
     cases = {}
     for path in sorted(folder.glob("*.json")):
-        for row in json.loads(path.read_text(encoding="utf-8"))["results"]:
-            cases[f"{path.stem}:{row['case']}"] = {name: row.get(name) for name in DETERMINISTIC}
+        for row in run_results(load_run(path)):
+            cases[f"{path.stem}:{row.case}"] = {name: getattr(row, name) for name in DETERMINISTIC}
     return cases
 
 

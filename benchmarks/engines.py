@@ -15,9 +15,9 @@ at k=auto (the cost-model schedule) and
 (d) engine overhead: the native run's wall time outside the target's and the draft's forward
     passes, as a share of the wall time (target < 5% on the GPT-2-sized pair);
 (e) efficiency: measured decode speedup / the cost model's prediction (engine/cost_model.py);
-(f) what the output head buys: native / native with the model's own head (``head_kernel="linear"``)
+(f) what the output head buys: native / native with the model's own head (``kernels="linear"``)
     at equal k, the verify pass's head otherwise computed in the measured-faster form
-    (engine/verify_forms.py).
+    (engine/verify_forms.py: one ``KernelForms`` per target, settled by the cost probe before the rounds).
 
 Ratios are speeds (> 1: the first is faster), geometric means of the per-round ratios with a 95%
 t-interval on their logs. Pairs: ``gpt2_random`` (a random 12-layer GPT-2-sized target and a 2-layer
@@ -49,7 +49,7 @@ from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter  
 from pytest_specbench.engine.forward_log import ForwardLog  # noqa: E402
 from pytest_specbench.engine.hf_assisted import hf_assisted_generate  # noqa: E402
 from pytest_specbench.engine.schedules import CostModelSchedule  # noqa: E402
-from pytest_specbench.engine.verify_forms import column_head_rows  # noqa: E402
+from pytest_specbench.engine.verify_forms import KernelForms  # noqa: E402
 from pytest_specbench.measure.verdicts import reference_tokens  # noqa: E402
 from pytest_specbench.results.statistics import speedup_interval  # noqa: E402
 
@@ -103,22 +103,25 @@ def measure_pair(name: str, target, drafter, prompts: dict, ks: list[int], new_t
     draft_model = getattr(drafter, "model", None)
     models = [target] + ([draft_model] if draft_model is not None else [])
     record: dict = {"pair": name, "prompts": {}}
+    forms = KernelForms(target)  # the target's forms, settled by the first curve, run by every native contestant
     for category, ids in prompts.items():
         reference = reference_tokens(target, ids, new_tokens, None)
-        curve = verify_costs(target, ids, max(max(ks), 16) + 1)
+        curve = verify_costs(target, ids, max(max(ks), 16) + 1, kernels=forms)
         cost_ratio = draft_token_cost(drafter, ids) / curve[0]
         auto = CostModelSchedule.tuned(curve, cost_ratio, confidence_stop=True)
         contestants: dict[str, Callable[[], object]] = {
-            "greedy": lambda: greedy_generate(target, ids, new_tokens),
+            "greedy": lambda: greedy_generate(target, ids, new_tokens, kernels=forms),
             "generate": lambda: reference_tokens(target, ids, new_tokens, None),
         }
         for k in ks:
-            contestants[f"native k{k}"] = lambda k=k: speculative_generate(target, drafter, ids, k, new_tokens)
+            contestants[f"native k{k}"] = lambda k=k: speculative_generate(
+                target, drafter, ids, k, new_tokens, kernels=forms
+            )
             contestants[f"hf k{k}"] = lambda k=k: hf_assisted_generate(target, drafter, ids, k, new_tokens)
             contestants[f"native k{k} linear head"] = lambda k=k: speculative_generate(
-                target, drafter, ids, k, new_tokens, head_kernel="linear"
+                target, drafter, ids, k, new_tokens, kernels="linear"
             )
-        contestants["native auto"] = lambda: speculative_generate(target, drafter, ids, auto, new_tokens)
+        contestants["native auto"] = lambda: speculative_generate(target, drafter, ids, auto, new_tokens, kernels=forms)
         if draft_model is not None:
             contestants["hf auto"] = lambda: hf_assisted_generate(target, drafter, ids, "auto", new_tokens)
         for run in contestants.values():  # warm-up, untimed
@@ -146,7 +149,7 @@ def measure_pair(name: str, target, drafter, prompts: dict, ks: list[int], new_t
             "verify_costs_s": curve,
             "cost_ratio": cost_ratio,
             "runs": runs,
-            "column_head_rows": column_head_rows(target, "auto", len(curve)),
+            "column_head_rows": forms.column_head_rows(len(curve)),
         }
     return record
 

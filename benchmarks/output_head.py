@@ -6,7 +6,7 @@ Part 1 times both forms of a vocabulary head alone (a random weight of Gemma 3 2
 262,144 x 640, and of GPT-2's, 50,257 x 768; nothing downloaded) for 1 to 17 rows, interleaved,
 median of ``--repeats``. Part 2, when the embedded Gemma 3 270M is installed, measures the
 target's verify-cost curve v(m) with the plugin's own probe (``engine.cost_probe.verify_costs``)
-under ``head_kernel="linear"`` and ``"column"``, alternating, median of the sweeps. Every
+under ``kernels="linear"`` and ``"column"``, alternating, median of the sweeps. Every
 contestant's argmax is checked equal. Not a test: run it on a quiet machine.
 """
 
@@ -63,7 +63,7 @@ def gemma_curves(sweeps: int, positions: int) -> dict[str, list[float]] | None:
     samples: dict[str, list[list[float]]] = {"linear": [], "column": []}
     for _ in range(sweeps):
         for kernel in samples:
-            samples[kernel].append(verify_costs(loaded.model, ids, positions, repeats=3, head_kernel=kernel))
+            samples[kernel].append(verify_costs(loaded.model, ids, positions, repeats=3, kernels=kernel))
     return {
         kernel: [1000 * statistics.median(sweep[m] for sweep in runs) for m in range(positions)]
         for kernel, runs in samples.items()

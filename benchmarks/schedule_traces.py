@@ -264,10 +264,11 @@ def _geomean(values: Sequence[float]) -> float:
 
 
 def cost_inputs(results: str, pair: str) -> tuple[list[float], float]:
-    """v(m) and c of a pair's first row in a run's JSON document."""
-    document = json.loads(Path(results).read_text(encoding="utf-8"))
-    row = next(row for row in document["results"] if row["pair"] == pair and row.get("verify_costs_ms"))
-    return row["verify_costs_ms"], row["cost_ratio"]
+    """v(m) and c of a pair's first row in a run's JSON document, its rows read typed."""
+    from pytest_specbench.cli import load_run, run_results
+
+    row = next(row for row in run_results(load_run(Path(results))) if row.pair == pair and row.verify_costs_ms)
+    return row.verify_costs_ms, row.cost_ratio
 
 
 def schedules_by_name(costs: Sequence[float], cost_ratio: float) -> dict[str, Callable[[], Any]]:

@@ -1,4 +1,4 @@
-"""``python -m pytest_specbench merge|compare``: see :mod:`pytest_specbench.cli`."""
+"""``python -m pytest_specbench merge|compare|verify-curve|gpu-check``: see :mod:`pytest_specbench.cli`."""
 
 import sys
 

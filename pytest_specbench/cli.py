@@ -1,8 +1,9 @@
-"""``python -m pytest_specbench merge|compare``: one report from many runs, and the change between two runs.
+"""``python -m pytest_specbench``: merge runs, compare two runs, and the tools (verify-curve, gpu-check).
 
 merge: the JSON of several runs (the shards of a CI job matrix) become one JSON, CSV, report and
 set of figures, refused when the runs' options make their numbers incomparable.
 compare: per case and per pair, acceptance and decode speedup (with intervals) of an old and a new run.
+verify-curve, gpu-check: the tools a user runs (tools/); each registers its own subcommand here.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from .report.formatting import with_interval
 from .report.summary import run_document
 from .results.log import row_problem
 from .results.schema import CaseResult
-from .settings.options import OPTIONS, Option, default_of, parse_output_path
+from .settings.options import OPTIONS, Option, current_setting_names, default_of, parse_output_path
+from .tools import gpu_check, verify_curve
 
 # What merge compares comes from the option table: every option marked ``changes_results`` (it changes what a
 # case measures), by the value it parses to. Shards of one sweep split the matrix by pair, so what may differ
@@ -93,8 +95,8 @@ def setting_differences(
     options: Sequence[Option] = COMPARED_OPTIONS,
 ) -> list[str]:
     """``"specbench_k: a has '1,4', b has '1,2'"`` for each of ``options`` two runs' recorded options (their JSON's
-    ``options``) give different meanings."""
-    first, other = first.get("options", {}), other.get("options", {})
+    ``options``) give different meanings; a value recorded under an option's earlier name reads as the option's."""
+    first, other = current_setting_names(first.get("options", {})), current_setting_names(other.get("options", {}))
     return [
         f"{option.dest}: {first_name} has {first.get(option.dest)!r}, {other_name} has {other.get(option.dest)!r}"
         for option in options
@@ -466,6 +468,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "different machines (the differences are printed first either way)",
     )
     compare.set_defaults(run=_compare)
+    for tool in (verify_curve, gpu_check):
+        tool.add_parser(commands)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -8,7 +8,15 @@ import json
 import pytest
 from ranked_rows import cost_fields, ranked_case
 
-from pytest_specbench.report.answer import pair_answers, pair_sentence, prompt_answers, prompt_table, run_answer
+from pytest_specbench.report.answer import (
+    KCount,
+    SlowerK,
+    pair_answers,
+    pair_sentence,
+    prompt_answers,
+    prompt_table,
+    run_answer,
+)
 from pytest_specbench.report.markdown import report_markdown
 from pytest_specbench.report.summary import run_document, summary_lines
 from pytest_specbench.results.schema import CaseResult
@@ -31,53 +39,53 @@ def _code_rows() -> list[CaseResult]:
 
 def test_best_ties_slower_and_unknown_for_one_prompt():
     (answer,) = prompt_answers(_code_rows())
-    assert answer["pair"] == "p" and answer["engine"] == "native" and answer["prompt"] == "code"
-    assert answer["best_k"] == 4 and answer["decode_speedup"] == 1.8
-    assert answer["decode_speedup_ci_low"] == 1.8 * 0.9 and answer["decode_speedup_ci_high"] == 1.8 * 1.1
-    assert answer["tied"] == [2]
-    assert answer["slower"] == [{"k": 1, "eliminated_by": 4}, {"k": 8, "eliminated_by": None}]
-    assert answer["unknown"] == [16] and answer["ranking"] == "unknown"
+    assert answer.pair == "p" and answer.engine == "native" and answer.prompt == "code"
+    assert answer.best_k == 4 and answer.decode_speedup == 1.8
+    assert answer.decode_speedup_ci_low == 1.8 * 0.9 and answer.decode_speedup_ci_high == 1.8 * 1.1
+    assert answer.tied == (2,)
+    assert answer.slower == (SlowerK(1, 4), SlowerK(8, None))
+    assert answer.unknown == (16,) and answer.ranking == "unknown"
     # recommended: 4, the model's best among the k run, and the measured best: no regret
-    assert answer["recommended_k"] == 4 and answer["regret"] == 1.0
-    (auto,) = answer["schedules"]
-    assert auto["k"] == "auto" and auto["decode_speedup"] == 2.0
+    assert answer.recommended_k == 4 and answer.regret == 1.0
+    (auto,) = answer.schedules
+    assert auto.k == "auto" and auto.decode_speedup == 2.0
     # Paired over the 8 rounds both ran: the wiggle is a rotation of one cycle, so its geometric mean cancels.
-    assert auto["ratio_to_best"] == pytest.approx(2.0 / 1.8) and auto["ratio_to_best_rounds"] == 8
-    assert auto["ratio_to_best_ci_low"] < 2.0 / 1.8 < auto["ratio_to_best_ci_high"] < 1.14
-    assert answer["against_hf"] is None  # no hf engine ran
-    json.dumps(answer, allow_nan=False)  # plain built-in types
+    assert auto.ratio_to_best == pytest.approx(2.0 / 1.8) and auto.ratio_to_best_rounds == 8
+    assert auto.ratio_to_best_ci_low < 2.0 / 1.8 < auto.ratio_to_best_ci_high < 1.14
+    assert answer.against_hf is None  # no hf engine ran
+    json.dumps(answer.to_json(), allow_nan=False)  # plain built-in types
 
 
 def test_a_fully_ranked_prompt_and_regret_at_the_recommended_k():
     rows = [row for row in _code_rows() if row.k != 16]
     rows = [dataclasses.replace(row, **cost_fields(row.k, flat_until=9)) for row in rows]  # the model now favours 8
     (answer,) = prompt_answers(rows)
-    assert answer["ranking"] == "tested" and answer["unknown"] == []
-    assert answer["recommended_k"] == 8 and answer["recommended_decode_speedup"] == 1.3
-    assert answer["regret"] == 1.3 / 1.8
+    assert answer.ranking == "tested" and answer.unknown == ()
+    assert answer.recommended_k == 8 and answer.recommended_decode_speedup == 1.3
+    assert answer.regret == 1.3 / 1.8
     # The model's best overall would be 10 (11 cheap positions), which did not run: the best of the k run counts.
     (answer,) = prompt_answers([dataclasses.replace(row, **cost_fields(row.k, flat_until=11)) for row in rows])
-    assert answer["recommended_k"] == 8
+    assert answer.recommended_k == 8
     no_costs = [dataclasses.replace(row, verify_costs_ms=[]) for row in rows]
     (answer,) = prompt_answers(no_costs)
-    assert answer["recommended_k"] is None and answer["regret"] is None
+    assert answer.recommended_k is None and answer.regret is None
 
 
 def test_rows_without_round_data_are_never_called_tied():
     rows = [_row(k, speedup) for k, speedup in ((1, 1.2), (2, 1.6), (4, 1.5))]  # files from before rounds
     (answer,) = prompt_answers(rows)
-    assert answer["best_k"] == 2 and answer["tied"] == [] and answer["slower"] == []
-    assert answer["unknown"] == [1, 4] and answer["ranking"] == "unknown"
+    assert answer.best_k == 2 and answer.tied == () and answer.slower == ()
+    assert answer.unknown == (1, 4) and answer.ranking == "unknown"
     # The best's round data missing: none of the others can be tested against it.
     rows = [_row(1, 1.2, seconds=0.02), _row(2, 1.6), _row(4, 1.5, seconds=0.012)]
     (answer,) = prompt_answers(rows)
-    assert answer["best_k"] == 2 and answer["unknown"] == [1, 4]
+    assert answer.best_k == 2 and answer.unknown == (1, 4)
 
 
 def test_cases_of_different_blocks_are_not_paired():
     rows = [_row(1, 1.2, seconds=0.02), _row(2, 1.6, seconds=0.01, block="elsewhere:code")]
     (answer,) = prompt_answers(rows)
-    assert answer["best_k"] == 2 and answer["unknown"] == [1]
+    assert answer.best_k == 2 and answer.unknown == (1,)
 
 
 def test_a_block_split_across_runs_is_not_ranked_and_says_why():
@@ -88,19 +96,19 @@ def test_a_block_split_across_runs_is_not_ranked_and_says_why():
         _row("auto", 2.0, seconds=0.009),
     ]
     (answer,) = prompt_answers(rows)
-    assert answer["tied"] == [2] and answer["slower"] == [{"k": 8, "eliminated_by": None}]
-    assert answer["not_ranked_reason"] is None and answer["schedules"][0]["ratio_to_best_rounds"] == 8
+    assert answer.tied == (2,) and answer.slower == (SlowerK(8, None),)
+    assert answer.not_ranked_reason is None and answer.schedules[0].ratio_to_best_rounds == 8
     # k=8 and k=auto replayed from the log of an earlier run: round i of that run is not round i of this one.
     rows = [
         dataclasses.replace(row, run_id="2026-12-01T09:00:00+00:00-a1" if row.k in (8, "auto") else "now")
         for row in rows
     ]
     (answer,) = prompt_answers(rows)
-    assert answer["best_k"] == 4 and answer["tied"] == [] and answer["slower"] == []
-    assert answer["unknown"] == [2, 8] and answer["ranking"] == "unknown"
-    assert answer["not_ranked_reason"] == "its cases were measured in different runs"
-    (auto,) = answer["schedules"]
-    assert auto["ratio_to_best_rounds"] == 0 and auto["ratio_to_best_ci_low"] is None  # never paired
+    assert answer.best_k == 4 and answer.tied == () and answer.slower == ()
+    assert answer.unknown == (2, 8) and answer.ranking == "unknown"
+    assert answer.not_ranked_reason == "its cases were measured in different runs"
+    (auto,) = answer.schedules
+    assert auto.ratio_to_best_rounds == 0 and auto.ratio_to_best_ci_low is None  # never paired
     cells, _ = prompt_table([answer], engines=False)
     assert cells[0][3:6] == ["-", "-", "2, 8 (its cases were measured in different runs)"]
     (pair,) = pair_answers([answer])
@@ -114,7 +122,7 @@ def test_only_schedules_give_no_answer_and_an_eliminated_k_is_never_the_best():
     # k=1 has the higher speedup over the three rounds it ran, but the race found it slower than k=2.
     rows = [_row(1, 1.9, seconds=0.011, rounds=range(3), eliminated_by=2), _row(2, 1.8, seconds=0.01)]
     (answer,) = prompt_answers(rows)
-    assert answer["best_k"] == 2 and answer["slower"] == [{"k": 1, "eliminated_by": 2}]
+    assert answer.best_k == 2 and answer.slower == (SlowerK(1, 2),)
 
 
 def test_across_prompts_the_k_best_or_tied_on_most():
@@ -124,11 +132,11 @@ def test_across_prompts_the_k_best_or_tied_on_most():
         _row(4, 1.45, prompt="chat", seconds=0.01),
     ]
     prompts = prompt_answers([*_code_rows(), *chat])
-    assert [(a["prompt"], a["best_k"], a["tied"]) for a in prompts] == [("code", 4, [2]), ("chat", 4, [2])]
+    assert [(a.prompt, a.best_k, a.tied) for a in prompts] == [("code", 4, (2,)), ("chat", 4, (2,))]
     (pair,) = pair_answers(prompts)
-    assert pair["pair"] == "p" and pair["k"] == 4 and pair["best_or_tied"] == 2 and pair["best"] == 2
-    assert pair["prompts"] == 2 and pair["undecided_prompts"] == 1
-    assert pair["counts"] == [{"k": 4, "best_or_tied": 2, "best": 2}, {"k": 2, "best_or_tied": 2, "best": 0}]
+    assert pair.pair == "p" and pair.k == 4 and pair.best_or_tied == 2 and pair.best == 2
+    assert pair.prompts == 2 and pair.undecided_prompts == 1
+    assert pair.counts == (KCount(4, 2, 2), KCount(2, 2, 0))
     assert pair_sentence(pair, False) == (
         "Across 2 prompt(s): k=4 is best or tied with the best on 2 (best on 2); per k, best or tied: 4: 2, 2: 2; "
         "on 1 prompt(s) the ties are unknown (no round data). k=auto reaches 1.11 [1.09, 1.13] of the best constant "
@@ -140,15 +148,15 @@ def test_across_prompts_the_k_best_or_tied_on_most():
 def test_engines_answer_apart_and_the_table_names_them():
     rows = [*_code_rows(), *(dataclasses.replace(row, engine="hf") for row in _code_rows() if row.k in (1, 2))]
     answers = prompt_answers(rows)
-    assert [(a["engine"], a["best_k"]) for a in answers] == [("native", 4), ("hf", 2)]
+    assert [(a.engine, a.best_k) for a in answers] == [("native", 4), ("hf", 2)]
     hf = answers[1]
-    assert hf["slower"] == [{"k": 1, "eliminated_by": 4}]  # as its row says (4 was not run by hf)
+    assert hf.slower == (SlowerK(1, 4),)  # as its row says (4 was not run by hf)
     cells, headers = prompt_table(answers, engines=True)
     assert headers[:3] == ["prompt", "engine", "best k"] and cells[1][:3] == ["code", "hf", "2"]
     cells, headers = prompt_table(answers[:1], engines=False)
     assert cells[0][:6] == ["code", "4", "1.80 [1.62, 1.98]", "2", "1 (eliminated by 4), 8", "16 (no round data)"]
     assert cells[0][6:] == ["4", "1.00", "auto 1.11 [1.09, 1.13]"]
-    assert [p["engine"] for p in pair_answers(answers)] == ["native", "hf"]
+    assert [p.engine for p in pair_answers(answers)] == ["native", "hf"]
 
 
 def test_the_answer_is_in_the_terminal_summary_the_report_and_the_json():
@@ -160,7 +168,7 @@ def test_the_answer_is_in_the_terminal_summary_the_report_and_the_json():
     assert "The answer. Per prompt" in report and "| 1 (eliminated by 4), 8 |" in report
     assert "Across 1 prompt(s): k=4" in report
     document = json.loads(strict_json(run_document(rows, {}, {})))
-    assert document["answer"] == json.loads(json.dumps(run_answer(rows)))
+    assert document["answer"] == json.loads(json.dumps(run_answer(rows).to_json()))
     assert document["answer"]["prompts"][0]["best_k"] == 4 and document["answer"]["pairs"][0]["k"] == 4
 
 
@@ -184,9 +192,9 @@ def test_the_ranking_reads_each_run_over_its_own_paired_baseline_so_drift_betwee
 
     rows = [row(2, 0.0125), row(4, 0.01)]
     (answer,) = prompt_answers(rows)
-    assert answer["best_k"] == 4 and answer["slower"] == [{"k": 2, "eliminated_by": None}]
+    assert answer.best_k == 4 and answer.slower == (SlowerK(2, None),)
     (planted,) = prompt_answers([dataclasses.replace(row, baseline_round_decode_token_s=[]) for row in rows])
-    assert planted["tied"] == [2]
+    assert planted.tied == (2,)
 
 
 def test_the_engines_side_by_side_name_the_native_engines_kernels():

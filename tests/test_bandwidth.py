@@ -195,25 +195,25 @@ def test_the_one_row_step_is_timed_in_the_engines_forms_and_in_the_models_own(mo
 
 
 @pytest.mark.usefixtures("one_torch_thread")
-@pytest.mark.parametrize("head_kernel", ["auto", "linear", "column"])
-def test_the_cost_profile_has_the_bandwidth_figures(head_kernel):
+@pytest.mark.parametrize("kernels", ["auto", "linear", "column"])
+def test_the_cost_profile_has_the_bandwidth_figures(kernels):
     target, draft = tiny_model("llama"), tiny_model("llama", seed=1)
-    profile = measure_costs(target, ModelDrafter(draft), PROMPT, 2, head_kernel=head_kernel)
+    profile = measure_costs(target, ModelDrafter(draft), PROMPT, 2, kernels=kernels)
     assert profile.weight_bytes == weight_bytes(target) > 0
     assert profile.memory_read_gbps > 0 and math.isfinite(profile.memory_read_gbps)
     assert profile.memory_read_gbps == memory_read_gbps(target.device, profile.weight_bytes)  # measured once
-    if head_kernel == "linear":  # both sides are the model's own: nothing to time, no kernel wanted
+    if kernels == "linear":  # both sides are the model's own: nothing to time, no kernel wanted
         assert profile.own_step_s is None and profile.engine_step_s is None
         assert profile.few_rows_kernel == ""
     else:
         assert profile.own_step_s > 0 and profile.engine_step_s > 0
         # auto may choose the few-rows kernel on CPU; a forced column form never does
         kernel_state = few_rows.unavailable_reason() or "built"
-        assert profile.few_rows_kernel == (kernel_state if head_kernel == "auto" else "")
+        assert profile.few_rows_kernel == (kernel_state if kernels == "auto" else "")
         # A target no layer of which the kernel computes wants no kernel, built or not.
-        half = measure_costs(target.to(torch.float16), ModelDrafter(draft.to(torch.float16)), PROMPT, 2, head_kernel)
+        half = measure_costs(target.to(torch.float16), ModelDrafter(draft.to(torch.float16)), PROMPT, 2, kernels)
         assert half.few_rows_kernel == ""
     fields = bandwidth_fields("native", profile, 1)
     assert fields["one_row_gbps"] == pytest.approx(profile.weight_bytes / profile.verify_costs_s[0] / 1e9)
     assert fields["verify_pass_gbps"] == pytest.approx(profile.weight_bytes / profile.verify_costs_s[1] / 1e9)
-    assert ("kernel_step_gain" in fields) == (head_kernel != "linear")
+    assert ("kernel_step_gain" in fields) == (kernels != "linear")

@@ -14,7 +14,7 @@ from pytest_specbench.measure.engines import ENGINES, HF_BATCH_REFUSAL
 from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
-from pytest_specbench.report.batch import BEYOND, NONE, batch_answer, batch_lines, batch_markdown
+from pytest_specbench.report.batch import BEYOND, NONE, BreakEven, batch_answer, batch_lines, batch_markdown
 from pytest_specbench.results.schema import CaseResult
 from pytest_specbench.settings.config import ConfigError, parse_settings
 from pytest_specbench.settings.options import MAX_BATCH
@@ -177,26 +177,26 @@ GAINING_TO_4 = [
 
 def test_the_best_k_per_batch_size_and_the_break_even_batch_size():
     (answer,) = batch_answer(GAINING_TO_4)
-    assert answer["batches"] == [1, 4, 16] and answer["ks"] == [1, 4]
-    assert [(item["batch"], item["k"]) for item in answer["best"]] == [(1, 4), (4, 1), (16, 1)]
-    assert [item["gains"] for item in answer["best"]] == [True, True, False]
-    assert [item["predicted_best_k"] for item in answer["best"]] == [4, 1, 1]
+    assert answer.batches == (1, 4, 16) and answer.ks == (1, 4)
+    assert [(item.batch, item.k) for item in answer.best] == [(1, 4), (4, 1), (16, 1)]
+    assert [item.gains for item in answer.best] == [True, True, False]
+    assert [item.predicted_best_k for item in answer.best] == [4, 1, 1]
     # k=4 at batch 4 is above 1 but its interval is not: k=1 decides that batch 4 still gains.
-    assert answer["break_even"] == {"batch": 4, "text": "4", "beyond_largest": False}
-    assert answer["predicted_break_even"]["batch"] == 4
+    assert answer.break_even == BreakEven(4, "4", False)
+    assert answer.predicted_break_even.batch == 4
 
 
 def test_no_gain_anywhere_is_none_and_a_gain_at_the_largest_batch_is_beyond_it():
     losing = [_row(1, 1, 0.9, 0.8), _row(8, 1, 0.5, 0.4)]
     (answer,) = batch_answer(losing)
-    assert answer["break_even"]["text"] == NONE and answer["break_even"]["batch"] is None
-    assert answer["predicted_break_even"]["text"] == NONE  # no prediction: nothing predicted to gain
+    assert answer.break_even.text == NONE and answer.break_even.batch is None
+    assert answer.predicted_break_even.text == NONE  # no prediction: nothing predicted to gain
     gaining = [_row(1, 1, 1.5, 1.4, predicted=1.6), _row(8, 1, 1.2, 1.1, predicted=1.1)]
     (answer,) = batch_answer(gaining)
-    assert answer["break_even"]["text"] == f"{BEYOND} (8)" and answer["break_even"]["beyond_largest"]
+    assert answer.break_even.text == f"{BEYOND} (8)" and answer.break_even.beyond_largest
     # No interval (one round): a gain not shown to hold.
     (answer,) = batch_answer([_row(1, 1, 1.5, None), _row(8, 1, 1.2, None)])
-    assert answer["break_even"]["text"] == NONE
+    assert answer.break_even.text == NONE
 
 
 def test_the_answer_needs_more_than_one_batch_size_and_constant_k():
@@ -232,7 +232,7 @@ def test_each_batch_sizes_best_k_is_stated_as_the_answer_states_it_with_the_k_ti
         timed(4, 4, 1.19, 0.0168, 3),
     ]
     (answer,) = batch_answer(rows)
-    assert [(item["batch"], item["k"], item["tied"]) for item in answer["best"]] == [(1, 4, []), (4, 1, [4])]
+    assert [(item.batch, item.k, item.tied) for item in answer.best] == [(1, 4, ()), (4, 1, (4,))]
     markdown = "\n".join(batch_markdown(rows))
     assert "| 4 | - | 4 | 0.40-0.80 |" in markdown and "| 1 | 4 | 1 | 0.40-0.80 |" in markdown
 

@@ -99,7 +99,7 @@ _run = run_document
 #: two values of every option merge compares, as a run's JSON records them (given, or defaulted)
 DIFFERING = {
     "gpu": ("cpu", "cuda:0"),
-    "head-kernel": ("auto", "linear"),
+    "kernels": ("auto", "linear"),
     "compile": (None, True),
     "prompt-file": ("prompts_a.jsonl", "prompts_b.jsonl"),
     "context-tokens": ("64", "128"),

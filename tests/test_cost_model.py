@@ -294,10 +294,10 @@ def test_the_draft_passes_are_timed_in_turn_with_a_target_step():
         one, two, reference = draft_pass_costs(target, ModelDrafter(draft), ids, repeats=1)
         assert one > 0 and two > 0 and reference > 0
     assert draft_pass_costs(target, PromptLookupDrafter(), ids) == (0.0, None, None)
-    profile = measure_costs(target, ModelDrafter(draft), torch.tensor([[5, 17, 33, 9, 60]]), 1, head_kernel="linear")
+    profile = measure_costs(target, ModelDrafter(draft), torch.tensor([[5, 17, 33, 9, 60]]), 1, kernels="linear")
     assert len(profile.verify_costs_s) == 1 and profile.draft_catch_up_s > 0 and profile.draft_reference_s > 0
     assert profile.cost_ratio == pytest.approx(profile.draft_token_s / profile.draft_reference_s)
-    lookup = measure_costs(target, PromptLookupDrafter(), torch.tensor([[5, 17, 33, 9, 60]]), 1, head_kernel="linear")
+    lookup = measure_costs(target, PromptLookupDrafter(), torch.tensor([[5, 17, 33, 9, 60]]), 1, kernels="linear")
     assert lookup.cost_ratio == 0.0 and lookup.catch_up_ratio is None
 
 

@@ -10,8 +10,8 @@ import math
 import pytest
 from ranked_rows import ROUND_DRIFT, ranked_case
 
-from pytest_specbench.report.answer import prompt_answers, run_answer
-from pytest_specbench.report.dtype_view import dtype_views, float32_baseline_rounds, speedup_against_float32
+from pytest_specbench.report.answer import SlowerK, prompt_answers, run_answer
+from pytest_specbench.report.dtype_view import DtypeK, dtype_views, float32_baseline_rounds, speedup_against_float32
 from pytest_specbench.report.markdown import report_markdown
 from pytest_specbench.report.summary import run_document, summary_lines
 from pytest_specbench.results.schema import CaseResult
@@ -54,14 +54,14 @@ def test_the_answer_ranks_k_within_each_dtype_apart():
     """Planted bug (today's answer): rows of both dtypes in one (pair, engine, prompt), k=2 of one hiding the
     other's, so one answer mixes the two dtypes."""
     answers = prompt_answers(_rows("float32", "bfloat16"))
-    assert [(a["dtype"], a["best_k"]) for a in answers] == [("float32", 2), ("bfloat16", 2)]
+    assert [(a.dtype, a.best_k) for a in answers] == [("float32", 2), ("bfloat16", 2)]
     float32, bfloat16 = answers
-    assert float32["decode_speedup"] == pytest.approx(0.02 / 0.0133) and float32["slower"] == [
-        {"k": 1, "eliminated_by": None},
-        {"k": 4, "eliminated_by": None},
-    ]
-    assert bfloat16["decode_speedup"] == pytest.approx(0.012 / 0.0075) and bfloat16["tied"] == [4]
-    assert [(p["dtype"], p["k"]) for p in run_answer(_rows("float32", "bfloat16"))["pairs"]] == [
+    assert float32.decode_speedup == pytest.approx(0.02 / 0.0133) and float32.slower == (
+        SlowerK(1, None),
+        SlowerK(4, None),
+    )
+    assert bfloat16.decode_speedup == pytest.approx(0.012 / 0.0075) and bfloat16.tied == (4,)
+    assert [(p.dtype, p.k) for p in run_answer(_rows("float32", "bfloat16")).pairs] == [
         ("float32", 2),
         ("bfloat16", 2),
     ]
@@ -113,22 +113,20 @@ def test_slower_p_unpaired_is_welch_one_sided_on_log_times():
 def test_the_fastest_dtype_and_k_against_float32_with_ties_across_dtypes():
     rows = _rows("float32", "bfloat16", "float16")
     (view,) = dtype_views(rows, prompt_answers(rows))
-    assert view["shown"] and view["dtypes"] == ["float32", "bfloat16", "float16"]
-    fastest = view["fastest"]
-    assert (fastest["dtype"], fastest["k"]) == ("bfloat16", 2)
-    assert fastest["decode_speedup"] == pytest.approx(0.02 / 0.0075, rel=0.01)
-    assert fastest["decode_speedup_ci_low"] < fastest["decode_speedup"] < fastest["decode_speedup_ci_high"]
+    assert view.shown and view.dtypes == ("float32", "bfloat16", "float16")
+    fastest = view.fastest
+    assert (fastest.dtype, fastest.k) == ("bfloat16", 2)
+    assert fastest.decode_speedup == pytest.approx(0.02 / 0.0075, rel=0.01)
+    assert fastest.decode_speedup_ci_low < fastest.decode_speedup < fastest.decode_speedup_ci_high
     # bfloat16 k=4: tied within its own block's paired test; float16 k=2: tied, unpaired; float32 slower,
     # unpaired (its best) or below its own best; bfloat16 k=1: slower in its own block's paired test.
-    assert view["tied"] == [{"dtype": "bfloat16", "k": 4}, {"dtype": "float16", "k": 2}]
-    assert [(s["dtype"], s["k"]) for s in view["slower"]] == [("float32", 1), ("float32", 2), ("float32", 4)] + [
-        ("bfloat16", 1)
-    ]
-    assert view["unknown"] == []
-    assert view["float32_best"]["k"] == 2
-    assert view["float32_best"]["decode_speedup"] == pytest.approx(0.02 / 0.0133)
-    assert len(view["entries"]) == 7 and {e["paired"] for e in view["entries"] if e["dtype"] == "float32"} == {True}
-    json.dumps(view, allow_nan=False)
+    assert view.tied == (DtypeK("bfloat16", 4), DtypeK("float16", 2))
+    assert [(s.dtype, s.k) for s in view.slower] == [("float32", 1), ("float32", 2), ("float32", 4)] + [("bfloat16", 1)]
+    assert view.unknown == ()
+    assert view.float32_best.k == 2
+    assert view.float32_best.decode_speedup == pytest.approx(0.02 / 0.0133)
+    assert len(view.entries) == 7 and {e.paired for e in view.entries if e.dtype == "float32"} == {True}
+    json.dumps(view.to_json(), allow_nan=False)
 
 
 def test_a_suspect_dtype_and_k_is_never_the_fastest_nor_ranked():
@@ -139,10 +137,10 @@ def test_a_suspect_dtype_and_k_is_never_the_fastest_nor_ranked():
         for row in _rows("float32", "bfloat16", "float16")
     ]
     (view,) = dtype_views(rows, prompt_answers(rows))
-    assert (view["fastest"]["dtype"], view["fastest"]["k"]) == ("bfloat16", 4)
-    assert view["suspect"] == [{"dtype": "bfloat16", "k": 2}]
-    ranked = view["tied"] + view["slower"] + view["unknown"]
-    assert {"dtype": "bfloat16", "k": 2} not in ranked and len(ranked) == 5
+    assert (view.fastest.dtype, view.fastest.k) == ("bfloat16", 4)
+    assert view.suspect == (DtypeK("bfloat16", 2),)
+    ranked = view.tied + view.slower + view.unknown
+    assert DtypeK("bfloat16", 2) not in ranked and len(ranked) == 5
     report = report_markdown(rows, {}, {})
     assert any(
         line.replace(" ", "").startswith("|2|") and ">tau|" in line.replace(" ", "") for line in report.splitlines()
@@ -152,13 +150,13 @@ def test_a_suspect_dtype_and_k_is_never_the_fastest_nor_ranked():
 def test_no_float32_no_view_and_one_dtype_nothing_new():
     rows = _rows("bfloat16", "float16")
     (view,) = dtype_views(rows, prompt_answers(rows))
-    assert not view["shown"] and view["fastest"] is None and "float32" in view["not_shown_reason"]
+    assert not view.shown and view.fastest is None and "float32" in view.not_shown_reason
     assert "not shown" in "\n".join(summary_lines(_rows("bfloat16", "float16")))
     rows = _rows("float32")
     assert dtype_views(rows, prompt_answers(rows)) == []
     assert "float32 greedy" not in "\n".join(summary_lines(rows))
     assert "float32 greedy" not in report_markdown(rows, {}, {})
-    assert run_answer(rows)["dtypes"] == []
+    assert run_answer(rows).dtypes == ()
 
 
 def test_the_view_is_in_the_summary_the_report_and_the_json():
@@ -190,7 +188,7 @@ def test_the_cost_model_view_and_the_categories_read_each_dtype_apart():
 
 
 def test_the_schedules_section_names_each_dtype():
-    from pytest_specbench.report.regret import regret_markdown
+    from pytest_specbench.report.regret_section import regret_markdown
 
     rows = _rows("float32", "bfloat16") + [_row("float32", "auto", 0.013), _row("bfloat16", "auto", 0.0074)]
     text = "\n".join(regret_markdown(run_answer(rows)))

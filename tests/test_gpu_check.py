@@ -1,5 +1,6 @@
-"""benchmarks/gpu_check.py, the GPU readiness command (docs/gpu.md), in its CPU form: it must keep running
-between the rare GPU runs. Each test runs the script as a user would, in a subprocess."""
+"""``python -m pytest_specbench gpu-check`` (pytest_specbench/tools/gpu_check), the GPU readiness command
+(docs/gpu.md), in its CPU form: it must keep running between the rare GPU runs. Each test runs the command as a
+user would, in a subprocess."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+COMMAND = (sys.executable, "-m", "pytest_specbench", "gpu-check")
 
-pytestmark = pytest.mark.slow  # each test runs the script in a subprocess; the CPU form takes a minute or two
+pytestmark = pytest.mark.slow  # each test runs the command in a subprocess; the CPU form takes a minute or two
 
 #: every check, in the order the summaries list them; renaming one is a change to docs/gpu.md too
 CHECKS = [
@@ -44,9 +45,9 @@ SKIPPED_ON_CPU = {
 
 
 def _gpu_check(out: Path, *args: str) -> subprocess.CompletedProcess:
-    # The script bounds itself (--budget, 300 s on CPU); this timeout only guards against a hang.
+    # The command bounds itself (--budget, 300 s on CPU); this timeout only guards against a hang.
     return subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out), "--device", "cpu", *args],
+        [*COMMAND, "--out", str(out), "--device", "cpu", *args],
         capture_output=True,
         text=True,
         timeout=900,
@@ -68,6 +69,7 @@ def test_the_cpu_form_passes_and_writes_both_summaries(tmp_path):
     assert {name for name, status in statuses.items() if status == "pass"} == PASS_ON_CPU, statuses
     assert {name for name, status in statuses.items() if status == "skip"} == SKIPPED_ON_CPU, statuses
     assert summary["passed"] is True and summary["failed_checks"] == [] and summary["form"] == "cpu"
+    assert summary["command"][:4] == ["python", "-m", "pytest_specbench", "gpu-check"]
     markdown = (out / "summary.md").read_text(encoding="utf-8")
     assert "all checks passed" in markdown
     assert all(f"`{name}`" in markdown for name in CHECKS)
@@ -92,7 +94,7 @@ def test_a_planted_failure_exits_non_zero_naming_the_check(tmp_path):
 
 def test_an_unknown_check_name_is_refused(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--device", "cpu", "--only", "no_such_check"],
+        [*COMMAND, "--out", str(tmp_path), "--device", "cpu", "--only", "no_such_check"],
         capture_output=True,
         text=True,
         timeout=60,

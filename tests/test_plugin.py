@@ -27,7 +27,9 @@ import pytest
         ("--specbench-prompt-file=missing.jsonl", "no such file"),
         ("--specbench-tie-tolerance=-1", "accepted: a number >= 0"),
         ("--specbench-engine=vllm", "unknown engine 'vllm'; accepted: native, hf"),
-        ("--specbench-head-kernel=fast", "unknown head kernel 'fast'; accepted: auto, rows, column, linear"),
+        ("--specbench-kernels=fast", "unknown kernel setting 'fast'; accepted: auto, rows, column, linear"),
+        # the option's earlier name still parses, and its errors name it
+        ("--specbench-head-kernel=fast", "--specbench-head-kernel='fast': unknown kernel setting 'fast'"),
         ("--specbench-k=2,fast", "'fast' is not a whole number*auto and heuristic"),
         ("--specbench-top-p=0", "'0' is outside (0, 1]"),
         ("--specbench-top-p=1.5", "accepted: a number in (0, 1]"),

@@ -14,13 +14,16 @@ from ranked_rows import ranked_case, round_seconds
 from pytest_specbench.report.answer import prompt_table, run_answer
 from pytest_specbench.report.markdown import report_markdown
 from pytest_specbench.report.regret import (
+    AgainstHf,
+    OverPrompts,
+    PairedRatio,
     over_prompts,
     paired_ratio,
     ratio_to_best,
     ratio_to_hf,
-    regret_markdown,
     round_times,
 )
+from pytest_specbench.report.regret_section import regret_markdown
 from pytest_specbench.report.summary import summary_lines
 from pytest_specbench.results.schema import CaseResult
 from pytest_specbench.results.statistics import speedup_interval
@@ -57,16 +60,16 @@ def _row(
 def test_the_ratio_is_paired_over_the_rounds_both_ran_and_tighter_than_unpaired():
     best, auto = _row(4, 0.01), _row("auto", 0.0105)
     result = ratio_to_best(auto, best)
-    assert result["ratio_to_best"] == pytest.approx(0.01 / 0.0105)  # the wiggle's rotation cancels over 8 rounds
-    assert result["ratio_to_best_rounds"] == 8
-    low, high = result["ratio_to_best_ci_low"], result["ratio_to_best_ci_high"]
-    assert low < result["ratio_to_best"] < high and high - low < 0.03
+    assert result.ratio == pytest.approx(0.01 / 0.0105)  # the wiggle's rotation cancels over 8 rounds
+    assert result.rounds == 8
+    low, high = result.ci_low, result.ci_high
+    assert low < result.ratio < high and high - low < 0.03
     # Planted bug: comparing the two cases' times unpaired keeps the rounds' drift (+-30%) in the interval.
     unpaired = speedup_interval(best.round_decode_token_s, auto.round_decode_token_s, paired=False)
     assert unpaired.high - unpaired.low > 10 * (high - low)
     # Only the rounds both ran pair up: the best raced on for all 8, the schedule ran 5.
     partial = ratio_to_best(_row("auto", 0.0105, rounds=range(5)), best)
-    assert partial["ratio_to_best_rounds"] == 5 and partial["ratio_to_best_ci_low"] is not None
+    assert partial.rounds == 5 and partial.ci_low is not None
 
 
 def test_rows_of_different_blocks_or_without_rounds_are_never_paired():
@@ -75,9 +78,9 @@ def test_rows_of_different_blocks_or_without_rounds_are_never_paired():
     elsewhere = _row("auto", 0.0105, block="t:other")
     assert paired_ratio(round_times(elsewhere), round_times(best)) is None
     result = ratio_to_best(elsewhere, best)
-    assert result["ratio_to_best_rounds"] == 0
-    assert result["ratio_to_best_ci_low"] is None and result["ratio_to_best_ci_high"] is None
-    assert result["ratio_to_best"] == pytest.approx(elsewhere.decode_speedup / best.decode_speedup)
+    assert result.rounds == 0
+    assert result.ci_low is None and result.ci_high is None
+    assert result.ratio == pytest.approx(elsewhere.decode_speedup / best.decode_speedup)
     for lacking in (
         {"block_rounds": []},
         {"round_decode_token_s": [0.01] * 7},
@@ -86,7 +89,7 @@ def test_rows_of_different_blocks_or_without_rounds_are_never_paired():
     ):
         assert round_times(dataclasses.replace(best, **lacking)) is None
     one_round = ratio_to_best(_row("auto", 0.0105, rounds=[3]), best)
-    assert one_round["ratio_to_best_rounds"] == 1 and one_round["ratio_to_best_ci_low"] is None
+    assert one_round.rounds == 1 and one_round.ci_low is None
 
 
 def test_the_interval_covers_the_true_ratio_at_its_stated_rate():
@@ -105,28 +108,28 @@ def test_the_interval_covers_the_true_ratio_at_its_stated_rate():
             for k, seconds in ((4, 0.01), ("auto", 0.01 / truth))
         )
         result = paired_ratio(round_times(auto), round_times(best))
-        covered += result["ci_low"] <= truth <= result["ci_high"]
+        covered += result.ci_low <= truth <= result.ci_high
     assert 0.92 <= covered / trials <= 0.98
 
 
 def test_native_auto_against_hf_auto_end_to_end():
     native, hf = _row("auto", 0.009, wall=1.0), _row("auto", 0.011, engine="hf", wall=1.2, shift=2)
     result = ratio_to_hf(native, hf)
-    assert result["paired"] and result["rounds"] == 8
-    assert result["ci_low"] < 1.2 < result["ci_high"] and result["ratio"] == pytest.approx(1.2, rel=0.01)
+    assert result.paired and result.rounds == 8
+    assert result.ci_low < 1.2 < result.ci_high and result.ratio == pytest.approx(1.2, rel=0.01)
     # Without per-round wall times: the ratio of the rows' end-to-end speedups, said to be unpaired.
     plain = ratio_to_hf(_row("auto", 0.009), _row("auto", 0.011, engine="hf"))
-    assert not plain["paired"] and plain["ci_low"] is None and plain["ratio"] == pytest.approx(0.011 / 0.009)
-    assert ratio_to_hf(dataclasses.replace(native, speedup=None), _row("auto", 0.011, engine="hf"))["ratio"] is None
+    assert not plain.paired and plain.ci_low is None and plain.ratio == pytest.approx(0.011 / 0.009)
+    assert ratio_to_hf(dataclasses.replace(native, speedup=None), _row("auto", 0.011, engine="hf")).ratio is None
 
 
 def test_over_prompts_is_a_geometric_mean_with_a_t_interval():
-    one = over_prompts([{"ratio": 0.9, "ci_low": 0.85, "ci_high": 0.95}])
-    assert one == {"prompts": 1, "ratio": 0.9, "ci_low": 0.85, "ci_high": 0.95}
-    three = over_prompts([{"ratio": r} for r in (0.9, 1.0, 1.1)])
-    assert three["prompts"] == 3 and three["ratio"] == pytest.approx((0.9 * 1.0 * 1.1) ** (1 / 3))
-    assert three["ci_low"] < 0.9 < 1.1 < three["ci_high"]
-    assert over_prompts([{"ratio": None}]) is None
+    one = over_prompts([PairedRatio(0.9, 0.85, 0.95, 8)])
+    assert one == OverPrompts(1, 0.9, 0.85, 0.95)
+    three = over_prompts([PairedRatio(r, None, None, 0) for r in (0.9, 1.0, 1.1)])
+    assert three.prompts == 3 and three.ratio == pytest.approx((0.9 * 1.0 * 1.1) ** (1 / 3))
+    assert three.ci_low < 0.9 < 1.1 < three.ci_high
+    assert over_prompts([AgainstHf("auto", None, None, None, 0, False)]) is None
 
 
 def _run_rows() -> list[CaseResult]:
@@ -146,11 +149,11 @@ def _run_rows() -> list[CaseResult]:
 
 def test_the_answer_json_holds_each_prompt_and_the_pair_summary():
     answer = run_answer(_run_rows())
-    native = [a for a in answer["prompts"] if a["engine"] == "native"]
-    assert [a["prompt"] for a in native] == ["code", "chat"]
+    native = [a for a in answer.prompts if a.engine == "native"]
+    assert [a.prompt for a in native] == ["code", "chat"]
     for a in native:
-        (auto,) = a["schedules"]
-        assert set(auto) == {
+        (auto,) = a.schedules
+        assert set(auto.to_json()) == {
             "k",
             "decode_speedup",
             "suspect",
@@ -159,21 +162,21 @@ def test_the_answer_json_holds_each_prompt_and_the_pair_summary():
             "ratio_to_best_ci_high",
             "ratio_to_best_rounds",
         }
-        assert a["against_hf"]["paired"] and a["against_hf"]["ratio"] == pytest.approx(1.2, rel=0.01)
-    pair = next(p for p in answer["pairs"] if p["engine"] == "native")
-    (summary,) = pair["schedules"]
-    assert summary["k"] == "auto" and summary["prompts"] == 2
-    assert summary["ratio"] == pytest.approx(math.sqrt(0.01 / 0.0105 * 0.01 / 0.0098))
-    assert pair["against_hf"]["prompts"] == 2 and pair["against_hf"]["paired_prompts"] == 2
-    hf_pair = next(p for p in answer["pairs"] if p["engine"] == "hf")
-    assert hf_pair["against_hf"] is None  # compared from the native side only
-    json.dumps(answer, allow_nan=False)
+        assert a.against_hf.paired and a.against_hf.ratio == pytest.approx(1.2, rel=0.01)
+    pair = next(p for p in answer.pairs if p.engine == "native")
+    (summary,) = pair.schedules
+    assert summary.k == "auto" and summary.prompts == 2
+    assert summary.ratio == pytest.approx(math.sqrt(0.01 / 0.0105 * 0.01 / 0.0098))
+    assert pair.against_hf.prompts == 2 and pair.against_hf.paired_prompts == 2
+    hf_pair = next(p for p in answer.pairs if p.engine == "hf")
+    assert hf_pair.against_hf is None  # compared from the native side only
+    json.dumps(answer.to_json(), allow_nan=False)
 
 
 def test_the_table_the_terminal_and_the_report_show_the_interval():
     rows = _run_rows()
     answer = run_answer(rows)
-    cells, headers = prompt_table(answer["prompts"], engines=True)
+    cells, headers = prompt_table(answer.prompts, engines=True)
     assert headers[-2:] == ["schedules / best [95% CI]", "auto / hf auto (end to end)"]
     code = next(c for c in cells if c[:2] == ["code", "native"])
     assert code[-2].startswith("auto 0.95 [") and code[-1].startswith("1.20 [")

@@ -11,7 +11,14 @@ import pytest
 from factory import case_result, gated_case
 from ranked_rows import ranked_case
 
-from pytest_specbench.report.answer import pair_answers, pair_sentence, prompt_answers, prompt_table
+from pytest_specbench.report.answer import (
+    SuspectCount,
+    SuspectK,
+    pair_answers,
+    pair_sentence,
+    prompt_answers,
+    prompt_table,
+)
 from pytest_specbench.report.formatting import SUSPECT_MARK
 from pytest_specbench.report.leaderboard import leaderboards, left_out_text
 from pytest_specbench.report.markdown import report_markdown
@@ -124,15 +131,15 @@ def _prompt_rows() -> list[CaseResult]:
 
 def test_the_answer_never_names_a_suspect_k_best_or_recommended_and_says_why():
     (answer,) = prompt_answers(_prompt_rows())
-    assert answer["best_k"] == 2 and answer["decode_speedup"] == 1.8
-    assert answer["suspect"] == [{"k": 4, "cause": _CAUSE}]
-    assert 4 not in answer["tied"] + answer["unknown"] + [s["k"] for s in answer["slower"]]
-    assert answer["recommended_k"] == 2  # the model's favourite, 4, is suspect
+    assert answer.best_k == 2 and answer.decode_speedup == 1.8
+    assert answer.suspect == (SuspectK(4, _CAUSE),)
+    assert 4 not in [*answer.tied, *answer.unknown, *(s.k for s in answer.slower)]
+    assert answer.recommended_k == 2  # the model's favourite, 4, is suspect
     cells, headers = prompt_table([answer], engines=False)
     not_ranked = cells[0][headers.index("not ranked")]
     assert not_ranked == "4 (suspect: a decode speedup above tau, the two runs' kernels differed)"
     (pair,) = pair_answers([answer])
-    assert pair["k"] == 2 and pair["suspect"] == [{"k": 4, "prompts": 1}]
+    assert pair.k == 2 and pair.suspect == (SuspectCount(4, 1),)
     sentence = pair_sentence(pair, engines=False)
     assert "; not ranked (suspect: a decode speedup above tau, the two runs' kernels differed): k=4 on 1" in sentence
 
@@ -140,16 +147,16 @@ def test_the_answer_never_names_a_suspect_k_best_or_recommended_and_says_why():
 def test_a_prompt_whose_every_k_is_suspect_has_no_best():
     rows = [_suspect(ranked_case(k, speedup, seconds=0.01)) for k, speedup in ((1, 2.2), (4, 2.5))]
     (answer,) = prompt_answers(rows)
-    assert answer["best_k"] is None and answer["decode_speedup"] is None and answer["recommended_k"] is None
-    assert answer["not_ranked_reason"].startswith("suspect") and [s["k"] for s in answer["suspect"]] == [1, 4]
+    assert answer.best_k is None and answer.decode_speedup is None and answer.recommended_k is None
+    assert answer.not_ranked_reason.startswith("suspect") and [s.k for s in answer.suspect] == [1, 4]
     cells, headers = prompt_table([answer], engines=False)
     assert cells[0][headers.index("best k")] == "-" and cells[0][headers.index("decode speedup")] == "-"
     (pair,) = pair_answers([answer])
-    assert pair["k"] is None and pair_sentence(pair, engines=False).startswith("Across 1 prompt(s): no k is best")
-    json.dumps(answer, allow_nan=False)
+    assert pair.k is None and pair_sentence(pair, engines=False).startswith("Across 1 prompt(s): no k is best")
+    json.dumps(answer.to_json(), allow_nan=False)
     (chat,) = prompt_answers([ranked_case(2, 1.8, prompt="chat")])
     (pair,) = pair_answers([answer, chat])
-    assert pair["k"] == 2 and pair["unanswered_prompts"] == 1 and pair["undecided_prompts"] == 0
+    assert pair.k == 2 and pair.unanswered_prompts == 1 and pair.undecided_prompts == 0
     assert "; on 1 prompt(s) no k is best; not ranked (suspect" in pair_sentence(pair, engines=False)
 
 

@@ -1,4 +1,5 @@
-"""benchmarks/verify_curve.py: v(m) per dtype and kernel form, on a tiny model (its rows, its table, its JSON)."""
+"""``python -m pytest_specbench verify-curve`` (pytest_specbench/tools/verify_curve): v(m) per dtype and kernel
+form, on a tiny model (its points, its table, its JSON), run through the command line as a user runs it."""
 
 from __future__ import annotations
 
@@ -7,54 +8,76 @@ from pathlib import Path
 
 import pytest
 import torch
-from factory import benchmark_script, tiny_model
+from factory import tiny_model
+
+from pytest_specbench import cli
+from pytest_specbench.tools.verify_curve import command, curve, measure
 
 
-@pytest.fixture(scope="module")
-def verify_curve():
-    return benchmark_script("verify_curve")
-
-
-def test_the_rows_divide_by_v1_and_by_float32(verify_curve) -> None:
+def test_the_points_divide_by_v1_and_by_float32() -> None:
     # Two rounds per (dtype, form); curves hold v(1) .. v(5).
     samples = {
         ("float32", "own"): [[2.0, 0, 0, 0, 3.0], [4.0, 0, 0, 0, 4.0]],
         ("bfloat16", "own"): [[1.0, 0, 0, 0, 1.0], [1.0, 0, 0, 0, 1.5]],
     }
-    rows = {(row["dtype"], row["m"]): row for row in verify_curve.curve_rows(samples, [1, 5])}
-    assert rows["float32", 5]["v_s"] == 3.5 and rows["float32", 5]["ratio_to_v1"] == 1.25  # median of 1.5 and 1.0
-    assert (rows["float32", 5]["ratio_to_v1_low"], rows["float32", 5]["ratio_to_v1_high"]) == (1.0, 1.5)
-    assert rows["bfloat16", 5]["ratio_to_float32"] == pytest.approx(1.25 / 3.5)
-    assert rows["float32", 1]["ratio_to_v1"] == 1.0
-    alone = verify_curve.curve_rows({("bfloat16", "engine"): [[1.0]]}, [1])
-    assert alone[0]["ratio_to_float32"] is None  # no float32 curve to divide by
+    points = {(point.dtype, point.m): point for point in curve.curve_rows(samples, [1, 5])}
+    assert points["float32", 5].v_s == 3.5 and points["float32", 5].ratio_to_v1 == 1.25  # median of 1.5 and 1.0
+    assert (points["float32", 5].ratio_to_v1_low, points["float32", 5].ratio_to_v1_high) == (1.0, 1.5)
+    assert points["bfloat16", 5].ratio_to_float32 == pytest.approx(1.25 / 3.5)
+    assert points["float32", 1].ratio_to_v1 == 1.0
+    alone = curve.curve_rows({("bfloat16", "engine"): [[1.0]]}, [1])
+    assert alone[0].ratio_to_float32 is None  # no float32 curve to divide by
 
 
-def test_the_engine_forms_are_described_as_runs_of_row_counts(verify_curve, monkeypatch) -> None:
+def test_the_bandwidth_is_the_weight_bytes_over_v_m() -> None:
+    (point,) = curve.curve_rows({("float32", "own"): [[0.5]]}, [1], nbytes={"float32": 10**9}, read_gbps=4.0)
+    assert point.gbps == pytest.approx(2.0) and point.read_share == pytest.approx(0.5)
+    assert point.to_json()["gbps"] == point.gbps
+    assert "2.0" in curve.table([point]) and "50%" in curve.table([point])
+
+
+def test_the_engine_forms_are_described_as_runs_of_row_counts() -> None:
     chosen = {((300, 48), "float32", True): {2: "own", 3: "rows", 4: "rows", 5: "column"}}
-    monkeypatch.setattr(verify_curve, "form_choices", lambda model, kernel, max_rows: chosen)
-    assert verify_curve.engine_forms({"float32": object()}, 5) == {
-        "float32": {"head 300x48": "2 own, 3-4 rows, 5 column"}
-    }
+
+    class Forms:  # what the dtype's KernelForms settled
+        def choices(self, max_rows):
+            return chosen
+
+    assert curve.engine_forms({"float32": Forms()}, 5) == {"float32": {"head 300x48": "2 own, 3-4 rows, 5 column"}}
 
 
-def test_v1_is_always_measured(verify_curve) -> None:
-    assert verify_curve._positions("5,2,5") == [1, 2, 5]
+def test_v1_is_always_measured() -> None:
+    assert command.positions("5,2,5") == [1, 2, 5]
     with pytest.raises(SystemExit, match="positive integers"):
-        verify_curve._positions("0,3")
+        command.positions("0,3")
 
 
-def test_an_unknown_dtype_or_form_is_named(verify_curve) -> None:
+def test_an_unknown_dtype_or_form_is_named() -> None:
     with pytest.raises(SystemExit, match="unknown float8"):
-        verify_curve._names("float32,float8", ("float32", "bfloat16"), "dtype")
+        command.names("float32,float8", ("float32", "bfloat16"), "dtype")
     with pytest.raises(SystemExit, match="unknown hf"):
-        verify_curve._names("own,hf", list(verify_curve.FORMS), "forms")
+        command.names("own,hf", list(curve.FORMS), "forms")
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ([], "one of the arguments target --tiny is required"),
+        (["--tiny", "embedded:gemma3-270m"], "not allowed with"),
+        (["--tiny", "--repeats", "0"], "at least 1"),
+    ],
+)
+def test_usage_errors_exit_2_before_anything_loads(arguments, message, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["verify-curve", *arguments])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_the_tiny_run_prints_every_m_and_dtype(verify_curve, tmp_path: Path, capsys) -> None:
+def test_the_tiny_run_prints_every_m_and_dtype(tmp_path: Path, capsys) -> None:
     out = tmp_path / "curve.json"
-    assert verify_curve.main(["--tiny", "--repeats", "2", "--forms", "own,engine", "--json", str(out)]) == 0
+    arguments = ["verify-curve", "--tiny", "--repeats", "2", "--forms", "own,engine", "--json", str(out)]
+    assert cli.main(arguments) == 0
     lines = capsys.readouterr().out.splitlines()
     cells = {tuple(line.split()[:3]) for line in lines if line.split()[:1] in (["float32"], ["bfloat16"])}
     dtypes, forms, positions = ("float32", "bfloat16"), ("own", "engine"), (1, 2, 3, 5, 9, 17)
@@ -72,13 +95,13 @@ def test_the_tiny_run_prints_every_m_and_dtype(verify_curve, tmp_path: Path, cap
     assert any(line.startswith("one-row step, float32 engine: ") for line in lines)
 
 
-def test_the_split_counts_the_time_inside_every_linear_layer(verify_curve, monkeypatch) -> None:
+def test_the_split_counts_the_time_inside_every_linear_layer(monkeypatch) -> None:
     model = tiny_model("llama")
     linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
     ticks = iter(range(10**6))
     # A clock that advances one second per read: each linear layer's call spans exactly one second.
-    monkeypatch.setattr(verify_curve.DeviceClock, "now", lambda self: float(next(ticks)))
-    split = verify_curve.one_row_split(model, torch.tensor([[5, 17, 33, 9]]), "own", repeats=1)
+    monkeypatch.setattr(measure.DeviceClock, "now", lambda self: float(next(ticks)))
+    split = measure.one_row_split(model, torch.tensor([[5, 17, 33, 9]]), "own", repeats=1)
     assert split["linear_s"] == len(linears)
     assert split["step_s"] == 2 * len(linears) + 1  # the step's own two reads around the layers' pairs
     tied = {id(layer.weight): layer.weight for layer in linears}.values()

@@ -12,6 +12,7 @@ import functools
 import json
 import platform
 import shutil
+import weakref
 
 import pytest
 import torch
@@ -25,14 +26,8 @@ from pytest_specbench.engine import few_rows
 from pytest_specbench.engine.cost_probe import verify_costs
 from pytest_specbench.engine.decoding import GreedyStepper
 from pytest_specbench.engine.derived_models import int8_copy
-from pytest_specbench.engine.names import HEAD_KERNELS
-from pytest_specbench.engine.verify_forms import (
-    column_head_rows,
-    few_rows_rows,
-    form_choices,
-    settle_verify_forms,
-    verify_forms,
-)
+from pytest_specbench.engine.names import KERNELS
+from pytest_specbench.engine.verify_forms import KernelForms, kernel_forms
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -96,7 +91,7 @@ def test_the_column_form_computes_the_heads_logits(bias, rows):
     head = _linear(bias)
     hidden = torch.randn(1, rows, 48)
     expected = head(hidden)
-    with verify_forms(_Model(head), "column"):
+    with KernelForms(_Model(head), "column").applied():
         logits = head(hidden)
     assert logits.shape == expected.shape == (1, rows, 300)
     assert logits.is_contiguous()
@@ -155,7 +150,7 @@ def test_the_kernel_serves_float32_and_bfloat16_cpu_layers_of_1_to_32_rows():
 def test_the_layers_are_restored_after_the_block_even_on_an_error():
     head, hidden = _linear(False), _linear(False, shape=(48, 48))
     with pytest.raises(RuntimeError, match="inside"):
-        with verify_forms(_Model(head, hidden), "rows"):
+        with KernelForms(_Model(head, hidden), "rows").applied():
             assert "forward" in vars(head) and "forward" in vars(hidden)
             raise RuntimeError("inside")
     assert "forward" not in vars(head) and "forward" not in vars(hidden)
@@ -163,27 +158,27 @@ def test_the_layers_are_restored_after_the_block_even_on_an_error():
 
 def test_linear_kernel_and_quantised_layers_are_left_alone():
     target, _ = pair("llama")
-    with verify_forms(target, "linear"):
+    with KernelForms(target, "linear").applied():
         assert not any("forward" in vars(module) for module in target.modules())
     quantised = int8_copy(target)
     assert type(quantised.get_output_embeddings()) is not torch.nn.Linear
-    with verify_forms(quantised, "column"):
+    with KernelForms(quantised, "column").applied():
         assert "forward" not in vars(quantised.get_output_embeddings())
-    assert column_head_rows(quantised, "column", 9) == []
-    assert column_head_rows(target, "linear", 9) == []
-    assert column_head_rows(target, "column", 5) == [1, 2, 3, 4, 5]  # one-row calls (decode steps) too
-    assert few_rows_rows(target, "linear", 5) == []
+    assert KernelForms(quantised, "column").column_head_rows(9) == []
+    assert KernelForms(target, "linear").column_head_rows(9) == []
+    assert KernelForms(target, "column").column_head_rows(5) == [1, 2, 3, 4, 5]  # one-row calls (decode steps) too
+    assert KernelForms(target, "linear").few_rows_rows(5) == []
 
 
 @needs_kernel
 def test_forced_rows_serve_float32_and_bfloat16_layers_from_one_row():
     target, _ = pair("llama")
-    assert few_rows_rows(target, "rows", 5) == [1, 2, 3, 4, 5]
-    assert few_rows_rows(target, "rows", 40) == list(range(1, few_rows.MAX_ROWS + 1))
+    assert KernelForms(target, "rows").few_rows_rows(5) == [1, 2, 3, 4, 5]
+    assert KernelForms(target, "rows").few_rows_rows(40) == list(range(1, few_rows.MAX_ROWS + 1))
     bf16 = copy.deepcopy(target).to(torch.bfloat16)
-    assert few_rows_rows(bf16, "rows", 5) == [1, 2, 3, 4, 5]
-    assert few_rows_rows(copy.deepcopy(target).to(torch.float16), "rows", 5) == []
-    assert few_rows_rows(int8_copy(target), "rows", 5) == []  # its linear layers are int8: none is left
+    assert KernelForms(bf16, "rows").few_rows_rows(5) == [1, 2, 3, 4, 5]
+    assert KernelForms(copy.deepcopy(target).to(torch.float16), "rows").few_rows_rows(5) == []
+    assert KernelForms(int8_copy(target), "rows").few_rows_rows(5) == []  # its linear layers are int8: none is left
 
 
 @needs_kernel
@@ -193,7 +188,7 @@ def test_a_compiled_one_row_step_traces_the_kernel_in_one_graph(dtype):
     layer = _linear(True).to(dtype)
     model = _Model(layer)
     hidden = torch.randn(1, 1, layer.in_features, dtype=dtype)
-    with verify_forms(model, "rows"):
+    with KernelForms(model, "rows").applied():
         eager = layer(hidden)
         # fullgraph=True raises on a graph break, as the bare extension call gave.
         traced = torch.compile(lambda x: layer(x), backend="eager", fullgraph=True)(hidden)
@@ -206,9 +201,9 @@ def test_a_compiled_one_row_step_traces_the_kernel_in_one_graph(dtype):
 def test_an_inner_block_leaves_the_outer_one_in_place():
     head = _linear(False)
     model = _Model(head)
-    with verify_forms(model, "column"):
+    with KernelForms(model, "column").applied():
         outer = vars(head)["forward"]
-        with verify_forms(model, "auto"):
+        with KernelForms(model, "auto").applied():
             assert vars(head)["forward"] is outer
         assert vars(head)["forward"] is outer
     assert "forward" not in vars(head)
@@ -225,22 +220,23 @@ def test_auto_settles_each_group_and_row_count_once_and_keeps_the_fastest(monkey
         return "column" if "column" in forms and (rows == 1 or rows >= 4) else "own"
 
     monkeypatch.setattr(verify_forms_module, "_fastest", fake_fastest)
-    settle_verify_forms(model, 5)
-    settle_verify_forms(model, 5)  # settled: nothing measured again
+    forms = KernelForms(model)
+    forms.settle(5)
+    forms.settle(5)  # settled: nothing measured again
     assert sorted(rows for is_head, rows, _ in measured if is_head) == [1, 2, 3, 4, 5]
     assert len(measured) == 10  # two groups (the head, the hidden layer), five row counts each
     assert all(("column" in forms) == is_head for is_head, _, forms in measured)
     # the few-rows kernel competes from one row, where it is built
     assert all(("rows" in forms) == (few_rows.kernel() is not None) for _, _, forms in measured)
-    with verify_forms(model, "auto"):
+    with forms.applied():
         for rows in (1, 2, 3, 5, 5, 7):  # 7 rows: not settled, the model's own
             head(torch.randn(1, rows, 48))
     assert calls["column"] == [1, 5, 5]
-    chosen = form_choices(model, "auto", 5)
+    chosen = forms.choices(5)
     assert chosen[((300, 48), "float32", True)] == {1: "column", 2: "own", 3: "own", 4: "column", 5: "column"}
-    assert column_head_rows(model, "auto", 17) == [1, 4, 5]
-    assert column_head_rows(model, "auto", 3) == [1]
-    assert few_rows_rows(model, "auto", 5) == []
+    assert forms.column_head_rows(17) == [1, 4, 5]
+    assert forms.column_head_rows(3) == [1]
+    assert forms.few_rows_rows(5) == []
 
 
 @needs_kernel
@@ -254,9 +250,135 @@ def test_the_real_measurement_chooses_among_the_applicable_forms():
 
 
 def test_an_unknown_kernel_is_refused():
-    with pytest.raises(ValueError, match="verify kernel must be one of auto, rows, column, linear, got 'fast'"):
-        with verify_forms(_Model(_linear(False)), "fast"):
-            pass
+    with pytest.raises(ValueError, match="kernel setting must be one of auto, rows, column, linear, got 'fast'"):
+        KernelForms(_Model(_linear(False)), "fast")
+    with pytest.raises(ValueError, match="got 'fast'"):
+        greedy_generate(pair("llama")[0], PROMPT, 2, kernels="fast")
+
+
+# --- one object per model: the forms' state is on it, never in the module -------------------------------
+
+
+def _twins() -> tuple[_Model, _Model]:
+    """Two models of the same shapes (their layer groups are equal), different objects."""
+    return _Model(_linear(True, seed=1), _linear(False, shape=(48, 48))), _Model(
+        _linear(True, seed=2), _linear(False, seed=3, shape=(48, 48))
+    )
+
+
+def test_each_model_has_its_own_forms_settled_on_their_own(monkeypatch):
+    first, second = _twins()
+    measured = []
+
+    def fake_fastest(layers, forms, rows):
+        measured.append(layers[0])
+        # the first model's head "measures" fastest as a column, the second's as its own linear
+        return "column" if layers[0] is first.head else "own"
+
+    monkeypatch.setattr(verify_forms_module, "_fastest", fake_fastest)
+    forms_a, forms_b = KernelForms(first), KernelForms(second)
+    forms_a.settle(3)
+    assert forms_a.column_head_rows(3) == [1, 2, 3]
+    # Settling one model measured that model only, and changed nothing of the other's (same shapes).
+    assert {id(layer) for layer in measured} == {id(first.head), id(first.hidden)}
+    assert forms_b.column_head_rows(3) == [] and KernelForms(second).column_head_rows(3) == []
+    forms_b.settle(3)
+    assert forms_a.column_head_rows(3) == [1, 2, 3] and forms_b.column_head_rows(3) == []
+    # A new object of the first model starts unsettled: the choices are its object's, not the model's or the module's.
+    assert KernelForms(first).column_head_rows(3) == []
+    with forms_a.applied(), forms_b.applied():
+        assert vars(first.head)["forward"] is not vars(second.head)["forward"]
+    assert "forward" not in vars(first.head) and "forward" not in vars(second.head)
+
+
+def _module_state() -> dict:
+    mutable = (dict, list, set, weakref.WeakKeyDictionary, weakref.WeakValueDictionary)
+    return {
+        name: copy.copy(value)
+        for name, value in vars(verify_forms_module).items()
+        if isinstance(value, mutable) and not name.startswith("__")
+    }
+
+
+def test_the_module_keeps_no_state_of_its_own():
+    # One constant (which form a forced setting runs), and nothing a settling or a pass writes to.
+    assert _module_state() == {"_FORCED": {"rows": "rows", "column": "column"}}
+    first, second = _twins()
+    forms = KernelForms(first, "column")
+    with forms.applied():
+        first.head(torch.randn(1, 2, 48))
+    KernelForms(first).settle(2)
+    assert _module_state() == {"_FORCED": {"rows": "rows", "column": "column"}}
+    # The twin, of the same shapes, is unsettled: auto keeps its own linear at every row count.
+    assert all(set(by_rows.values()) == {"own"} for by_rows in KernelForms(second).choices(2).values())
+
+
+def test_the_store_keeps_one_forms_object_per_loaded_model_and_setting():
+    from pytest_specbench.measure.store import ModelStore
+    from pytest_specbench.models.loading import LoadedModel
+
+    store = ModelStore("cpu")
+    target, draft = pair("llama")
+    one, other = (LoadedModel(model, None, name, 0.0, "local") for model, name in ((target, "a"), (draft, "b")))
+    forms = store.kernel_forms(one, "auto")
+    assert forms.model is target and forms.kernel == "auto"
+    assert store.kernel_forms(one, "auto") is forms  # what the cost probe settled serves every case of the model
+    assert store.kernel_forms(other, "auto") is not forms and store.kernel_forms(other, "auto").model is draft
+    assert store.kernel_forms(one, "linear") is not forms
+
+
+def test_forms_of_another_model_are_refused():
+    target, draft = pair("llama")
+    forms = KernelForms(draft)
+    assert kernel_forms(draft, forms) is forms
+    assert kernel_forms(target, "column").kernel == "column"
+    with pytest.raises(ValueError, match="belong to another model"):
+        greedy_generate(target, PROMPT, 2, kernels=forms)
+
+
+def test_a_setting_by_name_settles_the_blocks_of_its_call(monkeypatch):
+    target, draft = pair("llama")
+    settled = []
+    real = KernelForms.settle
+    monkeypatch.setattr(
+        KernelForms, "settle", lambda self, rows: settled.append((self.kernel, rows)) or real(self, rows)
+    )
+    speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS)  # blocks of up to k + 1 rows
+    speculative_generate(target, draft, PROMPT, 4, 3, kernels="column")  # never more rows than new tokens
+    greedy_generate(target, PROMPT, 3, kernels="auto")  # its one-row steps
+    assert settled == [("auto", 5), ("column", 3), ("auto", 1)]
+    forms = KernelForms(target)
+    settled.clear()
+    speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, kernels=forms)  # its owner settles it, not the run
+    assert settled == []
+
+
+def test_the_earlier_keyword_still_works_and_says_it_is_deprecated(calls):
+    target, draft = pair("llama")
+    with pytest.warns(DeprecationWarning, match="kernels="):
+        result = speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, head_kernel="column")
+    assert result.token_ids == list(reference("llama")) and calls["column"]
+    with pytest.warns(DeprecationWarning, match="kernels="):
+        greedy_generate(target, PROMPT, 3, head_kernel="linear")
+    with pytest.raises(TypeError, match="both given"):
+        greedy_generate(target, PROMPT, 3, kernels="rows", head_kernel="linear")
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_object_says_whether_the_few_rows_kernel_it_asks_for_fell_back(kernel, monkeypatch):
+    target, _ = pair("llama")
+    forms = KernelForms(target, kernel)
+    asks = kernel in ("auto", "rows")
+    assert forms.wants_few_rows == asks
+    built = few_rows.unavailable_reason()
+    assert forms.few_rows_fallback() == (built if asks else None)
+    assert forms.few_rows_kernel == ((built or "built") if asks else "")
+    # Where the kernel cannot be built, the object names why, and a forced rows setting runs the model's own.
+    monkeypatch.setattr(few_rows, "_build", lambda: (None, "no compiler here"))
+    assert forms.few_rows_fallback() == ("no compiler here" if asks else None)
+    assert forms.few_rows_kernel == ("no compiler here" if asks else "")
+    assert forms.few_rows_rows(3) == []
+    assert KernelForms(copy.deepcopy(target).to(torch.float16), kernel).few_rows_fallback() is None  # nothing asks
 
 
 def _linear_layers(model) -> int:
@@ -264,44 +386,51 @@ def _linear_layers(model) -> int:
 
 
 @pytest.mark.parametrize("k", [2, 8])
-@pytest.mark.parametrize("head_kernel", HEAD_KERNELS)
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_every_kernel_is_lossless(arch, head_kernel, k, calls):
+def test_every_kernel_is_lossless(arch, kernel, k, calls):
     target, draft = pair(arch)
-    settle_verify_forms(target, k + 1, head_kernel)
-    result = speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, head_kernel=head_kernel)
+    forms = KernelForms(target, kernel)
+    forms.settle(k + 1)
+    calls["column"].clear()
+    calls["rows"].clear()
+    result = speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, kernels=forms)
     assert result.token_ids == list(reference(arch))
     assert not any("forward" in vars(module) for module in target.modules())
     passes = result.stats.target_forward_passes
     kernel_built = few_rows.kernel() is not None
-    if head_kernel == "column":  # every target pass went through it, the one-row ones (the prefill's head) too
+    if kernel == "column":  # every target pass went through it, the one-row ones (the prefill's head) too
         assert calls["column"] == [drafted + 1 for drafted in result.stats.drafted_per_step]
-    elif head_kernel == "rows" and kernel_built:  # and through every linear layer (no pass is over 32 rows)
+    elif kernel == "rows" and kernel_built:  # and through every linear layer (no pass is over 32 rows)
         assert len(calls["rows"]) == passes * _linear_layers(target)
         assert 1 in calls["rows"]
-    elif head_kernel == "linear":
+    elif kernel == "linear":
         assert calls == {"column": [], "rows": []}
     # The greedy baseline runs the same forms and is lossless too.
     calls["column"].clear()
     calls["rows"].clear()
-    greedy = greedy_generate(target, PROMPT, NEW_TOKENS, head_kernel=head_kernel)
+    greedy = greedy_generate(target, PROMPT, NEW_TOKENS, kernels=forms)
     assert greedy.token_ids == list(reference(arch))
     assert not any("forward" in vars(module) for module in target.modules())
-    if head_kernel == "column":
+    if kernel == "column":
         assert calls["column"] == [1] * NEW_TOKENS  # the prefill's head and every step's: one row each
-    elif head_kernel == "rows" and kernel_built:
+    elif kernel == "rows" and kernel_built:
         assert len(calls["rows"]) == NEW_TOKENS * _linear_layers(target)
-    elif head_kernel == "linear":
+    elif kernel == "linear":
         assert calls == {"column": [], "rows": []}
 
 
-@pytest.mark.parametrize("head_kernel", HEAD_KERNELS)
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
-def test_the_greedy_baselines_one_row_steps_run_the_kernels_forms(arch, head_kernel, calls):
-    if head_kernel == "rows" and few_rows.kernel() is None:
+def test_the_greedy_baselines_one_row_steps_run_the_kernels_forms(arch, kernel, calls):
+    if kernel == "rows" and few_rows.kernel() is None:
         pytest.skip(f"the few-rows kernel is not built here: {few_rows.unavailable_reason()}")
     target, _ = pair(arch)
-    result = greedy_generate(target, PROMPT, NEW_TOKENS, head_kernel=head_kernel)
+    forms = KernelForms(target, kernel)
+    forms.settle(1)  # what greedy_generate settles before its first step, measured here so no call below is it
+    calls["column"].clear()
+    calls["rows"].clear()
+    result = greedy_generate(target, PROMPT, NEW_TOKENS, kernels=forms)
     assert result.token_ids == list(reference(arch)) == hf_generate(target, PROMPT, NEW_TOKENS)
     decode_steps = NEW_TOKENS - 1  # after the prefill
     linear_layers = _linear_layers(target)
@@ -310,15 +439,15 @@ def test_the_greedy_baselines_one_row_steps_run_the_kernels_forms(arch, head_ker
         "column": NEW_TOKENS,
         "rows": 0,
         "linear": 0,
-        # auto: what greedy_generate settled at one row, before its first step
-        "auto": NEW_TOKENS if form_choices(target, "auto", 1)[head_key][1] == "column" else 0,
-    }[head_kernel]
+        # auto: what was settled at one row, before the first step
+        "auto": NEW_TOKENS if forms.choices(1)[head_key][1] == "column" else 0,
+    }[kernel]
     assert calls["column"] == [1] * expected_column
     one_row = [rows for rows in calls["rows"] if rows == 1]
-    if head_kernel == "rows":
+    if kernel == "rows":
         # every decode step's every linear layer, and the prefill's head (logits of its last position only)
         assert len(one_row) == decode_steps * linear_layers + 1
-    elif head_kernel in ("column", "linear"):
+    elif kernel in ("column", "linear"):
         assert calls["rows"] == []
 
 
@@ -342,8 +471,8 @@ def test_a_wrong_one_row_form_is_caught(arch, kernel, monkeypatch):
         monkeypatch.setattr(verify_forms_module, "column_logits", planted(verify_forms_module.column_logits))
     else:
         monkeypatch.setattr(few_rows, "few_rows_linear", planted(few_rows.few_rows_linear))
-    assert greedy_generate(target, PROMPT, NEW_TOKENS, head_kernel="linear").token_ids == expected
-    assert greedy_generate(target, PROMPT, NEW_TOKENS, head_kernel=kernel).token_ids != expected
+    assert greedy_generate(target, PROMPT, NEW_TOKENS, kernels="linear").token_ids == expected
+    assert greedy_generate(target, PROMPT, NEW_TOKENS, kernels=kernel).token_ids != expected
 
 
 @pytest.mark.slow
@@ -361,8 +490,8 @@ def test_a_wrong_form_is_caught(arch, kernel, monkeypatch):
     else:
         real = few_rows.few_rows_linear
         monkeypatch.setattr(few_rows, "few_rows_linear", lambda h, x: torch.roll(real(h, x), 1, dims=-2))
-    assert speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, head_kernel="linear").token_ids == expected
-    assert speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, head_kernel=kernel).token_ids != expected
+    assert speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, kernels="linear").token_ids == expected
+    assert speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, kernels=kernel).token_ids != expected
 
 
 def test_an_interleaved_baseline_between_steps_runs_the_runs_forms(calls):
@@ -378,9 +507,7 @@ def test_an_interleaved_baseline_between_steps_runs_the_runs_forms(calls):
             baseline.step()  # the prefill's head and each step's: one row, through the column form
             seen.append((patched, calls["column"][before:]))
 
-    result = speculative_generate(
-        target, draft, PROMPT, 4, NEW_TOKENS, head_kernel="column", between_steps=between_steps
-    )
+    result = speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, kernels="column", between_steps=between_steps)
     assert result.token_ids == list(reference("llama"))
     assert seen and all(patched and rows == [1] for patched, rows in seen)
     # The baseline's tokens so far are the reference's first ones: equal kernels, still lossless.
@@ -394,7 +521,7 @@ def test_an_interleaved_baseline_between_steps_runs_the_runs_forms(calls):
 
 def test_the_cost_probe_times_the_engines_forms(calls):
     target, _ = pair("gpt2")
-    curve = verify_costs(target, torch.tensor([PROMPT]), 4, repeats=1, head_kernel="column")
+    curve = verify_costs(target, torch.tensor([PROMPT]), 4, repeats=1, kernels="column")
     assert len(curve) == 4 and min(curve) > 0
     assert calls["column"] == [1, 2, 3, 4] * 2  # m = 1 .. 4 in the warm-up sweep and the timed one
     assert "forward" not in vars(target.get_output_embeddings())
@@ -405,14 +532,14 @@ def test_the_cost_probe_times_the_engines_forms(calls):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("head_kernel", "column_rows", "rows_rows"),
+    ("kernel", "column_rows", "rows_rows"),
     [("column", [1, 2, 3, 4, 5], []), ("linear", [], []), ("rows", [], [1, 2, 3, 4, 5])],
 )
-def test_the_rows_record_which_verify_blocks_ran_which_form(bench, pytester, head_kernel, column_rows, rows_rows):
-    if head_kernel == "rows" and few_rows.kernel() is None:
+def test_the_rows_record_which_verify_blocks_ran_which_form(bench, pytester, kernel, column_rows, rows_rows):
+    if kernel == "rows" and few_rows.kernel() is None:
         pytest.skip(f"the few-rows kernel is not built here: {few_rows.unavailable_reason()}")
     result = bench(
-        f"--specbench-head-kernel={head_kernel}",
+        f"--specbench-kernels={kernel}",
         "--specbench-engine=native,hf",
         "--specbench-k=1,4",
         "--specbench-prompts=natural",

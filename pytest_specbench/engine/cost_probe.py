@@ -18,7 +18,7 @@ from .compiled_steps import one_token_step
 from .drafters import Drafter
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from .timing import DeviceClock
-from .verify_forms import settle_verify_forms, verify_forms
+from .verify_forms import KernelForms, kernel_forms
 
 
 def _prefilled(model: PreTrainedModel, input_ids: torch.Tensor, static_length: int | None = None, role: str = "target"):
@@ -40,21 +40,23 @@ def verify_costs(
     input_ids: torch.Tensor,
     max_positions: int,
     repeats: int = 5,
-    head_kernel: str = "auto",
+    kernels: KernelForms | str = "auto",
     compile_length: int | None = None,
 ) -> list[float]:
     """Seconds of one target pass over m new positions after the prompt, m = 1 .. max_positions (median).
 
-    The linear layers run as in the engine's verify pass (``head_kernel``, see
-    :mod:`~pytest_specbench.engine.verify_forms`), their forms settled before the sweeps.
+    The linear layers run as in the engine's verify pass (``kernels``: the model's
+    :class:`~pytest_specbench.engine.verify_forms.KernelForms`, or a setting for forms of this call), their forms
+    settled before the sweeps.
     """
+    forms = kernel_forms(model, kernels)
     clock = DeviceClock(model.device)
     static_length = None if compile_length is None else max(compile_length, input_ids.shape[1] + max_positions)
     cache = _prefilled(model, input_ids, static_length)
     prompt_length = cache_length(cache)
     samples: dict[int, list[float]] = {m: [] for m in range(1, max_positions + 1)}
-    settle_verify_forms(model, max_positions, head_kernel)
-    with verify_forms(model, head_kernel):
+    forms.settle(max_positions)
+    with forms.applied():
         for repeat in range(repeats + 1):  # the first sweep warms up and is not kept
             for m in samples:
                 block = _filler(input_ids, m)
@@ -69,19 +71,22 @@ def verify_costs(
 
 @torch.inference_mode()
 def own_kernel_step_costs(
-    model: PreTrainedModel, input_ids: torch.Tensor, head_kernel: str = "auto", repeats: int = 5
+    model: PreTrainedModel, input_ids: torch.Tensor, kernels: KernelForms | str = "auto", repeats: int = 5
 ) -> tuple[float, float]:
-    """Seconds of one one-row decode step in the engine's forms and in the model's own (transformers') kernels,
-    timed in turn (medians): their ratio is what the kernels gain, a figure apart from any speedup."""
+    """Seconds of one one-row decode step in the engine's forms (``kernels``) and in the model's own
+    (transformers') kernels, timed in turn (medians): their ratio is what the kernels gain, a figure apart from
+    any speedup."""
+    forms = kernel_forms(model, kernels)
+    own = KernelForms(model, "linear")
     clock = DeviceClock(model.device)
     cache = _prefilled(model, input_ids)
     prompt_length = cache_length(cache)
-    settle_verify_forms(model, 1, head_kernel)
+    forms.settle(1)
     samples: dict[bool, list[float]] = {True: [], False: []}
     feed = input_ids[:, -1:]
     for repeat in range(repeats + 1):  # the first round warms up and is not kept
         for engine_forms in (True, False):
-            with verify_forms(model, head_kernel if engine_forms else "linear"):
+            with (forms if engine_forms else own).applied():
                 start = clock.now()
                 model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1)
                 elapsed = clock.now() - start

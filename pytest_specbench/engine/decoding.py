@@ -13,12 +13,14 @@ distributed as the target's samples. Usage: docs/library.md; sampling: docs/samp
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from transformers import Cache, PreTrainedModel
 
+from . import few_rows
 from .acceptance import block_limit, greedy_accepted
 from .compiled_steps import one_token_step
 from .drafters import Drafter, as_drafter
@@ -28,7 +30,7 @@ from .sampling import GREEDY, SamplingParams, accept_draft, next_token, sampling
 from .schedules import ConstantSchedule, DraftSchedule
 from .stats import DecodeStats, GenerationResult, record_step, record_step_times, record_verify_step
 from .timing import DeviceClock
-from .verify_forms import settle_verify_forms, verify_forms
+from .verify_forms import KernelForms, kernel_forms
 
 __all__ = ["GreedyStepper", "greedy_generate", "speculative_generate"]
 
@@ -41,6 +43,23 @@ def _cut_at_eos(tokens: torch.Tensor, eos_token_id: int | None) -> tuple[torch.T
     if hits.numel() == 0:
         return tokens, False
     return tokens[: int(hits[0, 0]) + 1], True
+
+
+def _kernels_given(kernels: KernelForms | str, head_kernel: str | None) -> KernelForms | str:
+    """``kernels``, or the deprecated ``head_kernel=`` (its earlier name) where a caller still passes that."""
+    if head_kernel is None:
+        return kernels
+    if not (isinstance(kernels, str) and kernels == "auto"):
+        raise TypeError("kernels= and head_kernel= (its earlier, deprecated name) were both given; give kernels=")
+    warnings.warn("head_kernel= is deprecated: its name is now kernels=", DeprecationWarning, stacklevel=3)
+    return head_kernel
+
+
+def _longest_block(schedule: DraftSchedule, max_new_tokens: int) -> int:
+    """The most rows a verify pass of the run can hold: k + 1 for a constant k, else (a schedule) the few-rows
+    kernel's most; never more than the new tokens."""
+    longest = schedule.k + 1 if isinstance(schedule, ConstantSchedule) else few_rows.MAX_ROWS
+    return max(1, min(longest, max_new_tokens))
 
 
 def _target_cache(model: PreTrainedModel, length: int, compile_steps: bool) -> Cache:
@@ -59,8 +78,9 @@ def greedy_generate(
     top_k: int = 0,
     generator: torch.Generator | None = None,
     eos_token_id: int | None = None,
-    head_kernel: str = "auto",
+    kernels: KernelForms | str = "auto",
     compile_steps: bool = False,
+    head_kernel: str | None = None,
 ) -> GenerationResult:
     """Target-only decoding with a KV cache: the baseline.
 
@@ -70,13 +90,16 @@ def greedy_generate(
     samples each token from the target's distribution after temperature, top-k
     and top-p, as ``model.generate(do_sample=True)`` does, drawing from ``generator``.
 
-    ``head_kernel``: the linear layers' forms, as in :func:`speculative_generate`. The default, ``"auto"``,
+    ``kernels``: the linear layers' forms, as in :func:`speculative_generate`. The default, ``"auto"``,
     settles the one-row forms first, so the baseline runs the kernels a speculative run's passes run
-    (:mod:`.verify_forms`); ``"linear"`` keeps the model's own, as ``model.generate`` runs.
+    (:mod:`.verify_forms`); ``"linear"`` keeps the model's own, as ``model.generate`` runs. Pass the model's
+    :class:`~.verify_forms.KernelForms` to reuse what it settled, and share it with the speculative runs
+    (``head_kernel=`` is the deprecated earlier name of ``kernels=``).
     ``compile_steps=True`` runs the one-token steps through ``torch.compile`` on a static cache
     (:mod:`~pytest_specbench.engine.compiled_steps`).
     """
-    settle_verify_forms(model, 1, head_kernel)
+    forms = kernel_forms(model, _kernels_given(kernels, head_kernel))
+    forms.settle(1)
     stepper = GreedyStepper(
         model,
         input_ids,
@@ -88,7 +111,7 @@ def greedy_generate(
     )
     clock = DeviceClock(model.device)
     stats = DecodeStats()
-    with verify_forms(model, head_kernel):
+    with forms.applied():
         start = clock.now()
         while not stepper.done:
             stepper.step()
@@ -352,9 +375,10 @@ def speculative_generate(
     top_k: int = 0,
     generator: torch.Generator | None = None,
     eos_token_id: int | None = None,
-    head_kernel: str = "auto",
+    kernels: KernelForms | str = "auto",
     compile_steps: bool = False,
     between_steps: Callable[[float], None] | None = None,
+    head_kernel: str | None = None,
 ) -> GenerationResult:
     """Speculative decoding: greedy, equal to the target's greedy output, or sampled, distributed as its samples.
 
@@ -364,7 +388,10 @@ def speculative_generate(
     the accepted prefix plus the target's next token, until ``max_new_tokens`` or just after ``eos_token_id``.
     ``temperature > 0`` samples (:func:`~pytest_specbench.engine.sampling.accept_draft`), ``top_p``/``top_k`` filter
     both models' logits as ``model.generate`` does, and a seeded ``generator`` makes it reproducible.
-    ``head_kernel``: the target's linear layers' forms (:mod:`~pytest_specbench.engine.verify_forms`);
+    ``kernels``: the target's linear layers' forms (:mod:`~pytest_specbench.engine.verify_forms`): the target's
+    :class:`~.verify_forms.KernelForms`, run as settled, or a setting (``"auto"``, ``"rows"``, ``"column"``,
+    ``"linear"``) for forms of this call alone, ``auto``'s settled first for every block the run can verify
+    (``head_kernel=`` is the deprecated earlier name of ``kernels=``);
     ``compile_steps=True``: static caches and compiled draft steps (:mod:`~pytest_specbench.engine.compiled_steps`);
     ``between_steps(seconds)`` runs after the prefill and each step, untimed (the interleaved baseline runs there,
     with the target's linear layers in the same forms).
@@ -374,8 +401,12 @@ def speculative_generate(
         target, draft, k, input_ids, max_new_tokens, sampling, generator, eos_token_id, compile_steps
     )
     prompt_length = ids.shape[1]
+    given = _kernels_given(kernels, head_kernel)
+    forms = kernel_forms(target, given)
+    if forms is not given:  # this call's own forms: settled here, before the clock starts
+        forms.settle(_longest_block(run.schedule, max_new_tokens))
     # An interleaved baseline's steps run in between, under the same forms: equal kernels on both sides.
-    with verify_forms(target, head_kernel):
+    with forms.applied():
         start = run.clock.now()
         ids, paused = _decode(run, ids, prompt_length + max_new_tokens, start, between_steps)
     stats = run.stats

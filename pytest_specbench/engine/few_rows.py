@@ -14,7 +14,7 @@ It is compiled on first use (``torch.utils.cpp_extension``, a C++ compiler and n
 this CPU's instruction set, or AVX2's under ``ATEN_CPU_CAPABILITY=avx2``) and cached per source,
 flags, CPU and torch version. Where it cannot be
 built, :func:`kernel` returns None and :func:`unavailable_reason` says why: the engine then keeps
-torch's kernels.
+torch's kernels, and each model's forms say so (``verify_forms.KernelForms.few_rows_fallback``).
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-#: how the native engine computes the linear layers of the target's multi-row passes (engine/verify_forms.py):
-#: ``auto``, the measured-fastest form per layer shape and row count; ``rows``, the few-rows kernel wherever it
-#: applies (float32 on CPU); ``column``, the output head as ``weight @ hidden.T``; ``linear``, the model's own
-HEAD_KERNELS: tuple[str, ...] = ("auto", "rows", "column", "linear")
+#: the kernel settings (--specbench-kernels): how the native engine computes every linear layer of the target's
+#: passes, one-row steps included (engine/verify_forms.py): ``auto``, the measured-fastest form per layer shape and
+#: row count; ``rows``, the few-rows kernel wherever it applies (float32 and bfloat16 on CPU); ``column``, the
+#: output head as ``weight @ hidden.T``; ``linear``, the model's own
+KERNELS: tuple[str, ...] = ("auto", "rows", "column", "linear")
 
 #: the k values that name a draft-length schedule instead of a constant k (engine/schedules.py):
 #: ``auto``, the cost model's choice per step; ``heuristic``, transformers' own schedule

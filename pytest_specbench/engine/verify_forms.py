@@ -2,19 +2,22 @@
 
 A decode step reads every weight once; a verify pass reads the same weights for a few positions, so at
 memory speed it costs about one step. torch's own kernels fall short of that on some CPUs (docs/engines.md,
-"The verify pass's kernels"). Within :func:`verify_forms`, each plain ``torch.nn.Linear`` of the model runs
-a call of up to 32 rows in one of three forms, all computing the same dot products (the last bits may round
-differently, as a one-row and a many-row pass do; the lossless check covers every form):
+"The verify pass's kernels"). Within :meth:`KernelForms.applied`, each plain ``torch.nn.Linear`` of the model
+runs a call of up to 32 rows in one of three forms, all computing the same dot products (the last bits may
+round differently, as a one-row and a many-row pass do; the lossless check covers every form):
 
 - ``own``: the model's own ``linear``;
 - ``rows``: the few-rows kernel (:mod:`.few_rows`; float32 and bfloat16 on CPU, 1 to 32 rows);
 - ``column``: ``weight @ hidden.T`` (the output head only, :mod:`.output_head`).
 
-``kernel="auto"`` uses, per (weight shape, dtype, row count), the form measured fastest by
-:func:`settle_verify_forms`, before any timed run: each applicable form runs over every layer of that
-shape (so weights come from memory, as in a pass), interleaved, median of 3 after a warm-up. A row
-count not settled keeps ``own``. ``"rows"`` and ``"column"`` force their form where it applies,
-``"linear"`` keeps the model's own kernels.
+A :class:`KernelForms` is one model's forms under one kernel setting (``--specbench-kernels``, :data:`.names.KERNELS`),
+an object its model's owner keeps (the measure layer's model store keeps one per loaded target; a library caller
+may pass one to :func:`~.decoding.greedy_generate` and :func:`~.decoding.speculative_generate`, or a setting's
+name for forms of that call alone). It holds its choices; nothing is kept at module level, so settling one model
+never changes another's forms. ``"auto"`` uses, per (weight shape, dtype, row count), the form measured fastest by
+:meth:`KernelForms.settle`, before any timed run: each applicable form runs over every layer of that shape (so
+weights come from memory, as in a pass), interleaved, median of 3 after a warm-up. A row count not settled keeps
+``own``. ``"rows"`` and ``"column"`` force their form where it applies, ``"linear"`` keeps the model's own kernels.
 
 One-row calls settle and run exactly as multi-row calls do, so the greedy baseline's steps and the
 speculative run's passes use the same kernels: a speedup then measures speculation, not a kernel.
@@ -24,40 +27,30 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import weakref
 from collections.abc import Callable, Iterator
 
 import torch
-from transformers import PreTrainedModel
 
 from . import few_rows
-from .names import HEAD_KERNELS
+from .names import KERNELS
 from .output_head import column_logits
 from .timing import DeviceClock
 
-__all__ = [
-    "HEAD_KERNELS",
-    "column_head_rows",
-    "few_rows_rows",
-    "form_choices",
-    "settle_verify_forms",
-    "verify_forms",
-]
+__all__ = ["KERNELS", "KernelForms", "kernel_forms"]
 
 OWN, ROWS, COLUMN = "own", "rows", "column"
+AUTO, LINEAR = "auto", "linear"
 #: forms a forced kernel uses where it applies
 _FORCED = {"rows": ROWS, "column": COLUMN}
 _REPEATS = 3
 
 # (weight shape, dtype, is the head) of a layer group
 _Group = tuple[tuple[int, ...], torch.dtype, bool]
-# model -> {(group, row count): form}
-_choices: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[_Group, int], str]] = weakref.WeakKeyDictionary()
 
 
 def _check_kernel(kernel: str) -> None:
-    if kernel not in HEAD_KERNELS:
-        raise ValueError(f"verify kernel must be one of {', '.join(HEAD_KERNELS)}, got {kernel!r}")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel setting must be one of {', '.join(KERNELS)}, got {kernel!r}")
 
 
 def _patchable(module: torch.nn.Module | None) -> bool:
@@ -66,7 +59,7 @@ def _patchable(module: torch.nn.Module | None) -> bool:
     return type(module) is torch.nn.Linear and module.weight.is_floating_point() and "forward" not in vars(module)
 
 
-def _layers(model: PreTrainedModel) -> dict[_Group, list[torch.nn.Linear]]:
+def _layers(model: torch.nn.Module) -> dict[_Group, list[torch.nn.Linear]]:
     """The model's patchable linear layers, grouped by (weight shape, dtype, is the head)."""
     head = model.get_output_embeddings()
     groups: dict[_Group, list[torch.nn.Linear]] = {}
@@ -112,89 +105,136 @@ def _fastest(layers: list[torch.nn.Linear], forms: list[str], rows: int) -> str:
     return min(forms, key=lambda form: statistics.median(times[form]))
 
 
-@torch.inference_mode()
-def settle_verify_forms(model: PreTrainedModel, max_rows: int, kernel: str = "auto") -> None:
-    """Under ``auto``, measure every (layer group, row count 1 .. ``max_rows``) not measured yet, so that no
-    timed run measures one."""
-    _check_kernel(kernel)
-    if kernel != "auto":
-        return
-    table = _choices.setdefault(model, {})
-    for group, layers in _layers(model).items():
-        for rows in range(1, max_rows + 1):
-            if (group, rows) not in table:
-                table[group, rows] = _fastest(layers, _applicable(group, layers[0], rows), rows)
+class KernelForms:
+    """One model's linear layers' forms under one kernel setting: its choices, settled by measurement under
+    ``auto``, and the patch that runs them for the duration of a pass (:meth:`applied`).
 
-
-def _form(kernel: str, table: dict, group: _Group, layer: torch.nn.Linear, rows: int) -> str:
-    if kernel == "auto":
-        return table.get((group, rows), OWN)
-    forced = _FORCED.get(kernel, OWN)
-    return forced if forced in _applicable(group, layer, rows) else OWN
-
-
-def form_choices(model: PreTrainedModel, kernel: str = "auto", max_rows: int = few_rows.MAX_ROWS + 1) -> dict:
-    """``{(weight shape, dtype name, is the head): {row count: form}}`` for row counts 1 .. ``max_rows``."""
-    _check_kernel(kernel)
-    table = _choices.get(model, {})
-    return {
-        (group[0], str(group[1]).removeprefix("torch."), group[2]): {
-            rows: _form(kernel, table, group, layers[0], rows) for rows in range(1, max_rows + 1)
-        }
-        for group, layers in _layers(model).items()
-    }
-
-
-def _rows_using(model: PreTrainedModel, kernel: str, max_rows: int, form: str, head_only: bool) -> list[int]:
-    chosen = form_choices(model, kernel, max_rows) if kernel != "linear" else {}
-    return sorted(
-        {rows for group, forms in chosen.items() if group[2] or not head_only for rows, f in forms.items() if f == form}
-    )
-
-
-def column_head_rows(model: PreTrainedModel, kernel: str, max_rows: int) -> list[int]:
-    """The row counts 1 .. ``max_rows`` whose output head runs as ``weight @ hidden.T``."""
-    return _rows_using(model, kernel, max_rows, COLUMN, head_only=True)
-
-
-def few_rows_rows(model: PreTrainedModel, kernel: str, max_rows: int) -> list[int]:
-    """The row counts 1 .. ``max_rows`` at which some linear layer runs the few-rows kernel."""
-    return _rows_using(model, kernel, max_rows, ROWS, head_only=False)
-
-
-def _patched_forward(layer: torch.nn.Linear, group: _Group, kernel: str, table: dict) -> Callable:
-    own = layer.forward
-    # A forced kernel's forms are fixed now, so that a compiled step traces a lookup, not the kernel's build.
-    forced = (
-        {}
-        if kernel == "auto"
-        else {rows: _form(kernel, table, group, layer, rows) for rows in range(1, few_rows.MAX_ROWS + 1)}
-    )
-
-    def forward(hidden: torch.Tensor) -> torch.Tensor:
-        rows = hidden.numel() // hidden.shape[-1]
-        form = table.get((group, rows), OWN) if kernel == "auto" else forced.get(rows, OWN)
-        return _call(form, layer, hidden, own)
-
-    return forward
-
-
-@contextlib.contextmanager
-def verify_forms(model: PreTrainedModel, kernel: str = "auto") -> Iterator[None]:
-    """Within the block, calls of ``model``'s linear layers use the kernel's forms (see above).
-
-    Leaves alone layers that are not a plain float ``torch.nn.Linear`` (quantised ones, say), and every
-    layer inside an enclosing ``verify_forms`` of the same model.
+    ``kernel`` is one of :data:`.names.KERNELS` (``--specbench-kernels``). The object belongs with its model:
+    whoever owns the model keeps one per model and setting, so that what :meth:`settle` measured serves every
+    later run of that model, and no other model's.
     """
-    _check_kernel(kernel)
-    patched: dict[torch.nn.Linear, Callable] = {}
-    if kernel != "linear":
-        table = _choices.setdefault(model, {})
-        for group, layers in _layers(model).items():
-            for layer in layers:
-                patched[layer] = layer.forward = _patched_forward(layer, group, kernel, table)
-    try:
-        yield
-    finally:
-        for layer in patched:
-            vars(layer).pop("forward", None)
+
+    def __init__(self, model: torch.nn.Module, kernel: str = AUTO) -> None:
+        _check_kernel(kernel)
+        self.model = model
+        self.kernel = kernel
+        # {(layer group, row count): form}, under auto: what settle() measured
+        self._chosen: dict[tuple[_Group, int], str] = {}
+
+    def __repr__(self) -> str:
+        return f"KernelForms({type(self.model).__name__}, kernel={self.kernel!r}, settled={len(self._chosen)})"
+
+    @torch.inference_mode()
+    def settle(self, max_rows: int) -> None:
+        """Under ``auto``, measure every (layer group, row count 1 .. ``max_rows``) not measured yet, so that no
+        timed run measures one; any other setting has nothing to measure."""
+        if self.kernel != AUTO:
+            return
+        for group, layers in _layers(self.model).items():
+            for rows in range(1, max_rows + 1):
+                if (group, rows) not in self._chosen:
+                    self._chosen[group, rows] = _fastest(layers, _applicable(group, layers[0], rows), rows)
+
+    def _form(self, group: _Group, layer: torch.nn.Linear, rows: int) -> str:
+        if self.kernel == AUTO:
+            return self._chosen.get((group, rows), OWN)
+        forced = _FORCED.get(self.kernel, OWN)
+        return forced if forced in _applicable(group, layer, rows) else OWN
+
+    def choices(self, max_rows: int = few_rows.MAX_ROWS + 1) -> dict:
+        """``{(weight shape, dtype name, is the head): {row count: form}}`` for row counts 1 .. ``max_rows``."""
+        return {
+            (group[0], str(group[1]).removeprefix("torch."), group[2]): {
+                rows: self._form(group, layers[0], rows) for rows in range(1, max_rows + 1)
+            }
+            for group, layers in _layers(self.model).items()
+        }
+
+    def _rows_using(self, max_rows: int, form: str, head_only: bool) -> list[int]:
+        chosen = self.choices(max_rows)
+        return sorted(
+            {
+                rows
+                for group, forms in chosen.items()
+                if group[2] or not head_only
+                for rows, f in forms.items()
+                if f == form
+            }
+        )
+
+    def column_head_rows(self, max_rows: int) -> list[int]:
+        """The row counts 1 .. ``max_rows`` whose output head runs as ``weight @ hidden.T``."""
+        return self._rows_using(max_rows, COLUMN, head_only=True)
+
+    def few_rows_rows(self, max_rows: int) -> list[int]:
+        """The row counts 1 .. ``max_rows`` at which some linear layer runs the few-rows kernel."""
+        return self._rows_using(max_rows, ROWS, head_only=False)
+
+    @property
+    def wants_few_rows(self) -> bool:
+        """Whether this setting would run the few-rows kernel somewhere in this model: ``auto`` or ``rows``, and
+        a plain linear layer whose weights it computes."""
+        return self.kernel in (AUTO, ROWS) and few_rows.applies_to(self.model)
+
+    def few_rows_fallback(self) -> str | None:
+        """Why the few-rows kernel this setting asks for (:attr:`wants_few_rows`) is not running: it could not be
+        built here (:func:`.few_rows.unavailable_reason`), so its layers keep the other forms (``rows`` forced:
+        the model's own). None where it is built, or where nothing asks for it."""
+        return few_rows.unavailable_reason() if self.wants_few_rows else None
+
+    @property
+    def few_rows_kernel(self) -> str:
+        """A row's ``few_rows_kernel``: ``"built"``, why it is not (:meth:`few_rows_fallback`), or ``""`` where
+        this setting and model have no use for it."""
+        return (self.few_rows_fallback() or "built") if self.wants_few_rows else ""
+
+    def _patched_forward(self, layer: torch.nn.Linear, group: _Group) -> Callable:
+        own = layer.forward
+        table = self._chosen
+        if self.kernel == AUTO:
+
+            def forward(hidden: torch.Tensor) -> torch.Tensor:
+                return _call(table.get((group, hidden.numel() // hidden.shape[-1]), OWN), layer, hidden, own)
+
+            return forward
+        # A forced kernel's forms are fixed now, so that a compiled step traces a lookup, not the kernel's build.
+        forced = {rows: self._form(group, layer, rows) for rows in range(1, few_rows.MAX_ROWS + 1)}
+
+        def forced_forward(hidden: torch.Tensor) -> torch.Tensor:
+            return _call(forced.get(hidden.numel() // hidden.shape[-1], OWN), layer, hidden, own)
+
+        return forced_forward
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[KernelForms]:
+        """Within the block, calls of the model's linear layers use this setting's forms (see the module notes);
+        after it, the layers are the model's own again, even after an error.
+
+        Leaves alone layers that are not a plain float ``torch.nn.Linear`` (quantised ones, say), and every
+        layer an enclosing block (of this object or another of the same model) already holds.
+        """
+        patched: list[torch.nn.Linear] = []
+        try:
+            if self.kernel != LINEAR:
+                for group, layers in _layers(self.model).items():
+                    for layer in layers:
+                        layer.forward = self._patched_forward(layer, group)
+                        patched.append(layer)
+            yield self
+        finally:
+            for layer in patched:
+                vars(layer).pop("forward", None)
+
+
+def kernel_forms(model: torch.nn.Module, kernels: KernelForms | str) -> KernelForms:
+    """``kernels`` itself where it is a :class:`KernelForms` (of ``model``: ValueError otherwise), else new forms
+    of ``model`` under that setting, for one call (nothing settled yet)."""
+    if isinstance(kernels, KernelForms):
+        if kernels.model is not model:
+            raise ValueError(
+                f"these kernel forms belong to another model ({type(kernels.model).__name__} object at "
+                f"{id(kernels.model):#x}); accepted: the forms of the model passed, or a kernel setting "
+                f"({', '.join(KERNELS)})"
+            )
+        return kernels
+    return KernelForms(model, kernels)

@@ -11,7 +11,6 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from ..engine import few_rows
 from ..engine.bandwidth import effective_gbps, memory_read_gbps, weight_bytes
 from ..engine.compiled_steps import one_token_step
 from ..engine.cost_model import (
@@ -28,7 +27,7 @@ from ..engine.drafters import Drafter
 from ..engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
 from ..engine.stats import GenerationResult
 from ..engine.timing import DeviceClock
-from ..engine.verify_forms import column_head_rows, few_rows_rows, settle_verify_forms, verify_forms
+from ..engine.verify_forms import KernelForms, kernel_forms
 
 #: the longest k the cost probe covers when a schedule chooses k (auto, heuristic)
 SCHEDULE_MAX_K = 16
@@ -116,7 +115,7 @@ def draft_pass_costs(
     input_ids: torch.Tensor,
     repeats: int = 7,
     compile_length: int | None = None,
-    head_kernel: str = "auto",
+    kernels: KernelForms | str = "auto",
 ) -> tuple[float, float | None, float | None]:
     """Seconds of the draft's one-position pass, its two-position pass and the target's one-position pass (medians),
     the three timed in turn within each repeat, so that their ratios compare passes of the same moment.
@@ -154,7 +153,7 @@ def draft_pass_costs(
     }
     samples: dict[str, list[float]] = {name: [] for name in passes}
     # The target's linear layers in the engine's forms, as in a run (its one-row step is the unit of c).
-    with verify_forms(target_model, head_kernel):
+    with kernel_forms(target_model, kernels).applied():
         for repeat in range(repeats + 1):  # the first round warms up (and compiles) and is not kept
             for name, run in passes.items():
                 start = clock.now()
@@ -172,37 +171,39 @@ def measure_costs(
     drafter: Drafter,
     input_ids: torch.Tensor,
     max_positions: int,
-    head_kernel: str = "auto",
+    kernels: KernelForms | str = "auto",
     compile_length: int | None = None,
     head_rows: int | None = None,
 ) -> CostProfile:
     """The cost model's inputs for one pair: v(1) .. v(max_positions), the draft's one- and two-position passes
     (with the target's one-position pass timed in turn with them), the pass sizes (1 .. ``head_rows``) whose
     linear layers run other forms than the model's own, every one settled here before any timed run, and the
-    figures of the target's passes against memory (:func:`bandwidth_fields`)."""
+    figures of the target's passes against memory (:func:`bandwidth_fields`). ``kernels``: the target's
+    :class:`~..engine.verify_forms.KernelForms` (its owner's, which the runs then use as settled here), or a
+    setting for forms of this call."""
+    forms = kernel_forms(target_model, kernels)
     head_rows = max(head_rows or 0, max_positions)
-    settle_verify_forms(target_model, head_rows, head_kernel)
-    curve = verify_costs(target_model, input_ids, max_positions, head_kernel=head_kernel, compile_length=compile_length)
+    forms.settle(head_rows)
+    curve = verify_costs(target_model, input_ids, max_positions, kernels=forms, compile_length=compile_length)
     one, two, reference = draft_pass_costs(
-        target_model, drafter, input_ids, compile_length=compile_length, head_kernel=head_kernel
+        target_model, drafter, input_ids, compile_length=compile_length, kernels=forms
     )
     engine_step = own_step = None
-    if head_kernel != "linear":  # otherwise both are the model's own
-        engine_step, own_step = own_kernel_step_costs(target_model, input_ids, head_kernel)
+    if forms.kernel != "linear":  # otherwise both are the model's own
+        engine_step, own_step = own_kernel_step_costs(target_model, input_ids, forms)
     nbytes = weight_bytes(target_model)
-    wanted = head_kernel in ("auto", "rows") and few_rows.applies_to(target_model)
     return CostProfile(
         verify_costs_s=curve,
         draft_token_s=one,
-        column_head_rows=column_head_rows(target_model, head_kernel, head_rows),
-        few_rows_rows=few_rows_rows(target_model, head_kernel, head_rows),
+        column_head_rows=forms.column_head_rows(head_rows),
+        few_rows_rows=forms.few_rows_rows(head_rows),
         draft_catch_up_s=two,
         draft_reference_s=reference,
         own_step_s=own_step,
         engine_step_s=engine_step,
         weight_bytes=nbytes,
         memory_read_gbps=memory_read_gbps(target_model.device, nbytes),
-        few_rows_kernel=(few_rows.unavailable_reason() or "built") if wanted else "",
+        few_rows_kernel=forms.few_rows_kernel,
     )
 
 

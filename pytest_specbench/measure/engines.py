@@ -19,6 +19,7 @@ from ..engine.names import AUTO, HEURISTIC
 from ..engine.sampling import SamplingParams
 from ..engine.schedules import CostModelSchedule, DraftSchedule, HeuristicSchedule
 from ..engine.stats import GenerationResult
+from ..engine.verify_forms import KernelForms
 from ..settings.config import SpecbenchConfig
 from ..settings.options import ENGINE_NAMES
 from .costs import CostProfile
@@ -41,7 +42,7 @@ class RunInputs:
     costs: CostProfile
     sampling: SamplingParams
     generator: torch.Generator | None = None
-    head_kernel: str = "auto"
+    kernels: KernelForms | str = "auto"  # the target's forms (its store's), or a setting for forms of each run
     compile_steps: bool = False
 
 
@@ -73,7 +74,7 @@ def _native(case: Case, run: RunInputs) -> SpeculativeRun:
         run.max_new_tokens,
         eos_token_id=run.eos_token_id,
         generator=run.generator,
-        head_kernel=run.head_kernel,
+        kernels=run.kernels,
         compile_steps=run.compile_steps,
         between_steps=between_steps,
         **sampling_kwargs(run.sampling),
@@ -167,9 +168,10 @@ class Engine:
                 )
         return self.pair_refusal(case, drafter, target)
 
-    def baseline_kernel(self, head_kernel: str) -> str:
-        """The kernel forms of this engine's greedy baseline, given the run's ``--specbench-head-kernel``."""
-        return "linear" if self.own_kernels else head_kernel
+    def baseline_kernels(self, kernels: KernelForms) -> KernelForms | str:
+        """The kernel forms of this engine's greedy baseline, given the target's forms under the run's
+        ``--specbench-kernels``: those, or the model's own (``"linear"``) where its runs keep them."""
+        return "linear" if self.own_kernels else kernels
 
 
 #: every engine by name: the names are settings/options.py's ENGINE_NAMES, which the option parser accepts

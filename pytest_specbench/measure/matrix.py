@@ -67,7 +67,7 @@ class Case:
         above 1 has a baseline of its own (the target's batched decoding), hence a block of its own (``/b{B}``);
         so has a dtype (``/bfloat16``): each case's speedup is against the target's baseline in its own dtype; and
         an engine other than native (``/hf``): its baseline runs the model's own kernels, as its runs do, so that a
-        speedup compares equal kernels (measure/engines.py ``Engine.baseline_kernel``)."""
+        speedup compares equal kernels (measure/engines.py ``Engine.baseline_kernels``)."""
         dtype = "" if self.dtype == "float32" else f"/{self.dtype}"
         engine = "" if self.engine == "native" else f"/{self.engine}"
         return f"{target_of(self.pair)}{dtype}:{self.prompt.id}" + (f"/b{self.batch}" if self.batched else "") + engine

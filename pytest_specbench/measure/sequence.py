@@ -16,6 +16,7 @@ from ..engine.names import HEURISTIC
 from ..engine.sampling import SamplingParams
 from ..engine.stats import GenerationResult
 from ..engine.timing import DeviceClock
+from ..engine.verify_forms import KernelForms
 from ..models.base import NotApplicable, context_window
 from ..models.loading import LoadedModel
 from .blocks import interleaved_pair
@@ -109,13 +110,12 @@ class SequenceRun(CaseRun):
         head_rows = max(longest + 1, n if HEURISTIC in config.ks else 0)
         compile_length = int(input_ids.shape[1]) + n if config.compile_steps else None
         costs_key = case.key(
-            "pair", "dtype", longest=longest, head_rows=head_rows, kernel=config.head_kernel, compiled=compile_length
+            "pair", "dtype", longest=longest, head_rows=head_rows, kernel=config.kernels, compiled=compile_length
         )
+        forms = store.kernel_forms(target, config.kernels)
         costs = shared.costs(
             costs_key,
-            lambda: measure_costs(
-                target.model, drafter, input_ids, longest + 1, config.head_kernel, compile_length, head_rows
-            ),
+            lambda: measure_costs(target.model, drafter, input_ids, longest + 1, forms, compile_length, head_rows),
         )
         self.setup = SequenceSetup(target, drafter, input_ids, n, eos, sampling, reference, costs, costs_key)
 
@@ -127,6 +127,11 @@ class SequenceRun(CaseRun):
             return setup.reference
         n, eos = setup.max_new_tokens, setup.eos_token_id
         return self.context.store.reference(self.reference_key(n, eos), case.pair, setup.input_ids, n, eos, self.dtype)
+
+    @property
+    def kernels(self) -> KernelForms:
+        """The target's kernel forms under ``--specbench-kernels``: its store's, one object per loaded target."""
+        return self.context.store.kernel_forms(self.setup.target, self.context.config.kernels)
 
     def reference_key(self, max_new_tokens: int, eos_token_id: int | None) -> tuple:
         """Its reference's key: the target's greedy tokens for this input, shared by every pair of the target."""
@@ -144,7 +149,7 @@ class SequenceRun(CaseRun):
             setup.costs,
             setup.sampling,
             torch.Generator().manual_seed(config.seed + 1),
-            config.head_kernel,
+            self.kernels,
             config.compile_steps,
         )
         return speculative_runner(self.case, inputs)
@@ -158,7 +163,7 @@ class SequenceRun(CaseRun):
             setup.max_new_tokens,
             eos_token_id=setup.eos_token_id,
             generator=generator,
-            head_kernel=ENGINES[self.case.engine].baseline_kernel(config.head_kernel),
+            kernels=ENGINES[self.case.engine].baseline_kernels(self.kernels),
             compile_steps=config.compile_steps,
             **sampling_kwargs(setup.sampling),
         )

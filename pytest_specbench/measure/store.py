@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from ..engine.drafters import Drafter
+from ..engine.verify_forms import KernelForms
 from ..models.loading import LoadedModel, load_model
 from .drafter_kinds import kind_of
 from .matrix import Case
@@ -33,6 +34,7 @@ class ModelStore:
         self._drafters: dict[tuple[str, str], Drafter] = {}
         self._overlaps: dict[str, float] = {}  # by pair name
         self._references: dict[tuple, list[int]] = {}
+        self._kernel_forms: dict[tuple[int, str], KernelForms] = {}  # by (id of a loaded model, kernel setting)
 
     def dtype_for(self, case: Case) -> str:
         """The dtype a case's models run in: its pair's own, else the case's."""
@@ -54,6 +56,16 @@ class ModelStore:
 
     def target(self, pair: PairSpec, dtype: str | None = None) -> LoadedModel:
         return self.model(pair.target, pair.revision, self.pair_dtype(pair, dtype))
+
+    def kernel_forms(self, loaded: LoadedModel, kernel: str) -> KernelForms:
+        """The kernel forms of a model this store loaded (a target) under ``kernel`` (``--specbench-kernels``): one
+        object per loaded model and setting, kept with the model for the session, so that what the cost probe
+        settles (measure/costs.py, before any timed run) serves every case of that model, and no other model's."""
+        key = (id(loaded.model), kernel)
+        forms = self._kernel_forms.get(key)
+        if forms is None or forms.model is not loaded.model:
+            forms = self._kernel_forms[key] = KernelForms(loaded.model, kernel)
+        return forms
 
     def drafter(self, pair: PairSpec, dtype: str | None = None) -> Drafter:
         """The pair's drafter in ``dtype`` (see :meth:`pair_dtype`); a drafter derived from the target (int8,

@@ -34,6 +34,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         else:
             group.addoption(option.cli, dest=option.dest, default=None, metavar=option.metavar, help=shown)
         parser.addini(option.dest, option.help, type="bool" if option.flag else "string")
+        for cli, dest in zip(option.alias_clis, option.alias_dests, strict=True):  # earlier names, still read
+            deprecated = f"deprecated: the earlier name of {option.cli}, read as it"
+            shape = {"action": "store_true"} if option.flag else {"metavar": option.metavar}
+            group.addoption(cli, dest=dest, default=None, help=deprecated, **shape)
+            parser.addini(dest, deprecated.replace(option.cli, option.dest), type="bool" if option.flag else "string")
 
 
 def pytest_configure(config: pytest.Config) -> None:

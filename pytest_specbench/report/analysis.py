@@ -40,6 +40,36 @@ def several_engines(results: Sequence[CaseResult]) -> bool:
     return len({row.engine for row in results}) > 1
 
 
+#: the verdicts :func:`speedup_left_out` reads: the output the target's own, and the output not the target's
+LOSSLESS, DIVERGED = "lossless", "diverged"
+#: why a row's speedup is left out besides its verdict: it has none, or it is above tau
+NO_SPEEDUP, SUSPECT = "no speedup", "suspect"
+
+
+def speedup_left_out(row: CaseResult, *, lossless_only: bool = False) -> str | None:
+    """Why ``row``'s decode speedup is not a measured one; None when it is. The one rule every ranking reads (the
+    answer, the view against float32 greedy, the leaderboard view, the best rows of the tables and findings), so
+    that none of them ranks, recommends or averages a speedup another leaves out.
+
+    - its verdict, when it ``diverged``: a speedup bought with output other than the target's is no speedup (a
+      tie-divergence, a near-tie under half precision, counts; so does ``not-checked``, the hf engine under
+      sampling); with ``lossless_only`` (the leaderboard view: only lossless cases, see docs/spec-bench.md) any
+      verdict but ``lossless``;
+    - :data:`NO_SPEEDUP`: no positive decode speedup (None, NaN, zero or below);
+    - :data:`SUSPECT`: a speedup above tau (results/invariants.py), which only unequal kernels in the two runs
+      explain. The answer and the view still list such a k apart, marked.
+
+    Round data, an elimination by the race and an unstable interval are no reason here: such a row is measured,
+    and the answer ranks it by what it has (slower, or not ranked for want of rounds).
+    """
+    if row.verdict == DIVERGED or (lossless_only and row.verdict != LOSSLESS):
+        return row.verdict
+    speedup = row.decode_speedup
+    if not (isinstance(speedup, (int, float)) and speedup > 0):  # NaN is not above 0
+        return NO_SPEEDUP
+    return SUSPECT if row.suspect else None
+
+
 def constant_k_rows(rows: Sequence[CaseResult]) -> list[CaseResult]:
     """The rows the k sweep and the cost model read: this package's engine at a constant k."""
     return [row for row in rows if isinstance(row.k, int) and row.engine == "native"]
@@ -121,6 +151,12 @@ class PromptAnalysis:
     predicted_curve: list[tuple[int, float]]  # (k, predicted decode speedup) for every k with a measured v(k+1)
 
 
+def best_row(rows: Sequence[CaseResult]) -> CaseResult:
+    """The row with the highest decode speedup among those whose speedup is measured (:func:`speedup_left_out`), or
+    among all where none is: what a table or a headline names best, with its verdict and marks beside it."""
+    return max([row for row in rows if speedup_left_out(row) is None] or rows, key=lambda row: row.decode_speedup)
+
+
 def pooled_alpha(rows: Sequence[CaseResult]) -> float | None:
     """The per-token acceptance estimated from every decode step of ``rows`` at once (None when none drafted)."""
     drafted = [d for row in rows for d in row.drafted_per_step]
@@ -158,17 +194,17 @@ def recommended_among(curve: Sequence[tuple[int, float]], ks: Sequence[int] | No
 
 def analyse_prompts(results: Sequence[CaseResult]) -> list[PromptAnalysis]:
     """Per (pair, prompt, dtype), in order of appearance, over the constant-k rows of this package's engine (each
-    dtype has its own baseline and verify costs). The best is among the rows not suspect (results/invariants.py),
-    or among all where every one is (the report marks its speedup); a suspect k is never the recommended one."""
+    dtype has its own baseline and verify costs). The best is :func:`best_row`; the recommended k is the best
+    predicted, never a k whose run's speedup is left out (:func:`speedup_left_out`: diverged or suspect)."""
     results = constant_k_rows(results)
     analyses = []
     keys = dict.fromkeys((row.pair, row.prompt, row.dtype) for row in results)
     for pair, prompt, dtype in keys:
         rows = [row for row in results if (row.pair, row.prompt, row.dtype) == (pair, prompt, dtype)]
-        best = max([row for row in rows if not row.suspect] or rows, key=lambda row: row.decode_speedup)
+        best = best_row(rows)
         curve = predicted_curve(rows)
-        suspect = {row.k for row in rows if row.suspect}  # a measured speedup above tau: never recommended
-        recommended = recommended_among(curve, [k for k, _ in curve if k not in suspect])
+        left_out = {row.k for row in rows if speedup_left_out(row) is not None}
+        recommended = recommended_among(curve, [k for k, _ in curve if k not in left_out])
         analyses.append(PromptAnalysis(pair, prompt, best.k, best, pooled_alpha(rows), recommended, curve))
     return analyses
 
@@ -191,21 +227,22 @@ def category_speedups(results: Sequence[CaseResult]) -> list[CategorySpeedup]:
     """Per (pair, category, k, dtype) of the constant-k rows of this package's engine, in order of appearance.
 
     With several prompts, the interval is Student's t over the prompts' log speedups: it holds the spread between
-    prompts as well as each one's timing noise, and is what another prompt of the category may expect.
+    prompts as well as each one's timing noise, and is what another prompt of the category may expect. Only
+    measured speedups count (:func:`speedup_left_out`): a diverged or suspect case is no alternative of its k.
     """
-    from ..results.statistics import Interval, speedup_interval
+    from ..results.statistics import Interval, geometric_mean_interval
 
     groups: dict[tuple[str, str, int, str], list[CaseResult]] = {}
     for row in constant_k_rows(results):
-        if row.decode_speedup > 0:  # NaN is not
+        if speedup_left_out(row) is None:
             groups.setdefault((row.pair, row.category, row.k, row.dtype), []).append(row)
     speedups = []
     for (pair, category, k, dtype), rows in groups.items():
         if len(rows) == 1:
             row = rows[0]
             interval = Interval(row.decode_speedup, row.decode_speedup_ci_low, row.decode_speedup_ci_high)
-        else:  # a paired interval of 1 against 1/speedup is the t interval of the mean log speedup
-            interval = speedup_interval([1.0] * len(rows), [1.0 / row.decode_speedup for row in rows], paired=True)
+        else:
+            interval = geometric_mean_interval([row.decode_speedup for row in rows])
         speedups.append(
             CategorySpeedup(pair, category, k, len(rows), interval.estimate, interval.low, interval.high, dtype)
         )

@@ -11,13 +11,66 @@ model's ``predicted_speedup`` (no interval).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass, fields
 
 from ..results.schema import CaseResult
+from .analysis import best_row, speedup_left_out
 from .formatting import entry_with_interval
+from .records import JsonRecord
 
 NONE = "none"
 BEYOND = "beyond the largest batch run"
+
+
+@dataclass(frozen=True)
+class BatchPoint(JsonRecord):
+    """One (batch, k) of the answer: the row's own fields, under its names."""
+
+    batch: int
+    k: int | str
+    case: str
+    decode_speedup: float
+    decode_speedup_ci_low: float | None
+    decode_speedup_ci_high: float | None
+    predicted_speedup: float | None
+    verdict: str
+    row_acceptance_min: float | None
+    row_acceptance_max: float | None
+
+
+@dataclass(frozen=True)
+class BatchBest(BatchPoint):
+    """The best k of one batch size (its point), whether it gains, the k tied with it, and the cost model's best."""
+
+    gains: bool
+    tied: tuple[int | str, ...]
+    predicted_best_k: int | str | None
+    predicted_best_speedup: float | None
+
+
+@dataclass(frozen=True)
+class BreakEven(JsonRecord):
+    """The largest batch size at which some k gains (None: none does), in words, and whether it is the largest run."""
+
+    batch: int | None
+    text: str
+    beyond_largest: bool
+
+
+@dataclass(frozen=True)
+class BatchAnswer(JsonRecord):
+    """One (pair, prompt, engine) that ran more than one batch size: every point, the best k per batch size, and the
+    measured and predicted break-even batch sizes."""
+
+    pair: str
+    prompt: str
+    engine: str
+    batches: tuple[int, ...]
+    ks: tuple[int | str, ...]
+    points: tuple[BatchPoint, ...]
+    best: tuple[BatchBest, ...]
+    break_even: BreakEven
+    predicted_break_even: BreakEven
 
 
 def batch_sizes(results: Sequence[CaseResult]) -> list[int]:
@@ -41,9 +94,10 @@ def per_k_rows(results: Sequence[CaseResult]) -> list[CaseResult]:
 
 
 def _gains(row: CaseResult) -> bool:
-    """A measured gain: the decode speedup and its interval's low end both above 1."""
+    """A measured gain (:func:`.analysis.speedup_left_out`: not diverged, not suspect): the decode speedup and its
+    interval's low end both above 1."""
     low = row.decode_speedup_ci_low
-    return row.decode_speedup > 1 and low is not None and low > 1
+    return speedup_left_out(row) is None and row.decode_speedup > 1 and low is not None and low > 1
 
 
 def _predicted_gains(row: CaseResult) -> bool:
@@ -51,65 +105,48 @@ def _predicted_gains(row: CaseResult) -> bool:
     return predicted is not None and predicted > 1
 
 
-def _break_even(by_batch: dict[int, list[CaseResult]], gains: Callable[[CaseResult], bool]) -> dict[str, Any]:
+def _break_even(by_batch: dict[int, list[CaseResult]], gains: Callable[[CaseResult], bool]) -> BreakEven:
     """The largest batch size at which some row ``gains``, and how to say it."""
     sizes = sorted(by_batch)
     gaining = [size for size in sizes if any(gains(row) for row in by_batch[size])]
     if not gaining:
-        return {"batch": None, "text": NONE, "beyond_largest": False}
+        return BreakEven(None, NONE, False)
     largest = gaining[-1]
     text = f"{BEYOND} ({largest})" if largest == sizes[-1] else str(largest)
-    return {"batch": largest, "text": text, "beyond_largest": largest == sizes[-1]}
+    return BreakEven(largest, text, largest == sizes[-1])
 
 
-#: the fields of a row that a point of the batch answer keeps
-_POINT_FIELDS = (
-    "batch",
-    "k",
-    "case",
-    "decode_speedup",
-    "decode_speedup_ci_low",
-    "decode_speedup_ci_high",
-    "predicted_speedup",
-    "verdict",
-    "row_acceptance_min",
-    "row_acceptance_max",
-)
+def _point_fields(row: CaseResult) -> dict[str, object]:
+    """The fields of a row that a point of the batch answer keeps, under their names."""
+    return {field.name: getattr(row, field.name) for field in fields(BatchPoint)}
 
 
-def _point(row: CaseResult) -> dict[str, Any]:
-    """One (batch, k) of the answer: plain values, as the JSON keeps them."""
-    return {name: getattr(row, name) for name in _POINT_FIELDS}
-
-
-def _best_at(rows: list[CaseResult]) -> dict[str, Any]:
+def _best_at(rows: list[CaseResult]) -> BatchBest:
     """The best k of one batch size as the answer states it (:func:`.answer.prompt_answer`: the race's survivors,
     the k tied with it by the race's test over the block's rounds), and the cost model's best."""
     from .answer import prompt_answer
 
     stated = prompt_answer(rows)
     top = (
-        next(row for row in rows if row.k == stated["best_k"])
-        if stated and stated["best_k"] is not None
-        else max([row for row in rows if not row.suspect] or rows, key=lambda row: row.decode_speedup)
+        next(row for row in rows if row.k == stated.best_k) if stated and stated.best_k is not None else best_row(rows)
     )
     predicted = [row for row in rows if row.predicted_speedup is not None]
     top_predicted = max(predicted, key=lambda row: row.predicted_speedup) if predicted else None
-    return {
-        **_point(top),
-        "gains": _gains(top),
-        "tied": stated["tied"] if stated else [],
-        "predicted_best_k": top_predicted.k if top_predicted else None,
-        "predicted_best_speedup": top_predicted.predicted_speedup if top_predicted else None,
-    }
+    return BatchBest(
+        **_point_fields(top),
+        gains=_gains(top),
+        tied=stated.tied if stated else (),
+        predicted_best_k=top_predicted.k if top_predicted else None,
+        predicted_best_speedup=top_predicted.predicted_speedup if top_predicted else None,
+    )
 
 
-def batch_answer(results: Sequence[CaseResult]) -> list[dict[str, Any]]:
+def batch_answer(results: Sequence[CaseResult]) -> list[BatchAnswer]:
     """Per (pair, prompt, engine) with more than one batch size: every (batch, k) point, the best k per batch size
     (measured and predicted), and the measured and predicted break-even batch size."""
     if not several_batches(results):
         return []
-    groups: dict[tuple, list[CaseResult]] = {}
+    groups: dict[tuple[str, str, str], list[CaseResult]] = {}
     for row in results:
         if isinstance(row.k, int):
             groups.setdefault((row.pair, row.prompt, row.engine), []).append(row)
@@ -120,65 +157,66 @@ def batch_answer(results: Sequence[CaseResult]) -> list[dict[str, Any]]:
             by_batch.setdefault(row.batch, []).append(row)
         if len(by_batch) < 2:
             continue
-        best = [_best_at(by_batch[size]) for size in sorted(by_batch)]
         answers.append(
-            {
-                "pair": pair,
-                "prompt": prompt,
-                "engine": engine,
-                "batches": sorted(by_batch),
-                "ks": sorted({row.k for row in rows}),
-                "points": [_point(row) for row in sorted(rows, key=lambda row: (row.batch, row.k))],
-                "best": best,
-                "break_even": _break_even(by_batch, _gains),
-                "predicted_break_even": _break_even(by_batch, _predicted_gains),
-            }
+            BatchAnswer(
+                pair=pair,
+                prompt=prompt,
+                engine=engine,
+                batches=tuple(sorted(by_batch)),
+                ks=tuple(sorted({row.k for row in rows})),
+                points=tuple(
+                    BatchPoint(**_point_fields(row)) for row in sorted(rows, key=lambda row: (row.batch, row.k))
+                ),
+                best=tuple(_best_at(by_batch[size]) for size in sorted(by_batch)),
+                break_even=_break_even(by_batch, _gains),
+                predicted_break_even=_break_even(by_batch, _predicted_gains),
+            )
         )
     return answers
 
 
-def _cell(point: dict[str, Any] | None) -> str:
+def _cell(point: BatchPoint | None) -> str:
     if point is None:
         return ""
-    predicted = point["predicted_speedup"]
+    predicted = point.predicted_speedup
     return entry_with_interval(point) + (f" (pred {predicted:.2f})" if predicted is not None else "")
 
 
-def _table_rows(answer: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
-    points = {(point["batch"], point["k"]): point for point in answer["points"]}
-    best = {item["batch"]: item for item in answer["best"]}
-    headers = ["batch", *(f"k={k}" for k in answer["ks"]), "best k", "tied", "predicted best k", "row accept min-max"]
+def _table_rows(answer: BatchAnswer) -> tuple[list[list[str]], list[str]]:
+    points = {(point.batch, point.k): point for point in answer.points}
+    best = {item.batch: item for item in answer.best}
+    headers = ["batch", *(f"k={k}" for k in answer.ks), "best k", "tied", "predicted best k", "row accept min-max"]
     cells = []
-    for size in answer["batches"]:
+    for size in answer.batches:
         item = best[size]
         spread = ""
-        if item["row_acceptance_min"] is not None:
-            spread = f"{item['row_acceptance_min']:.2f}-{item['row_acceptance_max']:.2f}"
+        if item.row_acceptance_min is not None:
+            spread = f"{item.row_acceptance_min:.2f}-{item.row_acceptance_max:.2f}"
         cells.append(
             [
                 str(size),
-                *(_cell(points.get((size, k))) for k in answer["ks"]),
-                f"{item['k']}" + ("" if item["gains"] else " (no gain)"),
-                ", ".join(str(k) for k in item["tied"]) or "-",
-                "" if item["predicted_best_k"] is None else str(item["predicted_best_k"]),
+                *(_cell(points.get((size, k))) for k in answer.ks),
+                f"{item.k}" + ("" if item.gains else " (no gain)"),
+                ", ".join(str(k) for k in item.tied) or "-",
+                "" if item.predicted_best_k is None else str(item.predicted_best_k),
                 spread,
             ]
         )
     return cells, headers
 
 
-def _title(answer: dict[str, Any], several_engines: bool) -> str:
-    engine = f", {answer['engine']} engine" if several_engines else ""
-    return f"{answer['pair']}, {answer['prompt']}{engine}"
+def _title(answer: BatchAnswer, several_engines: bool) -> str:
+    engine = f", {answer.engine} engine" if several_engines else ""
+    return f"{answer.pair}, {answer.prompt}{engine}"
 
 
-def _break_even_sentence(answer: dict[str, Any]) -> str:
-    measured, predicted = answer["break_even"], answer["predicted_break_even"]
-    sentence = f"break-even batch size: {measured['text']}"
-    if measured["batch"] is not None:
-        item = next(item for item in answer["best"] if item["batch"] == measured["batch"])
-        sentence += f" (k={item['k']}: {entry_with_interval(item)})"
-    return sentence + f"; the cost model predicts {predicted['text']}"
+def _break_even_sentence(answer: BatchAnswer) -> str:
+    measured, predicted = answer.break_even, answer.predicted_break_even
+    sentence = f"break-even batch size: {measured.text}"
+    if measured.batch is not None:
+        item = next(item for item in answer.best if item.batch == measured.batch)
+        sentence += f" (k={item.k}: {entry_with_interval(item)})"
+    return sentence + f"; the cost model predicts {predicted.text}"
 
 
 _INTRO = (
@@ -195,7 +233,7 @@ def batch_lines(results: Sequence[CaseResult]) -> list[str]:
     answers = batch_answer(results) if several_batches(results) else []
     if not answers:
         return []
-    engines = len({answer["engine"] for answer in answers}) > 1
+    engines = len({answer.engine for answer in answers}) > 1
     lines = [_INTRO]
     for answer in answers:
         cells, headers = _table_rows(answer)
@@ -214,7 +252,7 @@ def batch_markdown(results: Sequence[CaseResult], figures: dict[str, str] | None
     answers = batch_answer(results) if several_batches(results) else []
     if not answers:
         return []
-    engines = len({answer["engine"] for answer in answers}) > 1
+    engines = len({answer.engine for answer in answers}) > 1
     lines = ["## Batch size", "", _INTRO[0].upper() + _INTRO[1:], ""]
     for answer in answers:
         cells, headers = _table_rows(answer)

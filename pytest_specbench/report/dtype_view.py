@@ -14,20 +14,26 @@ dtype's best is slower (the fastest is no slower than that best), and the rest a
 fastest, unpaired (:func:`..results.statistics.slower_p_unpaired`), with the race's step-down (family-wise 5%,
 corrected for the fastest being picked from the same data). A suspect (dtype, k) (results/invariants.py: its own
 decode speedup above tau) is none of these: its dtype's answer never names it best, and the view lists it apart
-(``suspect``), its speedup marked in the report's table.
+(``suspect``), its speedup marked in the report's table. A diverged one is not in the view at all: which rows it
+reads is :func:`.analysis.speedup_left_out`'s to say, as for the answer.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..results.racing import SLOWER, TIED, UNKNOWN, step_down
 from ..results.schema import CaseResult
 from ..results.statistics import Interval, slower_p_unpaired, speedup_interval
-from .analysis import k_order
+from .analysis import SUSPECT, k_order, speedup_left_out
 from .formatting import SUSPECT_MARK, entry_with_interval
+from .records import JsonRecord
+
+if TYPE_CHECKING:
+    from .answer_types import PromptAnswer
 
 FLOAT32 = "float32"
 
@@ -39,6 +45,52 @@ NO_FLOAT32 = "float32 did not run, so there is no float32 greedy baseline to set
 
 #: the summary's and the report's title of the view
 TITLE = "fastest (dtype, k) against float32 greedy"
+
+
+@dataclass(frozen=True)
+class DtypeEntry(JsonRecord):
+    """One (dtype, k) against float32 greedy: its decode speedup and interval (None without the rounds to compute
+    it), paired for float32's own rows, unpaired for the others'; ``suspect``: its own speedup above tau."""
+
+    dtype: str
+    k: int | str
+    case: str
+    decode_tps: float
+    decode_speedup: float | None
+    decode_speedup_ci_low: float | None
+    decode_speedup_ci_high: float | None
+    paired: bool
+    suspect: bool
+
+
+@dataclass(frozen=True)
+class DtypeK(JsonRecord):
+    """A (dtype, k), as the view's tied, slower, unknown and suspect lists name one."""
+
+    dtype: str
+    k: int | str
+
+
+@dataclass(frozen=True)
+class DtypeView(JsonRecord):
+    """The view of one (pair, engine, prompt, batch) where several dtypes ran; see the module docstring.
+    ``shown`` False (with ``not_shown_reason``) where float32 did not run; ``fastest`` None where no dtype has a
+    best k with a speedup against float32."""
+
+    pair: str
+    engine: str
+    prompt: str
+    batch: int
+    dtypes: tuple[str, ...]
+    shown: bool
+    not_shown_reason: str | None
+    fastest: DtypeEntry | None
+    tied: tuple[DtypeK, ...]
+    slower: tuple[DtypeK, ...]
+    unknown: tuple[DtypeK, ...]
+    float32_best: DtypeEntry | None
+    entries: tuple[DtypeEntry, ...]
+    suspect: tuple[DtypeK, ...]
 
 
 def dtype_order(dtypes: Sequence[str]) -> list[str]:
@@ -79,85 +131,91 @@ def speedup_against_float32(row: CaseResult, float32_rounds: Sequence[float]) ->
     return speedup_interval(float32_rounds, times, paired=False)
 
 
-def _measured(row: CaseResult) -> bool:
-    return isinstance(row.decode_speedup, (int, float)) and row.decode_speedup > 0
-
-
-def _entry(row: CaseResult, speedup: Interval | None) -> dict[str, Any]:
-    return {
-        "dtype": row.dtype,
-        "k": row.k,
-        "case": row.case,
-        "decode_tps": row.decode_tps,
-        "decode_speedup": None if speedup is None else speedup.estimate,
-        "decode_speedup_ci_low": None if speedup is None else speedup.low,
-        "decode_speedup_ci_high": None if speedup is None else speedup.high,
-        "paired": row.dtype == FLOAT32,  # float32's own paired speedup; the others unpaired
-        "suspect": row.suspect,  # its own speedup above tau: not ranked
-    }
+def _entry(row: CaseResult, speedup: Interval | None) -> DtypeEntry:
+    return DtypeEntry(
+        dtype=row.dtype,
+        k=row.k,
+        case=row.case,
+        decode_tps=row.decode_tps,
+        decode_speedup=None if speedup is None else speedup.estimate,
+        decode_speedup_ci_low=None if speedup is None else speedup.low,
+        decode_speedup_ci_high=None if speedup is None else speedup.high,
+        paired=row.dtype == FLOAT32,  # float32's own paired speedup; the others unpaired
+        suspect=row.suspect,  # its own speedup above tau: not ranked
+    )
 
 
 def _statuses(
-    fastest: dict[str, Any], rows: dict[tuple[str, Any], CaseResult], answers: dict[str, dict[str, Any]]
+    fastest: DtypeEntry, rows: dict[tuple[str, Any], CaseResult], answers: dict[str, PromptAnswer]
 ) -> dict[tuple[str, Any], str]:
-    """Every constant-k (dtype, k) but the fastest: tied, slower or unknown against it (the module's rule)."""
+    """Every constant-k (dtype, k) but the fastest and the suspect: tied, slower or unknown against it (the
+    module's rule)."""
     status: dict[tuple[str, Any], str] = {}
     p_values: dict[tuple[str, Any], float | None] = {}
     for (dtype, k), row in rows.items():
-        if (dtype, k) == (fastest["dtype"], fastest["k"]) or not isinstance(k, int) or row.suspect:
+        if (dtype, k) == (fastest.dtype, fastest.k) or not isinstance(k, int) or speedup_left_out(row) is not None:
             continue
         own = answers.get(dtype)
         if own is None:  # no answer of its own to rank it by
             status[dtype, k] = UNKNOWN
-        elif k in {s["k"] for s in own["slower"]}:
+        elif k in {s.k for s in own.slower}:
             status[dtype, k] = SLOWER
-        elif dtype == fastest["dtype"]:
-            status[dtype, k] = TIED if k in own["tied"] else UNKNOWN
+        elif dtype == fastest.dtype:
+            status[dtype, k] = TIED if k in own.tied else UNKNOWN
         else:
-            best_s = rows[fastest["dtype"], fastest["k"]].round_decode_token_s
+            best_s = rows[fastest.dtype, fastest.k].round_decode_token_s
             p_values[dtype, k] = slower_p_unpaired(best_s, row.round_decode_token_s)
     slower = step_down(p_values, ALPHA, 1, len(p_values) + 1)
     status.update({key: SLOWER if key in slower else UNKNOWN if p is None else TIED for key, p in p_values.items()})
     return status
 
 
-def group_view(rows: Sequence[CaseResult], answers: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The view of one (pair, engine, prompt, batch) from its rows and each dtype's answer; None for one dtype."""
-    rows = [row for row in rows if _measured(row)]
+def group_view(rows: Sequence[CaseResult], answers: Sequence[PromptAnswer]) -> DtypeView | None:
+    """The view of one (pair, engine, prompt, batch) from its rows and each dtype's answer; None for one dtype.
+    It reads the rows whose speedup is measured and, marked and never ranked, the suspect ones
+    (:func:`.analysis.speedup_left_out`): a diverged (dtype, k) is not in it."""
+    rows = [row for row in rows if speedup_left_out(row) in (None, SUSPECT)]
     dtypes = dtype_order([row.dtype for row in rows])
     if len(dtypes) < 2:
         return None
-    first = rows[0]
-    view: dict[str, Any] = {
-        **{"pair": first.pair, "engine": first.engine, "prompt": first.prompt, "batch": first.batch},
-        **{"dtypes": dtypes, "shown": FLOAT32 in dtypes, "not_shown_reason": None if FLOAT32 in dtypes else NO_FLOAT32},
-        **{"fastest": None, "tied": [], "slower": [], "unknown": [], "float32_best": None, "entries": []},
-        "suspect": [{"dtype": row.dtype, "k": row.k} for row in rows if row.suspect and isinstance(row.k, int)],
-    }
-    if not view["shown"]:
-        return view
-    base = float32_baseline_rounds(rows)
-    ordered = sorted(rows, key=lambda row: (k_order(row.k), dtypes.index(row.dtype)))
-    view["entries"] = [_entry(row, speedup_against_float32(row, base)) for row in ordered]
-    by_key = {(row.dtype, row.k): row for row in ordered}
-    entries = {(entry["dtype"], entry["k"]): entry for entry in view["entries"]}
-    own = {answer["dtype"]: answer for answer in answers}
-    # A dtype whose every k is suspect has no best (answer.py), so nothing of it to be fastest.
-    bests = [entries[dtype, own[dtype]["best_k"]] for dtype in dtypes if own.get(dtype, {}).get("best_k") is not None]
-    view["float32_best"] = next((dict(entry) for entry in bests if entry["dtype"] == FLOAT32), None)
-    bests = [entry for entry in bests if entry["decode_speedup"] is not None]
-    if not bests:
-        return view
-    fastest = max(bests, key=lambda entry: entry["decode_speedup"])
-    view["fastest"] = dict(fastest)
-    status = _statuses(fastest, {key: by_key[key] for key in entries}, own)
+    shown = FLOAT32 in dtypes
+    entries: list[DtypeEntry] = []
+    fastest = float32_best = None
+    status: dict[tuple[str, Any], str] = {}
+    if shown:
+        base = float32_baseline_rounds(rows)
+        ordered = sorted(rows, key=lambda row: (k_order(row.k), dtypes.index(row.dtype)))
+        entries = [_entry(row, speedup_against_float32(row, base)) for row in ordered]
+        by_key = {(entry.dtype, entry.k): entry for entry in entries}
+        own = {answer.dtype: answer for answer in answers}
+        # A dtype whose every k is suspect has no best (answer.py), so nothing of it to be fastest.
+        bests = [by_key[dtype, own[dtype].best_k] for dtype in dtypes if dtype in own and own[dtype].best_k is not None]
+        float32_best = next((entry for entry in bests if entry.dtype == FLOAT32), None)
+        timed = [entry for entry in bests if entry.decode_speedup is not None]
+        if timed:
+            fastest = max(timed, key=lambda entry: entry.decode_speedup)
+            status = _statuses(fastest, {(row.dtype, row.k): row for row in ordered}, own)
     order = sorted(status, key=lambda key: (dtypes.index(key[0]), k_order(key[1])))
-    for name in (TIED, SLOWER, UNKNOWN):
-        view[name] = [{"dtype": dtype, "k": k} for dtype, k in order if status[dtype, k] == name]
-    return view
+    first = rows[0]
+    return DtypeView(
+        pair=first.pair,
+        engine=first.engine,
+        prompt=first.prompt,
+        batch=first.batch,
+        dtypes=tuple(dtypes),
+        shown=shown,
+        not_shown_reason=None if shown else NO_FLOAT32,
+        fastest=fastest,
+        tied=tuple(DtypeK(dtype, k) for dtype, k in order if status[dtype, k] == TIED),
+        slower=tuple(DtypeK(dtype, k) for dtype, k in order if status[dtype, k] == SLOWER),
+        unknown=tuple(DtypeK(dtype, k) for dtype, k in order if status[dtype, k] == UNKNOWN),
+        float32_best=float32_best,
+        entries=tuple(entries),
+        suspect=tuple(DtypeK(row.dtype, row.k) for row in rows if row.suspect and isinstance(row.k, int)),
+    )
 
 
-def dtype_views(results: Sequence[CaseResult], answers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def dtype_views(results: Sequence[CaseResult], answers: Sequence[PromptAnswer]) -> list[DtypeView]:
     """:func:`group_view` of every (pair, engine, prompt, batch) where several dtypes ran, in order of first
     appearance; ``answers``: the run's per-dtype prompt answers (:func:`.answer.prompt_answers` of ``results``)."""
     groups: dict[tuple[str, str, str, int], list[CaseResult]] = {}
@@ -165,7 +223,7 @@ def dtype_views(results: Sequence[CaseResult], answers: Sequence[dict[str, Any]]
         groups.setdefault((row.pair, row.engine, row.prompt, row.batch), []).append(row)
     views = []
     for (pair, engine, prompt, _), rows in groups.items():
-        own = [a for a in answers if (a["pair"], a["engine"], a["prompt"]) == (pair, engine, prompt)]
+        own = [a for a in answers if (a.pair, a.engine, a.prompt) == (pair, engine, prompt)]
         view = group_view(rows, own)
         if view is not None:
             views.append(view)
@@ -175,48 +233,48 @@ def dtype_views(results: Sequence[CaseResult], answers: Sequence[dict[str, Any]]
 # --- text: the summary's section and the report's table ---------------------------------------------------
 
 
-def _key_text(entry: dict[str, Any]) -> str:
-    return f"{entry['dtype']}, k={entry['k']}"
+def _key_text(entry: DtypeEntry) -> str:
+    return f"{entry.dtype}, k={entry.k}"
 
 
-def _speedup_text(entry: dict[str, Any] | None) -> str:
-    return "-" if entry is None or entry["decode_speedup"] is None else entry_with_interval(entry)
+def _speedup_text(entry: DtypeEntry | None) -> str:
+    return "-" if entry is None or entry.decode_speedup is None else entry_with_interval(entry)
 
 
-def view_table(views: Sequence[dict[str, Any]], engines: bool) -> tuple[list[list[str]], list[str]]:
+def view_table(views: Sequence[DtypeView], engines: bool) -> tuple[list[list[str]], list[str]]:
     """(cells, headers) of the fastest (dtype, k) per prompt, float32's own best k beside it."""
     cells = []
     for view in views:
-        fastest, float32 = view["fastest"], view["float32_best"]
+        fastest, float32 = view.fastest, view.float32_best
         cells.append(
             [
-                view["prompt"],
-                *([view["engine"]] if engines else []),
+                view.prompt,
+                *([view.engine] if engines else []),
                 "-" if fastest is None else _key_text(fastest),
                 _speedup_text(fastest),
-                ", ".join(f"{t['dtype']} k={t['k']}" for t in view["tied"]) or "-",
-                "-" if float32 is None else f"k={float32['k']} {_speedup_text(float32)}",
+                ", ".join(f"{t.dtype} k={t.k}" for t in view.tied) or "-",
+                "-" if float32 is None else f"k={float32.k} {_speedup_text(float32)}",
             ]
         )
     headers = ["prompt", *(["engine"] if engines else []), "fastest (dtype, k)", "decode speedup", "tied"]
     return cells, headers + ["float32's best k"]
 
 
-def not_shown_lines(views: Sequence[dict[str, Any]]) -> list[str]:
+def not_shown_lines(views: Sequence[DtypeView]) -> list[str]:
     """One line per reason the view is not shown for some of ``views``."""
-    reasons = dict.fromkeys(view["not_shown_reason"] for view in views if not view["shown"])
+    reasons = dict.fromkeys(view.not_shown_reason for view in views if not view.shown)
     return [f"{TITLE}: not shown, {reason}." for reason in reasons]
 
 
-def speed_table(view: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
+def speed_table(view: DtypeView) -> tuple[list[list[str]], list[str]]:
     """(cells, headers) of every (dtype, k) of one view against float32 greedy: a row per k, a column per dtype,
     the fastest in bold (Markdown)."""
     cells: dict[Any, dict[str, str]] = {}
-    fastest = view["fastest"]
-    for entry in view["entries"]:
-        text = _speedup_text(entry) + (f" {SUSPECT_MARK}" if entry.get("suspect") else "")
-        if fastest is not None and (entry["dtype"], entry["k"]) == (fastest["dtype"], fastest["k"]):
+    fastest = view.fastest
+    for entry in view.entries:
+        text = _speedup_text(entry) + (f" {SUSPECT_MARK}" if entry.suspect else "")
+        if fastest is not None and (entry.dtype, entry.k) == (fastest.dtype, fastest.k):
             text = f"**{text}**"
-        cells.setdefault(entry["k"], {})[entry["dtype"]] = text
-    rows = [[str(k), *(by_dtype.get(dtype, "") for dtype in view["dtypes"])] for k, by_dtype in cells.items()]
-    return rows, ["k", *view["dtypes"]]
+        cells.setdefault(entry.k, {})[entry.dtype] = text
+    rows = [[str(k), *(by_dtype.get(dtype, "") for dtype in view.dtypes)] for k, by_dtype in cells.items()]
+    return rows, ["k", *view.dtypes]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Protocol
 
 from ..results.schema import CaseResult
 
@@ -23,10 +23,22 @@ def with_interval(row: CaseResult, name: str = "decode_speedup", fmt: str = ".2f
     return value_with_interval(getattr(row, name), getattr(row, f"{name}_ci_low"), getattr(row, f"{name}_ci_high"), fmt)
 
 
-def entry_with_interval(entry: Mapping[str, Any]) -> str:
-    """The decode speedup of an answer entry or a batch point (the dicts the JSON keeps, keyed like the row's
-    fields), as :func:`value_with_interval`."""
-    return value_with_interval(entry["decode_speedup"], entry["decode_speedup_ci_low"], entry["decode_speedup_ci_high"])
+class DecodeSpeedup(Protocol):
+    """What holds a decode speedup with its interval under the row's field names: a row, an answer, a batch point."""
+
+    @property
+    def decode_speedup(self) -> float | None: ...
+
+    @property
+    def decode_speedup_ci_low(self) -> float | None: ...
+
+    @property
+    def decode_speedup_ci_high(self) -> float | None: ...
+
+
+def entry_with_interval(entry: DecodeSpeedup) -> str:
+    """The decode speedup of an answer, a (dtype, k) of the view or a batch point, as :func:`value_with_interval`."""
+    return value_with_interval(entry.decode_speedup, entry.decode_speedup_ci_low, entry.decode_speedup_ci_high)
 
 
 def number(value: float | int | None, fmt: str = ".2f") -> str:

@@ -7,13 +7,13 @@ the run's other groups in run order), tau and Overall. A group's figure is the g
 prompts as well as the timing noise. Spec-Bench averages otherwise (docs/spec-bench.md): the mean of per-question
 tokens per second over the baseline's mean, wall time with prefill. Only lossless cases count: a speedup bought
 with different output is no speedup, nor is a suspect one (results/invariants.py: above tau, the two runs' kernels
-differed); the table says how many it left out and why. Like the answers against k, it reads the
+differed): :func:`.analysis.speedup_left_out` with ``lossless_only``, the rule the answers read, made strict. The
+table says how many it left out and why. Like the answers against k, it reads the
 smallest batch size (:func:`.batch.per_k_rows`): Spec-Bench runs at batch 1.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +22,8 @@ from tabulate import tabulate
 
 from ..measure.prompts import MT_BENCH_CATEGORIES, MT_BENCH_GROUP, category_group
 from ..results.schema import CaseResult
-from .analysis import k_order, several_engines
+from ..results.statistics import geometric_mean_interval
+from .analysis import k_order, several_engines, speedup_left_out
 from .batch import per_k_rows
 from .dtype_view import dtype_order
 
@@ -31,7 +32,6 @@ SPEC_BENCH_GROUPS: tuple[str, ...] = (MT_BENCH_GROUP, "translation", "summarizat
 #: the categories of Spec-Bench's question file: MT-bench's eight and the five others
 SPEC_BENCH_CATEGORIES: tuple[str, ...] = MT_BENCH_CATEGORIES + SPEC_BENCH_GROUPS[1:]
 OVERALL, TAU = "Overall", "tau"
-LEVEL = 0.95
 
 #: how the report says where Spec-Bench's averages differ (docs/spec-bench.md has the whole of it)
 DIFFERENCE = (
@@ -54,7 +54,7 @@ class GroupFigure:
     cases: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class LeaderboardLine:
     """One k (or schedule): a figure per group that has lossless cases, over all of them, and the pooled tau."""
 
@@ -64,7 +64,7 @@ class LeaderboardLine:
     tau: float | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Leaderboard:
     """One (pair, engine, dtype) at one batch size: its groups in column order, its lines, what it left out."""
 
@@ -74,21 +74,15 @@ class Leaderboard:
     batch: int
     groups: list[str]
     lines: list[LeaderboardLine] = field(default_factory=list)
-    left_out: Counter = field(default_factory=Counter)  # verdict (or "no speedup", "suspect") -> cases
+    # why (:func:`.analysis.speedup_left_out`: a verdict, "no speedup", "suspect") -> cases
+    left_out: Counter = field(default_factory=Counter)
 
 
 def geometric_figure(speedups: Sequence[float]) -> GroupFigure:
-    """Geometric mean of ``speedups`` (each > 0); from two on, exp(mean log +/- t(0.975, n-1) sd / sqrt(n))."""
-    from scipy.stats import t
-
-    logs = [math.log(value) for value in speedups]
-    n = len(logs)
-    mean = sum(logs) / n
-    if n < 2:
-        return GroupFigure(math.exp(mean), None, None, n)
-    sd = math.sqrt(sum((value - mean) ** 2 for value in logs) / (n - 1))
-    half = float(t.ppf(0.5 + LEVEL / 2, n - 1)) * sd / math.sqrt(n)
-    return GroupFigure(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
+    """Geometric mean of ``speedups`` (each > 0); from two on, exp(mean log +/- t(0.975, n-1) sd / sqrt(n)): the
+    t interval of :func:`..results.statistics.geometric_mean_interval`, the package's one."""
+    interval = geometric_mean_interval(speedups)
+    return GroupFigure(interval.estimate, interval.low, interval.high, len(speedups))
 
 
 def pooled_tau(rows: Sequence[CaseResult]) -> float | None:
@@ -111,28 +105,13 @@ def group_columns(rows: Sequence[CaseResult], grouping: str = "spec_bench") -> l
     ]
 
 
-#: why a lossless case with a measured speedup is left out
-SUSPECT = "suspect"
-
-
-def _counts(row: CaseResult) -> bool:
-    """A lossless case with a measured decode speedup (NaN and None are not) that is not suspect."""
-    speedup = row.decode_speedup
-    return row.verdict == "lossless" and isinstance(speedup, (int, float)) and speedup > 0 and not row.suspect
-
-
-def _left_out_why(row: CaseResult) -> str:
-    """Why :func:`_counts` leaves ``row`` out: its verdict, suspect, or no speedup."""
-    if row.verdict != "lossless":
-        return row.verdict
-    return SUSPECT if row.suspect else "no speedup"
-
-
 def _board(rows: Sequence[CaseResult], grouping: str) -> Leaderboard:
-    first = rows[0]
-    board = Leaderboard(first.pair, first.engine, first.dtype, first.batch, group_columns(rows, grouping))
-    counted = [row for row in rows if _counts(row)]
-    board.left_out.update(_left_out_why(row) for row in rows if not _counts(row))
+    """The board of one (pair, engine, dtype): only lossless cases with a measured speedup count
+    (:func:`.analysis.speedup_left_out` with ``lossless_only``, as the module docstring says); the others are
+    counted by why."""
+    judged = [(row, speedup_left_out(row, lossless_only=True)) for row in rows]
+    counted = [row for row, reason in judged if reason is None]
+    lines = []
     for k in sorted({row.k for row in counted}, key=k_order):
         at_k = [row for row in counted if row.k == k]
         by_group: dict[str, list[float]] = {}
@@ -140,8 +119,12 @@ def _board(rows: Sequence[CaseResult], grouping: str) -> Leaderboard:
             by_group.setdefault(category_group(row.category, grouping), []).append(row.decode_speedup)
         groups = {group: geometric_figure(values) for group, values in by_group.items()}
         overall = geometric_figure([row.decode_speedup for row in at_k])
-        board.lines.append(LeaderboardLine(k, groups, overall, pooled_tau(at_k)))
-    return board
+        lines.append(LeaderboardLine(k, groups, overall, pooled_tau(at_k)))
+    first = rows[0]
+    left_out = Counter(reason for _, reason in judged if reason is not None)
+    return Leaderboard(
+        first.pair, first.engine, first.dtype, first.batch, group_columns(rows, grouping), lines, left_out
+    )
 
 
 def leaderboards(results: Sequence[CaseResult], grouping: str = "spec_bench") -> list[Leaderboard]:

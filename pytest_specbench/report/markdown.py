@@ -20,6 +20,7 @@ from .analysis import (
     PromptAnalysis,
     analyse_prompts,
     best_category_speedups,
+    best_row,
     compare_engines,
     constant_k_rows,
     geometric_mean,
@@ -29,7 +30,7 @@ from .analysis import (
     rows_by_pair,
     several_engines,
 )
-from .answer import pair_sentence, prompt_table, run_answer
+from .answer import RunAnswer, pair_sentence, prompt_table, run_answer
 from .batch import per_k_rows
 from .dtype_view import dtype_order, not_shown_lines, several_dtypes, speed_table
 from .formatting import SUSPECT_MARK, new_tokens_text, number, suspect_lines, value_with_interval, with_interval
@@ -246,19 +247,21 @@ def _batch_section(results: Sequence[CaseResult], figures_dir: Path | None, star
 
     figures = {}
     if figures_dir is not None:
-        for pair in dict.fromkeys(answer["pair"] for answer in batch_answer(results)):
+        for pair in dict.fromkeys(answer.pair for answer in batch_answer(results)):
             figures[pair] = _relative(figures_dir / f"speedup_vs_batch_{pair}.png", start)
     return batch_markdown(results, figures)
 
 
-def _regret_section(answer: dict[str, Any], figures_dir: Path | None, start: Path) -> list[str]:
+def _regret_section(answer: RunAnswer, figures_dir: Path | None, start: Path) -> list[str]:
     """k=auto (and k=heuristic) against the best constant k, with intervals (report/regret.py): when both ran."""
-    from .regret import regret_markdown, regret_pairs
+    from .regret_section import regret_markdown, regret_pairs
 
     figures = (
         {}
         if figures_dir is None
-        else {pair: _relative(figures_dir / f"schedule_regret_{pair}.png", start) for pair in regret_pairs(answer)}
+        else {
+            pair: _relative(figures_dir / f"schedule_regret_{pair}.png", start) for pair in regret_pairs(answer.prompts)
+        }
     )
     return regret_markdown(answer, figures)
 
@@ -308,9 +311,9 @@ def _machine_lines(options: dict[str, Any], env: dict[str, Any]) -> list[str]:
 
 
 def _headline_lines(results: Sequence[CaseResult]) -> list[str]:
-    """The run's best decode speedup (a suspect one only where every case is), where it was measured, and how many
-    cases diverged."""
-    best = max([row for row in results if not row.suspect] or results, key=lambda row: row.decode_speedup)
+    """The run's best decode speedup (:func:`.analysis.best_row`: a diverged or suspect one only where no case's
+    speedup is measured), where it was measured, and how many cases diverged."""
+    best = best_row(results)
     return [
         "## Headline",
         "",
@@ -324,7 +327,7 @@ def _headline_lines(results: Sequence[CaseResult]) -> list[str]:
 
 
 def _pair_lines(
-    pair: str, rows: Sequence[CaseResult], analyses: Sequence[PromptAnalysis], engines: bool, answer: dict[str, Any]
+    pair: str, rows: Sequence[CaseResult], analyses: Sequence[PromptAnalysis], engines: bool, answer: RunAnswer
 ) -> list[str]:
     """One pair's section, its figures aside: what ran, every case, the engines, the answer, the cost model's
     view of the best k, the findings."""
@@ -461,10 +464,10 @@ def _position_lines(rows: Sequence[CaseResult]) -> list[str]:
     ]
 
 
-def _answer_lines(pair: str, answer: dict[str, Any], engines: bool, dtypes: bool = False) -> list[str]:
+def _answer_lines(pair: str, answer: RunAnswer, engines: bool, dtypes: bool = False) -> list[str]:
     """The pair's part of the run's answer (report/answer.py): per prompt the best k, its ties, and the pair's
     sentence."""
-    answers = sorted((a for a in answer["prompts"] if a["pair"] == pair), key=lambda a: (a["prompt"], a["engine"]))
+    answers = sorted((a for a in answer.prompts if a.pair == pair), key=lambda a: (a.prompt, a.engine))
     if not answers:
         return []
     cells, headers = prompt_table(answers, engines, dtypes)
@@ -477,24 +480,24 @@ def _answer_lines(pair: str, answer: dict[str, Any], engines: bool, dtypes: bool
         "",
         _table(cells, headers),
         "",
-        *(line for p in answer["pairs"] if p["pair"] == pair for line in (pair_sentence(p, engines, dtypes), "")),
+        *(line for p in answer.pairs if p.pair == pair for line in (pair_sentence(p, engines, dtypes), "")),
     ]
 
 
-def _dtype_view_lines(pair: str, answer: dict[str, Any]) -> list[str]:
+def _dtype_view_lines(pair: str, answer: RunAnswer) -> list[str]:
     """When several dtypes ran: per prompt (and engine, batch) a table of every (dtype, k) against float32 greedy,
     the fastest in bold (report/dtype_view.py); one line saying why where float32 did not run."""
-    views = [view for view in answer.get("dtypes", []) if view["pair"] == pair]
+    views = [view for view in answer.dtypes if view.pair == pair]
     if not views:
         return []
     lines = not_shown_lines(views)
     lines += [""] if lines else []
-    for view in (view for view in views if view["shown"]):
+    for view in (view for view in views if view.shown):
         cells, headers = speed_table(view)
-        tied = ", ".join(f"{t['dtype']} k={t['k']}" for t in view["tied"]) or "none"
+        tied = ", ".join(f"{t.dtype} k={t.k}" for t in view.tied) or "none"
         lines += [
-            f"Every (dtype, k) against float32 greedy, `{view['prompt']}` ({view['engine']} engine, batch "
-            f"{view['batch']}): decode speedup over the float32 target's greedy decoding with its 95% interval, "
+            f"Every (dtype, k) against float32 greedy, `{view.prompt}` ({view.engine} engine, batch "
+            f"{view.batch}): decode speedup over the float32 target's greedy decoding with its 95% interval, "
             "float32's own paired, the other dtypes' unpaired (Welch: timed in other blocks, so wider); the "
             f"fastest in bold; tied with it: {tied}.",
             "",

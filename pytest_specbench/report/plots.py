@@ -7,8 +7,9 @@ Names are predictable: ``<figure>_<pair>.png`` per pair, ``speedup_by_category.p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -27,6 +28,9 @@ from .analysis import (  # noqa: E402
     pooled_position_acceptance,
     rows_by_pair,
 )
+
+if TYPE_CHECKING:
+    from .answer_types import PromptAnswer
 
 
 def figure_names(pairs: Sequence[str], batched_pairs: Sequence[str] = ()) -> list[str]:
@@ -222,33 +226,33 @@ def speedup_vs_batch(results: Sequence[CaseResult], pair: str, directory: Path, 
     prediction dashed beside each. None when the pair ran one batch size only."""
     from .batch import batch_answer
 
-    answers = [answer for answer in batch_answer(results) if answer["pair"] == pair]
+    answers = [answer for answer in batch_answer(results) if answer.pair == pair]
     if not answers:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     several = len(answers) > 1
     color = 0
     for answer in answers:
-        for k in answer["ks"]:
-            points = [point for point in answer["points"] if point["k"] == k]
-            label = f"k={k}" + (f", {answer['prompt']}" if several else "")
+        for k in answer.ks:
+            points = [point for point in answer.points if point.k == k]
+            label = f"k={k}" + (f", {answer.prompt}" if several else "")
             errors = _error_bars(
-                [(p["decode_speedup"], p["decode_speedup_ci_low"], p["decode_speedup_ci_high"]) for p in points]
+                [(p.decode_speedup, p.decode_speedup_ci_low, p.decode_speedup_ci_high) for p in points]
             )
             ax.errorbar(
-                [point["batch"] for point in points],
-                [point["decode_speedup"] for point in points],
+                [point.batch for point in points],
+                [point.decode_speedup for point in points],
                 yerr=errors,
                 fmt="o-",
                 color=f"C{color % 10}",
                 capsize=3,
                 label=f"{label} measured",
             )
-            predicted = [point for point in points if point["predicted_speedup"] is not None]
+            predicted = [point for point in points if point.predicted_speedup is not None]
             if predicted:
                 ax.plot(
-                    [point["batch"] for point in predicted],
-                    [point["predicted_speedup"] for point in predicted],
+                    [point.batch for point in predicted],
+                    [point.predicted_speedup for point in predicted],
                     "--",
                     color=f"C{color % 10}",
                     alpha=0.6,
@@ -258,7 +262,7 @@ def speedup_vs_batch(results: Sequence[CaseResult], pair: str, directory: Path, 
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.minorticks_off()
-    sizes = sorted({size for answer in answers for size in answer["batches"]})
+    sizes = sorted({size for answer in answers for size in answer.batches})
     ax.set_xticks(sizes, [str(size) for size in sizes])
     ax.set_xlabel("batch size (prompts decoded at once)")
     ax.set_ylabel("decode speedup over the batched target (x, 95% CI)")
@@ -267,21 +271,21 @@ def speedup_vs_batch(results: Sequence[CaseResult], pair: str, directory: Path, 
     return _save(fig, directory, f"{BATCH_FIGURE}_{pair}{suffix}.png")
 
 
-def schedule_regret(answers: Sequence[dict[str, Any]], pair: str, directory: Path) -> Path:
+def schedule_regret(answers: Sequence[PromptAnswer], pair: str, directory: Path) -> Path:
     """Per prompt of one pair: each schedule's decode speedup as a share of the best constant k's, with its 95%
     interval paired over rounds (report/regret.py), and native k=auto over hf k=auto where both engines ran."""
-    answers = [a for a in answers if a["pair"] == pair and a["schedules"]]
-    prompts = sorted({a["prompt"] for a in answers})
+    answers = [a for a in answers if a.pair == pair and a.schedules]
+    prompts = sorted({a.prompt for a in answers})
     series: dict[str, list[tuple[str, float, float | None, float | None]]] = {}
     for a in answers:
-        for s in a["schedules"]:
-            series.setdefault(f"{a['engine']} k={s['k']} / best constant k", []).append(
-                (a["prompt"], s["ratio_to_best"], s["ratio_to_best_ci_low"], s["ratio_to_best_ci_high"])
+        for s in a.schedules:
+            series.setdefault(f"{a.engine} k={s.k} / best constant k", []).append(
+                (a.prompt, s.ratio_to_best, s.ratio_to_best_ci_low, s.ratio_to_best_ci_high)
             )
-        hf = a.get("against_hf")
-        if hf and hf["ratio"] is not None:
-            series.setdefault(f"native k={hf['k']} / hf k={hf['k']} (end to end)", []).append(
-                (a["prompt"], hf["ratio"], hf["ci_low"], hf["ci_high"])
+        hf = a.against_hf
+        if hf and hf.ratio is not None:
+            series.setdefault(f"native k={hf.k} / hf k={hf.k} (end to end)", []).append(
+                (a.prompt, hf.ratio, hf.ci_low, hf.ci_high)
             )
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(prompts) + 2.5), 4.8))
     for i, (label, points) in enumerate(series.items()):
@@ -365,12 +369,12 @@ def _dtype_plots(results: Sequence[CaseResult], directory: Path, suffix: str) ->
     """The figures of one dtype's rows; ``suffix`` labels its pairs and names its files."""
     from .answer import prompt_answers
     from .batch import per_k_rows
-    from .regret import regret_pairs
+    from .regret_section import regret_pairs
 
     # Several batch sizes: the figures against k show the smallest; speedup_vs_batch shows them all.
     # The schedules against the best constant k: before the rows are narrowed to constant k.
-    answers = [{**answer, "pair": answer["pair"] + suffix} for answer in prompt_answers(per_k_rows(results))]
-    written = [schedule_regret(answers, pair, directory) for pair in regret_pairs({"prompts": answers})]
+    answers = [replace(answer, pair=answer.pair + suffix) for answer in prompt_answers(per_k_rows(results))]
+    written = [schedule_regret(answers, pair, directory) for pair in regret_pairs(answers)]
     batched = constant_k_rows(results)
     results = per_k_rows(batched)
     for pair, rows in rows_by_pair(results).items():

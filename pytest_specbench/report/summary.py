@@ -22,7 +22,7 @@ from .analysis import (
     rows_by_pair,
     several_engines,
 )
-from .answer import pair_sentence, prompt_table, run_answer
+from .answer import RunAnswer, pair_sentence, prompt_table, run_answer
 from .bandwidth import bandwidth_lines
 from .batch import batch_answer, batch_lines, per_k_rows
 from .dtype_view import TITLE, dtype_order, not_shown_lines, several_dtypes, view_table
@@ -64,7 +64,7 @@ def summary_lines(
     return lines + batch_lines(results) + _closing_lines(results, ci_target)
 
 
-def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: dict[str, Any]) -> list[str]:
+def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: RunAnswer) -> list[str]:
     """One pair: its cases, the per-k means, the engines side by side, the answer."""
     first = rows[0]
     lines = [
@@ -177,25 +177,25 @@ def _per_k_lines(rows: Sequence[CaseResult], engines: bool) -> list[str]:
     ).splitlines()
 
 
-def _answer_lines(pair: str, answer: dict[str, Any], engines: bool, dtypes: bool = False) -> list[str]:
+def _answer_lines(pair: str, answer: RunAnswer, engines: bool, dtypes: bool = False) -> list[str]:
     """The pair's answer: per prompt the best constant k, the k tied with it and those slower (by the race's test
     over the block's rounds), the cost model's recommended k; then the k best on most prompts."""
-    answers = [a for a in answer["prompts"] if a["pair"] == pair]
+    answers = [a for a in answer.prompts if a.pair == pair]
     if not answers:
         return []
-    cells, headers = prompt_table(sorted(answers, key=lambda a: (a["prompt"], a["engine"])), engines, dtypes)
+    cells, headers = prompt_table(sorted(answers, key=lambda a: (a.prompt, a.engine)), engines, dtypes)
     lines = [
         "the answer (best constant k per prompt; tied / slower: tested within the block's rounds, family-wise 95%):",
         *tabulate(cells, headers=headers, disable_numparse=True).splitlines(),
     ]
-    return lines + [pair_sentence(p, engines, dtypes) for p in answer["pairs"] if p["pair"] == pair]
+    return lines + [pair_sentence(p, engines, dtypes) for p in answer.pairs if p.pair == pair]
 
 
-def _dtype_view_lines(pair: str, answer: dict[str, Any], engines: bool) -> list[str]:
+def _dtype_view_lines(pair: str, answer: RunAnswer, engines: bool) -> list[str]:
     """When several dtypes ran: per prompt the fastest (dtype, k) against float32 greedy, float32's own best k
     beside it (report/dtype_view.py); one line saying why where float32 did not run."""
-    views = sorted((v for v in answer.get("dtypes", []) if v["pair"] == pair), key=lambda v: (v["prompt"], v["engine"]))
-    shown = [view for view in views if view["shown"]]
+    views = sorted((v for v in answer.dtypes if v.pair == pair), key=lambda v: (v.prompt, v.engine))
+    shown = [view for view in views if view.shown]
     lines = not_shown_lines(views)
     if shown:
         cells, headers = view_table(shown, engines)
@@ -278,7 +278,8 @@ def run_document(
     resumed: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The JSON record of a run: the environment, the options used, how the run ended, missing cases, the answer
-    (:func:`.answer.run_answer`) and the rows.
+    (:func:`.answer.run_answer`), the answer for serving (:func:`.batch.batch_answer`) and the rows: the typed
+    answers as plain built-in types (their ``to_json()``), so the document is JSON as it stands.
 
     ``interrupted`` says what stopped the run early (a signal, a failure limit), ``resumed`` lists the
     cases taken from a results log instead of being run again.
@@ -289,7 +290,7 @@ def run_document(
         "interrupted": interrupted,
         "missing_cases": list(missing),
         "resumed_cases": list(resumed),
-        "answer": run_answer(per_k_rows(results)),
-        "batch": batch_answer(results),
+        "answer": run_answer(per_k_rows(results)).to_json(),
+        "batch": [answer.to_json() for answer in batch_answer(results)],
         "results": [row.to_row() for row in results],
     }

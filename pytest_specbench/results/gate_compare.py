@@ -384,7 +384,11 @@ class SettingDifference:
 def settings_differences(
     recorded: Mapping[str, Any], current: Mapping[str, Any]
 ) -> tuple[list[SettingDifference], list[str]]:
-    """The run settings that differ, and the options of this run the baseline did not record (not checked)."""
+    """The run settings that differ, and the options of this run the baseline did not record (not checked). A setting
+    recorded under an option's earlier name (``--specbench-head-kernel``) is compared as the option's."""
+    from ..settings.options import current_setting_names
+
+    recorded = current_setting_names(recorded)
     differences, unrecorded = [], []
     for name, value in current.items():
         if name in _PER_CASE_ONLY:
@@ -443,7 +447,7 @@ def check_settings(
             return SettingsCheck(*known, refused=True)
         regressions = [_settings_regression(case, differences) for case, differences in per_case.items()]
         return SettingsCheck(*known, regressions=regressions)
-    # A run setting that no case records (the seed, the head kernel, ...) leaves no case in agreement.
+    # A run setting that no case records (the seed, the kernels, ...) leaves no case in agreement.
     everywhere = [d for d in run_differences if d.name not in CASE_SETTINGS.values()]
     excluded = {
         row.case: everywhere + per_case.get(row.case, [])

@@ -275,11 +275,12 @@ def read_log(path: Path) -> ResumedLog:
                     f"{path}:{number}: a run line of another format "
                     f"({record['specbench_log']!r}); {_ACCEPTED}, format {LOG_FORMAT}"
                 )
-            if settings is not None and record["settings"] != settings:
+            recorded = _current_names(record["settings"])  # a run before an option's rename reads as after it
+            if settings is not None and recorded != settings:
                 raise ResultsLogError(
                     f"{path}:{number}: a second run with other settings; {_ACCEPTED}, all with the same settings"
                 )
-            settings, header, end = record["settings"], record, None
+            settings, header, end = recorded, record, None
         elif settings is None:
             raise ResultsLogError(f"{path}:{number}: a result before the run line; {_ACCEPTED}")
         elif END_KEY in record:
@@ -298,10 +299,19 @@ def read_log(path: Path) -> ResumedLog:
     return ResumedLog(path=path, settings=settings, rows=rows, header=header, end=end)
 
 
+def _current_names(settings: dict[str, Any]) -> dict[str, Any]:
+    from ..settings.options import current_setting_names
+
+    return current_setting_names(settings)
+
+
 def settings_differences(logged: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``--option: logged -> now`` for each result-changing option whose value differs; a list the option
-    table marks ``order_free`` (the batch sizes) differs only in its members, not their order."""
+    table marks ``order_free`` (the batch sizes) differs only in its members, not their order. A setting logged
+    under an option's earlier name (``--specbench-head-kernel``) is compared as the option's."""
     from ..settings.options import OPTIONS
+
+    logged, current = _current_names(logged), _current_names(current)
 
     order_free = {option.cli for option in OPTIONS if option.order_free}
 

@@ -523,7 +523,7 @@ class CaseResult:
     column_head_rows: list = _field(
         "native engine: the target pass sizes (rows, 1 a decode step; up to k + 1 at a constant k) whose "
         "target output head ran as weight @ hidden.T, measured faster than linear there "
-        "(--specbench-head-kernel); the others ran the model's own linear",
+        "(--specbench-kernels); the others ran the model's own linear",
         COST_MODEL,
         default=[],
         csv=False,
@@ -531,7 +531,7 @@ class CaseResult:
     few_rows_rows: list = _field(
         "native engine: the target pass sizes (rows, 1 a decode step of the run and of its greedy "
         "baseline; up to k + 1 at a constant k) at which some linear layer of the target ran the "
-        "few-rows kernel, measured fastest there (--specbench-head-kernel); the others ran the "
+        "few-rows kernel, measured fastest there (--specbench-kernels); the others ran the "
         "model's own kernels",
         COST_MODEL,
         default=[],

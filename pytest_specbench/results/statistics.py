@@ -132,6 +132,18 @@ def speedup_interval(
     return Interval(estimate, min(math.exp(low), estimate), max(math.exp(high), estimate))
 
 
+def geometric_mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """The geometric mean of positive ``values`` (one speedup or ratio per case or prompt) with Student's t
+    interval over their logs; no interval for one value. It is :func:`speedup_interval`'s paired interval, 1
+    against 1/value per "round" having the log ratio log(value): one t interval for rounds, cases and prompts
+    alike, rather than a second one written beside it."""
+    if not values:
+        raise ValueError("need at least one value")
+    if min(values) <= 0:
+        raise ValueError("values must be positive")
+    return speedup_interval([1.0] * len(values), [1.0 / value for value in values], paired=True, confidence=confidence)
+
+
 def slower_p_unpaired(best_s: Sequence[float], other_s: Sequence[float]) -> float | None:
     """p-value of "``other_s`` is slower than ``best_s``" (seconds for the same work, timed in different blocks,
     so no round pairs with another): Welch's one-sided t test on the mean log times. None below two times on

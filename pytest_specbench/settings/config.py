@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .options import AUTO_DTYPES, MAX_POSITIONS, OPTIONS, ConfigError, Option, pairing_that_runs, parse_devices
+from .options import (
+    AUTO_DTYPES,
+    MAX_POSITIONS,
+    OPTIONS,
+    ConfigError,
+    Option,
+    current_setting_names,
+    pairing_that_runs,
+    parse_devices,
+)
 
 _PAIRING, _BASELINE_ONCE, _DTYPE = (
     next(option for option in OPTIONS if option.name == name) for name in ("pairing", "baseline-once", "dtype")
@@ -33,7 +42,7 @@ class SpecbenchConfig:
     ks: tuple[int | str, ...]  # integers and schedule names (SCHEDULE_KS)
     engines: tuple[str, ...]
     batches: tuple[int, ...]  # batch sizes, each >= 1
-    head_kernel: str
+    kernels: str  # the native engine's kernel setting (engine/names.py KERNELS)
     compile_steps: bool
     prompt_categories: tuple[str, ...]  # empty: all
     prompt_file: Path | None
@@ -174,7 +183,8 @@ def result_settings(config: SpecbenchConfig) -> dict[str, Any]:
 def result_settings_from_raw(raw: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`result_settings` of a run from the raw values its JSON records (``options``: each option given or
     defaulted, by dest; one left out, absent). A value that no longer parses here (a prompt file of another
-    machine) is kept as recorded."""
+    machine) is kept as recorded. A value recorded under an option's earlier name reads as the option's."""
+    raw = current_setting_names(raw)
     settings = {}
     baseline_once = bool(raw.get(_BASELINE_ONCE.dest))
     for option in OPTIONS:
@@ -266,16 +276,22 @@ def _on_gpu(values: dict[str, tuple[Any, str]], cuda_available: Callable[[], boo
 
 
 def read_settings(get_option: Callable[[str], Any], get_ini: Callable[[str], Any]) -> dict[str, tuple[Any, str]]:
-    """Collect the values given: on the command line first, else in the ini file."""
+    """Collect the values given: on the command line first, else in the ini file; under each, the option's name
+    first, then its earlier names (:attr:`~.options.Option.aliases`, still read)."""
     values: dict[str, tuple[Any, str]] = {}
     for option in OPTIONS:
-        cli_value = get_option(option.dest)
-        if cli_value is not None:
-            values[option.name] = (cli_value, option.cli)
+        for dest, cli in zip((option.dest, *option.alias_dests), (option.cli, *option.alias_clis), strict=True):
+            cli_value = get_option(dest)
+            if cli_value is not None:
+                values[option.name] = (cli_value, cli)
+                break
+        if option.name in values:
             continue
-        ini_value = get_ini(option.dest)
-        if ini_value not in (None, "", []) and not (option.flag and ini_value is False):
-            values[option.name] = (ini_value, f"ini {option.dest}")
+        for dest in (option.dest, *option.alias_dests):
+            ini_value = get_ini(dest)
+            if ini_value not in (None, "", []) and not (option.flag and ini_value is False):
+                values[option.name] = (ini_value, f"ini {dest}")
+                break
     return values
 
 

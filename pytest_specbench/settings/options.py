@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 # SCHEDULE_KS: the k values that name a schedule instead of a constant draft length (engine/schedules.py).
-from ..engine.names import HEAD_KERNELS
+from ..engine.names import KERNELS
 from ..engine.names import SCHEDULES as SCHEDULE_KS
 from ..models.base import DTYPE_NAMES as DTYPES
 from .axes import DTYPE_ID_SUFFIXES  # noqa: F401 (the dtype axis's id parts; plots read it from here)
@@ -143,9 +143,9 @@ def _engines(raw: str) -> tuple[str, ...]:
     return engines
 
 
-def _head_kernel(raw: str) -> str:
-    if raw not in HEAD_KERNELS:
-        raise ValueError(f"unknown head kernel {raw!r}; accepted: {', '.join(HEAD_KERNELS)}")
+def _kernels(raw: str) -> str:
+    if raw not in KERNELS:
+        raise ValueError(f"unknown kernel setting {raw!r}; accepted: {', '.join(KERNELS)}")
     return raw
 
 
@@ -426,6 +426,9 @@ class Option:
     # A list of one item is recorded as that item: what the option recorded before it took a list, so the
     # baselines and logs of those runs still compare equal.
     single_as_item: bool = False
+    # Earlier names of the option (``head-kernel``): each still parses, on the command line and in ini, and what a
+    # stored run recorded under one reads as this option's setting (:func:`current_setting_names`).
+    aliases: tuple[str, ...] = ()
 
     @property
     def flag(self) -> bool:
@@ -439,6 +442,14 @@ class Option:
     @property
     def dest(self) -> str:
         return "specbench_" + self.name.replace("-", "_")
+
+    @property
+    def alias_clis(self) -> tuple[str, ...]:
+        return tuple(f"--specbench-{alias}" for alias in self.aliases)
+
+    @property
+    def alias_dests(self) -> tuple[str, ...]:
+        return tuple("specbench_" + alias.replace("-", "_") for alias in self.aliases)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -500,16 +511,19 @@ OPTIONS: tuple[Option, ...] = (
         metavar="ENGINES",
     ),
     Option(
-        "head-kernel",
-        "head_kernel",
-        "how the native engine computes the linear layers of the target's multi-row passes (a verify "
-        "block): auto (per layer shape and row count, the fastest of the model's own, the few-rows kernel and, "
-        "for the output head, weight @ hidden.T, measured before timing), rows (the few-rows kernel, float32 on "
-        "CPU), column (the head as weight @ hidden.T) or linear (the model's own) (default auto)",
-        _head_kernel,
+        "kernels",
+        "kernels",
+        "how the native engine computes every linear layer of the target's passes (verify blocks and one-row "
+        "steps, its greedy baseline's included): auto (per layer shape and row count, the fastest of the model's "
+        "own, the few-rows kernel and, for the output head, weight @ hidden.T, measured before timing), rows (the "
+        "few-rows kernel, float32 and bfloat16 on CPU), column (the head as weight @ hidden.T) or linear (the "
+        "model's own) (default auto). Its earlier name, --specbench-head-kernel (ini specbench_head_kernel), "
+        "still works and is deprecated; runs recorded under it compare equal",
+        _kernels,
         "auto",
         metavar="KERNEL",
         changes_results=True,
+        aliases=("head-kernel",),
     ),
     Option(
         "compile",
@@ -911,6 +925,27 @@ OPTIONS: tuple[Option, ...] = (
         metavar="I/N",
     ),
 )
+
+
+#: each option's earlier names, as recorded (``--specbench-head-kernel``, ``specbench_head_kernel``) -> its name now
+RENAMED: dict[str, str] = {
+    old: new
+    for option in OPTIONS
+    for names, new in ((option.alias_clis, option.cli), (option.alias_dests, option.dest))
+    for old in names
+}
+
+
+def current_setting_names(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """Settings a stored run recorded (a log's or a baseline's ``settings``, by ``--specbench-*`` option; a run's
+    JSON ``options``, by ``specbench_*`` dest) under each option's name now: a value stored under an earlier name
+    (:attr:`Option.aliases`) reads as the option's, so a run recorded before a rename compares equal to one after.
+    Where both names are recorded, the current one's value stands."""
+    return {
+        RENAMED.get(name, name): value
+        for name, value in recorded.items()
+        if not (name in RENAMED and RENAMED[name] in recorded)
+    }
 
 
 def default_of(field: str) -> str | None:

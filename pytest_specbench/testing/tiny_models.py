@@ -1,5 +1,6 @@
 """Tiny random models and tokenizers built in-process: the one place that builds them, for the tests
-(tests/factory.py re-exports these names) and for the benchmark scripts (benchmarks/gpu_check.py).
+(tests/factory.py re-exports these names), for the tools (``python -m pytest_specbench gpu-check``) and for the
+benchmark scripts.
 
 No weights are downloaded: :func:`tiny_model` builds any of :data:`ARCHITECTURES` from a config, seeded, float32,
 in eval mode, by default on one vocabulary of :data:`VOCAB_SIZE` ids and one set of special ids, so any target

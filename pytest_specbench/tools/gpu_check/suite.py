@@ -10,13 +10,10 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .legs import child_env, leg_problem
 from .plan import REPO, TESTS, Check
-
-if TYPE_CHECKING:
-    from .parent import Run
+from .run import Run
 
 #: pytest -k over those modules: the CUDA tests are named for CUDA or the GPU
 SUITE_KEYWORD = "cuda or gpu"
@@ -72,8 +69,8 @@ def judge_suite(run: Run) -> Check:
     """The suite's CUDA tests pass on CUDA; on a CPU (CUDA hidden) they all skip, and the check is skipped."""
     files = cuda_test_files()
     if not files:
-        why = "no tests/ folder next to this script" if not TESTS.is_dir() else "no test module skips without CUDA"
-        return Check("suite_cuda_tests", "fail", f"nothing to run: {why} (the suite changed? update this script)")
+        why = f"no tests/ folder in the checkout {REPO}" if not TESTS.is_dir() else "no test module skips without CUDA"
+        return Check("suite_cuda_tests", "fail", f"nothing to run: {why} (the suite changed? update this check)")
     leg = run.legs.get("suite")
     problem = leg_problem(leg)
     details = {"files": [str(path.relative_to(REPO)) for path in files], "keyword": SUITE_KEYWORD}

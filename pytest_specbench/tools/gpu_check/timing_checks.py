@@ -63,7 +63,7 @@ class GpuWork:
 
 def check_timing_sync_clock(ctx: Context) -> tuple[str, str, dict]:
     """GPU work of known length read by DeviceClock and by CUDA events agrees (CPU: a sleep's length)."""
-    from pytest_specbench.engine.timing import DeviceClock
+    from ...engine.timing import DeviceClock
 
     clock = DeviceClock(ctx.device)
     if not ctx.cuda:
@@ -136,9 +136,9 @@ def _cpu_clock_sanity(clock) -> tuple[str, str, dict]:
 
 def check_timing_sync_calls(ctx: Context) -> tuple[str, str, dict]:
     """Every clock read preceded by a synchronise; on a CPU the same runs go through (so this cannot rot)."""
-    from pytest_specbench.engine.decoding import greedy_generate, speculative_generate
-    from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter
-    from pytest_specbench.engine.hf_assisted import hf_assisted_generate
+    from ...engine.decoding import greedy_generate, speculative_generate
+    from ...engine.drafters import ModelDrafter, PromptLookupDrafter
+    from ...engine.hf_assisted import hf_assisted_generate
 
     target, draft = ctx.tiny_copies()
     ids = ctx.repetitive_ids()
@@ -172,7 +172,7 @@ def _count_clock_reads(calls: dict[str, Callable[[], object]]) -> dict[str, dict
     """Per call: the clock reads inside engine.timing, the synchronises, and the reads not right after one."""
     import torch
 
-    import pytest_specbench.engine.timing as timing
+    from ...engine import timing
 
     events: list[str] = []
     real_synchronize, real_time = torch.cuda.synchronize, timing.time
@@ -231,8 +231,8 @@ def check_timing_sync_decode(ctx: Context) -> tuple[str, str, dict]:
     planted piece is itself timed (CUDA events; on a CPU the sleep's own clock), and the decode's timings
     must hold the pieces that fall inside them. On CUDA nothing in a greedy decode waits for the GPU between
     its clock reads, so a read without a synchronise would come back early."""
-    from pytest_specbench.engine.decoding import greedy_generate, speculative_generate
-    from pytest_specbench.engine.drafters import PromptLookupDrafter
+    from ...engine.decoding import greedy_generate, speculative_generate
+    from ...engine.drafters import PromptLookupDrafter
 
     target, _ = ctx.tiny_copies()
     ids = ctx.repetitive_ids()

@@ -1,4 +1,4 @@
-"""The in-process child (``gpu_check.py --child inproc``): the environment check, then the timing and
+"""The in-process child (``gpu-check --child inproc``): the environment check, then the timing and
 lossless checks in one torch process, each result appended to checks.jsonl as soon as it is known, so a
 child killed at its time limit still reports what it finished."""
 

@@ -1,8 +1,42 @@
 """GPU readiness: one command that checks the whole CUDA path in minutes.
 
-The command line (``python benchmarks/gpu_check.py``) and the parent's course: run the parts, judge them,
-fill in what did not run, write the summaries, exit 1 naming any failed check. Imports no torch.
+    python -m pytest_specbench gpu-check --out DIR [--device cuda:0|cpu]
+
+Runs a fixed list of checks, each with a name, pass / fail / skip and details, writes
+``DIR/summary.json`` and ``DIR/summary.md``, and exits 1 when any check failed, naming it.
+Nothing needs the Hugging Face hub: the embedded Gemma 3 270M pairs (``gemma3_int8``,
+``gemma3_pld``), tiny models built here in-process (written to ``DIR/legs/inproc/models`` with a
+pairs TOML for the benchmark runs), and the Qwen2.5-Coder pairs when the ``qwen`` extra is
+installed and converted (``--qwen``). It runs the checkout's ``bench_cases/`` and ``tests/``, so run it
+from a clone with the package installed editable. How to run it and what to read: docs/gpu.md.
+
+The checks (``CHECKS`` in ``plan.py``, in the order they are reported):
+
+- the CUDA tests of the test suite (``pytest tests`` on the tests that skip without CUDA), and
+  lossless runs on the device in float32 (exact) and bfloat16 / float16 (near-ties allowed by the
+  tie rule) on tiny models, plus Gemma 3 on the device;
+- a small benchmark matrix through ``pytest bench_cases`` (both embedded pairs, k = 1, 4, 16, two
+  prompts, 128 tokens), the same with ``--specbench-compile`` on a tiny Llama pair (Gemma 3 has
+  sliding-window layers, which compiled steps refuse: that refusal is checked as expected), and
+  the native engine against transformers' assisted generation at k = 4;
+- that the package's clock brackets GPU work with ``torch.cuda.synchronize()``: a kernel of known
+  length timed by ``engine.timing.DeviceClock`` and by CUDA events, GPU work planted in every
+  forward pass of a decode, and every clock read preceded by a synchronise;
+- CUDA peak memory present and positive in every benchmark row.
+
+``--device cpu`` runs the reduced form (tiny models only, 8 or 16 tokens, k = 1, 4, one prompt;
+the clock check becomes a CPU clock sanity check, the CUDA-only checks are reported as skipped):
+``tests/test_gpu_check.py`` runs it so the check cannot rot between GPU runs.
+
+The parent process imports no torch: it runs every part in a child process with a time budget
+(``--budget`` in all, default 420 s on CUDA), kills a child that overruns (its process group,
+SIGTERM then SIGKILL) and reports its checks as failed by timeout. The in-process checks run in
+one child (this command with ``--child inproc``), which writes each result as it finishes.
+
 """
+
+# This module: the command line and the parent's course: run the parts, judge them, fill in what did not run, write
+# the summaries, exit 1 naming any failed check.
 
 from __future__ import annotations
 
@@ -14,12 +48,14 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from .judge import judge
 from .legs import interrupt
-from .parent import Run, environment_fatal, read_inproc, run_legs
+from .parts import read_inproc, run_legs
 from .plan import CHECKS, CPU_FORM, CUDA_FORM, Check
 from .report import write_summaries
+from .run import Run, environment_fatal
 
 
 def parent(args: argparse.Namespace) -> int:
@@ -115,10 +151,13 @@ def normalise_device(device: str) -> str:
     raise SystemExit(f"gpu_check: --device must be cpu, cuda or cuda:N, not {device!r}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse the command line; run the parent, or the in-process child when called with --child inproc."""
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``gpu-check`` on ``commands`` (the subparsers of ``python -m pytest_specbench``)."""
+    parser = commands.add_parser(
+        "gpu-check",
+        help="GPU readiness: check the whole CUDA path in minutes (docs/gpu.md)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", required=True, help="folder for summary.json, summary.md and each part's output")
     parser.add_argument("--device", default="cuda:0", help="cuda:N (default cuda:0) or cpu (the reduced CPU form)")
@@ -145,9 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", choices=("inproc",), help=argparse.SUPPRESS)
     parser.add_argument("--form", choices=("cpu", "cuda"), help=argparse.SUPPRESS)
     parser.add_argument("--checks", default="", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """The parent, or the in-process child when called with --child inproc (the only one that imports torch)."""
     if args.child == "inproc":
-        from .inproc import child_inproc  # imports torch: only the child does
+        from .inproc import child_inproc
 
         return child_inproc(args)
     return parent(args)

@@ -1,4 +1,4 @@
-"""gpu_check's report: summary.json for programs and summary.md for people, both from the same document.
+"""The GPU check's report: summary.json for programs and summary.md for people, both from the same document.
 
 Imports no torch: the parent process writes them.
 """
@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .parent import Run
+from ...results.schema import CaseResult
 from .plan import CHECKS, REPO, Check
+from .run import Run
 
 
 def _first_output(command: list[str], timeout: float) -> str | None:
@@ -40,6 +41,14 @@ def nvidia_smi() -> str | None:
     return _first_output(query, timeout=15)
 
 
+def invoked_command() -> list[str]:
+    """The command as typed: ``python -m pytest_specbench gpu-check ...`` when run as the package's command."""
+    first = Path(sys.argv[0])
+    if first.name == "__main__.py" and first.parent.name == "pytest_specbench":
+        return ["python", "-m", "pytest_specbench", *sys.argv[1:]]
+    return [first.name, *sys.argv[1:]]
+
+
 def write_summaries(run: Run, started: datetime.datetime, seconds: float, interrupted: str | None) -> list[str]:
     """Write summary.json and summary.md into the output folder; return the failed checks' names."""
     checks = [run.checks[name] for name in CHECKS]
@@ -57,7 +66,7 @@ def write_summaries(run: Run, started: datetime.datetime, seconds: float, interr
         "nvidia_smi": nvidia_smi(),
         "host": platform.node(),
         "python": sys.version.split()[0],
-        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+        "command": invoked_command(),
         "checks": [check.to_json() for check in checks],
         "legs": {name: leg.to_json() for name, leg in run.legs.items()},
     }
@@ -120,7 +129,7 @@ def _failure_section(check: Check) -> list[str]:
     return lines
 
 
-def _row_table(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+def _row_table(rows: list[tuple[str, CaseResult]]) -> list[str]:
     """The benchmark rows of every part, one line each (none: no section)."""
     if not rows:
         return []
@@ -132,16 +141,12 @@ def _row_table(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in rows:
-        low, high = row.get("decode_speedup_ci_low"), row.get("decode_speedup_ci_high")
-        interval = (
-            f" [{low:.2f}, {high:.2f}]" if isinstance(low, (int, float)) and isinstance(high, (int, float)) else ""
-        )
-        speedup = row.get("decode_speedup")
+        low, high = row.decode_speedup_ci_low, row.decode_speedup_ci_high
+        interval = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
         lines.append(
-            f"| {name} | {row.get('case')} | {row.get('verdict')} | "
-            f"{_cell(speedup)}{interval}{' !' if row.get('unstable') else ''} | "
-            f"{_cell(row.get('speedup'))} | "
-            f"{_cell(row.get('acceptance_rate'))} | {_cell(row.get('tau'))} | {row.get('rounds')} | "
-            f"{_cell(row.get('peak_memory_mb'))} ({row.get('peak_memory_kind')}) |"
+            f"| {name} | {row.case} | {row.verdict} | "
+            f"{_cell(row.decode_speedup)}{interval}{' !' if row.unstable else ''} | "
+            f"{_cell(row.speedup)} | {_cell(row.acceptance_rate)} | {_cell(row.tau)} | {row.rounds} | "
+            f"{_cell(row.peak_memory_mb)} ({row.peak_memory_kind}) |"
         )
     return lines

@@ -1,4 +1,4 @@
-"""What gpu_check checks and how much: the table of checks, the CUDA and CPU forms, and a check's result.
+"""What the GPU check checks and how much: the table of checks, the CUDA and CPU forms, and a check's result.
 
 Imports no torch: the parent process reads it too.
 """
@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-#: the command users run; the in-process child is this script again, with --child inproc
-SCRIPT = REPO / "benchmarks" / "gpu_check.py"
+#: the checkout the package runs from (installed editable, as the README's install line does): the benchmark
+#: parts run its bench_cases/, the suite part its tests/
+REPO = Path(__file__).resolve().parents[3]
 BENCH_CASES = REPO / "bench_cases"
 TESTS = REPO / "tests"
+#: the command users run is ``python -m pytest_specbench gpu-check``; the in-process child is that command again
+CHILD_COMMAND = ("-m", "pytest_specbench", "gpu-check", "--child", "inproc")
 
 #: the plugin's default --specbench-tie-tolerance (logits): a half-precision divergence with a smaller
 #: top-2 margin at the target is a near-tie, not a failure
@@ -115,6 +117,7 @@ class Check:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        """The check as summary.json lists it, with its description from :data:`CHECKS`."""
         return {
             "name": self.name,
             "status": self.status,

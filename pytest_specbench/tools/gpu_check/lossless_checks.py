@@ -11,7 +11,7 @@ from .plan import GEMMA, TIE_TOLERANCE
 
 def _verdicts(target, tokenizer, ids, reference, runs: dict[str, list[int]], half: bool) -> list[dict[str, Any]]:
     """Each run's tokens against the reference, by the package's verdict (lossless, near-tie, diverged)."""
-    from pytest_specbench.measure.verdicts import diagnose
+    from ...measure.verdicts import diagnose
 
     out = []
     for name, tokens in runs.items():
@@ -48,7 +48,7 @@ def _decode_runs(
     model, drafters: dict[str, Any], ids, ks: tuple[int, ...], n: int, **options: Any
 ) -> tuple[dict[str, list[int]], dict[str, float]]:
     """The tokens of greedy_generate and of speculative_generate per drafter and k, and their acceptance."""
-    from pytest_specbench.engine.decoding import greedy_generate, speculative_generate
+    from ...engine.decoding import greedy_generate, speculative_generate
 
     runs = {"greedy_generate": greedy_generate(model, ids, n).token_ids}
     acceptance = {}
@@ -64,9 +64,9 @@ def check_lossless_tiny(ctx: Context, dtype_name: str) -> tuple[str, str, dict]:
     """The tiny Llama in ``dtype_name``: noisy-copy draft, prompt lookup and self-draft at the form's ks."""
     import torch
 
-    from pytest_specbench.engine.derived_models import int8_copy
-    from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter
-    from pytest_specbench.measure.verdicts import reference_tokens
+    from ...engine.derived_models import int8_copy
+    from ...engine.drafters import ModelDrafter, PromptLookupDrafter
+    from ...measure.verdicts import reference_tokens
 
     dtype = getattr(torch, dtype_name)
     if ctx.cuda and dtype is torch.bfloat16 and not ctx.env.get("bf16_native"):
@@ -90,7 +90,7 @@ def check_lossless_tiny(ctx: Context, dtype_name: str) -> tuple[str, str, dict]:
 
 def check_lossless_gemma(ctx: Context) -> tuple[str, str, dict]:
     """Gemma 3 270M: float32 exact, and bfloat16 under the tie rule where the GPU has it natively."""
-    from pytest_specbench.models import embedded
+    from ...models import embedded
 
     if not ctx.with_gemma:
         return (
@@ -115,10 +115,10 @@ def _gemma_in(ctx: Context, dtype_name: str, text: str, n: int) -> tuple[str, st
     """Gemma loaded in ``dtype_name``: prompt lookup (and on CUDA the self-draft) at the form's ks."""
     import torch
 
-    from pytest_specbench.engine.derived_models import int8_copy
-    from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter
-    from pytest_specbench.measure.verdicts import reference_tokens
-    from pytest_specbench.models.loading import load_model
+    from ...engine.derived_models import int8_copy
+    from ...engine.drafters import ModelDrafter, PromptLookupDrafter
+    from ...measure.verdicts import reference_tokens
+    from ...models.loading import load_model
 
     loaded = load_model(GEMMA, device=ctx.device, dtype=dtype_name)
     model, tokenizer = loaded.model, loaded.tokenizer
@@ -130,7 +130,7 @@ def _gemma_in(ctx: Context, dtype_name: str, text: str, n: int) -> tuple[str, st
         low = int8_copy(model)
         drafters[f"self-draft ({next(low.parameters()).dtype})"] = ModelDrafter(low)
     head = "auto" if ctx.cuda else "linear"
-    runs, acceptance = _decode_runs(model, drafters, ids, ctx.form.gemma_ks, n, head_kernel=head)
+    runs, acceptance = _decode_runs(model, drafters, ids, ctx.form.gemma_ks, n, kernels=head)
     verdicts = _verdicts(model, tokenizer, ids, reference, runs, half)
     status, summary = _judge_verdicts(verdicts, half, dtype_name)
     details = {
@@ -138,7 +138,7 @@ def _gemma_in(ctx: Context, dtype_name: str, text: str, n: int) -> tuple[str, st
         "source": loaded.source,
         "verdicts": verdicts,
         "acceptance": acceptance,
-        "head_kernel": head,
+        "kernels": head,
     }
     del model, loaded, drafters
     if ctx.cuda:

@@ -1,5 +1,5 @@
-"""Running gpu_check's parts in child processes, each in its own process group with a time budget, and
-reading what a part left behind (pytest's JUnit XML, the plugin's result rows).
+"""Running the GPU check's parts in child processes, each in its own process group with a time budget, and
+reading what a part left behind (pytest's JUnit XML, the plugin's result rows, typed).
 
 Imports no torch: the parent process runs it.
 """
@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...results.log import ResultsLogError, read_log, row_problem
+from ...results.schema import CaseResult
+
 
 @dataclass
 class Leg:
@@ -30,16 +33,18 @@ class Leg:
     timed_out: bool = False
     seconds: float = 0.0
     not_run: str | None = None  # why it never started
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[CaseResult] = field(default_factory=list)
     cases: dict[str, tuple[str, str]] = field(default_factory=dict)  # test id -> (outcome, message)
 
     def tail(self, chars: int = 2500) -> str:
+        """The end of the part's output, for a failed check's details."""
         try:
             return self.log.read_text(encoding="utf-8", errors="replace")[-chars:]
         except OSError:
             return ""
 
     def ended(self) -> str:
+        """How the part ended, in words: not run, timed out, interrupted, or its exit status."""
         if self.not_run:
             return f"not run: {self.not_run}"
         if self.timed_out:
@@ -49,6 +54,7 @@ class Leg:
         return f"exit status {self.rc} after {self.seconds:.0f} s"
 
     def to_json(self) -> dict[str, Any]:
+        """The part as summary.json's ``legs`` lists it."""
         return {
             "command": self.command,
             "budget_s": round(self.budget_s, 1),
@@ -165,21 +171,19 @@ def junit_cases(path: Path) -> dict[str, tuple[str, str]]:
     return cases
 
 
-def result_rows(folder: Path) -> list[dict[str, Any]]:
-    """The rows of a bench run: its JSON file, or (killed before writing it) its results log."""
+def result_rows(folder: Path) -> list[CaseResult]:
+    """The rows of a bench run, typed: its JSON file, or (killed before writing it) its results log. A row the
+    schema refuses is left out, so the part's check counts its case as missing."""
     path = folder / "spec_results.json"
-    if path.is_file():
-        try:
-            return list(json.loads(path.read_text(encoding="utf-8")).get("results", []))
-        except (ValueError, OSError):
-            pass
-    log, rows = folder / "spec_results.jsonl", []
-    if log.is_file():
-        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a line cut by the kill
-            if isinstance(record, dict) and "case" in record and "verdict" in record:
-                rows.append(record)
-    return rows
+    try:
+        document = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (ValueError, OSError):
+        document = None
+    if isinstance(document, dict) and isinstance(document.get("results"), list):
+        rows = document["results"]
+        return [CaseResult.from_row(row) for row in rows if isinstance(row, dict) and row_problem(row) is None]
+    log = folder / "spec_results.jsonl"
+    try:
+        return list(read_log(log).rows.values()) if log.is_file() else []
+    except ResultsLogError:
+        return []

@@ -59,7 +59,7 @@ def _device_facts(ctx: Context, env: dict[str, Any]) -> list[str]:
 def _model_facts(env: dict[str, Any]) -> None:
     """Add to ``env`` whether Gemma and the Qwen pairs are installed and converted (or the lookup error)."""
     try:
-        from pytest_specbench.models import embedded, gguf_cache, qwen
+        from ...models import embedded, gguf_cache, qwen
 
         env["embedded_installed"] = embedded.GEMMA3_270M.installed()
         if env["embedded_installed"]:

@@ -27,7 +27,7 @@ class Context:
     def tiny(self):
         """The float32 tiny Llama target and its noisy-copy draft, on the CPU (callers copy and move them)."""
         if self._tiny is None:
-            from pytest_specbench.testing.tiny_models import tiny_pair
+            from ...testing.tiny_models import tiny_pair
 
             self._tiny = tiny_pair("llama")
         return self._tiny
@@ -41,7 +41,7 @@ class Context:
         """The drafter tests' repetitive prompt as a batch of one on the device."""
         import torch
 
-        from pytest_specbench.testing.tiny_models import REPETITIVE_PROMPT
+        from ...testing.tiny_models import REPETITIVE_PROMPT
 
         return torch.tensor([REPETITIVE_PROMPT], device=self.torch_device)
 
@@ -53,7 +53,7 @@ BYTE_IDS = dict(vocab_size=257, pad_token_id=256, bos_token_id=256, eos_token_id
 def write_tiny_pairs(folder: Path) -> Path:
     """Byte-level tiny models on disk and a pairs TOML naming them (docs/pairs.md): ``tiny_llama`` (a noisy
     copy drafts), ``tiny_llama_int8``, ``tiny_llama_pld`` and ``tiny_gemma_pld`` (sliding-window layers)."""
-    from pytest_specbench.testing.tiny_models import (
+    from ...testing.tiny_models import (
         DRAFT_NOISE,
         byte_tokenizer,
         noisy_copy,
@@ -74,7 +74,7 @@ def write_tiny_pairs(folder: Path) -> Path:
         save_checkpoint(model, tokenizer, folder / name)
     pairs = folder / "pairs.toml"
     pairs.write_text(
-        "# written by benchmarks/gpu_check.py: random tiny models with a byte tokenizer\n"
+        "# written by python -m pytest_specbench gpu-check: random tiny models with a byte tokenizer\n"
         '[pairs.tiny_llama]\ntarget = "./llama"\ndraft = "./llama_draft"\n'
         'description = "tiny Llama, noisy copy drafts"\n\n'
         '[pairs.tiny_llama_int8]\ntarget = "./llama"\ndrafter = "int8"\n\n'
@@ -87,6 +87,6 @@ def write_tiny_pairs(folder: Path) -> Path:
 
 def shipped_prompt(category: str) -> str:
     """The text of the shipped suite's first prompt of ``category``."""
-    from pytest_specbench.measure.prompts import load_prompts, select_prompts
+    from ...measure.prompts import load_prompts, select_prompts
 
     return select_prompts(load_prompts(), [category], per_category=1)[0].text

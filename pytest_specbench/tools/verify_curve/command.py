@@ -1,0 +1,175 @@
+"""The verify-cost curve v(m) of a target, per dtype and per kernel form, and v(m)/v(1).
+
+    python -m pytest_specbench verify-curve embedded:gemma3-270m --dtype float32,bfloat16 --json curve.json
+    python -m pytest_specbench verify-curve path/to/checkpoint --m 1,2,3,5,9,17 --repeats 7
+    python -m pytest_specbench verify-curve --tiny --repeats 1     # a tiny random model: a quick check of the tool
+
+v(m) is the median seconds of one target forward pass over m new positions after a prompt, on a
+warm KV cache, as a verify pass of m - 1 drafted tokens runs (m = 1: a decode step); it is measured
+by the plugin's own probe (``engine.cost_probe.verify_costs``). Each pass's effective bandwidth is
+the target's weight bytes over v(m), printed beside this process's memory read bandwidth
+(``engine.bandwidth``) as its share. Kernel forms (``--forms``):
+
+- ``own``: the model's own kernels. The hf engine's path is this one: transformers' own forward,
+  so it is not timed apart.
+- ``engine``: the native engine's forms (``engine.verify_forms``, ``auto``): per layer shape and
+  row count (one row included: the greedy baseline's steps), the fastest of the model's own
+  ``linear``, the few-rows kernel and (the head) ``weight @ hidden.T``, settled before the rounds
+  (one ``KernelForms`` per dtype's model and form, kept for every round and the one-row split).
+- ``rows``: the few-rows kernel (``engine.few_rows``) in every layer it serves (float32 on CPU).
+- ``column``: the head as ``weight @ hidden.T`` at every row count.
+
+Every round runs each (dtype, form) once, the order rotated from round to round, so drift hits
+them alike and ratios compare things run side by side. A sweep's first pass over each m is a
+warm-up and is not kept. v(m)/v(1) is the median over rounds of each round's own ratio, with the
+lowest and highest of them beside it. Not a test: run it alone, on a quiet machine.
+
+"""
+
+# This module: the command line, and the run's course (load, time, print the table, the one-row splits and the
+# engine's forms, write the JSON). It imports torch only when it runs, so registering the subcommand costs nothing.
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ...models.base import DTYPE_NAMES
+from .curve import DEFAULT_POSITIONS, FORMS, curve_rows, engine_forms, table
+
+
+def names(raw: str, accepted: Sequence[str], what: str) -> list[str]:
+    """A comma list of ``accepted`` names, in order, each once; SystemExit naming any other (a typo must not
+    cost a model load)."""
+    chosen = [name.strip() for name in raw.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in accepted]
+    if unknown or not chosen:
+        raise SystemExit(f"--{what}: unknown {', '.join(unknown) or '(empty)'}; accepted: a comma list of {accepted}")
+    return list(dict.fromkeys(chosen))
+
+
+def positions(raw: str) -> list[int]:
+    """The m to report, sorted, with 1 added: v(1) is every ratio's denominator."""
+    try:
+        chosen = sorted({int(part) for part in raw.split(",") if part.strip()})
+    except ValueError:
+        chosen = []
+    if not chosen or chosen[0] < 1:
+        raise SystemExit(f"--m: expected a comma list of positive integers, got {raw!r}")
+    return chosen if chosen[0] == 1 else [1, *chosen]
+
+
+def _rounds(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer of at least 1, got {raw!r}")
+    return value
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``verify-curve`` on ``commands`` (the subparsers of ``python -m pytest_specbench``)."""
+    parser = commands.add_parser(
+        "verify-curve",
+        help="a target's verify-cost curve v(m) per dtype and kernel form",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("target", nargs="?", help="an embedded name (embedded:gemma3-270m), a checkpoint or hub id")
+    which.add_argument("--tiny", action="store_true", help="a tiny random Gemma 3 built in-process (quick check)")
+    parser.add_argument("--dtype", default="float32,bfloat16", help="comma list of dtypes (default float32,bfloat16)")
+    parser.add_argument("--forms", default="own,engine", help=f"comma list of kernel forms: {', '.join(FORMS)}")
+    parser.add_argument("--m", default=",".join(map(str, DEFAULT_POSITIONS)), help="comma list of m (positions)")
+    parser.add_argument("--repeats", type=_rounds, default=7, help="rounds; v(m) is their median")
+    parser.add_argument("--prompt", default="list_items", help="prompt category of the shipped suite")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--json", type=Path, help="also write the curves and the machine's facts here")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure the curve the options ask for, print it, and write ``--json``; names are checked before any load."""
+    chosen = names(args.dtype, DTYPE_NAMES, "dtype"), names(args.forms, list(FORMS), "forms"), positions(args.m)
+    import torch
+
+    from .measure import TINY_TARGET
+
+    target = TINY_TARGET if args.tiny else args.target
+    with torch.inference_mode():
+        return _course(args, target, *chosen)
+
+
+def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: list[str], ms: list[int]) -> int:
+    import torch
+
+    from ...engine import few_rows
+    from ...engine.bandwidth import MAX_BUFFER_BYTES, memory_read_gbps, weight_bytes
+    from ...engine.native_dtypes import native_dtype_facts, native_dtypes
+    from .measure import kernel_forms_of, load_targets, measure, one_row_split
+
+    native = native_dtypes(args.device)
+    print(
+        f"{target} on {args.device}: torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}; native dtypes: {', '.join(native)}"
+    )
+    for dtype in dtypes:
+        if dtype not in native:
+            print(f"note: {dtype} is not native on {args.device}: its v(m) times an emulation")
+    models, input_ids = load_targets(target, dtypes, args.device, args.prompt)
+    nbytes = {dtype: weight_bytes(model) for dtype, model in models.items()}
+    read_gbps = memory_read_gbps(args.device, max(nbytes.values()))
+    kernels = kernel_forms_of(models, forms)
+    samples = measure(models, input_ids, forms, ms, args.repeats, kernels)
+    read_after = memory_read_gbps(args.device, max(nbytes.values()), fresh=True)
+    points = curve_rows(samples, ms, nbytes, read_gbps)
+    print(f"prompt {input_ids.shape[1]} tokens, median of {args.repeats} round(s); form 'own' is also the hf engine's")
+    print(
+        f"memory read bandwidth {read_gbps:.1f} GB/s before the rounds, {read_after:.1f} after "
+        f"(a float32 sum over {min(max(nbytes.values()), MAX_BUFFER_BYTES) / 2**30:.2f} GiB, "
+        f"{torch.get_num_threads()} threads); weights: "
+        + ", ".join(f"{dtype} {size / 1e9:.2f} GB" for dtype, size in nbytes.items())
+    )
+    print(table(points))
+    splits = {
+        f"{dtype} {form}": one_row_split(models[dtype], input_ids, form, kernels=kernels[dtype, form])
+        for dtype in models
+        for form in forms
+    }
+    for name, split in splits.items():
+        share = split["linear_s"] / split["step_s"]
+        gbps = split["linear_bytes"] / split["linear_s"] / 1e9
+        print(
+            f"one-row step, {name}: {1000 * split['step_s']:.1f} ms, {share:.0%} of it in linear layers, which "
+            f"stream their {split['linear_bytes'] / 1e9:.2f} GB at {gbps:.1f} GB/s ({gbps / read_gbps:.0%} of read)"
+        )
+    chosen = engine_forms({dtype: kernels[dtype, "engine"] for dtype in models}, max(ms)) if "engine" in forms else {}
+    for dtype, layers in chosen.items():
+        print(f"engine forms, {dtype}: " + "; ".join(f"{layer}: {forms_text}" for layer, forms_text in layers.items()))
+    if few_rows.unavailable_reason():
+        print(f"note: {few_rows.unavailable_reason()}")
+    if args.json:
+        document = {
+            "target": target,
+            "device": args.device,
+            "prompt_tokens": int(input_ids.shape[1]),
+            "repeats": args.repeats,
+            "native_dtypes": list(native),
+            "native_dtype_facts": native_dtype_facts(args.device),
+            "threads": torch.get_num_threads(),
+            "memory_read_gbps": read_gbps,
+            "memory_read_gbps_after": read_after,
+            "weight_bytes": nbytes,
+            "curves": [point.to_json() for point in points],
+            "engine_forms": chosen,
+            "one_row_split": splits,
+            "few_rows_kernel": few_rows.unavailable_reason() or "built",
+        }
+        args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    return 0
