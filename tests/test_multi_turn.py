@@ -3,6 +3,10 @@ lossless on its own; the case's figures sum the turns, and its row keeps each tu
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 import torch
 from factory import write_tiny_pair
@@ -236,3 +240,32 @@ def test_a_pairs_header_counts_new_tokens_per_run_not_a_multi_turn_rows_sum() ->
     one_turn = case_result(new_tokens=32, turns=[])
     assert new_tokens_text([two_turns, one_turn]) == "32 new tokens"
     assert new_tokens_text([two_turns]) == "32 new tokens per turn"
+
+
+# --- a second turn past the target's window, and the advice the failure gives ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def window_128(tmp_path_factory) -> Path:
+    """Pair ``tiny`` whose target has 128 positions."""
+    return write_tiny_pair(tmp_path_factory.mktemp("window_128"), target_config={"n_positions": 128})
+
+
+def test_the_advice_for_a_second_turn_past_the_window_works_for_a_one_question_file(
+    bench, pytester: pytest.Pytester, window_128: Path
+) -> None:
+    # One question, so no other prompt pads the short first turn: --specbench-context-tokens only cuts the second.
+    line = {"question_id": 81, "category": "writing", "turns": [QUESTION.text, "Again, " + "once more " * 8 + "?"]}
+    path = pytester.path / "question.jsonl"
+    path.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    options = (f"--specbench-prompt-file={path}", "-k", "k4")
+    failed = bench(*options, pairs_file=window_128, prompts="writing")
+    failed.assert_outcomes(failed=1, deselected=1)
+    advice = re.search(r"--specbench-context-tokens=(\d+) \(or fewer\)", failed.stdout.str())
+    assert advice, failed.stdout.str()
+    followed = bench(*options, f"--specbench-context-tokens={advice[1]}", pairs_file=window_128, prompts="writing")
+    followed.assert_outcomes(passed=1, deselected=1)
+    followed.stdout.fnmatch_lines([f"*--specbench-context-tokens={advice[1]} only cuts here*own length*"])
+    [row] = json.loads((pytester.path / "spec_results.json").read_text(encoding="utf-8"))["results"]
+    first, second = (turn["prompt_tokens"] for turn in row["turns"])
+    assert first < int(advice[1]) == second

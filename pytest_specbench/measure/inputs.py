@@ -30,9 +30,18 @@ def prompt_input_ids(
     lead = full[: len(full) - len(plain)] if full[len(full) - len(plain) :] == plain else []
     if context_tokens is not None:
         filler = tokenizer(filler_text(all_prompts, exclude_id=prompt.id), add_special_tokens=False).input_ids
-        plain = fit_context(plain, max(context_tokens - len(lead), 1), filler)
+        plain = _fitted(plain, max(context_tokens - len(lead), 1), filler)
         full = lead + plain
     return torch.tensor([full], dtype=torch.long, device=device)
+
+
+def _fitted(plain: list[int], length: int, filler: list[int]) -> list[int]:
+    """``plain`` padded or cut to ``length``; with no other prompt to pad with (a file of one prompt), a shorter
+    one keeps its own length, so --specbench-context-tokens only cuts: the cut the window advice asks for must work
+    for a one-question file, whose first turn is shorter than its second."""
+    if not filler:
+        return plain[-length:]
+    return fit_context(plain, length, filler)
 
 
 def check_context_windows(case: Case, prompt_tokens: int, new_tokens: int, models: dict[str, PreTrainedModel]) -> None:

@@ -63,7 +63,19 @@ def sample_seed(config: SpecbenchConfig) -> int | None:
 def prompt_sample_line(config: SpecbenchConfig, all_prompts: list[Prompt], selected: list[Prompt]) -> str:
     """The summary's line saying which prompts of the file the run's matrix holds, and how they were drawn."""
     source = str(config.prompt_file) if config.prompt_file is not None else f"the shipped {DEFAULT_PROMPT_FILE.name}"
-    return sample_line(all_prompts, selected, config.prompts_per_category, sample_seed(config), source)
+    line = sample_line(all_prompts, selected, config.prompts_per_category, sample_seed(config), source)
+    return line + unpadded_note(config.context_tokens, all_prompts)
+
+
+def unpadded_note(context_tokens: int | None, all_prompts: list[Prompt]) -> str:
+    """What the summary adds when --specbench-context-tokens cannot pad: padding is the file's other prompts, and
+    a file of one prompt has none, so a shorter prompt (or turn) runs at its own length, not at N."""
+    if context_tokens is None or len(all_prompts) > 1:
+        return ""
+    return (
+        f"; --specbench-context-tokens={context_tokens} only cuts here: the file holds no other prompt to pad a "
+        "shorter prompt (or turn) with, so that one runs at its own length"
+    )
 
 
 def load_checked_baseline(config: SpecbenchConfig) -> dict[str, Any] | None:

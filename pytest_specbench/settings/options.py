@@ -579,7 +579,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "context-tokens",
         "context_tokens",
-        "pad or cut every prompt to exactly N tokens",
+        "pad or cut every prompt (each turn of a question) to exactly N tokens, padded in front with the file's "
+        "other prompts; a file of one prompt has none to pad with, so there N only cuts",
         _int(
             1,
             MAX_POSITIONS - 1,
