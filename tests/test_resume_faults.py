@@ -158,3 +158,17 @@ def test_resume_runs_again_the_cases_whose_pair_now_names_other_models(
     assert document["resumed_cases"] == [] and document["resumed_from"] == []
     assert {row["draft"] for row in document["results"]} == {str(weak_pairs_file.parent / "draft")}
     assert read_log(pytester.path / "spec_results.jsonl").header["carried"] == []
+
+
+def test_a_resume_that_matches_no_case_says_so_and_why(bench, pytester: pytest.Pytester) -> None:
+    bench("-k", "k1", prompts="natural").assert_outcomes(passed=1, deselected=1)  # one per category: ...-natural
+    result = bench(
+        "--specbench-resume=spec_results.jsonl", "--specbench-prompts-per-category=2", "-k", "k1", prompts="natural"
+    )
+    result.assert_outcomes(passed=2, deselected=2)  # ids ...-natural-01: every case ran again
+    warning = (
+        "*none of the 1 row(s) of spec_results.jsonl is a case of this run, so none was taken from it: the log's "
+        "cases are tiny-k1-natural, this run's tiny-k1-natural-*; the log ran one prompt per category (ids ending "
+        "in the category), this run several: resume with --specbench-prompts-per-category=1, as the log's run"
+    )
+    result.stdout.fnmatch_lines([f"specbench: {warning[1:]}", warning])  # at start, and in the summary

@@ -33,6 +33,39 @@ class Resume:
                 groups.append({**group, "cases": kept})
         return groups
 
+    def unmatched_line(self, case_ids: Sequence[str]) -> str:
+        """A warning when none of the log's rows is a case of this run (``case_ids``: the matrix): such a resume
+        replays nothing and runs every case again, which nothing else would say. "" otherwise."""
+        if self.log is None or not self.log.rows or set(self.log.rows) & set(case_ids):
+            return ""
+        logged = list(self.log.rows)
+        return (
+            f"none of the {len(logged)} row(s) of {self.log.path} is a case of this run, so none was taken from "
+            f"it: the log's cases are {_some(logged)}, this run's {_some(case_ids)}{_label_hint(logged, case_ids)}"
+        )
+
+
+def _some(ids: Sequence[str], most: int = 3) -> str:
+    """A few of ``ids``, and how many there are."""
+    shown = ", ".join(ids[:most])
+    return f"{shown}, ... ({len(ids)} in all)" if len(ids) > most else shown
+
+
+def _label_hint(logged: Sequence[str], now: Sequence[str]) -> str:
+    """Why the ids differ when a prompt's label does: one prompt per category labels a case by its category
+    (``-writing``), several by the prompt's id (``-writing-81``)."""
+    if {case.rsplit("-", 1)[0] for case in now} & set(logged):
+        return (
+            "; the log ran one prompt per category (ids ending in the category), this run several: resume with "
+            "--specbench-prompts-per-category=1, as the log's run"
+        )
+    if {case.rsplit("-", 1)[0] for case in logged} & set(now):
+        return (
+            "; the log ran several prompts per category (ids ending in the prompt id), this run one: resume with "
+            "the log's --specbench-prompts-per-category"
+        )
+    return ""
+
 
 def load_resume(config: SpecbenchConfig, cases: Sequence[Case], prompts: Sequence[Prompt]) -> Resume:
     """The resume of ``config.resume`` (nothing when not resuming). ValueError (a usage error) for a log that

@@ -135,6 +135,11 @@ class SessionHooks:
             elif reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
 
+    def pytest_report_collectionfinish(self) -> list[str]:
+        # Said at start too: a resume that replays nothing may be stopped before it runs every case again.
+        line = self.session.resume.unmatched_line([case.id for case in self.session.cases])
+        return [f"specbench: {line}"] if line else []
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
         # The controller collects nothing itself: the workers' collections say what will run.

@@ -145,5 +145,6 @@ class SpecbenchSession:
             empty_selection=lambda: self.availability.empty_selection_lines(self.pairs, self.cases),
             left_out=self.availability.left_out(),
             prompt_sample=self.prompt_sample,
+            unmatched_resume=self.resume.unmatched_line([case.id for case in self.cases]),
         )
         return summary_sections(snapshot)

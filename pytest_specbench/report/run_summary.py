@@ -38,6 +38,7 @@ class RunSnapshot:
     empty_selection: Callable[[], list[str]]  # why -k/-m matched no case (probes local models: only then)
     left_out: Sequence[str] = ()  # built-in pairs the default selection left out on this device
     prompt_sample: str = ""  # which prompts of the file run, and how they were drawn (a seeded sample per category)
+    unmatched_resume: str = ""  # a warning when no row of the resumed log is a case of this run
 
     @property
     def results(self) -> list[CaseResult]:
@@ -59,6 +60,8 @@ def summary_sections(run: RunSnapshot) -> list[tuple[str, list[Line]]]:
     replayed = run.rows.replayed
     if replayed:
         lines.append((f"{len(replayed)} case(s) taken from {run.config.resume}, not run again", False))
+    if run.unmatched_resume:
+        lines.append((run.unmatched_resume, True))
     lines += _plain(_rerun_lines(run)) + _ending(run) + _plain(_file_lines(run))
     lines += [(line, True) for line in files.refusals + files.errors]
     sections = [("specbench summary", lines)]
