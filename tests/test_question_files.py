@@ -185,6 +185,20 @@ def test_the_group_is_unknown_where_the_file_holds_none_of_its_categories(tmp_pa
         select_prompts(prompts, [MT_BENCH_GROUP])
 
 
+def test_a_category_named_as_a_group_is_refused_as_ambiguous_before_any_model_loads(bench, tmp_path: Path) -> None:
+    path = write(tmp_path, *questions({"writing": 1, "math": 1, MT_BENCH_GROUP: 1}))
+    result = bench(f"--specbench-prompt-file={path}", prompts=MT_BENCH_GROUP)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*'mt_bench' is both a category of the prompt file and the category group mt_bench (the file's "
+            "writing, math); to run the group, name its categories (writing,math); to run the category, rename "
+            "it in the file*"
+        ]
+    )
+    assert "collected" not in result.stdout.str()  # stopped at configure: no case collected, no model loaded
+
+
 # --- the sample -----------------------------------------------------------------------------------
 
 

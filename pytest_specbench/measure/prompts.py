@@ -409,12 +409,23 @@ def _groups_held(available: Sequence[str]) -> dict[str, list[str]]:
     return {group: categories for group, categories in held.items() if categories}
 
 
+def _ambiguous(name: str, members: Sequence[str]) -> ValueError:
+    """A name that is a category of the file and a group it holds: either reading would run other prompts."""
+    return ValueError(
+        f"{name!r} is both a category of the prompt file and the category group {name} (the file's "
+        f"{', '.join(members)}); to run the group, name its categories ({','.join(members)}); to run the category, "
+        "rename it in the file: a category may not share the name of a group whose categories the file holds"
+    )
+
+
 def _wanted(names: Sequence[str], available: list[str]) -> set[str]:
-    """The categories ``names`` selects (a category of the file wins over a group of that name)."""
+    """The categories ``names`` selects; a name that is both a category and a group is refused as ambiguous."""
     groups = _groups_held(available)
     wanted: set[str] = set()
     unknown: list[str] = []
     for name in dict.fromkeys(names):
+        if name in available and name in groups:
+            raise _ambiguous(name, groups[name])
         if name in available:
             wanted.add(name)
         elif name in groups:
@@ -455,7 +466,8 @@ def select_prompts(
     ``categories`` may name category groups (``mt_bench``: the MT-bench categories ``prompts`` holds).
     ``per_category`` keeps N prompts of each category: the first N, or with ``seed`` a sample drawn with it,
     kept in file order; a category of N or fewer runs whole. An unknown category raises ValueError listing the
-    categories ``prompts`` has (a user file may define its own) and the groups it holds.
+    categories ``prompts`` has (a user file may define its own) and the groups it holds; so does a name that is
+    both a category of ``prompts`` and a group it holds (``mt_bench``), naming both.
     """
     if isinstance(categories, str):
         # A bare string is a Sequence[str] too, and would select 'c', 'o', ...
