@@ -87,6 +87,19 @@ def compared_value(option: Option, raw: Any) -> Any:
     return sorted(value, key=repr) if option.order_free else value
 
 
+def differing_options(
+    first: dict[str, Any], other: dict[str, Any], options: Sequence[Option] = COMPARED_OPTIONS
+) -> list[Option]:
+    """The ``options`` to which two runs' recorded options (their JSON's ``options``) give different meanings; a
+    value recorded under an option's earlier name reads as the option's."""
+    first, other = current_setting_names(first.get("options", {})), current_setting_names(other.get("options", {}))
+    return [
+        option
+        for option in options
+        if compared_value(option, other.get(option.dest)) != compared_value(option, first.get(option.dest))
+    ]
+
+
 def setting_differences(
     first: dict[str, Any],
     other: dict[str, Any],
@@ -94,13 +107,12 @@ def setting_differences(
     other_name: str,
     options: Sequence[Option] = COMPARED_OPTIONS,
 ) -> list[str]:
-    """``"specbench_k: a has '1,4', b has '1,2'"`` for each of ``options`` two runs' recorded options (their JSON's
-    ``options``) give different meanings; a value recorded under an option's earlier name reads as the option's."""
-    first, other = current_setting_names(first.get("options", {})), current_setting_names(other.get("options", {}))
+    """``"specbench_k: a has '1,4', b has '1,2'"`` for each of :func:`differing_options`."""
+    recorded = current_setting_names(first.get("options", {})), current_setting_names(other.get("options", {}))
     return [
-        f"{option.dest}: {first_name} has {first.get(option.dest)!r}, {other_name} has {other.get(option.dest)!r}"
-        for option in options
-        if compared_value(option, other.get(option.dest)) != compared_value(option, first.get(option.dest))
+        f"{option.dest}: {first_name} has {recorded[0].get(option.dest)!r}, "
+        f"{other_name} has {recorded[1].get(option.dest)!r}"
+        for option in differing_options(first, other, options)
     ]
 
 
@@ -137,15 +149,24 @@ def machine_differences(documents: Sequence[dict[str, Any]], names: Sequence[str
     return lines
 
 
-def _check_comparable(documents: Sequence[dict[str, Any]], names: Sequence[str], force: bool = False) -> list[str]:
-    """The settings that differ from the first run's, each run's; MergeError unless ``force``."""
+def check_comparable(
+    documents: Sequence[dict[str, Any]],
+    names: Sequence[str],
+    action: str = "merge",
+    force: bool = False,
+    refusals: Sequence[str] = (),
+) -> list[str]:
+    """Merge's and compare's one check: the result-changing settings in which each run differs from the first,
+    which make their numbers incomparable. MergeError naming them (after ``refusals``, compare's other reasons)
+    unless ``force``."""
     found = []
     for document, name in zip(documents[1:], names[1:]):
         differing = setting_differences(documents[0], document, names[0], name)
-        if differing and not force:
+        reasons = [*refusals, f"the numbers are not comparable ({'; '.join(differing)})"] if differing else refusals
+        if reasons and not force:
             raise MergeError(
-                f"cannot merge {name} with {names[0]}: the numbers are not comparable "
-                f"({'; '.join(differing)}); pass --force to merge them anyway"
+                f"cannot {action} {name} with {names[0]}: {'; and '.join(reasons)}; pass --force to {action} them "
+                "anyway"
             )
         found += differing
     return found
@@ -167,7 +188,7 @@ def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, for
     then keeps only the options the runs share) or a case in two runs. Each row keeps its machine: its run's
     (``merged_from``), or, for a row a run replayed from a results log, the earlier run's
     (``resumed_from``)."""
-    _check_comparable(documents, names, force)
+    check_comparable(documents, names, force=force)
     rows = [run_results(document) for document in documents]
     seen: dict[str, str] = {}
     results = []
@@ -218,16 +239,33 @@ def _change(old: CaseResult, new: CaseResult) -> str:
     return "within noise"
 
 
-def compare_lines(old: Sequence[CaseResult], new: Sequence[CaseResult]) -> list[str]:
-    """Per case, then per pair: acceptance and decode speedup, the old run's rows against the new run's."""
+def compare_lines(old: Sequence[CaseResult], new: Sequence[CaseResult], incomparable: Sequence[str] = ()) -> list[str]:
+    """Per case, then per pair: acceptance and decode speedup, the old run's rows against the new run's.
+    ``incomparable`` (what differs, compared anyway under --force) is named on every line that sets one run's
+    numbers against the other's, so no such line is read alone as a change."""
     old_rows = {row.case: row for row in old}
     new_rows = {row.case: row for row in new}
     pairs = list(dict.fromkeys(row.pair for row in [*old, *new]))
-    return [*_case_lines(old_rows, new_rows), "", *_pair_lines(old_rows, new_rows, pairs)]
+    in_both = [case in old_rows and case in new_rows for case in dict.fromkeys([*old_rows, *new_rows])]
+    cases = _warned(*_case_lines(old_rows, new_rows), incomparable, in_both)
+    per_pair = _pair_lines(old_rows, new_rows, pairs)  # each row over the cases both runs have
+    return [*cases, "", *_warned(*per_pair, incomparable, [True] * len(per_pair[0]))]
 
 
-def _case_lines(old: dict[str, CaseResult], new: dict[str, CaseResult]) -> list[str]:
-    """One line per case of either run: acceptance old, new and its change; decode speedup old, new, their ratio
+def _warned(
+    rows: list[list[Any]], headers: Sequence[str], incomparable: Sequence[str], in_both: Sequence[bool]
+) -> list[str]:
+    """The table as text; with ``incomparable``, a last column naming it on each row that sets both runs' numbers
+    side by side (``in_both``)."""
+    if incomparable:
+        warning = f"not comparable: {', '.join(incomparable)}"
+        rows = [[*row, warning if both else ""] for row, both in zip(rows, in_both)]
+        headers = (*headers, "warning")
+    return tabulate(rows, headers=headers, disable_numparse=True).splitlines()
+
+
+def _case_lines(old: dict[str, CaseResult], new: dict[str, CaseResult]) -> tuple[list[list[Any]], Sequence[str]]:
+    """One row per case of either run: acceptance old, new and its change; decode speedup old, new, their ratio
     and whether it moved beyond noise."""
     table = []
     for case in dict.fromkeys([*old, *new]):
@@ -250,11 +288,13 @@ def _case_lines(old: dict[str, CaseResult], new: dict[str, CaseResult]) -> list[
         "new/old",
         "speed",
     )
-    return tabulate(table, headers=headers, disable_numparse=True).splitlines()
+    return table, headers
 
 
-def _pair_lines(old: dict[str, CaseResult], new: dict[str, CaseResult], pairs: Sequence[str]) -> list[str]:
-    """One line per pair over the cases both runs have: mean acceptance and geometric-mean decode speedup."""
+def _pair_lines(
+    old: dict[str, CaseResult], new: dict[str, CaseResult], pairs: Sequence[str]
+) -> tuple[list[list[Any]], Sequence[str]]:
+    """One row per pair over the cases both runs have: mean acceptance and geometric-mean decode speedup."""
     per_pair = []
     for pair in pairs:
         common = [case for case in old if case in new and old[case].pair == pair]
@@ -286,7 +326,7 @@ def _pair_lines(old: dict[str, CaseResult], new: dict[str, CaseResult], pairs: S
         "new",
         "new/old",
     )
-    return tabulate(per_pair, headers=headers, disable_numparse=True).splitlines()
+    return per_pair, headers
 
 
 def _sampling(document: dict[str, Any]) -> float:
@@ -306,8 +346,8 @@ def comparison_header(
 ) -> list[str]:
     """The lines ``compare`` prints first: every setting and machine entry in which the runs differ. Raises
     MergeError for what cannot be compared (greedy against sampled decoding; speed timed on other machines)
-    unless ``force``."""
-    settings = setting_differences(old, new, old_name, new_name)
+    unless ``force``; result-changing settings that differ are refused as merge refuses them
+    (:func:`check_comparable`)."""
     machines = machine_differences([old, new], [old_name, new_name])
     modes = ["greedily" if t == 0 else f"by sampling (temperature {t:g})" for t in (_sampling(old), _sampling(new))]
     refusals = []
@@ -317,16 +357,18 @@ def comparison_header(
         )
     if machines:
         refusals.append(f"their speedups were timed on different machines ({'; '.join(machines)})")
-    if refusals and not force:
-        also = f"; the settings differ too ({'; '.join(settings)})" if settings else ""
-        raise MergeError(
-            f"cannot compare {new_name} with {old_name}: {'; and '.join(refusals)}{also}; "
-            "pass --force to compare them anyway"
-        )
-    lines = [f"settings differ: {difference}" for difference in settings]
+    settings = check_comparable([old, new], [old_name, new_name], "compare", force, refusals)
+    lines = [f"settings differ (compared anyway: --force): {difference}" for difference in settings]
     lines += [f"machines differ: {difference}" for difference in machines]
     lines += [f"compared anyway (--force): {refusal}" for refusal in refusals]
     return (lines or ["same settings and machine: every result-changing option and the fingerprint agree"]) + [""]
+
+
+def incomparable(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What makes two runs' numbers incomparable, as each compared line names it: the differing result-changing
+    settings, and ``machine`` when the speedups were timed on different machines."""
+    machine = ["machine"] if machine_differences([old, new], ["old", "new"]) else []
+    return [option.dest for option in differing_options(old, new)] + machine
 
 
 _OUTPUTS = (("--json", "json"), ("--csv", "csv"), ("--report", "report"), ("--plots", "plots"))
@@ -379,7 +421,7 @@ def _merge(args: argparse.Namespace) -> int:
     names = [str(path) for path in args.runs]
     merged = merge_runs(documents, names, force=args.force)
     check_merge_outputs(args.runs, outputs)  # after the runs are checked: a merge with no output still checks them
-    for line in _check_comparable(documents, names, force=True):
+    for line in check_comparable(documents, names, force=True):
         print(f"settings differ (merged anyway: --force): {line}")
     for line in machine_differences(documents, names):
         print(f"machines differ: {line}")
@@ -426,7 +468,7 @@ def _compare(args: argparse.Namespace) -> int:
     old, new = load_run(old_path), load_run(new_path)
     print(f"old: {old_path}\nnew: {new_path}")
     header = comparison_header(old, new, str(old_path), str(new_path), force=getattr(args, "force", False))
-    print("\n".join(header + compare_lines(run_results(old), run_results(new))))
+    print("\n".join(header + compare_lines(run_results(old), run_results(new), incomparable(old, new))))
     return 0
 
 

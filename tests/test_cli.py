@@ -278,10 +278,13 @@ def test_compare_states_every_difference_of_settings_at_the_top(tmp_path, capsys
         "new.json",
         {**_run(["p-k1-x"], specbench_max_new_tokens="8", specbench_seed="3"), "fingerprint": _machine("AVX2")},
     )
-    assert main(["compare", old, new]) == 0
+    assert main(["compare", old, new]) == 2  # refused as merge refuses them
+    assert "specbench_max_new_tokens: " in capsys.readouterr().err
+    assert main(["compare", old, new, "--force"]) == 0
     lines = _header(capsys.readouterr().out)
-    assert lines[0] == f"settings differ: specbench_max_new_tokens: {old} has '12', {new} has '8'"
-    assert lines[1] == f"settings differ: specbench_seed: {old} has None, {new} has '3'"
+    forced = "settings differ (compared anyway: --force)"
+    assert lines[0] == f"{forced}: specbench_max_new_tokens: {old} has '12', {new} has '8'"
+    assert lines[1] == f"{forced}: specbench_seed: {old} has None, {new} has '3'"
     assert lines[2] == "" and lines[3].startswith("case")
 
 
@@ -302,7 +305,8 @@ def test_compare_refuses_greedy_against_sampled_unless_forced(tmp_path, capsys):
     assert "pass --force to compare them anyway" in err
     assert main(["compare", old, new, "--force"]) == 0
     out = capsys.readouterr().out
-    assert "settings differ: specbench_temperature" in out and "compared anyway (--force)" in out
+    assert "settings differ (compared anyway: --force): specbench_temperature" in out
+    assert "compared anyway (--force): " in out
 
 
 def test_compare_refuses_speed_across_machines_unless_forced(tmp_path, capsys):
@@ -317,6 +321,24 @@ def test_compare_refuses_speed_across_machines_unless_forced(tmp_path, capsys):
         f"machines differ: {new} ran on another machine than {old}: cpu_capability 'AVX512' -> 'AVX2'"
         in capsys.readouterr().out
     )
+
+
+def test_compare_refuses_runs_of_other_dtypes_as_merge_does_and_marks_each_line_when_forced(tmp_path, capsys):
+    old = _write(tmp_path, "old.json", _run(["p-k1-x", "p-k4-x"], specbench_dtype="float16"))
+    new = _write(tmp_path, "new.json", _run(["p-k1-x", "p-k4-x", "p-k8-x"], specbench_dtype="float32"))
+    differs = f"specbench_dtype: {old} has 'float16', {new} has 'float32'"
+    reason = f"the numbers are not comparable ({differs})"
+    assert main(["merge", old, new, "--json", str(tmp_path / "all.json")]) == 2
+    assert f"cannot merge {new} with {old}: {reason}; pass --force to merge them anyway" in capsys.readouterr().err
+    assert main(["compare", old, new]) == 2
+    assert f"cannot compare {new} with {old}: {reason}; pass --force to compare them anyway" in capsys.readouterr().err
+    assert main(["compare", old, new, "--force"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"settings differ (compared anyway: --force): {differs}" in lines
+    compared = [line for line in lines if line.startswith(("p-k1-x ", "p-k4-x ", "p "))]
+    assert len(compared) == 3 and all(line.endswith("not comparable: specbench_dtype") for line in compared)
+    [added] = [line for line in lines if line.startswith("p-k8-x ")]
+    assert "new case" in added and "not comparable" not in added  # nothing of the old run set beside it
 
 
 def test_compare_looks_at_every_machine_of_a_merged_run(tmp_path, capsys):
