@@ -251,6 +251,7 @@ def window_128(tmp_path_factory) -> Path:
     return write_tiny_pair(tmp_path_factory.mktemp("window_128"), target_config={"n_positions": 128})
 
 
+@pytest.mark.slow
 def test_the_advice_for_a_second_turn_past_the_window_works_for_a_one_question_file(
     bench, pytester: pytest.Pytester, window_128: Path
 ) -> None:

@@ -160,6 +160,7 @@ def test_resume_runs_again_the_cases_whose_pair_now_names_other_models(
     assert read_log(pytester.path / "spec_results.jsonl").header["carried"] == []
 
 
+@pytest.mark.slow
 def test_a_resume_that_matches_no_case_says_so_and_why(bench, pytester: pytest.Pytester) -> None:
     bench("-k", "k1", prompts="natural").assert_outcomes(passed=1, deselected=1)  # one per category: ...-natural
     result = bench(
