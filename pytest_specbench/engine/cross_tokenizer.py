@@ -7,6 +7,12 @@ proposal. Why this one: it is exact for any two tokenizers and needs no retraini
 target verifies its own tokens, so the output is the target's greedy output by construction (a poor translation
 only lowers acceptance). Sampling would need the draft's distribution over the target's tokens, which text does not
 give: no algorithm lossless in distribution is implemented, so this drafter is greedy only.
+
+Text crosses in whole characters only (:class:`TextBridge`): a byte-level or byte-fallback tokenizer splits a rare
+character (CJK, emoji) over several ids, and ids that stop inside it decode to U+FFFD, which would re-encode as
+other bytes. So committed ids that end inside a character are held back from the draft until the target completes
+it (the draft spells that character again, in as many more tokens as ids were held), the proposal starts with the
+ids that complete it, and draft ids that end inside one are left for a later block.
 """
 
 from __future__ import annotations
@@ -20,13 +26,16 @@ from .drafters import Drafter
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache
 from .sampling import SamplingParams
 
-__all__ = ["CrossTokenizerDrafter"]
+__all__ = ["CrossTokenizerDrafter", "TextBridge"]
 
 #: committed target ids re-encoded in front of the continuation: a tokenizer may split text by its context
 TARGET_TAIL = 4
 #: draft ids decoded in front of the new ones: a decoder may render a token by the one before it (spaces)
 DRAFT_TAIL = 4
 
+#: ids a partial UTF-8 character can span at the end of a text, or cut off at its start (its bytes after the first)
+UTF8_SPAN = 3
+_PARTIAL = "\ufffd"  # what a decoder makes of bytes that are no whole UTF-8 character
 _TEXT = dict(clean_up_tokenization_spaces=False)  # the text as the tokens spell it, no tidying
 
 
@@ -37,6 +46,84 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
             break
         n += 1
     return n
+
+
+def _decode(tokenizer: PreTrainedTokenizerBase, ids: list[int], skip_special: bool) -> str:
+    return tokenizer.decode(ids, skip_special_tokens=skip_special, **_TEXT)
+
+
+def _char_start(tokenizer: PreTrainedTokenizerBase, ids: list[int], start: int, skip_special: bool) -> int:
+    """``start``, or the nearest index up to :data:`UTF8_SPAN` before it, where a character begins: ids cut inside
+    one decode to U+FFFD first (a byte-fallback decoder spoils the whole run of byte tokens after the cut)."""
+    start = max(start, 0)
+    for index in range(start, max(start - UTF8_SPAN, 0) - 1, -1):
+        if not _decode(tokenizer, ids[index:], skip_special).startswith(_PARTIAL):
+            return index
+    return start
+
+
+def _whole_end(tokenizer: PreTrainedTokenizerBase, ids: list[int], start: int, skip_special: bool) -> tuple[int, str]:
+    """Where the last whole character of ``ids`` ends and the text of ``ids[start:there]``: up to
+    :data:`UTF8_SPAN` ids that end inside a character (they decode to U+FFFD) are held back until later ids
+    complete it; past that, the U+FFFD is the tokens' own and stays."""
+    for end in range(len(ids), max(len(ids) - UTF8_SPAN, start) - 1, -1):
+        text = _decode(tokenizer, ids[start:end], skip_special)
+        if not text.endswith(_PARTIAL):
+            return end, text
+    return len(ids), _decode(tokenizer, ids[start:], skip_special)
+
+
+class TextBridge:
+    """Target ids to the draft's and the draft's new ids back to the target's, through text in whole characters.
+
+    Torch-free, so that it can be checked on real tokenizers without their models.
+    """
+
+    def __init__(self, draft_tokenizer: PreTrainedTokenizerBase, target_tokenizer: PreTrainedTokenizerBase) -> None:
+        self.draft_tokenizer = draft_tokenizer
+        self.target_tokenizer = target_tokenizer
+
+    def committed_text(self, committed: list[int]) -> tuple[int, str]:
+        """How many committed ids end in whole characters, and their text (a leading target BOS left out: the
+        draft adds its own special tokens)."""
+        bos = self.target_tokenizer.bos_token_id
+        start = 1 if committed and bos is not None and committed[0] == bos else 0
+        return _whole_end(self.target_tokenizer, committed, start, skip_special=False)
+
+    def draft_ids(self, text: str) -> list[int]:
+        """The draft's ids of the committed ``text``, with its special tokens (its BOS alone for no text)."""
+        ids = list(self.draft_tokenizer(text, add_special_tokens=True)["input_ids"])
+        if not ids and self.draft_tokenizer.bos_token_id is not None:
+            ids = [self.draft_tokenizer.bos_token_id]
+        return ids
+
+    def continuation(self, draft_ids: list[int], new: list[int]) -> str:
+        """The whole characters the draft's ``new`` ids add after ``draft_ids``, special tokens (its EOS) left
+        out; decoded behind a few ids before them, as a decoder may render a token by the one before (spaces)."""
+        tokenizer = self.draft_tokenizer
+        tail = draft_ids[_char_start(tokenizer, draft_ids, len(draft_ids) - DRAFT_TAIL, skip_special=True) :]
+        before = _decode(tokenizer, tail, skip_special=True)
+        after = _whole_end(tokenizer, tail + new, 0, skip_special=True)[1]
+        if after.startswith(before):
+            return after[len(before) :]
+        return _whole_end(tokenizer, new, 0, skip_special=True)[1]
+
+    def target_ids(self, committed: list[int], whole: int, text: str) -> list[int]:
+        """The target's ids that continue ``committed`` with ``text``, which follows its first ``whole`` ids: the
+        text is encoded behind that of the last few of them, and what re-encodes as the committed ids after them
+        (the held-back ones too) is dropped; ``text`` encoded alone when that fails and nothing was held back."""
+        if not text:
+            return []
+        tokenizer = self.target_tokenizer
+        start = _char_start(tokenizer, committed[:whole], whole - TARGET_TAIL, skip_special=False)
+        tail_text = _decode(tokenizer, committed[start:whole], skip_special=False)
+        ids = list(tokenizer.encode(tail_text + text, add_special_tokens=False))
+        known = committed[start:]
+        if ids[: len(known)] == known:
+            return ids[len(known) :]
+        if whole < len(committed):
+            return []  # the held-back ids do not start the text: no proposal lines up behind them
+        return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def _has_sliding_layers(cache) -> bool:
@@ -64,6 +151,7 @@ class CrossTokenizerDrafter(Drafter):
         self.model = model
         self.draft_tokenizer = draft_tokenizer
         self.target_tokenizer = target_tokenizer
+        self.bridge = TextBridge(draft_tokenizer, target_tokenizer)
         eos = {draft_tokenizer.eos_token_id, *_as_ids(getattr(model.generation_config, "eos_token_id", None))}
         self._draft_eos = {token for token in eos if token is not None}
         self.reset()
@@ -74,47 +162,10 @@ class CrossTokenizerDrafter(Drafter):
         self._held: list[int] = []  # the draft ids whose states the cache holds, in order
         self._floor = 0  # cache length at its last crop: a sliding-window layer cannot roll back past it
 
-    # --- translation -------------------------------------------------------------------
-
-    def _draft_ids(self, committed: list[int]) -> list[int]:
-        """The draft's ids of the committed target text, with the draft's own special tokens (a leading target
-        BOS is left out for them; an empty text gives the draft's BOS alone, if it has one)."""
-        bos = self.target_tokenizer.bos_token_id
-        if committed and bos is not None and committed[0] == bos:
-            committed = committed[1:]
-        text = self.target_tokenizer.decode(committed, skip_special_tokens=False, **_TEXT)
-        ids = list(self.draft_tokenizer(text, add_special_tokens=True)["input_ids"])
-        if not ids and self.draft_tokenizer.bos_token_id is not None:
-            ids = [self.draft_tokenizer.bos_token_id]
-        return ids
-
     def draft_ids_for(self, committed_ids: torch.Tensor) -> torch.Tensor:
         """The draft's ids, shape ``(1, L')`` on the draft's device, for the committed target ids ``(1, L)``."""
-        ids = self._draft_ids(committed_ids[0].tolist())
+        ids = self.bridge.draft_ids(self.bridge.committed_text(committed_ids[0].tolist())[1])
         return torch.tensor([ids], dtype=torch.long, device=self.model.device)
-
-    def _continuation(self, draft_ids: list[int], new: list[int]) -> str:
-        """The text the draft's ``new`` tokens add after ``draft_ids``, special tokens (its EOS) left out."""
-        tail = draft_ids[-DRAFT_TAIL:]
-        before = self.draft_tokenizer.decode(tail, skip_special_tokens=True, **_TEXT)
-        after = self.draft_tokenizer.decode(tail + new, skip_special_tokens=True, **_TEXT)
-        text = after[len(before) :] if after.startswith(before) else None
-        if text is None:
-            text = self.draft_tokenizer.decode(new, skip_special_tokens=True, **_TEXT)
-        # A block ending inside a multi-byte character decodes it as U+FFFD, a character the draft never meant.
-        return text.rstrip("\ufffd")
-
-    def _target_ids(self, committed: list[int], text: str) -> list[int]:
-        """The target's ids of ``text`` after the committed ids: encoded behind the text of the last few
-        committed ids when that re-encodes to them, else alone."""
-        if not text:
-            return []
-        tail = committed[-TARGET_TAIL:]
-        tail_text = self.target_tokenizer.decode(tail, skip_special_tokens=False, **_TEXT)
-        ids = list(self.target_tokenizer.encode(tail_text + text, add_special_tokens=False))
-        if ids[: len(tail)] == tail:
-            return ids[len(tail) :]
-        return list(self.target_tokenizer.encode(text, add_special_tokens=False))
 
     # --- the draft's cache -------------------------------------------------------------
 
@@ -136,7 +187,7 @@ class CrossTokenizerDrafter(Drafter):
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: torch.Tensor) -> None:
-        ids = self._draft_ids(prompt_ids[0].tolist())
+        ids = self.bridge.draft_ids(self.bridge.committed_text(prompt_ids[0].tolist())[1])
         if ids:
             pending = self._pending(ids)
             self._forward(torch.tensor([pending], dtype=torch.long, device=self.model.device))
@@ -171,13 +222,15 @@ class CrossTokenizerDrafter(Drafter):
         if k <= 0 or not committed:
             return empty
         start = time.perf_counter()
-        draft_ids = self._draft_ids(committed)
+        whole, text = self.bridge.committed_text(committed)
+        draft_ids = self.bridge.draft_ids(text)
         self.translation_time_s += time.perf_counter() - start
         if not draft_ids:
             return empty
-        new = self._generate(self._pending(draft_ids), k, min_confidence)
+        # The draft spells the held-back ids' character again before its k new tokens (module docstring).
+        new = self._generate(self._pending(draft_ids), k + len(committed) - whole, min_confidence)
         start = time.perf_counter()
-        proposal = self._target_ids(committed, self._continuation(draft_ids, new))[:k]
+        proposal = self.bridge.target_ids(committed, whole, self.bridge.continuation(draft_ids, new))[:k]
         self.translation_time_s += time.perf_counter() - start
         return torch.tensor(proposal, dtype=torch.long, device=committed_ids.device)
 

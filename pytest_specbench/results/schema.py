@@ -310,8 +310,8 @@ class CaseResult:
     other_time_s: float = _field("decode seconds neither drafting nor verifying (median run)", TIMING)
     translation_share: float | None = _field(
         "a draft with another tokenizer (cross_tokenizer): the share of the draft time spent re-tokenising "
-        "between the two vocabularies, over every timed speculative run (null for a draft sharing the "
-        "target's tokenizer)",
+        "between the two vocabularies, over every timed speculative run (null where no run timed it: a pair "
+        "not marked cross_tokenizer, or the hf engine, which re-tokenises inside transformers)",
         TIMING,
         default=None,
     )
@@ -402,8 +402,8 @@ class CaseResult:
     draft_forward_passes: int = _field("draft model forward passes of one speculative run", ACCEPTANCE)
     vocabulary_overlap: float | None = _field(
         "a draft with another tokenizer (cross_tokenizer): the share of the target's token texts that the "
-        "draft's vocabulary holds too (null for a draft sharing the target's tokenizer); acceptance is "
-        "counted in the target's tokens either way",
+        "draft's vocabulary holds too (null for a pair not marked cross_tokenizer; 1.0 for a marked draft "
+        "with the target's own tokenizer); acceptance is counted in the target's tokens either way",
         ACCEPTANCE,
         default=None,
     )
