@@ -207,3 +207,12 @@ def test_the_engines_side_by_side_name_the_native_engines_kernels():
     assert "block sizes with the few-rows kernel: 2, 3, 5; with the head as weight @ hidden.T: 5" in text
     assert "the hf engine runs transformers' own" in text
     assert "few-rows kernel" not in "\n".join(summary_lines([native]))  # one engine: nothing to explain
+
+
+def test_rows_of_one_round_are_unranked_for_too_few_rounds_not_for_missing_round_data():
+    rows = [_row(k, speedup, seconds=0.02 / speedup, rounds=range(1)) for k, speedup in [(1, 1.2), (2, 1.5), (4, 1.4)]]
+    (answer,) = prompt_answers(rows)
+    assert answer.best_k == 2 and answer.unknown == (1, 4)
+    assert answer.not_ranked_reason == "too few rounds in common: a tie needs 2 or more (--specbench-min-rounds)"
+    (pair,) = pair_answers([answer])
+    assert pair.undecided_reasons == (answer.not_ranked_reason,)

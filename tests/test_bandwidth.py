@@ -208,7 +208,7 @@ def test_the_cost_profile_has_the_bandwidth_figures(kernels):
     else:
         assert profile.own_step_s > 0 and profile.engine_step_s > 0
         # auto may choose the few-rows kernel on CPU; a forced column form never does
-        kernel_state = few_rows.unavailable_reason() or "built"
+        kernel_state = few_rows.recorded_state()
         assert profile.few_rows_kernel == (kernel_state if kernels == "auto" else "")
         # A target no layer of which the kernel computes wants no kernel, built or not.
         half = measure_costs(target.to(torch.float16), ModelDrafter(draft.to(torch.float16)), PROMPT, 2, kernels)

@@ -372,7 +372,7 @@ def test_the_object_says_whether_the_few_rows_kernel_it_asks_for_fell_back(kerne
     assert forms.wants_few_rows == asks
     built = few_rows.unavailable_reason()
     assert forms.few_rows_fallback() == (built if asks else None)
-    assert forms.few_rows_kernel == ((built or "built") if asks else "")
+    assert forms.few_rows_kernel == ((built or few_rows.identity()) if asks else "")
     # Where the kernel cannot be built, the object names why, and a forced rows setting runs the model's own.
     monkeypatch.setattr(few_rows, "_build", lambda: (None, "no compiler here"))
     assert forms.few_rows_fallback() == ("no compiler here" if asks else None)

@@ -12,9 +12,11 @@ rounds differently from torch's kernels in the last bits, as a many-row pass doe
 
 It is compiled on first use (``torch.utils.cpp_extension``, a C++ compiler and ninja needed, for
 this CPU's instruction set, or AVX2's under ``ATEN_CPU_CAPABILITY=avx2``) and cached per source,
-flags, CPU and torch version. Where it cannot be
-built, :func:`kernel` returns None and :func:`unavailable_reason` says why: the engine then keeps
-torch's kernels, and each model's forms say so (``verify_forms.KernelForms.few_rows_fallback``).
+flags, CPU and torch version (:func:`identity`, which rows record). A cached build that does not load or
+does not compute ``linear`` (a damaged file) is removed and built once more. Where it cannot be built,
+:func:`kernel` returns None and :func:`unavailable_reason` says why: under ``auto`` the engine then keeps
+torch's kernels, and each model's forms say so (``verify_forms.KernelForms.few_rows_fallback``); a setting that
+asks for it by name is refused.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ import functools
 import hashlib
 import os
 import platform
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .names import FEW_ROWS_BUILT
 from .native_dtypes import cpu_flags, read_cpuinfo
 
 __all__ = [
@@ -37,6 +41,8 @@ __all__ = [
     "SOURCE",
     "compile_flags",
     "few_rows_linear",
+    "identity",
+    "recorded_state",
     "kernel",
     "supports",
     "unavailable_reason",
@@ -64,18 +70,60 @@ def _extension_name(flags: list[str]) -> str:
     return f"specbench_few_rows_{digest.hexdigest()[:16]}"
 
 
+def identity() -> str:
+    """The kernel build this machine and environment run, as rows record it: ``built <extension name>``, the name
+    a digest of the source, the CPU's flags, torch's version and the compiler flags; computed without building."""
+    return f"{FEW_ROWS_BUILT} {_extension_name(compile_flags())}"
+
+
+def _computes_linear(module: Any) -> bool:
+    """A loaded build computes ``linear`` as torch does on a small case (a damaged binary may load and not)."""
+    generator = torch.Generator().manual_seed(0)
+    hidden, weight = torch.randn(3, 64, generator=generator), torch.randn(40, 64, generator=generator)
+    bias = torch.randn(40, generator=generator)
+    expected = torch.nn.functional.linear(hidden, weight, bias)
+    return torch.allclose(module.linear(hidden, weight, bias), expected, atol=1e-4)
+
+
+def _load() -> Any:
+    from torch.utils.cpp_extension import load
+
+    flags = compile_flags()
+    module = load(_extension_name(flags), [str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"])
+    if not _computes_linear(module):
+        raise RuntimeError("the built kernel computes linear wrongly")
+    return module
+
+
+def _remove_build() -> bool:
+    """Remove this build's cached folder (a damaged build would load again as it is); whether there was one."""
+    from torch.utils.cpp_extension import JIT_EXTENSION_VERSIONER, _get_build_directory
+
+    name = _extension_name(compile_flags())
+    folder = Path(_get_build_directory(name, verbose=False))
+    if not (folder / f"{name}.so").exists():
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    # torch builds a name once per process: forget it, so that the next load builds it again.
+    JIT_EXTENSION_VERSIONER.entries.pop(name, None)
+    return True
+
+
 @functools.cache
 def _build() -> tuple[Any | None, str | None]:
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return None, f"the kernel is built for x86-64 CPUs; this one is {platform.machine()}"
     try:
-        from torch.utils.cpp_extension import load
-
-        flags = compile_flags()
-        module = load(_extension_name(flags), [str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"])
+        try:
+            return _load(), None
+        except Exception:
+            # A cached build that fails to load or to compute (a damaged file) is built again, once; a build
+            # that failed for another reason (no compiler, no ninja) fails the same way again.
+            if not _remove_build():
+                raise
+            return _load(), None
     except Exception as error:  # no compiler, no ninja, a read-only cache: torch's kernels stay
         return None, f"could not build the few-rows kernel ({type(error).__name__}: {str(error)[:200]})"
-    return module, None
 
 
 def kernel() -> Any | None:
@@ -86,6 +134,12 @@ def kernel() -> Any | None:
 def unavailable_reason() -> str | None:
     """Why :func:`kernel` is None; None where the kernel is built."""
     return _build()[1]
+
+
+def recorded_state() -> str:
+    """What a row using the kernel here records (building it if need be): :func:`identity`, or why it cannot
+    run."""
+    return unavailable_reason() or identity()
 
 
 #: the weight dtypes the kernel computes

@@ -8,6 +8,16 @@ from __future__ import annotations
 #: output head as ``weight @ hidden.T``; ``linear``, the model's own
 KERNELS: tuple[str, ...] = ("auto", "rows", "column", "linear")
 
+#: a row's ``few_rows_kernel`` where the few-rows kernel ran: this word and the build's identity
+#: (engine/few_rows.py ``identity``); rows of earlier versions hold the word alone
+FEW_ROWS_BUILT = "built"
+
+
+def few_rows_built(recorded: str) -> bool:
+    """Whether a row's ``few_rows_kernel`` says the few-rows kernel ran (not why it did not, nor empty)."""
+    return recorded == FEW_ROWS_BUILT or recorded.startswith(FEW_ROWS_BUILT + " ")
+
+
 #: the k values that name a draft-length schedule instead of a constant k (engine/schedules.py):
 #: ``auto``, the cost model's choice per step; ``heuristic``, transformers' own schedule
 AUTO = "auto"

@@ -184,9 +184,19 @@ class KernelForms:
 
     @property
     def few_rows_kernel(self) -> str:
-        """A row's ``few_rows_kernel``: ``"built"``, why it is not (:meth:`few_rows_fallback`), or ``""`` where
-        this setting and model have no use for it."""
-        return (self.few_rows_fallback() or "built") if self.wants_few_rows else ""
+        """A row's ``few_rows_kernel``: the build that ran (:func:`.few_rows.identity`), why none could
+        (:meth:`few_rows_fallback`), or ``""`` where this setting and model have no use for it."""
+        return few_rows.recorded_state() if self.wants_few_rows else ""
+
+    def check_available(self) -> None:
+        """RuntimeError naming why, where the setting forces the few-rows kernel (``rows``) and it cannot run:
+        asked for by name, it is never replaced in silence by torch's kernels."""
+        reason = self.few_rows_fallback() if self.kernel == ROWS else None
+        if reason:
+            raise RuntimeError(
+                f"the kernel setting rows asks for the few-rows kernel, which cannot run here: {reason}; "
+                f"accepted here: auto (torch's own kernels where the few-rows kernel cannot run), column, linear"
+            )
 
     def _patched_forward(self, layer: torch.nn.Linear, group: _Group) -> Callable:
         own = layer.forward
@@ -213,6 +223,7 @@ class KernelForms:
         Leaves alone layers that are not a plain float ``torch.nn.Linear`` (quantised ones, say), and every
         layer an enclosing block (of this object or another of the same model) already holds.
         """
+        self.check_available()
         patched: list[torch.nn.Linear] = []
         try:
             if self.kernel != LINEAR:

@@ -59,7 +59,8 @@ class CostProfile:
     # The target's weight bytes and this process's memory read bandwidth (GB/s), for each pass's share of it.
     weight_bytes: int | None = None
     memory_read_gbps: float | None = None
-    # The few-rows kernel: "built", why it is not, or "" where no pass could use it (the row's few_rows_kernel).
+    # The few-rows kernel: the build that ran ("built <identity>"), why none did, or "" where no pass could use
+    # it (the row's few_rows_kernel).
     few_rows_kernel: str = ""
 
     @property

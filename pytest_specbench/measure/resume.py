@@ -3,7 +3,7 @@ the logged cases it runs again because their inputs changed, and who measured ea
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,13 @@ class Resume:
     rows: dict[str, CaseResult] = field(default_factory=dict)  # the rows replayed, by case id
     rerun: dict[str, list[str]] = field(default_factory=dict)  # logged cases run again, by id: what changed
     log: ResumedLog | None = None  # the log read
+    # rows another machine, library or kernel build measured: never replayed, carried where their case does not run
+    stale: dict[str, CaseResult] = field(default_factory=dict)
+
+    def carried(self, selected: Collection[str]) -> dict[str, CaseResult]:
+        """The logged rows the new log keeps: those replayed, and the stale ones of cases this run does not run
+        (``selected``), so that no finished result is lost."""
+        return {**{case: row for case, row in self.stale.items() if case not in selected}, **self.rows}
 
     def origins(self, cases: set[str]) -> list[dict[str, Any]]:
         """Which earlier runs measured ``cases``: the log's ``{"log", "started", "fingerprint", "cases"}``
@@ -79,6 +86,48 @@ def load_resume(config: SpecbenchConfig, cases: Sequence[Case], prompts: Sequenc
             f"--specbench-resume={config.resume}: the log was measured with other settings "
             f"({'; '.join(differences)}); resume with the options of the run it logged"
         )
-    # Only a row whose case has the same inputs now (models, prompt text, ...) is replayed.
+    # Only a row whose case has the same inputs now (models, prompt text, ...) is replayed, on the same machine
+    # and libraries, with the same kernel.
     rows, rerun = replayable(log.rows, cases, config, prompts)
-    return Resume(rows=rows, rerun=rerun, log=log)
+    stale = _measured_otherwise(log, rows, {case.id for case in cases}, rerun)
+    return Resume(rows=rows, rerun=rerun, log=log, stale=stale)
+
+
+def _measured_otherwise(
+    log: ResumedLog, rows: dict[str, CaseResult], ours: Collection[str], rerun: dict[str, list[str]]
+) -> dict[str, CaseResult]:
+    """Take out of ``rows`` those of this run's cases (``ours``) that another machine, library version or kernel
+    build measured, noting in ``rerun`` what differs; return them."""
+    from ..results.fingerprint import machine_fingerprint
+
+    # Each row against the machine that measured it: a row the log's run carried keeps its own run's.
+    measured_on = {case: group["fingerprint"] or {} for group in log.origins() for case in group["cases"]}
+    mine = [case_id for case_id in rows if case_id in ours]
+    now = machine_fingerprint() if mine else {}
+    stale = {}
+    for case_id in mine:
+        changes = machine_changes(measured_on.get(case_id, log.fingerprint), now) + kernel_changes(rows[case_id])
+        if changes:
+            rerun[case_id] = changes
+            stale[case_id] = rows.pop(case_id)
+    return stale
+
+
+def machine_changes(logged: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The machine and library entries that decide numerics (results/fingerprint.py) in which ``logged`` (the
+    machine that measured a row) differs from ``now``'s, in words; none for a row without a fingerprint."""
+    from ..results.fingerprint import fingerprint_differences
+
+    differences = fingerprint_differences(logged, now)
+    return [f"machine or libraries ({'; '.join(differences)})"] if differences else []
+
+
+def kernel_changes(row: CaseResult) -> list[str]:
+    """Whether the few-rows kernel that computed ``row`` (its ``few_rows_kernel``: a build, or why none) is
+    not the one this run would use; none where the row used no such kernel."""
+    if not row.few_rows_kernel:
+        return []
+    from ..engine import few_rows
+
+    now = few_rows.recorded_state()
+    return [] if row.few_rows_kernel == now else [f"few-rows kernel ({row.few_rows_kernel} -> {now})"]

@@ -80,8 +80,8 @@ class SpecbenchSession:
 
     def _start_log(self) -> None:
         """The log's first line, with the selected cases and the resumed rows, at the run's first result."""
-        replayable = self.resume.rows
-        self.files.start_log(self.tally.selected_in_order, replayable.values(), self.resume.origins(set(replayable)))
+        carried = self.resume.carried(self.tally.selected)
+        self.files.start_log(self.tally.selected_in_order, carried.values(), self.resume.origins(set(carried)))
 
     def replay(self, case_id: str) -> CaseResult | None:
         """The row --specbench-resume took from its log for ``case_id``: the case reports it instead of running."""

@@ -3,10 +3,11 @@ selects, the baseline it gates against and the log it resumes, each checked befo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..measure.matrix import build_matrix, shard_pairs
+from ..measure.matrix import Case, build_matrix, shard_pairs
 from ..measure.pairs import all_pairs, default_pair_names, select_pairs
 from ..measure.prompts import DEFAULT_PROMPT_FILE, Prompt, load_prompts, sample_line, select_prompts
 from ..measure.resume import load_resume
@@ -30,6 +31,7 @@ def build_session(
     all_prompts = load_prompts(config.prompt_file)
     prompts = selected_prompts(config, all_prompts)
     cases = build_matrix(pairs, config.ks, prompts, config.engines, config.batches, config.dtypes)
+    check_forced_kernel(config, cases)
     return SpecbenchSession(
         config=config,
         pairs=pairs,
@@ -42,6 +44,22 @@ def build_session(
         resume=load_resume(config, cases, all_prompts),
         prompt_sample=prompt_sample_line(config, all_prompts, prompts),
     )
+
+
+def check_forced_kernel(config: SpecbenchConfig, cases: Sequence[Case]) -> None:
+    """ValueError (a usage error, before any model loads) where ``--specbench-kernels=rows`` asks for the
+    few-rows kernel, a native case runs on the CPU, and the kernel cannot be built here (building it if need be)."""
+    on_cpu = "cpu" in config.devices or (not config.devices and not config.on_gpu)
+    if config.kernels != "rows" or not on_cpu or not any(case.engine == "native" for case in cases):
+        return
+    from ..engine import few_rows
+
+    reason = few_rows.unavailable_reason()
+    if reason:
+        raise ValueError(
+            f"--specbench-kernels=rows: the few-rows kernel cannot run here: {reason}; accepted here: auto "
+            "(torch's own kernels where the few-rows kernel cannot run, said in the summary), column, linear"
+        )
 
 
 def selected_prompts(config: SpecbenchConfig, all_prompts: list[Prompt]) -> list[Prompt]:

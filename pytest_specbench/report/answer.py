@@ -62,6 +62,7 @@ ALPHA = 0.05
 #: why a (pair, engine, prompt)'s k were not ranked: rows of several runs, or rows without round data
 SPLIT_ACROSS_RUNS = "its cases were measured in different runs"
 NO_ROUND_DATA = "no round data"
+TOO_FEW_ROUNDS = "too few rounds in common: a tie needs 2 or more (--specbench-min-rounds)"
 #: why a k was not ranked although it ran: its decode speedup broke the bound speedup <= tau
 SUSPECT_SPEEDUP = "suspect: a decode speedup above tau, the two runs' kernels differed"
 
@@ -167,7 +168,7 @@ def prompt_answer(rows: Sequence[CaseResult]) -> PromptAnswer | None:
         slower=tuple(SlowerK(k, eliminated.get(k)) for k in ordered if status[k] == SLOWER),
         unknown=unknown,
         ranking=UNKNOWN if unknown else "tested",
-        not_ranked_reason=(SPLIT_ACROSS_RUNS if split else NO_ROUND_DATA) if unknown else None,
+        not_ranked_reason=_not_ranked_reason(split, timed) if unknown else None,
         suspect=suspect,
         recommended_k=recommended,
         recommended_decode_speedup=at_recommended.decode_speedup if at_recommended else None,
@@ -179,6 +180,15 @@ def prompt_answer(rows: Sequence[CaseResult]) -> PromptAnswer | None:
             _schedule(row, best) for row in sorted(rows, key=lambda row: k_order(row.k)) if not _constant_k(row)
         ),
     )
+
+
+def _not_ranked_reason(split: bool, timed: dict[K, dict | None]) -> str:
+    """Why some k were not ranked: rows of several runs, a row without round data, or too few rounds."""
+    if split:
+        return SPLIT_ACROSS_RUNS
+    if any(rounds is None for rounds in timed.values()):
+        return NO_ROUND_DATA
+    return TOO_FEW_ROUNDS
 
 
 def _no_best(row: CaseResult, suspect: tuple[SuspectK, ...]) -> PromptAnswer:

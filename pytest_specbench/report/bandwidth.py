@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from statistics import median
 
+from ..engine.names import few_rows_built
 from ..results.schema import CaseResult
 from .dtype_view import dtype_order
 
@@ -50,6 +51,7 @@ def bandwidth_lines(rows: Sequence[CaseResult]) -> list[str]:
             lines.append(line)
     if lines:
         lines.insert(0, "target passes against memory (weight bytes over the probe's pass time, medians of the cases):")
-    missing = sorted({row.few_rows_kernel for row in native if row.few_rows_kernel not in ("", "built")})
+    recorded = {row.few_rows_kernel for row in native}
+    missing = sorted(reason for reason in recorded if reason and not few_rows_built(reason))
     lines += [f"few-rows kernel not used: {reason}; torch's own kernels ran" for reason in missing]
     return lines

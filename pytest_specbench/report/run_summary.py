@@ -143,8 +143,8 @@ def _rerun_lines(run: RunSnapshot) -> list[str]:
         by_change.setdefault(", ".join(run.rerun[case]), []).append(case)
     named = "; ".join(f"{', '.join(cases)} ({change})" for change, cases in by_change.items())
     return [
-        f"{len(changed)} case(s) of {run.config.resume} run again, not taken from it: their inputs "
-        f"changed since it was logged: {named}"
+        f"{len(changed)} case(s) of {run.config.resume} run again, not taken from it: what they were "
+        f"measured with changed since it was logged: {named}"
     ]
 
 

@@ -538,8 +538,9 @@ class CaseResult:
         csv=False,
     )
     few_rows_kernel: str = _field(
-        "the few-rows kernel on this machine: built, or why not (torch's own kernels then ran "
-        "everywhere); empty where no CPU pass could use it",
+        "the few-rows kernel on this machine: 'built' and the build's identity (its source, CPU flags, torch "
+        "and compiler flags), or why it could not be built (torch's own kernels then ran everywhere); empty "
+        "where no CPU pass could use it",
         COST_MODEL,
         default="",
     )

@@ -169,7 +169,7 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
             "curves": [point.to_json() for point in points],
             "engine_forms": chosen,
             "one_row_split": splits,
-            "few_rows_kernel": few_rows.unavailable_reason() or "built",
+            "few_rows_kernel": few_rows.unavailable_reason() or few_rows.identity(),
         }
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return 0
