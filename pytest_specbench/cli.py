@@ -149,6 +149,28 @@ def machine_differences(documents: Sequence[dict[str, Any]], names: Sequence[str
     return lines
 
 
+def _few_rows_states(document: dict[str, Any]) -> dict[str, str]:
+    """Whether the run's native rows ran the few-rows kernel: ``"ran"`` or the reason it did not, by state."""
+    from .engine.names import few_rows_built
+
+    recorded = {row.few_rows_kernel for row in run_results(document) if row.few_rows_kernel}
+    return {("ran" if few_rows_built(value) else value): value for value in recorded}
+
+
+def kernel_differences(first: dict[str, Any], other: dict[str, Any], first_name: str, other_name: str) -> list[str]:
+    """``"few-rows kernel: a ran it, b did not (could not build ...)"`` where one run's rows ran the few-rows
+    kernel and the other's fell back to torch's kernels (another build on another machine is the machine's
+    difference, named apart)."""
+    states = _few_rows_states(first), _few_rows_states(other)
+    if not states[0] or not states[1] or set(states[0]) == set(states[1]):
+        return []
+
+    def said(state: dict[str, str]) -> str:
+        return "; ".join("ran it" if key == "ran" else f"did not ({key})" for key in sorted(state))
+
+    return [f"few-rows kernel: {first_name} {said(states[0])}, {other_name} {said(states[1])}"]
+
+
 def check_comparable(
     documents: Sequence[dict[str, Any]],
     names: Sequence[str],
@@ -162,6 +184,7 @@ def check_comparable(
     found = []
     for document, name in zip(documents[1:], names[1:]):
         differing = setting_differences(documents[0], document, names[0], name)
+        differing += kernel_differences(documents[0], document, names[0], name)
         reasons = [*refusals, f"the numbers are not comparable ({'; '.join(differing)})"] if differing else refusals
         if reasons and not force:
             raise MergeError(
@@ -368,7 +391,8 @@ def incomparable(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What makes two runs' numbers incomparable, as each compared line names it: the differing result-changing
     settings, and ``machine`` when the speedups were timed on different machines."""
     machine = ["machine"] if machine_differences([old, new], ["old", "new"]) else []
-    return [option.dest for option in differing_options(old, new)] + machine
+    kernel = ["few_rows_kernel"] if kernel_differences(old, new, "old", "new") else []
+    return [option.dest for option in differing_options(old, new)] + kernel + machine
 
 
 _OUTPUTS = (("--json", "json"), ("--csv", "csv"), ("--report", "report"), ("--plots", "plots"))

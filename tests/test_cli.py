@@ -341,6 +341,26 @@ def test_compare_refuses_runs_of_other_dtypes_as_merge_does_and_marks_each_line_
     assert "new case" in added and "not comparable" not in added  # nothing of the old run set beside it
 
 
+def _with_kernel(document: dict, few_rows_kernel: str) -> dict:
+    return {**document, "results": [{**row, "few_rows_kernel": few_rows_kernel} for row in document["results"]]}
+
+
+def test_compare_and_merge_refuse_a_run_whose_rows_ran_the_few_rows_kernel_beside_one_that_fell_back(tmp_path, capsys):
+    built, fell_back = "built specbench_few_rows_0123456789abcdef", "could not build the few-rows kernel (no ninja)"
+    old = _write(tmp_path, "old.json", _with_kernel(_run(["p-k1-x"]), built))
+    new = _write(tmp_path, "new.json", _with_kernel(_run(["p-k1-x"]), fell_back))
+    same = _write(tmp_path, "same.json", _with_kernel(_run(["p-k1-x"]), built))
+    differs = f"few-rows kernel: {old} ran it, {new} did not ({fell_back})"
+    assert main(["compare", old, new]) == 2
+    assert f"the numbers are not comparable ({differs})" in capsys.readouterr().err
+    assert main(["merge", old, new, "--json", str(tmp_path / "all.json")]) == 2
+    assert differs in capsys.readouterr().err
+    assert main(["compare", old, new, "--force"]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("p-k1-x ")]
+    assert line.endswith("not comparable: few_rows_kernel")
+    assert main(["compare", old, same]) == 0  # the same build on both sides
+
+
 def test_compare_looks_at_every_machine_of_a_merged_run(tmp_path, capsys):
     merged = {
         **_run(["p-k1-x"]),

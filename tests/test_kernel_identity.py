@@ -110,3 +110,13 @@ def test_a_damaged_cached_build_is_built_again(tmp_path: Path) -> None:
     built.write_bytes(os.urandom(built.stat().st_size))  # same size, other bytes: a damaged file
     assert state() == first
     assert built.read_bytes()[:4] == b"\x7fELF"  # built again, not the damaged file
+
+
+def test_the_machine_fingerprint_names_a_kernel_that_fell_back_against_one_that_ran(unbuildable: str) -> None:
+    from pytest_specbench.results.fingerprint import fingerprint_differences, machine_fingerprint
+
+    now = machine_fingerprint()
+    assert now["few_rows_kernel"] == unbuildable
+    before = {**now, "few_rows_kernel": few_rows.identity()}
+    assert fingerprint_differences(before, now) == [f"few_rows_kernel {few_rows.identity()!r} -> {unbuildable!r}"]
+    assert fingerprint_differences({k: v for k, v in before.items() if k != "few_rows_kernel"}, now) == []

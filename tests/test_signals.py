@@ -212,3 +212,49 @@ def test_a_signal_repeated_while_the_run_ends_changes_nothing(held_run, signum: 
     assert "Traceback" not in output and "INTERNALERROR" not in output
     assert output.count("specbench summary") == 1
     assert output.count("the same command with --specbench-resume=spec_results.jsonl") == 1
+
+
+MID_BLOCK_CONFTEST = """
+    import pathlib
+    import time
+
+    import pytest
+
+    import pytest_specbench.plugin.block_runs as block_runs
+
+
+    @pytest.fixture(autouse=True)
+    def hold_the_dialogue_block_once_it_began(monkeypatch, request):
+        # The dialogue block's timing begins, then waits while the file hold exists: a signal then lands mid-block.
+        if "dialogue" in request.node.nodeid:
+            timed = block_runs.measure_block
+
+            def held(*args, **kwargs):
+                pathlib.Path("in_block").touch()
+                while pathlib.Path("hold").exists():
+                    time.sleep(0.05)
+                return timed(*args, **kwargs)
+
+            monkeypatch.setattr(block_runs, "measure_block", held)
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_mid_block_keeps_the_finished_blocks_and_names_the_cases_the_block_lost(
+    held_run, pytester, bench_process
+) -> None:
+    pytester.makeconftest(MID_BLOCK_CONFTEST)
+    (pytester.path / "hold").touch()
+    process = bench_process(prompts=held_run.PROMPTS)
+    held_run.wait_for(lambda: (pytester.path / "in_block").exists() or process.poll() is not None, "the block")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(held_run.PATIENCE_S) == pytest.ExitCode.INTERRUPTED, held_run.output()
+    lost = ["tiny-k1-dialogue", "tiny-k4-dialogue"]
+    output = held_run.output()
+    assert f"it stopped mid-block: {', '.join(lost)} are timed together and finish together" in output
+    assert held_run.logged_cases() == held_run.FINISHED
+    records = [json.loads(line) for line in (pytester.path / "spec_results.jsonl").read_text().splitlines()]
+    assert records[-1]["lost_mid_block"] == lost and records[-1]["interrupted"] == "SIGTERM"
+    document = json.loads((pytester.path / "spec_results.json").read_text())
+    assert [row["case"] for row in document["results"]] == held_run.FINISHED
+    assert document["lost_mid_block"] == lost and document["missing_cases"] == held_run.UNFINISHED

@@ -30,8 +30,12 @@ def _rows(path: Path) -> list[dict]:
 
 def test_xdist_gives_the_same_cases_and_verdicts(six_case_bench, pytester: pytest.Pytester) -> None:
     runs = {}
+    # The model's own kernels: under auto each process picks its forms by timing them, which a busy machine
+    # sways, and forms round the last bits differently, enough to flip a random tiny model's near-tie.
     for name, args in (("serial", ()), ("n0", ("-n", "0")), ("n2", ("-n", "2"))):
-        result = six_case_bench(f"--specbench-json={name}.json", f"--specbench-csv={name}.csv", *args)
+        result = six_case_bench(
+            f"--specbench-json={name}.json", f"--specbench-csv={name}.csv", "--specbench-kernels=linear", *args
+        )
         result.assert_outcomes(passed=6)
         assert result.stdout.str().count("specbench summary") == 1
         runs[name] = sorted(

@@ -43,6 +43,7 @@ __all__ = [
     "few_rows_linear",
     "identity",
     "recorded_state",
+    "state_if_tried",
     "kernel",
     "supports",
     "unavailable_reason",
@@ -134,6 +135,13 @@ def kernel() -> Any | None:
 def unavailable_reason() -> str | None:
     """Why :func:`kernel` is None; None where the kernel is built."""
     return _build()[1]
+
+
+def state_if_tried() -> str | None:
+    """:func:`recorded_state` where this process has already tried to build the kernel; None where it has not
+    (never a build only to say so)."""
+    info = getattr(_build, "cache_info", None)
+    return recorded_state() if info is None or info().currsize else None
 
 
 def recorded_state() -> str:

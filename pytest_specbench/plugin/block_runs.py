@@ -91,6 +91,9 @@ class BlockRuns:
         try:
             context = MeasureContext(store, shared, self._session.config, self._session.prompts)
             return measure_block(cases, context, plan)
+        except KeyboardInterrupt:  # a signal mid-block: its cases finish together, so none of them finished
+            self._session.ending.lost_mid_block = tuple(case.id for case in cases)
+            raise
         finally:
             self.budget.block_done(block)
 

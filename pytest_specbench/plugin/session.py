@@ -101,7 +101,8 @@ class SpecbenchSession:
             if not self.tally.measured_nothing(self.rows.by_case):
                 if self.rows.by_case:
                     self._start_log()  # only resumed rows: the new log holds them, so it alone can resume this run
-                self.files.end_log(self.tally.missing(self.rows.by_case), self.ending.interrupted)
+                missing = self.tally.missing(self.rows.by_case)
+                self.files.end_log(missing, self.ending.interrupted, self.ending.lost_mid_block)
                 failed |= self._write_files()
             if self.baseline is not None:
                 failed |= self._gate()
@@ -121,6 +122,7 @@ class SpecbenchSession:
         )
         # Which machine measured which rows: the replayed ones keep the fingerprint of the run that measured them.
         document["resumed_from"] = self.resume.origins(set(rows.replayed))
+        document["lost_mid_block"] = list(self.ending.lost_mid_block)
         return self.files.write(document, rows.measured_here, outputs)
 
     def _gate(self) -> bool:

@@ -107,6 +107,15 @@ def _ending(run: RunSnapshot) -> list[Line]:
                 True,
             )
         )
+    lost = run.ending.lost_mid_block
+    if lost:
+        lines.append(
+            (
+                f"it stopped mid-block: {', '.join(lost)} are timed together and finish together, so their rounds "
+                "so far are lost",
+                True,
+            )
+        )
     missing = run.missing
     if missing:
         lines.append((f"no result for {len(missing)} case(s): {', '.join(missing)}", bool(interrupted)))

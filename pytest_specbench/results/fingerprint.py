@@ -22,8 +22,9 @@ from typing import Any
 
 #: the entries that change which kernels run; cpu_count and python are kept for the reader only
 NUMERIC_KEYS = ("cpu_model", "cpu_capability", "quantized_engine", "torch_threads", "gpus", "torch", "transformers")
-#: entries that differ only when both fingerprints record them (older fingerprints lack them)
-RECORDED_LATER_KEYS = ("native_dtypes",)
+#: entries that differ only when both fingerprints record them (older fingerprints lack them; ``few_rows_kernel``
+#: is recorded by a process that has tried to build the kernel: its build, or why it could not)
+RECORDED_LATER_KEYS = ("native_dtypes", "few_rows_kernel")
 
 
 def _cpu_model() -> str:
@@ -76,7 +77,15 @@ def machine_fingerprint(devices: Iterable[str] = ()) -> dict[str, Any]:
         "torch": _version("torch"),
         "transformers": _version("transformers"),
         **_native_dtype_entries(named),
+        **_few_rows_entry(),
     }
+
+
+def _few_rows_entry() -> dict[str, Any]:
+    from ..engine import few_rows
+
+    state = few_rows.state_if_tried()
+    return {} if state is None else {"few_rows_kernel": state}
 
 
 def fingerprint_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

@@ -109,8 +109,9 @@ class ResultsLog:
         self._write(_line(row.to_row()))
         self.rows += 1
 
-    def end(self, missing: Sequence[str], interrupted: str | None) -> None:
-        """The run reached its end: the last line says whether it finished every case."""
+    def end(self, missing: Sequence[str], interrupted: str | None, lost_mid_block: Sequence[str] = ()) -> None:
+        """The run reached its end: the last line says whether it finished every case, and which cases the block
+        being timed when it stopped lost."""
         self._write(
             _line(
                 {
@@ -119,6 +120,7 @@ class ResultsLog:
                     "rows": self.rows,
                     "missing_cases": list(missing),
                     "interrupted": interrupted,
+                    "lost_mid_block": list(lost_mid_block),
                 }
             )
         )

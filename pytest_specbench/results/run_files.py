@@ -187,13 +187,13 @@ class RunFiles:
         if self._log is not None:
             self._log_safely(lambda: self._log.append(row))
 
-    def end_log(self, missing: Sequence[str], interrupted: str | None) -> None:
+    def end_log(self, missing: Sequence[str], interrupted: str | None, lost_mid_block: Sequence[str] = ()) -> None:
         """The log's last line. A run without a row (its cases failed, or it was interrupted before one
         finished) starts no log: an earlier log stays as it was, the CSV and JSON name the missing cases."""
         log = self._log
         if log is None or not log.started:
             return
-        if self._log_safely(lambda: log.end(missing, interrupted)):
+        if self._log_safely(lambda: log.end(missing, interrupted, lost_mid_block)):
             self.written.append(log.path)
         if self._log is not None:
             self._log.close()

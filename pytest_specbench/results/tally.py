@@ -104,4 +104,7 @@ class RunEnding:
 
     interrupted: str | None = None  # a signal, a failure limit (-x, --maxfail), Ctrl-C
     while_writing: bool = False  # the signal came while the files were written (they were completed first)
+    # the cases of the block being timed when the run stopped: a block's cases finish together, so their rounds
+    # so far are lost
+    lost_mid_block: tuple[str, ...] = ()
     gate: GateOutcome | None = None  # the comparison with --specbench-baseline, when one was given
