@@ -149,12 +149,12 @@ def machine_differences(documents: Sequence[dict[str, Any]], names: Sequence[str
     return lines
 
 
-def _few_rows_states(document: dict[str, Any]) -> dict[str, str]:
-    """Whether the run's native rows ran the few-rows kernel: ``"ran"`` or the reason it did not, by state."""
+def _few_rows_states(document: dict[str, Any]) -> set[str]:
+    """Whether the run's native rows ran the few-rows kernel: ``"ran"``, or each reason it did not."""
     from .engine.names import few_rows_built
 
     recorded = {row.few_rows_kernel for row in run_results(document) if row.few_rows_kernel}
-    return {("ran" if few_rows_built(value) else value): value for value in recorded}
+    return {"ran" if few_rows_built(value) else value for value in recorded}
 
 
 def kernel_differences(first: dict[str, Any], other: dict[str, Any], first_name: str, other_name: str) -> list[str]:
@@ -162,10 +162,10 @@ def kernel_differences(first: dict[str, Any], other: dict[str, Any], first_name:
     kernel and the other's fell back to torch's kernels (another build on another machine is the machine's
     difference, named apart)."""
     states = _few_rows_states(first), _few_rows_states(other)
-    if not states[0] or not states[1] or set(states[0]) == set(states[1]):
+    if not states[0] or not states[1] or states[0] == states[1]:
         return []
 
-    def said(state: dict[str, str]) -> str:
+    def said(state: set[str]) -> str:
         return "; ".join("ran it" if key == "ran" else f"did not ({key})" for key in sorted(state))
 
     return [f"few-rows kernel: {first_name} {said(states[0])}, {other_name} {said(states[1])}"]

@@ -119,9 +119,7 @@ def machine_changes(logged: dict[str, Any], now: dict[str, Any]) -> list[str]:
     from ..results.fingerprint import fingerprint_differences
 
     # The kernel build is checked row by row (:func:`kernel_changes`), where it is known for every row.
-    differences = fingerprint_differences(
-        *({k: v for k, v in f.items() if k != "few_rows_kernel"} for f in (logged, now))
-    )
+    differences = fingerprint_differences(logged, now, leave_out=("few_rows_kernel",))
     return [f"machine or libraries ({'; '.join(differences)})"] if differences else []
 
 

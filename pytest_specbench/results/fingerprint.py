@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 #: the entries that change which kernels run; cpu_count and python are kept for the reader only
@@ -88,9 +88,16 @@ def _few_rows_entry() -> dict[str, Any]:
     return {} if state is None else {"few_rows_kernel": state}
 
 
-def fingerprint_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """``"cpu_capability AVX512 -> AVX2"`` for each numeric entry that differs (none when either is empty)."""
+def fingerprint_differences(
+    old: Mapping[str, Any], new: Mapping[str, Any], leave_out: Collection[str] = ()
+) -> list[str]:
+    """``"cpu_capability AVX512 -> AVX2"`` for each numeric entry that differs (none when either is empty), but
+    those in ``leave_out`` (entries a caller checks otherwise)."""
     if not old or not new:
         return []
     keys = [*NUMERIC_KEYS, *(key for key in RECORDED_LATER_KEYS if key in old and key in new)]
-    return [f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in keys if old.get(key) != new.get(key)]
+    return [
+        f"{key} {old.get(key)!r} -> {new.get(key)!r}"
+        for key in keys
+        if key not in leave_out and old.get(key) != new.get(key)
+    ]
