@@ -15,7 +15,6 @@ import torch
 from pytest_specbench.engine.stats import DecodeStats, GenerationResult
 from pytest_specbench.measure import blocks
 from pytest_specbench.measure.blocks import TimedCase, time_block
-from pytest_specbench.measure.budget import RunBudget, block_weight, describe_duration
 from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairing import BASELINE_ONCE, HF_WHOLE_RUNS, Pairing, choose_pairing
 from pytest_specbench.measure.pairs import PairSpec
@@ -37,6 +36,7 @@ def _config(**settings):
         baseline_every=2,
         pairing=INTERLEAVED,
         compile_steps=False,
+        run_budget=None,
     )
     return SimpleNamespace(**{**defaults, **settings})
 
@@ -276,6 +276,19 @@ def test_the_race_eliminates_a_clearly_slower_k_and_names_the_k_that_beat_it():
     assert len(by_k[16].rounds) < len(by_k[4].rounds)  # it stopped being timed
 
 
+def test_under_a_run_budget_the_race_stops_a_far_slower_k_after_two_rounds_and_without_one_not_before_min_rounds():
+    times = {1: 0.60, 4: 0.40, 16: 1.60}
+    budgeted, baseline, _ = _block(times, Noise(seed=3, drift_sd=0.05, run_sd=0.02))
+    time_block(budgeted, baseline, _config(min_rounds=3, max_rounds=20, ci_target=0.001, run_budget=900.0), None)
+    by_k = {case.case.k: case for case in budgeted}
+    assert by_k[16].stop == blocks.ELIMINATED and by_k[16].rounds == [0, 1]  # before its 3 minimum rounds
+    assert by_k[4].eliminated_by is None and len(by_k[4].rounds) > 3
+    unbudgeted, baseline, _ = _block(times, Noise(seed=3, drift_sd=0.05, run_sd=0.02))
+    time_block(unbudgeted, baseline, _config(min_rounds=3, max_rounds=20, ci_target=0.001), None)
+    assert all(len(case.rounds) >= 3 for case in unbudgeted)  # --specbench-budget=none: full minimum rounds
+    assert blocks.race_looks(blocks.first_race_look(_config(run_budget=900.0)), 30)[:2] == [2, 3]
+
+
 def test_with_the_race_off_no_case_is_eliminated():
     noise = Noise(seed=3, drift_sd=0.05, run_sd=0.02)
     cases, baseline, _ = _block({1: 0.60, 4: 0.40, 16: 0.80}, noise)
@@ -316,44 +329,6 @@ def test_a_case_budget_stops_that_case():
     cases, baseline, _ = _block({1: 0.5}, Noise(seed=7, run_sd=0.5))
     time_block(cases, baseline, _config(min_rounds=2, max_rounds=30, race=False, case_budget=3.0), None)
     assert cases[0].stop == blocks.CASE_BUDGET and len(cases[0].rounds) < 30
-
-
-# --- the run's budget -------------------------------------------------------------------------
-
-
-def test_the_run_budget_divides_what_is_left_over_the_blocks_left():
-    budget = RunBudget(100.0, blocks=4, started=time.perf_counter())
-    assert budget.share_s() == pytest.approx(25.0, rel=0.01)
-    budget.block_done()
-    assert budget.share_s() == pytest.approx(100.0 / 3, rel=0.01)
-    spent = RunBudget(10.0, blocks=2, started=time.perf_counter() - 20)
-    assert spent.share_s() == 0.0 and spent.spent_at_block == 0
-    assert RunBudget(None, blocks=3).share_s() is None
-
-
-def test_the_estimate_lies_between_min_and_max_rounds_of_every_block():
-    budget = RunBudget(None, blocks=4, started=time.perf_counter())
-    assert budget.estimate_s(10.0, 3, 5) == pytest.approx(200.0, abs=1.0)
-    tight = RunBudget(60.0, blocks=4, started=time.perf_counter())
-    assert tight.estimate_s(10.0, 3, 30) == pytest.approx(120.0, abs=1.0)  # the budget would allow less: min rounds
-    assert describe_duration(40) == "about 40 s" and describe_duration(14 * 60 + 10) == "about 14 min"
-
-
-def test_blocks_share_the_budget_and_the_estimate_by_their_weight():
-    # Batch 1, 4 and 16 blocks of 8 cases: shares in proportion 1 : 4 : 16; what a block leaves goes to the rest
-    # (here b1 took no time, so b4 gets 4/20 of all 210 s).
-    weights = {name: block_weight(8, batch) for name, batch in (("b1", 1), ("b4", 4), ("b16", 16))}
-    budget = RunBudget(210.0, blocks=3, started=time.perf_counter(), weights=weights)
-    assert budget.share_s("b1") == pytest.approx(10.0, rel=0.01)
-    budget.block_done("b1")
-    assert budget.share_s("b4") == pytest.approx(42.0, rel=0.01)
-    budget.block_done("b4")
-    assert budget.share_s("b16") == pytest.approx(210.0, rel=0.01)
-    # A round of b1 took 2 s: b4's takes about 8, b16's 32; at 3 rounds at least that is 126 s, over 100.
-    fresh = RunBudget(100.0, blocks=3, started=time.perf_counter(), weights=weights)
-    assert fresh.estimate_s(2.0, 3, 30, "b1") == pytest.approx(3 * (2 + 8 + 32), abs=1.0)
-    # With no weights every block weighs the same, as before.
-    assert RunBudget(100.0, blocks=4, started=time.perf_counter()).share_s("any") == pytest.approx(25.0, rel=0.01)
 
 
 # --- blocks in the matrix ------------------------------------------------------------------------
@@ -398,7 +373,7 @@ def test_the_race_looks_at_planned_rounds_only():
     assert calls == [(3, 4, 3), (4, 4, 3), (6, 4, 3), (9, 4, 3)]  # looks 3, 4, 6, 9 of max 9; family of three
 
 
-def test_the_run_budget_counts_only_the_blocks_that_will_be_timed():
+def test_the_run_plan_counts_only_the_blocks_that_will_be_timed():
     from pytest_specbench.plugin.block_runs import BlockRuns
 
     pairs = [PairSpec("ready", "gemma", drafter="int8"), PairSpec("missing", "gpt2", "distilgpt2")]
@@ -415,8 +390,8 @@ def test_the_run_budget_counts_only_the_blocks_that_will_be_timed():
         config=SimpleNamespace(run_budget=600.0),
     )
     runs = BlockRuns(session, (None, 1))
-    assert runs.budget.blocks == 2  # the missing pair's two blocks are skipped, not timed
-    assert BlockRuns(session, ("gw0", 2)).budget.blocks == 1  # a worker's share
+    # the missing pair's two blocks are skipped, not timed: the plan counts only the ready pair's
+    assert {case.block for case in runs._pending()} == {"gemma:natural-01", "gemma:code-01"}
     assert runs.members(cases[0]) == [case for case in cases if case.block == cases[0].block]
 
 

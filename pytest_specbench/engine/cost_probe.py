@@ -70,6 +70,39 @@ def verify_costs(
 
 
 @torch.inference_mode()
+def decode_step_costs(
+    model: PreTrainedModel, input_ids: torch.Tensor, kernels: KernelForms | str = "linear", repeats: int = 3
+) -> tuple[float, float]:
+    """Seconds per token of a prefill of ``input_ids``, and of one one-token step after it in ``kernels`` (the
+    forms the baseline decodes in), medians, the first repeat a warm-up: the run plan's short probe of a target
+    (measure/cost_estimate.py)."""
+    forms = kernel_forms(model, kernels)
+    forms.settle(1)
+    clock = DeviceClock(model.device)
+    prefills: list[float] = []
+    steps: list[float] = []
+    feed = input_ids[:, -1:]
+    for repeat in range(repeats + 1):
+        cache = new_cache(model)
+        start = clock.now()
+        model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+        prefill = clock.now() - start
+        length = cache_length(cache)
+        enable_rollback(cache)
+        for _ in range(2):
+            with forms.applied():
+                start = clock.now()
+                model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1)
+                step = clock.now() - start
+            crop_to(cache, length)
+            if repeat:
+                steps.append(step)
+        if repeat:
+            prefills.append(prefill)
+    return statistics.median(prefills) / input_ids.shape[1], statistics.median(steps)
+
+
+@torch.inference_mode()
 def own_kernel_step_costs(
     model: PreTrainedModel, input_ids: torch.Tensor, kernels: KernelForms | str = "auto", repeats: int = 5
 ) -> tuple[float, float]:

@@ -190,7 +190,7 @@ def time_block(
         if block.rounds >= config.max_rounds:
             _stop_all(active, MAX_ROUNDS)
             break
-        if block.rounds >= config.min_rounds and budget_s is not None and elapsed + elapsed / block.rounds > budget_s:
+        if not round_fits(elapsed, block.rounds, budget_s, config.min_rounds):
             _stop_all(active, budget_reason)
             break
         index = block.rounds
@@ -201,8 +201,17 @@ def time_block(
             after_round(index, time.perf_counter() - round_start)
         if block.rounds >= config.min_rounds:
             _settle(block, config)
+        _race_at_looks(block, config)
     block.seconds = time.perf_counter() - start
     return block
+
+
+def round_fits(elapsed_s: float, rounds: int, budget_s: float | None, min_rounds: int) -> bool:
+    """May another round start: always below min rounds; after them, where one more round as long as their mean
+    ends within the block's seconds (``budget_s`` None: no limit)."""
+    if rounds < min_rounds or budget_s is None:
+        return True
+    return elapsed_s + elapsed_s / rounds <= budget_s
 
 
 def _run_round(
@@ -285,7 +294,7 @@ def _stop_all(active: list[TimedCase], reason: str) -> None:
 
 
 def _settle(block: BlockTiming, config: SpecbenchConfig) -> None:
-    """After a round: stop the cases that are tight or over their own budget, then race the rest."""
+    """After a round from min rounds on: stop the cases that are tight or over their own budget."""
     spreads, paired = block.spreads(), block.paired
     for timed in block.cases:
         if timed.stop is not None:
@@ -297,7 +306,18 @@ def _settle(block: BlockTiming, config: SpecbenchConfig) -> None:
             spent = sum(run.stats.wall_time_s for run in [*timed.runs, *(baselines if paired else [])])
             if spent + spent / len(timed.runs) > config.case_budget:
                 timed.stop = CASE_BUDGET
-    looks = race_looks(config.min_rounds, config.max_rounds)
+
+
+def first_race_look(config: SpecbenchConfig) -> int:
+    """The round of the race's first look: min rounds (2 at least); under a run budget, round 2, so that a k far
+    slower than the leader stops before its minimum rounds and leaves their time to the rest (the looks' share of
+    the 5% is spread over one more look, so the race's promise holds)."""
+    return 2 if config.run_budget is not None else max(config.min_rounds, 2)
+
+
+def _race_at_looks(block: BlockTiming, config: SpecbenchConfig) -> None:
+    """After a round that is one of the race's looks: race the cases still timed."""
+    looks = race_looks(first_race_look(config), config.max_rounds)
     if config.race and block.rounds in looks:
         for members in _races(block.cases).values():
             _race(members, config, len(looks))
@@ -314,8 +334,9 @@ def _races(cases: Sequence[TimedCase]) -> dict[tuple, list[TimedCase]]:
 
 
 def race_looks(min_rounds: int, max_rounds: int) -> list[int]:
-    """The rounds after which the race tests: from min rounds on, each about 1.5 times the one before, and the
-    last round. Few planned looks keep each one's share of the 5% (Bonferroni over looks) large enough to act on."""
+    """The rounds after which the race tests: from ``min_rounds`` (its first look) on, each about 1.5 times the
+    one before, and the last round. Few planned looks keep each one's share of the 5% (Bonferroni over looks) large
+    enough to act on."""
     looks, at = [], max(min_rounds, 2)
     while at < max_rounds:
         looks.append(at)
@@ -328,7 +349,7 @@ def _race(members: list[TimedCase], config: SpecbenchConfig, looks: int) -> None
     times = {timed.case.k: dict(zip(timed.rounds, _relative_times(timed))) for timed in contenders}
     # The family is every k the race started with; each of the planned looks spends its share of the 5%.
     beaten = eliminations(
-        times, alpha=RACE_ALPHA, min_rounds=max(config.min_rounds, 2), max_looks=looks, family=len(members)
+        times, alpha=RACE_ALPHA, min_rounds=first_race_look(config), max_looks=looks, family=len(members)
     )
     for timed in contenders:
         if timed.case.k in beaten:

@@ -1,74 +1,203 @@
-"""The run's timing budget (``--specbench-budget``), divided over the blocks still to time."""
+"""The run's timing budget (``--specbench-budget``) as a plan: every block's cost estimated before the first timed
+round, each block's share of what is left, the run's expected length, and what would fit when the minimum does not.
+
+Pure arithmetic over estimates (:mod:`.cost_estimate` makes them) and a clock, so the tests drive it with a fake
+clock. Before a block is timed, the plan takes what the blocks timed so far measured (their setup and their first
+round against the estimate) as two scales for the blocks left: a re-plan after each block.
+"""
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+#: the per-round standard deviation of the log decode ratio assumed before any block is timed (interleaved
+#: pairing measured 0.01 to 0.04 on the default CPU run: docs/results/2026-12-04-default-run-c8b3786.md)
+ROUND_NOISE_PRIOR = 0.03
+#: the t quantile the rounds-needed estimate uses (a block's pooled interval has many degrees of freedom)
+T_QUANTILE = 2.0
+
+
+@dataclass(frozen=True)
+class CaseCost:
+    """One case's expected seconds on this machine: a round (its speculative run and its baseline) and what it
+    pays before its block's first round (a warm-up and cost probe on its pair's first use in a dtype)."""
+
+    case_id: str
+    pair: str
+    k: str
+    dtype: str
+    prompt: str
+    round_s: float
+    setup_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class BlockCost:
+    """One block's expected seconds: its own setup (the target's reference decode of its prompt) and its cases'."""
+
+    block: str
+    fixed_s: float
+    cases: tuple[CaseCost, ...]
+
+    @property
+    def round_s(self) -> float:
+        return sum(case.round_s for case in self.cases)
+
+    @property
+    def setup_s(self) -> float:
+        return self.fixed_s + sum(case.setup_s for case in self.cases)
+
+    def only(self, keep: Callable[[CaseCost], bool]) -> BlockCost | None:
+        """The block with only the cases ``keep`` accepts; None where it keeps none."""
+        kept = tuple(case for case in self.cases if keep(case))
+        return replace(self, cases=kept) if kept else None
 
 
 @dataclass
-class RunBudget:
-    """Seconds for the whole run on this process, from its start; ``total_s`` None is no budget.
+class RunPlan:
+    """The blocks still to time on this process, as estimated, and the budget over them (``budget_s`` None: none).
 
-    ``blocks`` is how many blocks this process expects to time (under xdist, its share of the run's).
-    ``weights`` holds each block's work per round, relative (:func:`block_weight`; a block not named weighs 1).
-    Each block gets what is left in proportion to its weight among the blocks left, so a batch-16 block gets
-    about 16 times a batch-1 block's share, and a fast block leaves more to the slower ones after it.
+    ``workers``: processes timing the run's blocks side by side (xdist), each taking about an equal part.
     """
 
-    total_s: float | None
-    blocks: int
-    started: float = field(default_factory=time.perf_counter)
-    weights: dict[str, float] = field(default_factory=dict)
-    timed: int = 0  # blocks finished
+    budget_s: float | None
+    blocks: dict[str, BlockCost]
+    min_rounds: int
+    max_rounds: int
+    ci_target: float
+    workers: int = 1
+    clock: Callable[[], float] = time.perf_counter
+    started: float | None = None
+    noise: float = ROUND_NOISE_PRIOR
+    #: per block timed: (estimated setup, its setup, estimated first round, its first round), in seconds
+    timed: list[tuple[float, float, float, float]] = field(default_factory=list)
     spent_at_block: int | None = None  # the first block that found the budget spent (0-based)
-    done: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.started is None:
+            self.started = self.clock()
+
+    # --- what the blocks timed so far say about the estimates
 
     def elapsed_s(self) -> float:
-        return time.perf_counter() - self.started
+        return self.clock() - self.started
 
-    def _weight(self, block: str | None) -> float:
-        return self.weights.get(block, 1.0) if block is not None else 1.0
+    @property
+    def setup_scale(self) -> float:
+        """Measured over estimated setup, over the blocks timed (1 before any)."""
+        return _ratio([(estimate, actual) for estimate, actual, _, _ in self.timed])
 
-    def _weight_left(self, block: str | None) -> float:
-        """The weight of the blocks left on this process, ``block`` (the next) included: with every block its
-        own, their sum; under xdist, where which blocks come is not known, their mean times how many are left."""
-        left = max(self.blocks - self.timed, 1)
-        others = [w for name, w in self.weights.items() if name not in self.done and name != block]
-        mean = sum(others) / len(others) if others else self._weight(block)
-        return self._weight(block) + mean * (left - 1)
+    @property
+    def round_scale(self) -> float:
+        """Measured over estimated first round, over the blocks timed (1 before any)."""
+        return _ratio([(estimate, actual) for _, _, estimate, actual in self.timed])
 
-    def share_s(self, block: str | None = None) -> float | None:
-        """The next block's seconds (0 when the budget is spent: the block then runs its minimum rounds)."""
-        if self.total_s is None:
+    def record(self, block: str, setup_s: float, first_round_s: float | None, noise: float | None = None) -> None:
+        """A block's setup and first round as timed (``first_round_s`` None: it timed no round), and the noise its
+        rounds showed; the block leaves the plan."""
+        cost = self.blocks.pop(block, None)
+        if cost is not None and first_round_s is not None:
+            self.timed.append((cost.setup_s, setup_s, cost.round_s, first_round_s))
+        if noise is not None:
+            self.noise = noise
+
+    # --- the expected seconds of what is left
+
+    def rounds_needed(self) -> int:
+        """The rounds a block is expected to need for its interval target, between min and max rounds."""
+        needed = math.ceil((T_QUANTILE * self.noise / self.ci_target) ** 2)
+        return min(max(needed, self.min_rounds), self.max_rounds)
+
+    def _setup(self, cost: BlockCost) -> float:
+        return cost.setup_s * self.setup_scale / self.workers
+
+    def _round(self, cost: BlockCost) -> float:
+        return cost.round_s * self.round_scale / self.workers
+
+    def _seconds(self, rounds: int, blocks: Iterable[BlockCost] | None = None) -> float:
+        chosen = list(self.blocks.values()) if blocks is None else list(blocks)
+        return sum(self._setup(cost) + rounds * self._round(cost) for cost in chosen)
+
+    def minimum_s(self, blocks: Iterable[BlockCost] | None = None) -> float:
+        """The run's length with every block left at its minimum rounds."""
+        return self.elapsed_s() + self._seconds(self.min_rounds, blocks)
+
+    def expected_s(self) -> float:
+        """The run's expected length: every block left its expected rounds, within the budget where it fits."""
+        unbounded = self.elapsed_s() + self._seconds(self.rounds_needed())
+        if self.budget_s is None:
+            return unbounded
+        return max(min(unbounded, self.budget_s), self.minimum_s())
+
+    def fits(self) -> bool:
+        """The blocks left fit the budget at their minimum rounds."""
+        return self.budget_s is None or self.minimum_s() <= self.budget_s
+
+    def share_s(self, block: str) -> float | None:
+        """Seconds of timed rounds for ``block``, its setup done: what is left of the budget after the other blocks'
+        setups and minimum rounds, spread over the blocks left in proportion to their rounds, at least its own
+        minimum rounds (the block never runs fewer). None: no budget."""
+        if self.budget_s is None:
             return None
-        left = self.total_s - self.elapsed_s()
+        own = self.blocks.get(block)
+        others = [cost for name, cost in self.blocks.items() if name != block]
+        left = self.budget_s - self.elapsed_s() - sum(self._setup(cost) for cost in others)
         if left <= 0 and self.spent_at_block is None:
-            self.spent_at_block = self.timed
-        return max(left, 0.0) * self._weight(block) / self._weight_left(block)
+            self.spent_at_block = len(self.timed)
+        if own is None:  # not in the plan (it was not pending when the plan was made): an equal part
+            return max(left, 0.0) / (len(others) + 1)
+        reserve = self.min_rounds * sum(self._round(cost) for cost in others)
+        own_minimum = self.min_rounds * self._round(own)
+        spare = left - reserve - own_minimum
+        if spare <= 0:
+            return max(left - reserve, 0.0)
+        total_round = self._round(own) + sum(self._round(cost) for cost in others)
+        return own_minimum + spare * self._round(own) / total_round
 
-    def block_done(self, block: str | None = None) -> None:
-        self.timed += 1
-        if block is not None:
-            self.done.add(block)
+    # --- what would fit where the minimum does not
 
-    def estimate_s(self, round_s: float, min_rounds: int, max_rounds: int, block: str | None = None) -> float:
-        """The run's expected length once one round of ``block`` (being timed) took ``round_s``: every block
-        left, that one included, a round as long in proportion to its weight, timed for its share of the
-        budget, between min and max rounds each."""
-        per_weight = round_s / self._weight(block)
-        weight_left = self._weight_left(block)
-        if self.total_s is None:
-            return self.elapsed_s() + weight_left * max_rounds * per_weight
-        share = max(self.total_s - self.elapsed_s(), 0.0) / weight_left
-        return self.elapsed_s() + weight_left * min(max(share, min_rounds * per_weight), max_rounds * per_weight)
+    def fitting(self, keep: Callable[[CaseCost], bool]) -> bool:
+        """Would the blocks left, with only the cases ``keep`` accepts, fit at their minimum rounds."""
+        kept = [cost for cost in (block.only(keep) for block in self.blocks.values()) if cost is not None]
+        return self.budget_s is None or self.minimum_s(kept) <= self.budget_s
+
+    def cases(self) -> list[CaseCost]:
+        return [case for block in self.blocks.values() for case in block.cases]
 
 
-def block_weight(cases: int, batch: int) -> float:
-    """A block's work per round, relative: its cases times the rows of a batch (on a CPU a batch's pass costs
-    about in proportion to its rows: docs/results/2026-12-01-batch-axis.md)."""
-    return float(cases * batch)
+def _ratio(pairs: list[tuple[float, float]]) -> float:
+    """The sum of measured over the sum of estimated seconds (1 without any)."""
+    estimated = sum(estimate for estimate, _ in pairs)
+    return sum(actual for _, actual in pairs) / estimated if estimated > 0 else 1.0
+
+
+def fitting_options(plan: RunPlan, ks: list[str], dtypes: list[str], pairs: list[str], prompts: list[str]) -> list[str]:
+    """The selections that would fit the budget, as options: the most k, dtypes, pairs or prompts that still fit
+    (dropping from the end of each list as given), and the budget the minimum needs."""
+    options: list[str] = []
+
+    def largest(values: list[str], flag: str, attribute: str) -> None:
+        for count in range(len(values) - 1, 0, -1):
+            chosen = set(values[:count])
+            if plan.fitting(lambda case: getattr(case, attribute) in chosen):
+                options.append(f"{flag}={','.join(values[:count])}")
+                return
+
+    largest(ks, "--specbench-k", "k")
+    for dtype in dtypes if len(dtypes) > 1 else []:
+        if plan.fitting(lambda case, dtype=dtype: case.dtype == dtype):
+            options.append(f"--specbench-dtype={dtype}")
+            break
+    largest(pairs, "--specbench-pairs", "pair")
+    largest(prompts, "-k", "prompt")
+    if options and options[-1].startswith("-k="):
+        chosen = options.pop().removeprefix("-k=").split(",")
+        options.append(f'-k "{" or ".join(chosen)}"')
+    options.append(f"--specbench-budget={math.ceil(plan.minimum_s() * 1.1 / 60)}m")
+    return options
 
 
 def describe_duration(seconds: float) -> str:

@@ -23,12 +23,20 @@ from .sequence import SequenceRun
 from .turns import TurnsRun
 
 
+@dataclass(frozen=True)
+class BlockShare:
+    """A block's seconds of timed rounds (None: no limit), and why it stops when they are spent."""
+
+    seconds: float | None = None
+    reason: str = BLOCK_BUDGET
+
+
 @dataclass
 class BlockPlan:
-    """What a block may spend and whom it tells: its share of the run's budget and the after-round callback."""
+    """What a block may spend and whom it tells: ``share`` is asked once its cases are prepared and warmed up, so
+    the run's plan knows what their setup took; ``after_round`` hears each round's seconds."""
 
-    budget_s: float | None = None
-    budget_reason: str = BLOCK_BUDGET
+    share: Callable[[], BlockShare] = BlockShare
     after_round: Callable[[int, float], None] | None = None
 
 
@@ -115,9 +123,10 @@ def measure_block(
     pairing = choose_pairing(context.config, [case_run.interleave_refusal for case_run in ready])
     baseline, new_interleaved = _warmed_up(ready, pairing)
     timed = [TimedCase(case_run.case, case_run.run) for case_run in ready]
+    share = plan.share()
     reset_peak_memory(context.store.device)
     block = time_block(
-        timed, baseline, context.config, plan.budget_s, plan.budget_reason, plan.after_round, pairing, new_interleaved
+        timed, baseline, context.config, share.seconds, share.reason, plan.after_round, pairing, new_interleaved
     )
     memory = peak_memory_mb(context.store.device)
     for case_run, member in zip(ready, timed):

@@ -1,23 +1,38 @@
-"""Which cases a block times on this process, its share of the run's budget, and the run's estimate.
+"""Which cases a block times on this process, the run's plan over its budget, and each block's share of it.
 
 The first case of a block to run times the whole block (every selected case of it not finished in a resumed
 run); the others find their measurement here. Under xdist the block scheduler keeps a block on one worker;
 where another scheduler may spread a block's cases over workers, each case is a block of its own.
+
+Before the first block, the plan (measure/budget.py) estimates every block from a short probe of the models and
+says what it expects; where the minimum rounds cannot fit the budget, it says so and what would, before anything
+is timed. Before each block's rounds it re-plans with what the blocks so far took.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
+import time
 from collections.abc import Callable
 
+import pytest
+
 from ..measure.blocks import BLOCK_BUDGET, RUN_BUDGET
-from ..measure.budget import RunBudget, block_weight, describe_duration
+from ..measure.budget import RunPlan, describe_duration, fitting_options
 from ..measure.case_run import MeasureContext
+from ..measure.cost_estimate import ASSUMED_ACCEPTANCE, estimate_blocks
 from ..measure.matrix import Case
 from ..measure.row import Measurement
-from ..measure.runner import BlockPlan, measure_block
+from ..measure.runner import BlockPlan, BlockShare, measure_block
+from ..models.base import NotApplicable
 from .session import SpecbenchSession
+
+#: the options that choose the matrix: where the user gave none of them, the run may leave k out to fit
+MATRIX_OPTIONS = frozenset({"ks", "dtypes", "pairs", "prompt_categories", "prompts_per_category", "batches"})
+
+
+class BudgetCannotFit(Exception):
+    """The selected cases' minimum rounds cannot fit the run's budget; the message says what would."""
 
 
 class BlockRuns:
@@ -27,31 +42,17 @@ class BlockRuns:
         worker: tuple[str | None, int],
         write_line: Callable[[str], None] | None = None,
         whole_blocks: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._session = session
         self._whole_blocks = whole_blocks
         self._outcomes: dict[str, Measurement | BaseException] = {}
         self._write_line = write_line
-        self._estimated = False
         self._workers = max(worker[1], 1)
-        self._budget: RunBudget | None = None
-
-    @property
-    def budget(self) -> RunBudget:
-        """The run's budget over the blocks that will be timed, counted once collection is over (at the first
-        case): a pair skipped for a missing model times nothing, so its blocks take no share."""
-        if self._budget is None:
-            pending = self._pending()
-            members = Counter(case.block for case in pending)
-            batches = {case.block: case.batch for case in pending}
-            weights = {block: block_weight(count, batches[block]) for block, count in members.items()}
-            self._budget = RunBudget(
-                self._session.config.run_budget,
-                math.ceil(len(members) / self._workers),
-                started=self._session.began_at,
-                weights=weights,
-            )
-        return self._budget
+        self._controller = worker[0] is None
+        self._clock = clock
+        self._plan: RunPlan | None = None
+        self.left_out: dict[str, str] = {}  # case id: why the plan left it out
 
     def _pending(self) -> list[Case]:
         session = self._session
@@ -59,6 +60,7 @@ class BlockRuns:
             case
             for case in session.cases
             if case.id in session.tally.selected
+            and case.id not in self.left_out
             and session.replay(case.id) is None
             and (session.availability.chosen(case.pair) or session.availability.unavailable_reason(case.pair) is None)
         ]
@@ -70,54 +72,151 @@ class BlockRuns:
         members = [other for other in self._pending() if other.block == case.block and other.id not in self._outcomes]
         return members if case in members else [case, *members]
 
+    def plan(self, context: MeasureContext) -> RunPlan:
+        """The run's plan over the blocks this process will time, made once, before the first block (it loads
+        and probes the models the run needs); raises :class:`BudgetCannotFit` where even the minimum overruns."""
+        if self._plan is None:
+            config = self._session.config
+            self._plan = RunPlan(
+                config.run_budget,
+                estimate_blocks(self._pending(), context),
+                config.min_rounds,
+                config.max_rounds,
+                config.ci_target,
+                workers=self._workers,
+                clock=self._clock,
+                started=self._session.began_at,
+            )
+            self._fit(self._plan)
+            self._say(self._plan_line(self._plan))
+        return self._plan
+
     def measurement(self, case: Case, store, shared) -> Measurement:
         """The case's measurement, timing its block first if no case of it has run; raises what stopped it."""
+        if case.id in self.left_out:
+            raise NotApplicable(self.left_out[case.id])
         if case.id not in self._outcomes:
-            self._outcomes.update(self._time(self.members(case), store, shared))
+            context = MeasureContext(store, shared, self._session.config, self._session.prompts)
+            try:
+                plan = self.plan(context)
+            except BudgetCannotFit as error:
+                pytest.exit(str(error), returncode=pytest.ExitCode.USAGE_ERROR)
+            if case.id in self.left_out:
+                raise NotApplicable(self.left_out[case.id])
+            self._outcomes.update(self._time(self.members(case), context, plan))
         outcome = self._outcomes.pop(case.id)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    def _time(self, cases: list[Case], store, shared) -> dict[str, Measurement | BaseException]:
+    def _time(
+        self, cases: list[Case], context: MeasureContext, plan: RunPlan
+    ) -> dict[str, Measurement | BaseException]:
         block = cases[0].block
-        share = self.budget.share_s(block)
-        spent = self.budget.spent_at_block is not None
-        plan = BlockPlan(
-            budget_s=share,
-            budget_reason=RUN_BUDGET if spent else BLOCK_BUDGET,
-            after_round=self._after_round(len(cases), block),
-        )
+        start = self._clock()
+        setup: list[float] = []
+        first_round: list[float] = []
+
+        def share() -> BlockShare:
+            setup.append(self._clock() - start)
+            seconds = plan.share_s(block)
+            return BlockShare(seconds, RUN_BUDGET if plan.spent_at_block is not None else BLOCK_BUDGET)
+
+        def after_round(index: int, seconds: float) -> None:
+            if index == 0:
+                first_round.append(seconds)
+
+        outcomes: dict[str, Measurement | BaseException] = {}
         try:
-            context = MeasureContext(store, shared, self._session.config, self._session.prompts)
-            return measure_block(cases, context, plan)
+            outcomes = measure_block(cases, context, BlockPlan(share=share, after_round=after_round))
+            return outcomes
         except KeyboardInterrupt:  # a signal mid-block: its cases finish together, so none of them finished
             self._session.ending.lost_mid_block = tuple(case.id for case in cases)
             raise
         finally:
-            self.budget.block_done(block)
-
-    def _after_round(self, block_cases: int, block: str) -> Callable[[int, float], None] | None:
-        if self._estimated or self._write_line is None:
-            return None
-
-        def estimate(index: int, seconds: float) -> None:
-            if self._estimated:
-                return
-            self._estimated = True
-            config = self._session.config
-            total = self.budget.estimate_s(seconds, config.min_rounds, config.max_rounds, block)
-            cases = len(self._pending())
-            budget = "no budget" if config.run_budget is None else f"budget {describe_duration(config.run_budget)[6:]}"
-            over = (
-                "; the blocks' minimum rounds (--specbench-min-rounds) need more than the budget"
-                if config.run_budget is not None and total > 1.1 * config.run_budget
-                else ""
-            )
-            self._write_line(
-                f"pytest-specbench: {describe_duration(total)} for {cases} cases in "
-                f"{self.budget.blocks} blocks ({budget}; a round of the first block, {block_cases} "
-                f"cases and their baselines, took {seconds:.1f} s{over})"
+            plan.record(
+                block,
+                setup[0] if setup else self._clock() - start,
+                first_round[0] if first_round else None,
+                _noise(outcomes.values()),
             )
 
-        return estimate
+    # --- what the plan says and chooses
+
+    def _say(self, line: str) -> None:
+        if self._write_line is not None:
+            self._write_line(f"pytest-specbench: {line}")
+
+    def _plan_line(self, plan: RunPlan) -> str:
+        config = self._session.config
+        cases = sum(len(block.cases) for block in plan.blocks.values())
+        budget = "no budget" if config.run_budget is None else f"budget {describe_duration(config.run_budget)[6:]}"
+        return (
+            f"plan: {describe_duration(plan.expected_s())} for {cases} cases in {len(plan.blocks)} blocks ({budget}; "
+            f"at least {describe_duration(plan.minimum_s())[6:]} at {config.min_rounds} rounds a block). "
+            f"Assumed: about {plan.rounds_needed()} rounds a block for +/-{config.ci_target:.0%} "
+            f"(per-round noise {plan.noise:.0%}), acceptance {ASSUMED_ACCEPTANCE} "
+            f"and each model's one-step probe; {describe_duration(plan.elapsed_s())[6:]} spent loading and probing"
+        )
+
+    def _fit(self, plan: RunPlan) -> None:
+        """Where the minimum rounds cannot fit: leave out the largest k where the user chose no matrix, saying
+        which; otherwise stop before timing, saying the minimum and which selections would fit."""
+        if plan.fits() or not self._controller:
+            return
+        config = self._session.config
+        ks = list(dict.fromkeys(case.k for case in plan.cases()))
+        minimum = describe_duration(plan.minimum_s())[6:]
+        if not (config.given & MATRIX_OPTIONS):
+            for count in range(len(ks) - 1, 1, -1):
+                kept = set(ks[:count])
+                if plan.fitting(lambda case: case.k in kept):
+                    self._leave_out(plan, kept, count, minimum)
+                    return
+        options = fitting_options(
+            plan,
+            ks,
+            list(dict.fromkeys(case.dtype for case in plan.cases())),
+            list(dict.fromkeys(case.pair for case in plan.cases())),
+            list(dict.fromkeys(case.prompt for case in plan.cases())),
+        )
+        raise BudgetCannotFit(
+            f"pytest-specbench: the selected cases need at least {minimum} at {config.min_rounds} rounds a block "
+            f"(estimated from a probe of each model), more than the budget "
+            f"(--specbench-budget, {describe_duration(config.run_budget or 0)[6:]}); nothing was timed. "
+            f"Would fit: {'; '.join(options)}; or --specbench-min-rounds lower, or --specbench-budget=none"
+        )
+
+    def _leave_out(self, plan: RunPlan, kept: set[str], count: int, minimum: str) -> None:
+        config = self._session.config
+        dropped = [k for k in dict.fromkeys(case.k for case in plan.cases()) if k not in kept]
+        reason = (
+            f"left out to fit the run's budget (--specbench-budget, {describe_duration(config.run_budget or 0)[6:]}): "
+            f"every k needed at least {minimum}; name k with --specbench-k to choose"
+        )
+        for block in list(plan.blocks.values()):
+            for case in block.cases:
+                if case.k not in kept:
+                    self.left_out[case.case_id] = reason
+            smaller = block.only(lambda case: case.k in kept)
+            if smaller is None:
+                del plan.blocks[block.block]
+            else:
+                plan.blocks[block.block] = smaller
+        self._say(
+            f"the minimum rounds of every k need {minimum}; timing k={','.join(sorted(kept, key=_k_order))} "
+            f"and leaving out k={','.join(dropped)} to fit the budget"
+        )
+
+
+def _k_order(k: str) -> tuple[int, str]:
+    return (int(k), "") if k.isdigit() else (math.inf, k)  # type: ignore[return-value]
+
+
+def _noise(outcomes) -> float | None:
+    """The per-round noise a block's rounds showed (its pooled decode spread), if any case had one."""
+    for outcome in outcomes:
+        spreads = getattr(outcome, "spreads", None)
+        if spreads and spreads[1] is not None:
+            return spreads[1].sd
+    return None

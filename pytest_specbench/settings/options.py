@@ -659,10 +659,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "budget",
         "run_budget",
-        "the whole run's timing budget, divided over its blocks (a block: the cases "
-        "sharing a target and a prompt): 15m, 900s, 1h or plain seconds; off for none (default 15m). Loading "
-        "and warm-up count against it; a block never runs fewer than --specbench-min-rounds, and once it is "
-        "spent the blocks left run only those",
+        "the whole run's timing budget (a block: the cases sharing a target and a prompt): 15m, 900s, 1h or "
+        "plain seconds; none (or off) for full rounds (default 15m). Before timing, the run estimates every "
+        "block from a probe of its models and divides the budget over them; where their --specbench-min-rounds "
+        "cannot fit, it stops before timing and names what would fit (a run that chose no k, dtype, pair or "
+        "prompt leaves out its largest k instead). Loading and warm-up count against it; losslessness is always "
+        "checked",
         _duration,
         "15m",
         metavar="DURATION",

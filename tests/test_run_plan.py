@@ -1,0 +1,226 @@
+"""The run's plan over its budget (measure/budget.py, plugin/block_runs.py), on a fake clock: the plan before
+timing, the re-plan after each block, the message where the minimum cannot fit, and no overrun past one block's
+minimum rounds. No timed assertions: the clock is a number the tests move."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_specbench.measure.blocks import round_fits
+from pytest_specbench.measure.budget import BlockCost, CaseCost, RunPlan, describe_duration, fitting_options
+from pytest_specbench.plugin.block_runs import BlockRuns, BudgetCannotFit
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _block(name: str, round_s: float, setup_s: float = 0.0, ks=("1", "4"), dtype="float32", prompt="natural"):
+    per_case = round_s / len(ks)
+    cases = tuple(CaseCost(f"{name}-k{k}", "pair", k, dtype, prompt, per_case) for k in ks)
+    return BlockCost(name, setup_s, cases)
+
+
+def _plan(blocks, budget_s, clock, min_rounds=3, max_rounds=30, ci_target=0.05, **kwargs) -> RunPlan:
+    return RunPlan(
+        budget_s,
+        {block.block: block for block in blocks},
+        min_rounds,
+        max_rounds,
+        ci_target,
+        clock=clock,
+        started=0.0,
+        **kwargs,
+    )
+
+
+def _run(plan: RunPlan, clock: FakeClock, actual: dict[str, tuple[float, float]], needed: int | None = None) -> int:
+    """Time every block as the plugin does, on the fake clock: its setup, its share, rounds while they fit (or
+    until ``needed`` rounds made every case tight); each block's (setup, round) seconds from ``actual``.
+    Returns the most rounds a block ran."""
+    most = 0
+    for name in list(plan.blocks):
+        setup_s, round_s = actual[name]
+        clock.now += setup_s
+        share = plan.share_s(name)
+        rounds, elapsed = 0, 0.0
+        while rounds < plan.max_rounds and round_fits(elapsed, rounds, share, plan.min_rounds):
+            if needed is not None and rounds >= max(needed, plan.min_rounds):
+                break
+            clock.now += round_s
+            elapsed += round_s
+            rounds += 1
+        plan.record(name, setup_s, round_s)
+        most = max(most, rounds)
+    return most
+
+
+# --- the plan before timing ---------------------------------------------------------------------------------
+
+
+def test_the_plan_estimates_minimum_expected_and_full_runs_from_the_blocks():
+    clock = FakeClock()
+    clock.now = 20.0  # loading and probing
+    plan = _plan([_block("a", 10.0, setup_s=5.0), _block("b", 20.0, setup_s=5.0)], 900.0, clock)
+    assert plan.minimum_s() == pytest.approx(20 + 10 + 3 * 30)
+    assert plan.fits()
+    # noise 3% at +/-5%: (2 * 0.03 / 0.05)^2 = 1.44, so the minimum 3 rounds are expected to suffice
+    assert plan.rounds_needed() == 3 and plan.expected_s() == pytest.approx(plan.minimum_s())
+    noisy = _plan([_block("a", 10.0)], 900.0, clock, noise=0.1)
+    assert noisy.rounds_needed() == 16 and noisy.expected_s() == pytest.approx(20 + 16 * 10)
+    capped = _plan([_block("a", 10.0)], 100.0, clock, noise=0.1)
+    assert capped.expected_s() == pytest.approx(100.0)  # the budget holds it below the rounds it would like
+    assert _plan([_block("a", 10.0)], None, clock, noise=0.1).share_s("a") is None
+
+
+def test_each_block_gets_its_minimum_and_a_part_of_the_spare_in_proportion_to_its_round():
+    clock = FakeClock()
+    plan = _plan([_block("a", 10.0), _block("b", 30.0)], 400.0, clock)
+    # 400 s; minimums 30 and 90; spare 280 split 1:3 -> a gets 30 + 70
+    assert plan.share_s("a") == pytest.approx(100.0)
+    # the other blocks' setups are kept back before anything is shared
+    with_setup = _plan([_block("a", 10.0), _block("b", 30.0, setup_s=40.0)], 400.0, clock)
+    assert with_setup.share_s("a") == pytest.approx(30 + (400 - 40 - 120) / 4)
+
+
+def test_a_block_past_the_budget_still_gets_its_minimum_rounds_and_says_the_run_budget_was_spent():
+    clock = FakeClock()
+    plan = _plan([_block("a", 10.0), _block("b", 10.0)], 50.0, clock)
+    clock.now = 60.0
+    assert plan.share_s("a") == 0.0 and plan.spent_at_block == 0
+    assert round_fits(0.0, 0, 0.0, 3) and round_fits(20.0, 2, 0.0, 3)  # below min rounds a round always runs
+    assert not round_fits(30.0, 3, 0.0, 3)
+
+
+# --- the re-plan after each block ---------------------------------------------------------------------------
+
+
+def test_after_a_block_the_plan_scales_the_rest_by_what_it_took():
+    clock = FakeClock()
+    plan = _plan([_block(name, 10.0, setup_s=4.0) for name in "abc"], 900.0, clock)
+    before = plan.minimum_s()
+    clock.now = 8.0 + 3 * 15.0
+    plan.record("a", setup_s=8.0, first_round_s=15.0)  # setup twice, rounds 1.5 times the estimate
+    assert plan.setup_scale == pytest.approx(2.0) and plan.round_scale == pytest.approx(1.5)
+    assert "a" not in plan.blocks
+    assert plan.minimum_s() == pytest.approx(53.0 + 2 * (8.0 + 3 * 15.0))
+    assert plan.minimum_s() > before
+    plan.record("b", setup_s=0.0, first_round_s=5.0, noise=0.1)  # a quieter estimate for b: the scales pool
+    assert plan.round_scale == pytest.approx(20.0 / 20.0) and plan.noise == 0.1
+    plan.record("c", setup_s=1.0, first_round_s=None)  # no round timed: only leaves the plan
+    assert not plan.blocks and len(plan.timed) == 2
+
+
+def test_a_slow_first_block_leaves_less_to_the_others_and_they_still_get_their_minimum():
+    clock = FakeClock()
+    plan = _plan([_block(name, 10.0) for name in "abcd"], 300.0, clock)
+    actual = {"a": (0.0, 25.0), "b": (0.0, 10.0), "c": (0.0, 10.0), "d": (0.0, 10.0)}
+    _run(plan, clock, actual)
+    assert clock.now <= 300.0 + 3 * 10.0
+
+
+# --- the budget holds -------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rounds=st.lists(st.floats(1.0, 60.0), min_size=1, max_size=12),
+    setups=st.floats(0.0, 20.0),
+    budget=st.floats(60.0, 3600.0),
+    error=st.floats(0.9, 1.1),
+    seed=st.integers(0, 1000),
+)
+def test_a_run_that_fits_ends_within_its_budget_plus_one_blocks_minimum_rounds(rounds, setups, budget, error, seed):
+    """Where the estimates hold to 10% (each block's own error drawn around a common one), a run whose minimum
+    fits ends within the budget, plus at most one block's minimum rounds."""
+    clock = FakeClock()
+    blocks = [_block(f"b{i}", round_s, setup_s=setups) for i, round_s in enumerate(rounds)]
+    plan = _plan(blocks, budget, clock)
+    if not plan.fits():
+        return
+    draw = random.Random(seed)
+    actual = {
+        f"b{i}": (setups * error * draw.uniform(0.95, 1.05), round_s * error * draw.uniform(0.95, 1.05))
+        for i, round_s in enumerate(rounds)
+    }
+    _run(plan, clock, actual)
+    assert clock.now <= budget + max(plan.min_rounds * round_s for _, round_s in actual.values()) + 1e-6
+
+
+def test_a_run_whose_cases_turn_tight_early_ends_before_its_budget_and_spends_no_block_past_its_share():
+    clock = FakeClock()
+    plan = _plan([_block(name, 10.0) for name in "abc"], 900.0, clock)
+    assert plan.rounds_needed() == 3
+    most = _run(plan, clock, {name: (0.0, 10.0) for name in "abc"}, needed=4)
+    assert most == 4 and clock.now == pytest.approx(120.0)
+
+
+# --- where the minimum cannot fit ---------------------------------------------------------------------------
+
+
+def _session(given=frozenset(), budget=600.0):
+    config = SimpleNamespace(run_budget=budget, given=given, min_rounds=3, max_rounds=30, ci_target=0.05)
+    return SimpleNamespace(config=config, began_at=0.0)
+
+
+def _too_big(clock):
+    """Two dtypes, four k, two prompts: 16 cases of 10 s a round, 320 s a round in all; 1280 s at 3 rounds + 320."""
+    blocks = []
+    for dtype in ("float32", "bfloat16"):
+        for prompt in ("natural", "code"):
+            cases = tuple(
+                CaseCost(f"p-k{k}-{prompt}-{dtype}", "p", k, dtype, prompt, 10.0 * int(k)) for k in ("1", "2", "4", "8")
+            )
+            blocks.append(BlockCost(f"{dtype}:{prompt}", 0.0, cases))
+    return _plan(blocks, 600.0, clock)
+
+
+def test_the_options_that_would_fit_are_named_with_the_budget_the_minimum_needs():
+    plan = _too_big(FakeClock())
+    assert not plan.fits() and plan.minimum_s() == pytest.approx(3 * 4 * 150)
+    options = fitting_options(plan, ["1", "2", "4", "8"], ["float32", "bfloat16"], ["p"], ["natural", "code"])
+    # k 1, 2, 4 need 3 * 4 * 70 = 840 s; 1, 2 need 360 s; one dtype 900 s; one prompt 900 s: none but k fits
+    assert options == ["--specbench-k=1,2", "--specbench-budget=34m"]  # the minimum and a tenth
+    assert describe_duration(1800) == "about 30 min" and describe_duration(40) == "about 40 s"
+
+
+def test_a_run_that_chose_its_matrix_stops_before_timing_saying_the_minimum_and_what_would_fit():
+    runs = BlockRuns(_session(given=frozenset({"ks"})), (None, 1), clock=FakeClock())
+    with pytest.raises(BudgetCannotFit) as raised:
+        runs._fit(_too_big(FakeClock()))
+    message = str(raised.value)
+    assert "need at least 30 min at 3 rounds a block" in message
+    assert "more than the budget (--specbench-budget, 10 min); nothing was timed" in message
+    assert "--specbench-k=1,2" in message and "--specbench-budget=none" in message
+    assert not runs.left_out
+
+
+def test_a_run_on_the_default_matrix_leaves_out_its_largest_k_to_fit_and_says_so():
+    said = []
+    runs = BlockRuns(_session(), (None, 1), write_line=said.append, clock=FakeClock())
+    plan = _too_big(FakeClock())
+    runs._fit(plan)
+    assert plan.fits() and {case.k for case in plan.cases()} == {"1", "2"}
+    assert sorted(runs.left_out) == sorted(
+        f"p-k{k}-{prompt}-{dtype}"
+        for k in ("4", "8")
+        for prompt in ("natural", "code")
+        for dtype in ("float32", "bfloat16")
+    )
+    assert "timing k=1,2 and leaving out k=4,8 to fit the budget" in said[0]
+    assert "name k with --specbench-k to choose" in next(iter(runs.left_out.values()))
+
+
+def test_a_worker_under_xdist_never_stops_the_run_on_its_own():
+    runs = BlockRuns(_session(given=frozenset({"ks"})), ("gw0", 2), clock=FakeClock())
+    runs._fit(_too_big(FakeClock()))  # the controller, which has the whole matrix, is the one to say
+    assert not runs.left_out
