@@ -15,7 +15,7 @@ def test_cpu_gets_the_small_defaults_and_gpu_the_seed_matrix() -> None:
     cpu = parse_settings({}, cuda_available=lambda: False)
     assert cpu.dtypes == native_dtypes("cpu")  # float32, beside bfloat16 where this CPU computes it natively
     # The seeds' k sweep on every machine; fewer prompts and fewer tokens on CPU; one budget for the run.
-    assert (cpu.ks, cpu.max_new_tokens, cpu.min_rounds, cpu.case_budget) == ((1, 2, 4, 8, 16), 32, 3, None)
+    assert (cpu.ks, cpu.max_new_tokens, cpu.min_rounds, cpu.case_budget) == ((1, 2, 4, 8, 16), 32, 2, None)
     assert (cpu.run_budget, cpu.race) == (900.0, True)
     assert cpu.prompt_categories == ("natural", "code_python", "repetitive", "list_items")
     float32 = {"dtype": ("float32", "--specbench-dtype")}  # auto would probe a GPU this machine may lack

@@ -73,10 +73,12 @@ def test_the_plan_estimates_minimum_expected_and_full_runs_from_the_blocks():
     plan = _plan([_block("a", 10.0, setup_s=5.0), _block("b", 20.0, setup_s=5.0)], 900.0, clock)
     assert plan.minimum_s() == pytest.approx(20 + 10 + 3 * 30)
     assert plan.fits()
-    # noise 3% at +/-5%: (2 * 0.03 / 0.05)^2 = 1.44, so the minimum 3 rounds are expected to suffice
-    assert plan.rounds_needed() == 3 and plan.expected_s() == pytest.approx(plan.minimum_s())
+    # noise 3% pooled over 2 cases at +/-5%: 3 rounds give t(4) 2.78 * 0.03 / sqrt(3) = 0.048, so the minimum suffices
+    assert plan.rounds_needed(2) == 3 and plan.expected_s() == pytest.approx(plan.minimum_s())
+    assert plan.rounds_needed(1) == 4  # alone: t(3) 3.18 * 0.03 / 2 = 0.048 at 4 rounds; at 3, t(2) gives 0.074
     noisy = _plan([_block("a", 10.0)], 900.0, clock, noise=0.1)
-    assert noisy.rounds_needed() == 16 and noisy.expected_s() == pytest.approx(20 + 16 * 10)
+    # at 17 rounds t(32) 2.04 * 0.1 / sqrt(17) = 0.049; at 16, 0.051
+    assert noisy.rounds_needed(2) == 17 and noisy.expected_s() == pytest.approx(20 + 17 * 10)
     capped = _plan([_block("a", 10.0)], 100.0, clock, noise=0.1)
     assert capped.expected_s() == pytest.approx(100.0)  # the budget holds it below the rounds it would like
     assert _plan([_block("a", 10.0)], None, clock, noise=0.1).share_s("a") is None
@@ -159,7 +161,7 @@ def test_a_run_that_fits_ends_within_its_budget_plus_one_blocks_minimum_rounds(r
 def test_a_run_whose_cases_turn_tight_early_ends_before_its_budget_and_spends_no_block_past_its_share():
     clock = FakeClock()
     plan = _plan([_block(name, 10.0) for name in "abc"], 900.0, clock)
-    assert plan.rounds_needed() == 3
+    assert plan.rounds_needed(2) == 3
     most = _run(plan, clock, {name: (0.0, 10.0) for name in "abc"}, needed=4)
     assert most == 4 and clock.now == pytest.approx(120.0)
 

@@ -89,7 +89,7 @@ def decode_step_costs(
         prefill = clock.now() - start
         length = cache_length(cache)
         enable_rollback(cache)
-        for _ in range(2):
+        for _ in range(4):
             with forms.applied():
                 start = clock.now()
                 model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1)

@@ -13,11 +13,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-#: the per-round standard deviation of the log decode ratio assumed before any block is timed (interleaved
-#: pairing measured 0.01 to 0.04 on the default CPU run: docs/results/2026-12-04-default-run-c8b3786.md)
+#: the per-round standard deviation of the log decode ratio assumed before any block is timed (pooled over a
+#: block's cases: 0.019 to 0.040 on the default CPU run, docs/results/2026-12-04-default-run-c8b3786.md)
 ROUND_NOISE_PRIOR = 0.03
-#: the t quantile the rounds-needed estimate uses (a block's pooled interval has many degrees of freedom)
-T_QUANTILE = 2.0
 
 
 @dataclass(frozen=True)
@@ -106,10 +104,17 @@ class RunPlan:
 
     # --- the expected seconds of what is left
 
-    def rounds_needed(self) -> int:
-        """The rounds a block is expected to need for its interval target, between min and max rounds."""
-        needed = math.ceil((T_QUANTILE * self.noise / self.ci_target) ** 2)
-        return min(max(needed, self.min_rounds), self.max_rounds)
+    def rounds_needed(self, cases: int = 1) -> int:
+        """The rounds a block of ``cases`` is expected to need for its interval target, between min and max rounds:
+        the first n whose 95% t half-width, with the noise pooled over the cases (n - 1 degrees of freedom each),
+        is within the target."""
+        from scipy.stats import t
+
+        for rounds in range(max(self.min_rounds, 2), self.max_rounds + 1):
+            half_width = t.ppf(0.975, cases * (rounds - 1)) * self.noise / math.sqrt(rounds)
+            if half_width <= self.ci_target:
+                return rounds
+        return self.max_rounds
 
     def _setup(self, cost: BlockCost) -> float:
         return cost.setup_s * self.setup_scale / self.workers
@@ -117,17 +122,16 @@ class RunPlan:
     def _round(self, cost: BlockCost) -> float:
         return cost.round_s * self.round_scale / self.workers
 
-    def _seconds(self, rounds: int, blocks: Iterable[BlockCost] | None = None) -> float:
-        chosen = list(self.blocks.values()) if blocks is None else list(blocks)
-        return sum(self._setup(cost) + rounds * self._round(cost) for cost in chosen)
-
     def minimum_s(self, blocks: Iterable[BlockCost] | None = None) -> float:
         """The run's length with every block left at its minimum rounds."""
-        return self.elapsed_s() + self._seconds(self.min_rounds, blocks)
+        chosen = list(self.blocks.values()) if blocks is None else list(blocks)
+        return self.elapsed_s() + sum(self._setup(cost) + self.min_rounds * self._round(cost) for cost in chosen)
 
     def expected_s(self) -> float:
         """The run's expected length: every block left its expected rounds, within the budget where it fits."""
-        unbounded = self.elapsed_s() + self._seconds(self.rounds_needed())
+        unbounded = self.elapsed_s() + sum(
+            self._setup(cost) + self.rounds_needed(len(cost.cases)) * self._round(cost) for cost in self.blocks.values()
+        )
         if self.budget_s is None:
             return unbounded
         return max(min(unbounded, self.budget_s), self.minimum_s())

@@ -99,6 +99,14 @@ class CostEstimator:
             self._draft_ratios[key] = draft_token_cost(drafter, input_ids, repeats=2) / step_s
         return self._draft_ratios[key]
 
+    def steps_s(self) -> dict[str, float]:
+        """One decode step of each target probed, by ``name dtype`` (``name dtype engine`` beside another engine)."""
+        engines = {engine for _, _, engine in self._targets}
+        return {
+            " ".join([target.removeprefix("embedded:"), dtype, *([engine] if len(engines) > 1 else [])]): costs.step_s
+            for (target, dtype, engine), costs in self._targets.items()
+        }
+
     def case_cost(self, case: Case) -> CaseCost:
         """The case's round and setup; raises what would stop it (a missing model, a case it cannot run)."""
         config = self._context.config
@@ -131,7 +139,16 @@ class CostEstimator:
         return case.batch * (sum(lengths) * costs.prefill_token_s + REFERENCE_FACTOR * tokens * costs.step_s)
 
 
-def estimate_blocks(cases: Sequence[Case], context: MeasureContext) -> dict[str, BlockCost]:
+@dataclass(frozen=True)
+class Estimates:
+    """The blocks' expected seconds, and what the probe measured: one decode step of each target, by its name and
+    dtype (the plan says them)."""
+
+    blocks: dict[str, BlockCost]
+    steps_s: dict[str, float]
+
+
+def estimate_blocks(cases: Sequence[Case], context: MeasureContext) -> Estimates:
     """By block, in run order, the expected seconds of its setup and its round. A case that cannot be estimated
     (a model missing, a prompt its window cannot hold, a case its engine refuses) is left out: its block then
     says why it cannot run, in the words of the step that finds it."""
@@ -146,4 +163,7 @@ def estimate_blocks(cases: Sequence[Case], context: MeasureContext) -> dict[str,
         except Exception:  # noqa: BLE001 - the estimate is no check: the case's own preparation reports it
             continue
         blocks.setdefault(case.block, []).append(cost)
-    return {block: BlockCost(block, fixed[block], tuple(members)) for block, members in blocks.items()}
+    return Estimates(
+        {block: BlockCost(block, fixed[block], tuple(members)) for block, members in blocks.items()},
+        estimator.steps_s(),
+    )

@@ -77,9 +77,10 @@ class BlockRuns:
         and probes the models the run needs); raises :class:`BudgetCannotFit` where even the minimum overruns."""
         if self._plan is None:
             config = self._session.config
+            estimates = estimate_blocks(self._pending(), context)
             self._plan = RunPlan(
                 config.run_budget,
-                estimate_blocks(self._pending(), context),
+                estimates.blocks,
                 config.min_rounds,
                 config.max_rounds,
                 config.ci_target,
@@ -88,7 +89,7 @@ class BlockRuns:
                 started=self._session.began_at,
             )
             self._fit(self._plan)
-            self._say(self._plan_line(self._plan))
+            self._say(self._plan_line(self._plan, estimates.steps_s))
         return self._plan
 
     def measurement(self, case: Case, store, shared) -> Measurement:
@@ -147,16 +148,19 @@ class BlockRuns:
         if self._write_line is not None:
             self._write_line(f"pytest-specbench: {line}")
 
-    def _plan_line(self, plan: RunPlan) -> str:
+    def _plan_line(self, plan: RunPlan, steps_s: dict[str, float]) -> str:
         config = self._session.config
         cases = sum(len(block.cases) for block in plan.blocks.values())
         budget = "no budget" if config.run_budget is None else f"budget {describe_duration(config.run_budget)[6:]}"
+        rounds = sorted({plan.rounds_needed(len(block.cases)) for block in plan.blocks.values()}) or [config.min_rounds]
+        needed = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]} to {rounds[-1]}"
+        probed = ", ".join(f"{name} {1000 * seconds:.0f} ms" for name, seconds in steps_s.items())
         return (
             f"plan: {describe_duration(plan.expected_s())} for {cases} cases in {len(plan.blocks)} blocks ({budget}; "
             f"at least {describe_duration(plan.minimum_s())[6:]} at {config.min_rounds} rounds a block). "
-            f"Assumed: about {plan.rounds_needed()} rounds a block for +/-{config.ci_target:.0%} "
-            f"(per-round noise {plan.noise:.0%}), acceptance {ASSUMED_ACCEPTANCE} "
-            f"and each model's one-step probe; {describe_duration(plan.elapsed_s())[6:]} spent loading and probing"
+            f"Assumed: {needed} rounds a block for +/-{config.ci_target:.0%} (per-round noise {plan.noise:.0%}), "
+            f"acceptance {ASSUMED_ACCEPTANCE}, a decode step of {probed or 'no target'}; "
+            f"{describe_duration(plan.elapsed_s())[6:]} spent loading and probing"
         )
 
     def _fit(self, plan: RunPlan) -> None:
