@@ -11,11 +11,21 @@ import pytest
 from ranked_rows import ROUND_DRIFT, ranked_case
 
 from pytest_specbench.report.answer import SlowerK, prompt_answers, run_answer
-from pytest_specbench.report.dtype_view import DtypeK, dtype_views, float32_baseline_rounds, speedup_against_float32
+from pytest_specbench.report.dtype_view import (
+    DtypeK,
+    baseline_rounds,
+    baseline_spread,
+    dtype_views,
+    speedup_against_float32,
+)
 from pytest_specbench.report.markdown import report_markdown
 from pytest_specbench.report.summary import run_document, summary_lines
 from pytest_specbench.results.schema import CaseResult
-from pytest_specbench.results.statistics import slower_p_unpaired, speedup_interval
+from pytest_specbench.results.statistics import (
+    Interval,
+    chained_speedup_interval,
+    slower_p_unpaired,
+)
 from pytest_specbench.results.strict_json import strict_json
 
 #: each dtype's greedy baseline, seconds per decode token before the round's drift
@@ -37,7 +47,7 @@ def _row(dtype: str, k: int | str, seconds: float, **fields) -> CaseResult:
         baseline_round_decode_token_s=[base * ROUND_DRIFT[r] for r in range(8)],
         baseline_decode_tps=1 / base,
         decode_tps=1 / seconds,
-        **fields,
+        **{"interval_dof": 7, **fields},
     )
 
 
@@ -67,35 +77,87 @@ def test_the_answer_ranks_k_within_each_dtype_apart():
     ]
 
 
-def test_the_float32_baseline_and_the_unpaired_speedup_against_it_by_hand():
+def test_the_speedup_against_float32_is_the_rows_own_chained_through_the_baselines_by_hand():
     rows = _rows("float32", "bfloat16")
-    base = float32_baseline_rounds(rows)
+    base, own_base = baseline_rounds(rows), baseline_rounds(rows, "bfloat16")
     assert base == pytest.approx([0.02 * drift for drift in ROUND_DRIFT])  # the float32 rows', not bfloat16's
+    assert own_base == pytest.approx([0.012 * drift for drift in ROUND_DRIFT])
+    spread = baseline_spread(rows)["t"]  # both blocks' rounds: 2 x 7 degrees of freedom
+    assert spread.dof == 14
     bf16_k2 = next(row for row in rows if row.dtype == "bfloat16" and row.k == 2)
-    got = speedup_against_float32(bf16_k2, base)
-    # By hand: Welch's t interval on the difference of mean log times, mapped back.
+    got = speedup_against_float32(bf16_k2, base, own_base, spread)
+    # By hand: log(own) + log(base ratio); their variances add: the own interval's (+-10% at t(7)) and the
+    # pooled spread's over 8 rounds a side, with Welch-Satterthwaite degrees of freedom.
     from scipy import stats
 
-    log_base = [math.log(value) for value in base]
-    log_row = [math.log(value) for value in bf16_k2.round_decode_token_s]
-    low, high = stats.ttest_ind(log_base, log_row, equal_var=False).confidence_interval(0.95)
-    estimate = math.exp(sum(log_base) / 8 - sum(log_row) / 8)
+    own_se = math.log(1.1 / 0.9) / (2 * stats.t.ppf(0.975, 7))
+    ratio_var = spread.sd**2 * (1 / 8 + 1 / 8)
+    variance = own_se**2 + ratio_var
+    dof = variance**2 / (own_se**4 / 7 + ratio_var**2 / 14)
+    half = stats.t.ppf(0.975, dof) * math.sqrt(variance)
+    estimate = bf16_k2.decode_speedup * 0.02 / 0.012
     assert got.estimate == pytest.approx(estimate) and got.estimate == pytest.approx(0.02 / 0.0075, rel=0.01)
-    assert got.low == pytest.approx(math.exp(low)) and got.high == pytest.approx(math.exp(high))
-    assert got.low < got.estimate < got.high
-    # Planted bugs: the row's own dtype's baseline (its own paired speedup), or the ratio inverted.
-    own = speedup_interval(bf16_k2.baseline_round_decode_token_s, bf16_k2.round_decode_token_s, paired=False)
-    assert own.estimate == pytest.approx(0.012 / 0.0075, rel=0.01) and got.estimate / own.estimate > 1.6
-    assert got.estimate > 1 > 1 / got.estimate
+    assert got.low == pytest.approx(estimate * math.exp(-half)) and got.high == pytest.approx(estimate * math.exp(half))
+    # Planted bugs: the row's own paired speedup alone (its own dtype's baseline), or the ratio inverted.
+    assert got.estimate / bf16_k2.decode_speedup == pytest.approx(0.02 / 0.012) and got.estimate > 2.5
     # A float32 row: its own paired speedup and interval, as the row has them.
     f32_k2 = next(row for row in rows if row.dtype == "float32" and row.k == 2)
-    same = speedup_against_float32(f32_k2, base)
+    same = speedup_against_float32(f32_k2, base, base, spread)
     assert (same.estimate, same.low, same.high) == (
         f32_k2.decode_speedup,
         f32_k2.decode_speedup_ci_low,
         f32_k2.decode_speedup_ci_high,
     )
-    assert speedup_against_float32(dataclasses.replace(bf16_k2, round_decode_token_s=[]), base) is None
+    assert speedup_against_float32(bf16_k2, [], own_base, spread) is None
+    no_interval = dataclasses.replace(bf16_k2, decode_speedup_ci_low=None, decode_speedup_ci_high=None)
+    assert speedup_against_float32(no_interval, base, own_base, spread).low is None
+
+
+def _chained_coverage(interval, trials: int = 2000, rounds: int = 2, blocks: int = 4, seed: int = 11) -> float:
+    """The share of simulated bfloat16 rows whose interval against float32 greedy holds the true speedup.
+
+    Each trial: a row's paired log ratios over ``rounds`` rounds (its own interval: a t interval of their mean, the
+    spread pooled over its block's ten cases); the
+    greedy baselines' log round times of ``blocks`` float32 and bfloat16 blocks (each around its own mean), pooled
+    for the spread; the row's block and float32's on its prompt give the ratio. ``interval`` is the function under
+    test, called as chained_speedup_interval is."""
+    import random
+
+    from scipy import stats
+
+    from pytest_specbench.results.statistics import pooled_spread
+
+    draw = random.Random(seed)
+    true_own, true_ratio, own_sd, base_sd, cases = 1.3, 1.7, 0.04, 0.03, 10
+    held = 0
+    for _ in range(trials):
+        # the row's paired log ratios, and the block's other cases' for the spread pooled over them (as a block does)
+        block = [[math.log(true_own) + draw.gauss(0, own_sd) for _ in range(rounds)] for _ in range(cases)]
+        own_spread = pooled_spread(block, homogeneity_alpha=0.0)
+        mean = sum(block[0]) / rounds
+        half = stats.t.ppf(0.975, own_spread.dof) * own_spread.sd / math.sqrt(rounds)
+        own = Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+        samples = {
+            dtype: [[math.exp(level + draw.gauss(0, base_sd)) for _ in range(rounds)] for _ in range(blocks)]
+            for dtype, level in (("float32", math.log(0.02 * true_ratio)), ("bfloat16", math.log(0.02)))
+        }
+        spread = pooled_spread([[math.log(v) for v in block] for group in samples.values() for block in group])
+        got = interval(own, own_spread.dof, samples["float32"][0], samples["bfloat16"][0], spread)
+        held += got.low <= true_own * true_ratio <= got.high
+    return held / trials
+
+
+def test_the_chained_interval_holds_the_true_speedup_95_percent_of_the_time_and_a_planted_bug_does_not():
+    """Coverage over 2000 simulated rows, 2 rounds a block as a budgeted CPU run times: at least 93%. With 2000
+    trials a true 95% falls below 93% with probability about 4e-5 (normal approximation): the false alarm.
+    Planted bug: the ratio's variance left out (the own interval alone, shifted by the ratio)."""
+    assert _chained_coverage(chained_speedup_interval) >= 0.93
+
+    def own_only(own, own_dof, reference, baseline, spread):
+        ratio = math.exp(sum(map(math.log, reference)) / len(reference) - sum(map(math.log, baseline)) / len(baseline))
+        return Interval(own.estimate * ratio, own.low * ratio, own.high * ratio)
+
+    assert _chained_coverage(own_only) < 0.93
 
 
 def test_slower_p_unpaired_is_welch_one_sided_on_log_times():

@@ -4,6 +4,7 @@ minimum rounds. No timed assertions: the clock is a number the tests move."""
 
 from __future__ import annotations
 
+import math
 import random
 from types import SimpleNamespace
 
@@ -76,22 +77,29 @@ def test_the_plan_estimates_minimum_expected_and_full_runs_from_the_blocks():
     # noise 3% pooled over 2 cases at +/-5%: 3 rounds give t(4) 2.78 * 0.03 / sqrt(3) = 0.048, so the minimum suffices
     assert plan.rounds_needed(2) == 3 and plan.expected_s() == pytest.approx(plan.minimum_s())
     assert plan.rounds_needed(1) == 4  # alone: t(3) 3.18 * 0.03 / 2 = 0.048 at 4 rounds; at 3, t(2) gives 0.074
-    noisy = _plan([_block("a", 10.0)], 900.0, clock, noise=0.1)
+    noisy = _plan([_block("a", 10.0)], 900.0, clock, prior_noise=0.1)
     # at 17 rounds t(32) 2.04 * 0.1 / sqrt(17) = 0.049; at 16, 0.051
     assert noisy.rounds_needed(2) == 17 and noisy.expected_s() == pytest.approx(20 + 17 * 10)
-    capped = _plan([_block("a", 10.0)], 100.0, clock, noise=0.1)
+    capped = _plan([_block("a", 10.0)], 100.0, clock, prior_noise=0.1)
     assert capped.expected_s() == pytest.approx(100.0)  # the budget holds it below the rounds it would like
-    assert _plan([_block("a", 10.0)], None, clock, noise=0.1).share_s("a") is None
+    assert _plan([_block("a", 10.0)], None, clock, prior_noise=0.1).share_s("a") is None
 
 
-def test_each_block_gets_its_minimum_and_a_part_of_the_spare_in_proportion_to_its_round():
+def test_each_block_gets_what_the_others_are_not_expected_to_need_and_at_least_its_minimum():
     clock = FakeClock()
     plan = _plan([_block("a", 10.0), _block("b", 30.0)], 400.0, clock)
-    # 400 s; minimums 30 and 90; spare 280 split 1:3 -> a gets 30 + 70
-    assert plan.share_s("a") == pytest.approx(100.0)
-    # the other blocks' setups are kept back before anything is shared
+    # 400 s; b is expected to need 3 rounds (noise 3%, 2 cases): 90 s kept for it, the rest a's to use if it must
+    assert plan.share_s("a") == pytest.approx(310.0)
+    # the other blocks' setups are kept back too
     with_setup = _plan([_block("a", 10.0), _block("b", 30.0, setup_s=40.0)], 400.0, clock)
-    assert with_setup.share_s("a") == pytest.approx(30 + (400 - 40 - 120) / 4)
+    assert with_setup.share_s("a") == pytest.approx(400 - 40 - 90)
+    # where the others are expected to need it all, nothing: the block runs its minimum rounds (round_fits)
+    noisy = _plan([_block("a", 10.0), _block("b", 30.0)], 400.0, clock, prior_noise=0.1)
+    assert noisy.rounds_needed(2) == 17 and noisy.share_s("a") == 0.0
+    # the noise the blocks showed replaces the prior: their root mean square
+    noisy.record("x", 0.0, None, noise=0.01)
+    noisy.record("y", 0.0, None, noise=0.03)
+    assert noisy.noise == pytest.approx(math.sqrt((0.01**2 + 0.03**2) / 2)) and noisy.share_s("a") == 310.0
 
 
 def test_a_block_past_the_budget_still_gets_its_minimum_rounds_and_says_the_run_budget_was_spent():
@@ -117,7 +125,7 @@ def test_after_a_block_the_plan_scales_the_rest_by_what_it_took():
     assert plan.minimum_s() == pytest.approx(53.0 + 2 * (8.0 + 3 * 15.0))
     assert plan.minimum_s() > before
     plan.record("b", setup_s=0.0, first_round_s=5.0, noise=0.1)  # a quieter estimate for b: the scales pool
-    assert plan.round_scale == pytest.approx(20.0 / 20.0) and plan.noise == 0.1
+    assert plan.round_scale == pytest.approx(20.0 / 20.0) and plan.noise == pytest.approx(0.1)
     plan.record("c", setup_s=1.0, first_round_s=None)  # no round timed: only leaves the plan
     assert not plan.blocks and len(plan.timed) == 2
 

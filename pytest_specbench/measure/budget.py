@@ -69,7 +69,8 @@ class RunPlan:
     workers: int = 1
     clock: Callable[[], float] = time.perf_counter
     started: float | None = None
-    noise: float = ROUND_NOISE_PRIOR
+    prior_noise: float = ROUND_NOISE_PRIOR
+    noises: list[float] = field(default_factory=list)  # the per-round noise each block timed showed
     #: per block timed: (estimated setup, its setup, estimated first round, its first round), in seconds
     timed: list[tuple[float, float, float, float]] = field(default_factory=list)
     spent_at_block: int | None = None  # the first block that found the budget spent (0-based)
@@ -100,7 +101,15 @@ class RunPlan:
         if cost is not None and first_round_s is not None:
             self.timed.append((cost.setup_s, setup_s, cost.round_s, first_round_s))
         if noise is not None:
-            self.noise = noise
+            self.noises.append(noise)
+
+    @property
+    def noise(self) -> float:
+        """The per-round noise a block is expected to show: the root mean square of the blocks' timed so far, the
+        prior before any."""
+        if not self.noises:
+            return self.prior_noise
+        return math.sqrt(sum(value**2 for value in self.noises) / len(self.noises))
 
     # --- the expected seconds of what is left
 
@@ -142,8 +151,10 @@ class RunPlan:
 
     def share_s(self, block: str) -> float | None:
         """Seconds of timed rounds for ``block``, its setup done: what is left of the budget after the other blocks'
-        setups and minimum rounds, spread over the blocks left in proportion to their rounds, at least its own
-        minimum rounds (the block never runs fewer). None: no budget."""
+        setups and the rounds they are expected to need (their minimum at least, :meth:`rounds_needed`); 0 where
+        nothing is left, and the block then runs its minimum rounds (blocks.round_fits). A block stops once its
+        cases are tight, so a quiet block leaves its share to the next, and a noisy one may take what the others are
+        not expected to need. None: no budget."""
         if self.budget_s is None:
             return None
         own = self.blocks.get(block)
@@ -153,13 +164,8 @@ class RunPlan:
             self.spent_at_block = len(self.timed)
         if own is None:  # not in the plan (it was not pending when the plan was made): an equal part
             return max(left, 0.0) / (len(others) + 1)
-        reserve = self.min_rounds * sum(self._round(cost) for cost in others)
-        own_minimum = self.min_rounds * self._round(own)
-        spare = left - reserve - own_minimum
-        if spare <= 0:
-            return max(left - reserve, 0.0)
-        total_round = self._round(own) + sum(self._round(cost) for cost in others)
-        return own_minimum + spare * self._round(own) / total_round
+        reserve = sum(self.rounds_needed(len(cost.cases)) * self._round(cost) for cost in others)
+        return max(left - reserve, 0.0)
 
     # --- what would fit where the minimum does not
 

@@ -3,15 +3,18 @@ greedy baseline, and the fastest (dtype, k) per (pair, engine, prompt, batch), w
 tied with it.
 
 Each dtype is timed in its own block against its own greedy baseline, so a row's own speedup answers "which k in
-this dtype". Against float32 greedy, a float32 row keeps its own paired speedup; any other row is the float32
-baseline's time per decode token over the row's, from their per-round lists, with an *unpaired* 95% interval
-(Welch's t on the difference of mean log times, :func:`..results.statistics.speedup_interval`): the two were never
-timed in the same rounds, so no round's drift cancels, and the interval is wider than a paired one.
+this dtype". Against float32 greedy, a float32 row keeps its own paired speedup; any other row is its own paired
+speedup times its dtype's greedy speed over float32's, the two baselines' per-round times (each round's mean over
+the block's cases: the same computation, shared by every k) compared *unpaired*, as they were never timed in the
+same rounds (:func:`..results.statistics.chained_speedup_interval`). Reaching float32 greedy through the dtype's
+own baseline keeps the row's paired precision and puts the unpaired step where a block has many runs: a row's
+own runs against the float32 rounds would be two to three runs a side under a budget.
 
 The fastest is the fastest against float32 among each dtype's best k (report/answer.py). The others: in the
 fastest's own dtype, tied or slower as that dtype's paired ranking says; in another dtype, a k slower than its own
 dtype's best is slower (the fastest is no slower than that best), and the rest are tested one-sided against the
-fastest, unpaired (:func:`..results.statistics.slower_p_unpaired`), with the race's step-down (family-wise 5%,
+fastest on their speedups against float32 greedy (:func:`..results.statistics.slower_p_from_intervals`), with the
+race's step-down (family-wise 5%,
 corrected for the fastest being picked from the same data). A suspect (dtype, k) (results/invariants.py: its own
 decode speedup above tau) is none of these: its dtype's answer never names it best, and the view lists it apart
 (``suspect``), its speedup marked in the report's table. A diverged one is not in the view at all: which rows it
@@ -27,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..results.racing import SLOWER, TIED, UNKNOWN, step_down
 from ..results.schema import CaseResult
-from ..results.statistics import Interval, slower_p_unpaired, speedup_interval
+from ..results.statistics import (
+    Interval,
+    PooledSpread,
+    chained_speedup_interval,
+    pooled_spread,
+    slower_p_from_intervals,
+    with_log_se,
+)
 from .analysis import SUSPECT, k_order, speedup_left_out
 from .formatting import SUSPECT_MARK, entry_with_interval
 from .records import JsonRecord
@@ -104,13 +114,13 @@ def several_dtypes(results: Sequence[CaseResult]) -> bool:
     return len({row.dtype for row in results}) > 1
 
 
-def float32_baseline_rounds(rows: Sequence[CaseResult]) -> list[float]:
-    """The float32 greedy baseline's seconds per decode token, one per round of the float32 rows' block(s): the
+def baseline_rounds(rows: Sequence[CaseResult], dtype: str = FLOAT32) -> list[float]:
+    """The ``dtype`` greedy baseline's seconds per decode token, one per round of that dtype's rows' block(s): the
     geometric mean over the rows of the baseline each paired with in that round (rows of one round share its
-    baseline, each interpolated at its own run)."""
+    baseline, each interpolated at its own run, or each interleaved with its own)."""
     per_round: dict[tuple[Any, ...], list[float]] = {}
     for row in rows:
-        if row.dtype != FLOAT32:
+        if row.dtype != dtype:
             continue
         times = row.baseline_round_decode_token_s
         rounds = row.block_rounds if len(row.block_rounds) == len(times) else range(len(times))
@@ -120,15 +130,38 @@ def float32_baseline_rounds(rows: Sequence[CaseResult]) -> list[float]:
     return [math.exp(sum(map(math.log, values)) / len(values)) for values in per_round.values()]
 
 
-def speedup_against_float32(row: CaseResult, float32_rounds: Sequence[float]) -> Interval | None:
+def speedup_against_float32(
+    row: CaseResult,
+    float32_rounds: Sequence[float],
+    own_rounds: Sequence[float],
+    baseline_spread: PooledSpread | None = None,
+) -> Interval | None:
     """The row's decode speedup over float32 greedy decoding with its 95% interval: a float32 row's own (paired);
-    any other's unpaired against ``float32_rounds``. None without the rounds to compute it from."""
+    any other's own paired speedup chained through ``own_rounds`` (its dtype's baseline rounds) to
+    ``float32_rounds`` (``baseline_spread``: :func:`baseline_spread`). None without the rounds to compute it from."""
+    own = Interval(row.decode_speedup, row.decode_speedup_ci_low, row.decode_speedup_ci_high)
+    own = with_log_se(own, row.interval_dof)
     if row.dtype == FLOAT32:
-        return Interval(row.decode_speedup, row.decode_speedup_ci_low, row.decode_speedup_ci_high)
-    times = row.round_decode_token_s
-    if not float32_rounds or not times or not all(isinstance(t, (int, float)) and t > 0 for t in times):
+        return own
+    if not float32_rounds or not own_rounds or not row.decode_speedup or not row.decode_speedup > 0:
         return None
-    return speedup_interval(float32_rounds, times, paired=False)
+    return chained_speedup_interval(own, row.interval_dof, float32_rounds, own_rounds, baseline_spread)
+
+
+def baseline_spread(results: Sequence[CaseResult]) -> dict[str, PooledSpread | None]:
+    """By target: the spread of its greedy baselines' log round times, each block's around its own mean, pooled
+    over every block of that target in the run (every prompt and dtype: one machine, one model, so one noise, as
+    Bartlett's test checks at 1%). A block times two or three rounds under a budget; pooled, a dtype's ratio to
+    float32 greedy has the degrees of freedom of all of them."""
+    blocks: dict[str, dict[str, list[CaseResult]]] = {}
+    for row in results:
+        if speedup_left_out(row) in (None, SUSPECT):
+            blocks.setdefault(row.target, {}).setdefault(row.block, []).append(row)
+    spreads = {}
+    for target, by_block in blocks.items():
+        samples = [[math.log(value) for value in baseline_rounds(rows, rows[0].dtype)] for rows in by_block.values()]
+        spreads[target] = pooled_spread(samples)
+    return spreads
 
 
 def _entry(row: CaseResult, speedup: Interval | None) -> DtypeEntry:
@@ -146,7 +179,10 @@ def _entry(row: CaseResult, speedup: Interval | None) -> DtypeEntry:
 
 
 def _statuses(
-    fastest: DtypeEntry, rows: dict[tuple[str, Any], CaseResult], answers: dict[str, PromptAnswer]
+    fastest: DtypeEntry,
+    rows: dict[tuple[str, Any], CaseResult],
+    answers: dict[str, PromptAnswer],
+    speedups: dict[tuple[str, Any], Interval | None],
 ) -> dict[tuple[str, Any], str]:
     """Every constant-k (dtype, k) but the fastest and the suspect: tied, slower or unknown against it (the
     module's rule)."""
@@ -163,14 +199,16 @@ def _statuses(
         elif dtype == fastest.dtype:
             status[dtype, k] = TIED if k in own.tied else UNKNOWN
         else:
-            best_s = rows[fastest.dtype, fastest.k].round_decode_token_s
-            p_values[dtype, k] = slower_p_unpaired(best_s, row.round_decode_token_s)
+            best, other = speedups.get((fastest.dtype, fastest.k)), speedups.get((dtype, k))
+            p_values[dtype, k] = None if best is None or other is None else slower_p_from_intervals(best, other)
     slower = step_down(p_values, ALPHA, 1, len(p_values) + 1)
     status.update({key: SLOWER if key in slower else UNKNOWN if p is None else TIED for key, p in p_values.items()})
     return status
 
 
-def group_view(rows: Sequence[CaseResult], answers: Sequence[PromptAnswer]) -> DtypeView | None:
+def group_view(
+    rows: Sequence[CaseResult], answers: Sequence[PromptAnswer], spread: PooledSpread | None = None
+) -> DtypeView | None:
     """The view of one (pair, engine, prompt, batch) from its rows and each dtype's answer; None for one dtype.
     It reads the rows whose speedup is measured and, marked and never ranked, the suspect ones
     (:func:`.analysis.speedup_left_out`): a diverged (dtype, k) is not in it."""
@@ -183,9 +221,12 @@ def group_view(rows: Sequence[CaseResult], answers: Sequence[PromptAnswer]) -> D
     fastest = float32_best = None
     status: dict[tuple[str, Any], str] = {}
     if shown:
-        base = float32_baseline_rounds(rows)
+        base = {dtype: baseline_rounds(rows, dtype) for dtype in dtypes}
         ordered = sorted(rows, key=lambda row: (k_order(row.k), dtypes.index(row.dtype)))
-        entries = [_entry(row, speedup_against_float32(row, base)) for row in ordered]
+        speedups = {
+            (row.dtype, row.k): speedup_against_float32(row, base[FLOAT32], base[row.dtype], spread) for row in ordered
+        }
+        entries = [_entry(row, speedups[row.dtype, row.k]) for row in ordered]
         by_key = {(entry.dtype, entry.k): entry for entry in entries}
         own = {answer.dtype: answer for answer in answers}
         # A dtype whose every k is suspect has no best (answer.py), so nothing of it to be fastest.
@@ -194,7 +235,7 @@ def group_view(rows: Sequence[CaseResult], answers: Sequence[PromptAnswer]) -> D
         timed = [entry for entry in bests if entry.decode_speedup is not None]
         if timed:
             fastest = max(timed, key=lambda entry: entry.decode_speedup)
-            status = _statuses(fastest, {(row.dtype, row.k): row for row in ordered}, own)
+            status = _statuses(fastest, {(row.dtype, row.k): row for row in ordered}, own, speedups)
     order = sorted(status, key=lambda key: (dtypes.index(key[0]), k_order(key[1])))
     first = rows[0]
     return DtypeView(
@@ -221,10 +262,11 @@ def dtype_views(results: Sequence[CaseResult], answers: Sequence[PromptAnswer]) 
     groups: dict[tuple[str, str, str, int], list[CaseResult]] = {}
     for row in results:
         groups.setdefault((row.pair, row.engine, row.prompt, row.batch), []).append(row)
+    spreads = baseline_spread(results)
     views = []
     for (pair, engine, prompt, _), rows in groups.items():
         own = [a for a in answers if (a.pair, a.engine, a.prompt) == (pair, engine, prompt)]
-        view = group_view(rows, own)
+        view = group_view(rows, own, spreads.get(rows[0].target))
         if view is not None:
             views.append(view)
     return views

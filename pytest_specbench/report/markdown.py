@@ -498,7 +498,8 @@ def _dtype_view_lines(pair: str, answer: RunAnswer) -> list[str]:
         lines += [
             f"Every (dtype, k) against float32 greedy, `{view.prompt}` ({view.engine} engine, batch "
             f"{view.batch}): decode speedup over the float32 target's greedy decoding with its 95% interval, "
-            "float32's own paired, the other dtypes' unpaired (Welch: timed in other blocks, so wider); the "
+            "float32's own paired, the other dtypes' own paired times their greedy baseline's speed over "
+            "float32's (the two baselines timed in other blocks: unpaired, so wider); the "
             f"fastest in bold; tied with it: {tied}.",
             "",
             _table(cells, headers),

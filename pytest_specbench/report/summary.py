@@ -201,7 +201,8 @@ def _dtype_view_lines(pair: str, answer: RunAnswer, engines: bool) -> list[str]:
         cells, headers = view_table(shown, engines)
         lines += [
             f"{TITLE} (decode speedup over the float32 target's greedy decoding; float32's own paired, the other "
-            "dtypes' unpaired, Welch 95%; tied: not told apart from the fastest, family-wise 95%):",
+            "dtypes' own paired times their greedy baseline's speed over float32's, unpaired; 95%; tied: not told "
+            "apart from the fastest, family-wise 95%):",
             *tabulate(cells, headers=headers, disable_numparse=True).splitlines(),
         ]
     return ["", *lines] if lines else []

@@ -5,14 +5,17 @@ are on log times: the estimate is the geometric mean of the per-round ratios and
 interval of the mean log ratio, mapped back (defined from two rounds on, where an order-statistics interval for a
 median needs six, and always around its estimate). Rounds that ran both side by side are *paired* (drift common to
 both cancels); a baseline timed once and shared, or one of another block (a dtype's rows against the float32
-greedy baseline: report/dtype_view.py), is compared *unpaired* (Welch). Cases timed in the same rounds share
+greedy baseline: report/dtype_view.py), is compared *unpaired* (Welch), or reached through the row's own paired
+speedup times the ratio of the two baselines (:func:`chained_speedup_interval`). Cases timed in the same rounds share
 one noise, so their spread can be *pooled* (:func:`pooled_spread`), unless Bartlett's test rejects one variance at
 1%. Why and how well: docs/measuring.md, "The interval".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +29,9 @@ class Interval:
     estimate: float
     low: float | None
     high: float | None
+    #: the standard error of log(estimate) and its degrees of freedom, where a later test reads them
+    log_se: float | None = None
+    dof: float | None = None
 
     @property
     def relative_half_width(self) -> float:
@@ -130,6 +136,76 @@ def speedup_interval(
             low, high = stats.ttest_ind(log_base, log_spec, equal_var=False).confidence_interval(confidence)
     # Clamp rounding at the edges so estimate <= high and low <= estimate hold exactly.
     return Interval(estimate, min(math.exp(low), estimate), max(math.exp(high), estimate))
+
+
+def chained_speedup_interval(
+    own: Interval,
+    own_dof: int | None,
+    reference_baseline_s: Sequence[float],
+    own_baseline_s: Sequence[float],
+    baseline_spread: PooledSpread | None = None,
+    confidence: float = CONFIDENCE,
+) -> Interval:
+    """A speedup over another baseline than its own: ``own`` (over its own baseline, with the degrees of freedom
+    of its interval) times its own baseline's speed over the reference baseline, from each baseline's per-round
+    times (seconds for the same work, timed in different blocks: unpaired). On log times the two add, and so do
+    their variances, the degrees of freedom by Welch-Satterthwaite. ``baseline_spread``: the spread of a
+    baseline's log round times pooled over more blocks (the same models on other prompts), in place of these two
+    blocks' own. Both factors share the own baseline's noise, which cancels in the estimate but is counted twice
+    in the interval: it errs wide. No interval where either factor has none."""
+    from scipy import stats
+
+    log_base = [math.log(value) for value in reference_baseline_s]
+    log_own = [math.log(value) for value in own_baseline_s]
+    estimate = own.estimate * math.exp(sum(log_base) / len(log_base) - sum(log_own) / len(log_own))
+    if baseline_spread is not None:
+        ratio_parts = [(baseline_spread.sd**2 * (1 / len(log_base) + 1 / len(log_own)), float(baseline_spread.dof))]
+    elif len(log_base) >= 2 and len(log_own) >= 2:
+        ratio_parts = [
+            (statistics.variance(log_base) / len(log_base), len(log_base) - 1.0),
+            (statistics.variance(log_own) / len(log_own), len(log_own) - 1.0),
+        ]
+    else:
+        ratio_parts = []
+    if not ratio_parts or own.low is None or own.high is None or not own_dof or own_dof < 1:
+        return Interval(estimate, None, None)
+    quantile = 0.5 + confidence / 2
+    own_se = with_log_se(own, own_dof, confidence).log_se or 0.0
+    parts = [(own_se**2, float(own_dof)), *ratio_parts]
+    variance = sum(part for part, _ in parts)
+    if variance <= 0:
+        return Interval(estimate, estimate, estimate)
+    dof = variance**2 / sum(part**2 / dof for part, dof in parts if part > 0)
+    half = float(stats.t.ppf(quantile, dof)) * math.sqrt(variance)
+    return Interval(estimate, estimate * math.exp(-half), estimate * math.exp(half), math.sqrt(variance), dof)
+
+
+def with_log_se(interval: Interval, dof: int | None, confidence: float = CONFIDENCE) -> Interval:
+    """``interval`` (a t interval of a log mean with ``dof`` degrees of freedom) with its standard error on the log
+    scale, read back from its width; unchanged where it has no width or no dof."""
+    from scipy import stats
+
+    if interval.low is None or interval.high is None or not dof or dof < 1 or not interval.low > 0:
+        return interval
+    se = (math.log(interval.high) - math.log(interval.low)) / (2 * float(stats.t.ppf(0.5 + confidence / 2, dof)))
+    return dataclasses.replace(interval, log_se=se, dof=float(dof))
+
+
+def slower_p_from_intervals(best: Interval, other: Interval) -> float | None:
+    """p-value of "``other`` is slower than ``best``" (two speedups over one baseline, each with its log standard
+    error and dof): one-sided t on the difference of their logs, the variances added (Welch-Satterthwaite). Where
+    both reached the baseline through a shared factor its noise is counted twice: it errs towards a tie. None
+    where either lacks its standard error."""
+    from scipy.special import stdtr
+
+    if best.log_se is None or other.log_se is None or not best.dof or not other.dof:
+        return None
+    variance = best.log_se**2 + other.log_se**2
+    difference = math.log(best.estimate) - math.log(other.estimate)
+    if variance <= 0:
+        return 0.0 if difference > 0 else 1.0
+    dof = variance**2 / (best.log_se**4 / best.dof + other.log_se**4 / other.dof)
+    return float(stdtr(dof, -difference / math.sqrt(variance)))
 
 
 def geometric_mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
