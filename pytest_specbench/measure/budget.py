@@ -145,9 +145,14 @@ class RunPlan:
             return unbounded
         return max(min(unbounded, self.budget_s), self.minimum_s())
 
+    def overrun_allowed_s(self, blocks: Iterable[BlockCost] | None = None) -> float:
+        """What a run may end past its budget: the largest block's minimum rounds (a block never runs fewer)."""
+        chosen = list(self.blocks.values()) if blocks is None else list(blocks)
+        return max((self.min_rounds * self._round(cost) for cost in chosen), default=0.0)
+
     def fits(self) -> bool:
-        """The blocks left fit the budget at their minimum rounds."""
-        return self.budget_s is None or self.minimum_s() <= self.budget_s
+        """The blocks left fit at their minimum rounds, within the budget plus one block's minimum rounds."""
+        return self.budget_s is None or self.minimum_s() <= self.budget_s + self.overrun_allowed_s()
 
     def share_s(self, block: str) -> float | None:
         """Seconds of timed rounds for ``block``, its setup done: what is left of the budget after the other blocks'
@@ -172,7 +177,7 @@ class RunPlan:
     def fitting(self, keep: Callable[[CaseCost], bool]) -> bool:
         """Would the blocks left, with only the cases ``keep`` accepts, fit at their minimum rounds."""
         kept = [cost for cost in (block.only(keep) for block in self.blocks.values()) if cost is not None]
-        return self.budget_s is None or self.minimum_s(kept) <= self.budget_s
+        return self.budget_s is None or self.minimum_s(kept) <= self.budget_s + self.overrun_allowed_s(kept)
 
     def cases(self) -> list[CaseCost]:
         return [case for block in self.blocks.values() for case in block.cases]
@@ -206,7 +211,7 @@ def fitting_options(plan: RunPlan, ks: list[str], dtypes: list[str], pairs: list
     if options and options[-1].startswith("-k="):
         chosen = options.pop().removeprefix("-k=").split(",")
         options.append(f'-k "{" or ".join(chosen)}"')
-    options.append(f"--specbench-budget={math.ceil(plan.minimum_s() * 1.1 / 60)}m")
+    options.append(f"--specbench-budget={math.ceil((plan.minimum_s() - plan.overrun_allowed_s()) * 1.1 / 60)}m")
     return options
 
 

@@ -187,7 +187,8 @@ class BlockRuns:
         raise BudgetCannotFit(
             f"pytest-specbench: the selected cases need at least {minimum} at {config.min_rounds} rounds a block "
             f"(estimated from a probe of each model), more than the budget "
-            f"(--specbench-budget, {describe_duration(config.run_budget or 0)[6:]}); nothing was timed. "
+            f"(--specbench-budget, {describe_duration(config.run_budget or 0)[6:]}) with one block's minimum rounds "
+            f"past it; nothing was timed. "
             f"Would fit: {'; '.join(options)}; or --specbench-min-rounds lower, or --specbench-budget=none"
         )
 
