@@ -246,3 +246,18 @@ def test_a_worker_under_xdist_never_stops_the_run_on_its_own():
     runs = BlockRuns(_session(given=frozenset({"ks"})), ("gw0", 2), clock=FakeClock())
     runs._fit(_too_big(FakeClock()))  # the controller, which has the whole matrix, is the one to say
     assert not runs.left_out
+
+
+# --- through the plugin ---------------------------------------------------------------------------------------
+
+
+def test_a_run_that_cannot_fit_stops_with_a_usage_error_naming_the_minimum_and_prints_its_plan_otherwise(bench):
+    result = bench("--specbench-min-rounds=3", "--specbench-max-rounds=3", "--specbench-budget=0.01s")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(
+        ["*the selected cases need at least * at 3 rounds a block*more than the budget*nothing was timed*"]
+    )
+    assert "passed" not in result.stdout.lines[-1]
+    fits = bench("--specbench-min-rounds=1", "--specbench-max-rounds=1", "-k", "k1 and natural")
+    fits.assert_outcomes(passed=1, deselected=3)
+    fits.stdout.fnmatch_lines(["pytest-specbench: plan: about * for 1 cases in 1 blocks (budget 15 min; *"])
