@@ -85,18 +85,21 @@ def test_the_plan_estimates_minimum_expected_and_full_runs_from_the_blocks():
     assert _plan([_block("a", 10.0)], None, clock, prior_noise=0.1).share_s("a") is None
 
 
-def test_each_block_gets_what_the_others_are_not_expected_to_need_and_at_least_its_minimum():
+def test_each_block_gets_the_slack_or_its_part_of_what_is_short_and_the_others_their_minimum_first():
     clock = FakeClock()
     plan = _plan([_block("a", 10.0), _block("b", 30.0)], 400.0, clock)
-    # 400 s; b is expected to need 3 rounds (noise 3%, 2 cases): 90 s kept for it, the rest a's to use if it must
+    # Enough: b is expected to need 3 rounds (noise 3%, 2 cases), 90 s kept for it, the rest a's to use if it must.
     assert plan.share_s("a") == pytest.approx(310.0)
-    # the other blocks' setups are kept back too
     with_setup = _plan([_block("a", 10.0), _block("b", 30.0, setup_s=40.0)], 400.0, clock)
-    assert with_setup.share_s("a") == pytest.approx(400 - 40 - 90)
-    # where the others are expected to need it all, nothing: the block runs its minimum rounds (round_fits)
+    assert with_setup.share_s("a") == pytest.approx(400 - 40 - 90)  # the others' setups are kept back too
+    # Short: at noise 10% each needs 17 rounds (170 s and 510 s, 680 in all, over 400); each gets its minimum
+    # (30 s, 90 s) and the 280 s left in proportion to its need beyond it (140 : 420).
     noisy = _plan([_block("a", 10.0), _block("b", 30.0)], 400.0, clock, prior_noise=0.1)
-    assert noisy.rounds_needed(2) == 17 and noisy.share_s("a") == 0.0
-    # the noise the blocks showed replaces the prior: their root mean square
+    assert noisy.rounds_needed(2) == 17 and noisy.share_s("a") == pytest.approx(30 + 280 * 140 / 560)
+    # Shorter than the minimums: what b's minimum leaves, and 0 (a then runs its minimum: round_fits) below it.
+    assert _plan([_block("a", 10.0), _block("b", 30.0)], 100.0, clock).share_s("a") == pytest.approx(10.0)
+    assert _plan([_block("a", 10.0), _block("b", 30.0)], 80.0, clock).share_s("a") == 0.0
+    # The noise the blocks showed replaces the prior: their root mean square.
     noisy.record("x", 0.0, None, noise=0.01)
     noisy.record("y", 0.0, None, noise=0.03)
     assert noisy.noise == pytest.approx(math.sqrt((0.01**2 + 0.03**2) / 2)) and noisy.share_s("a") == 310.0

@@ -155,11 +155,12 @@ class RunPlan:
         return self.budget_s is None or self.minimum_s() <= self.budget_s + self.overrun_allowed_s()
 
     def share_s(self, block: str) -> float | None:
-        """Seconds of timed rounds for ``block``, its setup done: what is left of the budget after the other blocks'
-        setups and the rounds they are expected to need (their minimum at least, :meth:`rounds_needed`); 0 where
-        nothing is left, and the block then runs its minimum rounds (blocks.round_fits). A block stops once its
-        cases are tight, so a quiet block leaves its share to the next, and a noisy one may take what the others are
-        not expected to need. None: no budget."""
+        """Seconds of timed rounds for ``block``, its setup done, from what is left of the budget after the other
+        blocks' setups: where that covers every block's expected rounds (:meth:`rounds_needed`), the others' and
+        the rest to this one; where it covers only their minimum rounds, each its minimum and the rest in
+        proportion to what each is expected to need beyond it; where not even that, what the others' minimum rounds
+        leave (0: the block runs its minimum, blocks.round_fits). A block stops once its cases are tight, so a
+        quiet block leaves its share to the next. None: no budget."""
         if self.budget_s is None:
             return None
         own = self.blocks.get(block)
@@ -169,8 +170,18 @@ class RunPlan:
             self.spent_at_block = len(self.timed)
         if own is None:  # not in the plan (it was not pending when the plan was made): an equal part
             return max(left, 0.0) / (len(others) + 1)
-        reserve = sum(self.rounds_needed(len(cost.cases)) * self._round(cost) for cost in others)
-        return max(left - reserve, 0.0)
+        minimum = {id(cost): self.min_rounds * self._round(cost) for cost in [own, *others]}
+        expected = {
+            id(cost): max(self.rounds_needed(len(cost.cases)), self.min_rounds) * self._round(cost)
+            for cost in [own, *others]
+        }
+        if left >= sum(expected.values()):
+            return left - sum(expected[id(cost)] for cost in others)
+        if left >= sum(minimum.values()):
+            extra = sum(expected.values()) - sum(minimum.values())
+            own_extra = expected[id(own)] - minimum[id(own)]
+            return minimum[id(own)] + (left - sum(minimum.values())) * (own_extra / extra if extra > 0 else 0.0)
+        return max(left - sum(minimum[id(cost)] for cost in others), 0.0)
 
     # --- what would fit where the minimum does not
 
