@@ -60,10 +60,16 @@ def _turn_lengths(case: Case, context: MeasureContext, tokenizer) -> list[int]:
     return lengths
 
 
-def _speculative_share(case: Case, cost_ratio: float) -> float:
+def _drafted(case: Case, default: int, new_tokens: int) -> int:
+    """The tokens a step drafts: k, or ``default`` for a schedule; never more than the new tokens, as the engine
+    caps a block at what is left to decode."""
+    return max(min(case.k if isinstance(case.k, int) else default, new_tokens), 1)
+
+
+def _speculative_share(case: Case, cost_ratio: float, new_tokens: int) -> float:
     """The speculative run's decode time over the baseline's, as the cost model predicts it at the assumed
     acceptance."""
-    k = case.k if isinstance(case.k, int) else SCHEDULE_K
+    k = _drafted(case, SCHEDULE_K, new_tokens)
     curve = [1.0 + VERIFY_SLOPE * m for m in range(k + 1)]
     return 1.0 / predicted_speedup(ASSUMED_ACCEPTANCE, k, cost_ratio, curve)
 
@@ -118,14 +124,14 @@ class CostEstimator:
         ids = prompt_input_ids(
             loaded.tokenizer, case.prompt, self._context.all_prompts, None, self._context.store.device
         )
-        share = _speculative_share(case, self._draft_ratio(case, costs.step_s, ids))
+        share = _speculative_share(case, self._draft_ratio(case, costs.step_s, ids), new_tokens)
         baseline_s = prefill_s + decode_s
         round_s = ROUND_OVERHEAD * (baseline_s + prefill_s + decode_s * share)
         setup_s = 0.0
         first_use = case.key("pair", "dtype", "engine", "batch")
         if first_use not in self._first_use:
             self._first_use.add(first_use)
-            k = case.k if isinstance(case.k, int) else 16
+            k = _drafted(case, 16, new_tokens)
             setup_s = config.warmup * round_s + PROBE_STEPS_PER_POSITION * (k + 1) * costs.step_s
         return CaseCost(
             case.id, case.pair.name, str(case.k), case.dtype, case.prompt_label, round_s=round_s, setup_s=setup_s
