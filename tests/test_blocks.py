@@ -276,17 +276,15 @@ def test_the_race_eliminates_a_clearly_slower_k_and_names_the_k_that_beat_it():
     assert len(by_k[16].rounds) < len(by_k[4].rounds)  # it stopped being timed
 
 
-def test_under_a_run_budget_the_race_stops_a_far_slower_k_after_two_rounds_and_without_one_not_before_min_rounds():
+def test_the_race_first_looks_at_min_rounds_so_every_case_runs_them_budget_or_not():
     times = {1: 0.60, 4: 0.40, 16: 1.60}
-    budgeted, baseline, _ = _block(times, Noise(seed=3, drift_sd=0.05, run_sd=0.02))
-    time_block(budgeted, baseline, _config(min_rounds=3, max_rounds=20, ci_target=0.001, run_budget=900.0), None)
-    by_k = {case.case.k: case for case in budgeted}
-    assert by_k[16].stop == blocks.ELIMINATED and by_k[16].rounds == [0, 1]  # before its 3 minimum rounds
-    assert by_k[4].eliminated_by is None and len(by_k[4].rounds) > 3
-    unbudgeted, baseline, _ = _block(times, Noise(seed=3, drift_sd=0.05, run_sd=0.02))
-    time_block(unbudgeted, baseline, _config(min_rounds=3, max_rounds=20, ci_target=0.001), None)
-    assert all(len(case.rounds) >= 3 for case in unbudgeted)  # --specbench-budget=none: full minimum rounds
-    assert blocks.race_looks(blocks.first_race_look(_config(run_budget=900.0)), 30)[:2] == [2, 3]
+    for budget in (900.0, None):
+        cases, baseline, _ = _block(times, Noise(seed=3, drift_sd=0.05, run_sd=0.02))
+        time_block(cases, baseline, _config(min_rounds=3, max_rounds=20, ci_target=0.001, run_budget=budget), None)
+        by_k = {case.case.k: case for case in cases}
+        assert by_k[16].stop == blocks.ELIMINATED and by_k[16].rounds == [0, 1, 2]  # eliminated at its first look
+        assert by_k[4].eliminated_by is None and len(by_k[4].rounds) > 3
+    assert blocks.race_looks(blocks.first_race_look(_config(min_rounds=3, run_budget=900.0)), 30)[:2] == [3, 4]
 
 
 def test_with_the_race_off_no_case_is_eliminated():

@@ -309,10 +309,8 @@ def _settle(block: BlockTiming, config: SpecbenchConfig) -> None:
 
 
 def first_race_look(config: SpecbenchConfig) -> int:
-    """The round of the race's first look: min rounds (2 at least); under a run budget, round 2, so that a k far
-    slower than the leader stops before its minimum rounds and leaves their time to the rest (the looks' share of
-    the 5% is spread over one more look, so the race's promise holds)."""
-    return 2 if config.run_budget is not None else max(config.min_rounds, 2)
+    """The round of the race's first look: min rounds, 2 at least (a case is timed its minimum rounds, as asked)."""
+    return max(config.min_rounds, 2)
 
 
 def _race_at_looks(block: BlockTiming, config: SpecbenchConfig) -> None:

@@ -53,7 +53,7 @@ from typing import Any
 from .judge import judge
 from .legs import interrupt
 from .parts import read_inproc, run_legs
-from .plan import CHECKS, CPU_FORM, CUDA_FORM, Check
+from .plan import CHECKS, CPU_FORM, CUDA_FORM, Check, without_gemma
 from .report import write_summaries
 from .run import Run, environment_fatal
 
@@ -92,6 +92,11 @@ def new_run(args: argparse.Namespace, start: float) -> Run | None:
     """The run the options ask for, or None (after saying why) when they name an unknown check."""
     device = normalise_device(args.device)
     form = CPU_FORM if device == "cpu" else CUDA_FORM
+    if args.with_gemma and args.without_gemma:
+        print("gpu_check: --with-gemma and --without-gemma contradict each other; give one", file=sys.stderr)
+        return None
+    if args.without_gemma:
+        form = without_gemma(form)
     budget = args.budget if args.budget is not None else form.budget_s
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -100,7 +105,16 @@ def new_run(args: argparse.Namespace, start: float) -> Run | None:
     if unknown:
         print(f"gpu_check: unknown check name(s) {unknown}; known: {', '.join(CHECKS)}", file=sys.stderr)
         return None
-    return Run(out, device, form, only, args.qwen, args.with_gemma or form.name == "cuda", start + budget, budget)
+    return Run(
+        out,
+        device,
+        form,
+        only,
+        args.qwen,
+        args.with_gemma or form.name == "cuda" and not args.without_gemma,
+        start + budget,
+        budget,
+    )
 
 
 def run_and_judge(run: Run) -> str | None:
@@ -174,6 +188,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="the Qwen pairs: auto runs them on CUDA when the qwen extra is installed and converted",
     )
     parser.add_argument("--with-gemma", action="store_true", help="CPU form: run the Gemma lossless check too")
+    parser.add_argument(
+        "--without-gemma",
+        action="store_true",
+        help="leave out the embedded Gemma (a GPU machine that cannot install it): the benchmark parts run the tiny"
+        " pairs and lossless_gemma is skipped",
+    )
     parser.add_argument("--only", default="", help="comma list of checks to run; the others are reported skipped")
     parser.add_argument(
         "--plant-failure",

