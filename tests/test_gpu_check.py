@@ -100,3 +100,27 @@ def test_an_unknown_check_name_is_refused(tmp_path):
         timeout=60,
     )
     assert result.returncode == 2 and "unknown check name" in result.stderr
+
+
+def test_without_gemma_the_cuda_form_benchmarks_the_tiny_pairs_at_its_own_size():
+    from pytest_specbench.tools.gpu_check.plan import CPU_FORM, CUDA_FORM, without_gemma
+
+    form = without_gemma(CUDA_FORM)
+    assert not any("gemma3" in pair for pair in (*form.bench_pairs, *form.hf_pairs, form.sliding_pair))
+    assert (form.bench_pairs, form.sliding_pair) == (CPU_FORM.bench_pairs, CPU_FORM.sliding_pair)
+    assert (form.name, form.bench_tokens, form.bench_ks, form.compile_pairs) == (
+        "cuda",
+        CUDA_FORM.bench_tokens,
+        CUDA_FORM.bench_ks,
+        CUDA_FORM.compile_pairs,
+    )
+
+
+def test_with_and_without_gemma_together_are_refused(tmp_path):
+    result = subprocess.run(
+        [*COMMAND, "--out", str(tmp_path), "--device", "cpu", "--with-gemma", "--without-gemma"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "--with-gemma and --without-gemma" in result.stderr
