@@ -194,16 +194,14 @@ def _session(given=frozenset(), budget=600.0):
     return SimpleNamespace(config=config, began_at=0.0)
 
 
-def _too_big(clock):
-    """Two dtypes, four k, two prompts: 16 cases of 10 s a round, 320 s a round in all; 1280 s at 3 rounds + 320."""
+def _too_big(clock, ks=("1", "2", "4", "8"), budget=600.0):
+    """Two dtypes, four k, two prompts: a case's round 10 s times its k, 150 s a block's round; 1800 s at 3 rounds."""
     blocks = []
     for dtype in ("float32", "bfloat16"):
         for prompt in ("natural", "code"):
-            cases = tuple(
-                CaseCost(f"p-k{k}-{prompt}-{dtype}", "p", k, dtype, prompt, 10.0 * int(k)) for k in ("1", "2", "4", "8")
-            )
+            cases = tuple(CaseCost(f"p-k{k}-{prompt}-{dtype}", "p", k, dtype, prompt, 10.0 * int(k)) for k in ks)
             blocks.append(BlockCost(f"{dtype}:{prompt}", 0.0, cases))
-    return _plan(blocks, 600.0, clock)
+    return _plan(blocks, budget, clock)
 
 
 def test_the_options_that_would_fit_are_named_with_the_budget_the_minimum_needs():
@@ -241,8 +239,29 @@ def test_a_run_on_the_default_matrix_leaves_out_its_largest_k_to_fit_and_says_so
         for prompt in ("natural", "code")
         for dtype in ("float32", "bfloat16")
     )
-    assert "timing k=1,2 and leaving out k=4,8 to fit the budget" in said[0]
+    assert "timing k=1,2 and leaving out k=4,8: every k needed at least 30 min" in said[0]
     assert "name k with --specbench-k to choose" in next(iter(runs.left_out.values()))
+
+
+def test_the_default_matrix_keeps_a_fifth_of_the_budget_beyond_its_minimum_and_a_chosen_one_need_not():
+    # k 1, 2, 4 at 3 rounds: 4 blocks of 70 s a round, 840 s; within a 1000 s budget, not within its 800 s.
+    said = []
+    runs = BlockRuns(_session(budget=1000.0), (None, 1), write_line=said.append, clock=FakeClock())
+    plan = _too_big(FakeClock(), ks=("1", "2", "4"), budget=1000.0)
+    assert plan.fits() and not plan.fits(reserve=0.2)
+    runs._fit(plan)
+    assert {case.k for case in plan.cases()} == {"1", "2"} and plan.minimum_s() <= 800.0
+    assert "leaving less than 20% of it for the blocks that need more" in said[0]
+    chosen = BlockRuns(_session(given=frozenset({"ks"}), budget=1000.0), (None, 1), clock=FakeClock())
+    plan = _too_big(FakeClock(), ks=("1", "2", "4"), budget=1000.0)
+    chosen._fit(plan)
+    assert {case.k for case in plan.cases()} == {"1", "2", "4"} and not chosen.left_out
+    # two k (2880 s at 3 rounds) within 3000 s but not 2400: no fewer k to try, and every k fits, so both are kept
+    two = BlockRuns(_session(budget=3000.0), (None, 1), clock=FakeClock())
+    plan = _too_big(FakeClock(), ks=("8", "16"), budget=3000.0)
+    assert plan.fits() and not plan.fits(reserve=0.2)
+    two._fit(plan)
+    assert not two.left_out and {case.k for case in plan.cases()} == {"8", "16"}
 
 
 def test_a_worker_under_xdist_never_stops_the_run_on_its_own():

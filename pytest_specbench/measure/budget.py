@@ -150,9 +150,18 @@ class RunPlan:
         chosen = list(self.blocks.values()) if blocks is None else list(blocks)
         return max((self.min_rounds * self._round(cost) for cost in chosen), default=0.0)
 
-    def fits(self) -> bool:
-        """The blocks left fit at their minimum rounds, within the budget plus one block's minimum rounds."""
-        return self.budget_s is None or self.minimum_s() <= self.budget_s + self.overrun_allowed_s()
+    def fits(self, reserve: float = 0.0) -> bool:
+        """The blocks left fit at their minimum rounds: within the budget plus one block's minimum rounds, or, with
+        a ``reserve`` (a share of the budget), within the rest of the budget, that share left for the blocks that
+        need more than their minimum rounds."""
+        return self._fits(list(self.blocks.values()), reserve)
+
+    def _fits(self, blocks: list[BlockCost], reserve: float) -> bool:
+        if self.budget_s is None:
+            return True
+        if reserve > 0:
+            return self.minimum_s(blocks) <= (1 - reserve) * self.budget_s
+        return self.minimum_s(blocks) <= self.budget_s + self.overrun_allowed_s(blocks)
 
     def share_s(self, block: str) -> float | None:
         """Seconds of timed rounds for ``block``, its setup done, from what is left of the budget after the other
@@ -185,10 +194,10 @@ class RunPlan:
 
     # --- what would fit where the minimum does not
 
-    def fitting(self, keep: Callable[[CaseCost], bool]) -> bool:
-        """Would the blocks left, with only the cases ``keep`` accepts, fit at their minimum rounds."""
+    def fitting(self, keep: Callable[[CaseCost], bool], reserve: float = 0.0) -> bool:
+        """Would the blocks left, with only the cases ``keep`` accepts, fit at their minimum rounds (:meth:`fits`)."""
         kept = [cost for cost in (block.only(keep) for block in self.blocks.values()) if cost is not None]
-        return self.budget_s is None or self.minimum_s(kept) <= self.budget_s + self.overrun_allowed_s(kept)
+        return self._fits(kept, reserve)
 
     def cases(self) -> list[CaseCost]:
         return [case for block in self.blocks.values() for case in block.cases]

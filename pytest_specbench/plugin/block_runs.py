@@ -28,6 +28,9 @@ from ..models.base import NotApplicable
 from .session import SpecbenchSession
 
 #: the options that choose the matrix: where the user gave none of them, the run may leave k out to fit
+#: the share of the budget the default matrix keeps beyond its minimum rounds, for the blocks whose noise needs
+#: more (on the AVX2 cap a repetitive prompt's block needed 6 rounds where the others needed 2)
+DEFAULT_RESERVE = 0.2
 MATRIX_OPTIONS = frozenset({"ks", "dtypes", "pairs", "prompt_categories", "prompts_per_category", "batches"})
 
 
@@ -164,18 +167,24 @@ class BlockRuns:
         )
 
     def _fit(self, plan: RunPlan) -> None:
-        """Where the minimum rounds cannot fit: leave out the largest k where the user chose no matrix, saying
-        which; otherwise stop before timing, saying the minimum and which selections would fit."""
-        if plan.fits() or not self._controller:
+        """Where the user chose no matrix: leave out the largest k until the minimum rounds leave a reserve of the
+        budget (else until they fit), saying which. Where the minimum cannot fit a chosen matrix: stop before
+        timing, saying the minimum and which selections would fit."""
+        if not self._controller:
             return
         config = self._session.config
+        default = not (config.given & MATRIX_OPTIONS)
+        if plan.fits(DEFAULT_RESERVE if default else 0.0):
+            return
         ks = list(dict.fromkeys(case.k for case in plan.cases()))
         minimum = describe_duration(plan.minimum_s())[6:]
-        if not (config.given & MATRIX_OPTIONS):
+        for reserve in (DEFAULT_RESERVE, 0.0) if default else ():
+            if reserve == 0.0 and plan.fits():
+                return
             for count in range(len(ks) - 1, 1, -1):
                 kept = set(ks[:count])
-                if plan.fitting(lambda case: case.k in kept):
-                    self._leave_out(plan, kept, count, minimum)
+                if plan.fitting(lambda case: case.k in kept, reserve):
+                    self._leave_out(plan, kept, minimum, reserve)
                     return
         options = fitting_options(
             plan,
@@ -192,13 +201,17 @@ class BlockRuns:
             f"Would fit: {'; '.join(options)}; or --specbench-min-rounds lower, or --specbench-budget=none"
         )
 
-    def _leave_out(self, plan: RunPlan, kept: set[str], count: int, minimum: str) -> None:
+    def _leave_out(self, plan: RunPlan, kept: set[str], minimum: str, reserve: float) -> None:
         config = self._session.config
         dropped = [k for k in dict.fromkeys(case.k for case in plan.cases()) if k not in kept]
-        reason = (
-            f"left out to fit the run's budget (--specbench-budget, {describe_duration(config.run_budget or 0)[6:]}): "
-            f"every k needed at least {minimum}; name k with --specbench-k to choose"
+        budget = f"the run's budget (--specbench-budget, {describe_duration(config.run_budget or 0)[6:]})"
+        why = (
+            f"every k needed at least {minimum} of {budget} at the minimum rounds, leaving less than "
+            f"{reserve:.0%} of it for the blocks that need more"
+            if reserve
+            else f"every k needed at least {minimum}, more than {budget}"
         )
+        reason = f"left out of the default matrix: {why}; name k with --specbench-k to choose"
         for block in list(plan.blocks.values()):
             for case in block.cases:
                 if case.k not in kept:
@@ -209,8 +222,8 @@ class BlockRuns:
             else:
                 plan.blocks[block.block] = smaller
         self._say(
-            f"the minimum rounds of every k need {minimum}; timing k={','.join(sorted(kept, key=_k_order))} "
-            f"and leaving out k={','.join(dropped)} to fit the budget"
+            f"timing k={','.join(sorted(kept, key=_k_order))} and leaving out k={','.join(dropped)}: {why} "
+            f"(now at least {describe_duration(plan.minimum_s())[6:]})"
         )
 
 
