@@ -665,7 +665,8 @@ OPTIONS: tuple[Option, ...] = (
         "plain seconds; none (or off) for full rounds (default 15m). Before timing, the run estimates every "
         "block from a probe of its models and divides the budget over them; where their --specbench-min-rounds "
         "cannot fit, it stops before timing and names what would fit (a run that chose no k, dtype, pair or "
-        "prompt leaves out its largest k instead, until its minimum leaves a fifth of the budget). Loading and warm-up count against it; losslessness is always "
+        "prompt leaves out its largest k instead, until its minimum leaves a fifth of the budget). Loading and "
+        "warm-up count against it; losslessness is always "
         "checked",
         _duration,
         "15m",
