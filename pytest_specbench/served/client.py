@@ -1,0 +1,137 @@
+"""One streamed completion from an OpenAI-compatible server, on token ids, timed per token as it arrives."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+
+REQUEST_TIMEOUT_S = 600.0
+
+
+class ServedRequestError(RuntimeError):
+    """The server refused the request or broke the stream; the message names the server and what it said."""
+
+
+@dataclass
+class ServedRun:
+    """What one streamed request gave: the new token ids (from the API, never re-tokenised text), when each
+    arrived (seconds from the request), and each position's top-2 logprob margin where logprobs came back."""
+
+    token_ids: list[int]
+    arrivals_s: list[float]
+    wall_s: float
+    top2_margins: list[float | None] = field(default_factory=list)
+
+    @property
+    def ttft_s(self) -> float:
+        return self.arrivals_s[0] if self.arrivals_s else math.nan
+
+    @property
+    def decode_s(self) -> float:
+        """From the first token to the last: the decode, apart from prefill."""
+        return self.arrivals_s[-1] - self.arrivals_s[0] if len(self.arrivals_s) > 1 else 0.0
+
+    @property
+    def tpot_s(self) -> float:
+        """Time per output token after the first."""
+        return self.decode_s / (len(self.token_ids) - 1) if len(self.token_ids) > 1 else math.nan
+
+
+def stream_completion(
+    url: str,
+    model: str,
+    prompt_ids: list[int],
+    max_tokens: int,
+    *,
+    top_logprobs: int = 2,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> ServedRun:
+    """Greedy decoding of exactly ``max_tokens`` tokens (end-of-text ignored, as the native engine's fixed length)
+    after ``prompt_ids``, streamed; ``top_logprobs`` 0 asks for none."""
+    body = {
+        "model": model,
+        "prompt": prompt_ids,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "return_token_ids": True,
+    }
+    if top_logprobs:
+        body |= {"logprobs": top_logprobs, "return_tokens_as_token_ids": True}
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
+    start = time.perf_counter()
+    try:
+        connection.request(
+            "POST",
+            "/v1/completions",
+            json.dumps(body),
+            {"Content-Type": "application/json", "Accept": "text/event-stream"},
+        )
+        response = connection.getresponse()
+        if response.status != 200:
+            raise ServedRequestError(
+                f"{url}/v1/completions answered {response.status}: {response.read(2000).decode(errors='replace')}"
+            )
+        run = ServedRun([], [], 0.0)
+        for line in response:
+            text = line.decode("utf-8").strip()
+            if not text.startswith("data:"):
+                continue
+            payload = text[5:].strip()
+            if payload == "[DONE]":
+                break
+            _take_chunk(run, json.loads(payload), time.perf_counter() - start, url)
+        run.wall_s = time.perf_counter() - start
+    except (OSError, http.client.HTTPException, ValueError) as error:
+        raise ServedRequestError(f"the stream from {url} broke: {type(error).__name__}: {error}") from error
+    finally:
+        connection.close()
+    if len(run.token_ids) != max_tokens:
+        raise ServedRequestError(f"{url} returned {len(run.token_ids)} tokens where {max_tokens} were asked for")
+    return run
+
+
+def _take_chunk(run: ServedRun, chunk: dict, at_s: float, url: str) -> None:
+    if "error" in chunk:
+        raise ServedRequestError(f"{url} reported an error mid-stream: {chunk['error']}")
+    for choice in chunk.get("choices", []):
+        ids = choice.get("token_ids")
+        if ids is None:
+            raise ServedRequestError(f"{url} returned no token ids (a server without return_token_ids?)")
+        run.token_ids += ids
+        run.arrivals_s += [at_s] * len(ids)
+        tops = (choice.get("logprobs") or {}).get("top_logprobs") or [None] * len(ids)
+        run.top2_margins += [_margin(top) for top in tops]
+
+
+def _margin(top: dict[str, float] | None) -> float | None:
+    """The best logprob less the second: equal to the logits' top-2 margin (one normaliser)."""
+    if not top or len(top) < 2:
+        return None
+    best, second = sorted(top.values(), reverse=True)[:2]
+    return best - second
+
+
+def served_models(url: str, timeout_s: float = 30.0) -> list[str]:
+    """The model names an OpenAI-compatible server lists at /v1/models."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=timeout_s) as response:
+            listing = json.loads(response.read().decode("utf-8"))
+    except (OSError, ValueError) as error:
+        raise ServedRequestError(f"{url}/v1/models could not be read: {type(error).__name__}: {error}") from error
+    return [entry["id"] for entry in listing.get("data", [])]
+
+
+def check_serves(url: str, model: str) -> None:
+    """:class:`ServedRequestError` unless ``url`` serves ``model``: an endpoint is checked before it is measured."""
+    names = served_models(url)
+    if model not in names:
+        raise ServedRequestError(f"{url} serves {', '.join(names) or 'no model'}, not {model}")
