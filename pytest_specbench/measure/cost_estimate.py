@@ -82,6 +82,7 @@ class CostEstimator:
         self._targets: dict[tuple, TargetCosts] = {}
         self._draft_ratios: dict[tuple, float] = {}
         self._first_use: set[tuple] = set()
+        self._turn_lengths: dict[tuple, list[int]] = {}  # a block's cases share a prompt: tokenised once
 
     def _target(self, case: Case) -> tuple[TargetCosts, object]:
         store = self._context.store
@@ -97,12 +98,19 @@ class CostEstimator:
             self._targets[key] = TargetCosts(prefill, step)
         return self._targets[key], loaded
 
-    def _draft_ratio(self, case: Case, step_s: float, input_ids) -> float:
+    def _lengths(self, case: Case, tokenizer) -> list[int]:
+        key = (id(tokenizer), case.key("prompt_id"))
+        if key not in self._turn_lengths:
+            self._turn_lengths[key] = _turn_lengths(case, self._context, tokenizer)
+        return self._turn_lengths[key]
+
+    def _draft_ratio(self, case: Case, step_s: float, tokenizer) -> float:
         store = self._context.store
         key = (case.pair.name, store.dtype_for(case))
         if key not in self._draft_ratios:
             drafter = store.drafter(case.pair, store.dtype_for(case))
-            self._draft_ratios[key] = draft_token_cost(drafter, input_ids, repeats=2) / step_s
+            ids = prompt_input_ids(tokenizer, case.prompt, self._context.all_prompts, None, store.device)
+            self._draft_ratios[key] = draft_token_cost(drafter, ids, repeats=2) / step_s
         return self._draft_ratios[key]
 
     def steps_s(self) -> dict[str, float]:
@@ -117,14 +125,11 @@ class CostEstimator:
         """The case's round and setup; raises what would stop it (a missing model, a case it cannot run)."""
         config = self._context.config
         costs, loaded = self._target(case)
-        lengths = _turn_lengths(case, self._context, loaded.tokenizer)
+        lengths = self._lengths(case, loaded.tokenizer)
         new_tokens = config.max_new_tokens
         prefill_s = sum(length * costs.prefill_token_s for length in lengths) * case.batch
         decode_s = len(lengths) * new_tokens * costs.step_s * case.batch
-        ids = prompt_input_ids(
-            loaded.tokenizer, case.prompt, self._context.all_prompts, None, self._context.store.device
-        )
-        share = _speculative_share(case, self._draft_ratio(case, costs.step_s, ids), new_tokens)
+        share = _speculative_share(case, self._draft_ratio(case, costs.step_s, loaded.tokenizer), new_tokens)
         baseline_s = prefill_s + decode_s
         round_s = ROUND_OVERHEAD * (baseline_s + prefill_s + decode_s * share)
         setup_s = 0.0
@@ -140,7 +145,7 @@ class CostEstimator:
     def reference_s(self, case: Case) -> float:
         """The target's reference decode of the case's prompt (generate() with transformers' kernels)."""
         costs, loaded = self._target(case)
-        lengths = _turn_lengths(case, self._context, loaded.tokenizer)
+        lengths = self._lengths(case, loaded.tokenizer)
         tokens = len(lengths) * self._context.config.max_new_tokens
         return case.batch * (sum(lengths) * costs.prefill_token_s + REFERENCE_FACTOR * tokens * costs.step_s)
 
