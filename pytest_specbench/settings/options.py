@@ -664,8 +664,8 @@ OPTIONS: tuple[Option, ...] = (
         "the whole run's timing budget (a block: the cases sharing a target and a prompt): 15m, 900s, 1h or "
         "plain seconds; none (or off) for full rounds (default 15m). Before timing, the run estimates every "
         "block from a probe of its models and divides the budget over them; where their --specbench-min-rounds "
-        "cannot fit, it stops before timing and names what would fit (a run that chose no k, dtype, pair or "
-        "prompt leaves out its largest k instead, until its minimum leaves a fifth of the budget). Loading and "
+        "cannot fit, it stops before timing and names what would fit. A run that chose no k, dtype, pair or prompt "
+        "instead leaves out its largest k until its minimum rounds leave a fifth of the budget. Loading and "
         "warm-up count against it; losslessness is always "
         "checked",
         _duration,
