@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_specbench"
-LOWER_LAYERS = ("testing", "engine", "models")
+LOWER_LAYERS = ("testing", "engine", "models", "served")
 # Bottom to top; a module may import its own layer and those before it. plugin, tools and cli are the front
 # ends (pytest's hooks, the tools a user runs, ``python -m pytest_specbench``) and import nothing of each other,
 # but cli registers the tools' subcommands. testing (tiny models for the tests, the tools and the benchmark
-# scripts) is at the bottom: it imports no other package module.
-LAYERS = ("testing", "engine", "models", "settings", "results", "measure", "report", "plugin", "tools", "cli")
+# scripts) is at the bottom: it imports no other package module. served (a serving engine over HTTP) stands beside
+# the engine and the models, for measure to use.
+LAYERS = ("testing", "engine", "models", "served", "settings", "results", "measure", "report", "plugin", "tools", "cli")
 FRONT_ENDS = {"plugin", "tools", "cli"}
 #: (importer, imported) across the front ends
 FRONT_END_IMPORTS = {("cli", "tools")}
