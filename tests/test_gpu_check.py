@@ -92,13 +92,14 @@ def test_a_planted_failure_exits_non_zero_naming_the_check(tmp_path):
     assert "FAILED: `timing_sync_clock`" in (out / "summary.md").read_text(encoding="utf-8")
 
 
-def test_an_unknown_check_name_is_refused(tmp_path):
-    result = subprocess.run(
-        [*COMMAND, "--out", str(tmp_path), "--device", "cpu", "--only", "no_such_check"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+def _refused(out: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*COMMAND, "--out", str(out), "--device", "cpu", *args], capture_output=True, text=True, timeout=60
     )
+
+
+def test_an_unknown_check_name_is_refused(tmp_path):
+    result = _refused(tmp_path, "--only", "no_such_check")
     assert result.returncode == 2 and "unknown check name" in result.stderr
 
 
@@ -117,10 +118,5 @@ def test_without_gemma_the_cuda_form_benchmarks_the_tiny_pairs_at_its_own_size()
 
 
 def test_with_and_without_gemma_together_are_refused(tmp_path):
-    result = subprocess.run(
-        [*COMMAND, "--out", str(tmp_path), "--device", "cpu", "--with-gemma", "--without-gemma"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = _refused(tmp_path, "--with-gemma", "--without-gemma")
     assert result.returncode == 2 and "--with-gemma and --without-gemma" in result.stderr
