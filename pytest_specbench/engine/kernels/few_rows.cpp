@@ -70,7 +70,9 @@ inline float lane_sum(lanes v) {
 }
 
 // Outputs [n0, n1) of all M rows (x in float32), NB weight rows at a time. Each step takes a whole cache
-// line of every weight row (U vectors: two for bfloat16), with one prefetch per line.
+// line of every weight row (U vectors: two for bfloat16), with one prefetch per line, and fetches the same
+// line of the weight rows about 4*NB*K bytes on into the level-2 cache: the next block's rows start where
+// a row's own prefetch does not reach, and at many rows the arithmetic leaves the stream idle there.
 template <int M, int NB, typename W>
 void weight_rows(const float* x, int64_t K, const W* w, int64_t n0, int64_t n1, float* y, int64_t N) {
   constexpr int64_t ahead = kPrefetchBytes / sizeof(W);
@@ -82,7 +84,10 @@ void weight_rows(const float* x, int64_t K, const W* w, int64_t n0, int64_t n1, 
     for (int r = 0; r < M; ++r)
       for (int j = 0; j < NB; ++j) acc[r][j] = lanes{};
     for (int64_t k = 0; k < whole; k += step) {
-      for (int j = 0; j < NB; ++j) __builtin_prefetch(w + (n + j) * K + k + ahead, 0, 3);
+      for (int j = 0; j < NB; ++j) {
+        __builtin_prefetch(w + (n + j) * K + k + ahead, 0, 3);
+        __builtin_prefetch(w + (n + U * NB + j) * K + k, 0, 2);
+      }
       for (int u = 0; u < U; ++u) {
         lanes wv[NB];
         for (int j = 0; j < NB; ++j) wv[j] = load(w + (n + j) * K + k + u * kLanes);
@@ -125,6 +130,7 @@ void weight_rows(const uint16_t* x, int64_t K, const uint16_t* w, int64_t n0, in
       for (int j = 0; j < NB; ++j) {
         wv[j] = (__m512bh)_mm512_loadu_si512(w + (n + j) * K + k);
         __builtin_prefetch(w + (n + j) * K + k + ahead, 0, 3);
+        __builtin_prefetch(w + (n + 2 * NB + j) * K + k, 0, 2);
       }
       for (int r = 0; r < M; ++r) {
         const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * K + k);
