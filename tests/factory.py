@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -113,6 +114,40 @@ def write_tiny_pair(
         encoding="utf-8",
     )
     return pairs_file
+
+
+#: the vLLM lane's interpreter: ``SPECBENCH_VLLM_PYTHON``, else the environment scripts/make-vllm-env.sh makes
+VLLM_PYTHON = Path(
+    os.environ.get("SPECBENCH_VLLM_PYTHON", Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python")
+)
+#: the marks of a vLLM lane module: slow, and skipped with the reason where no vLLM environment exists
+VLLM_LANE = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not VLLM_PYTHON.is_file(),
+        reason=f"no vLLM environment at {VLLM_PYTHON}: scripts/make-vllm-env.sh cpu makes one (docs/served.md)",
+    ),
+]
+
+
+def served_llama(directory: Path, seed: int | None = None) -> Path:
+    """A tiny byte-level Llama saved to ``directory``, in a shape vLLM's CPU build serves (head size 64)."""
+    model = tiny_model(
+        "llama",
+        seed=seed,
+        hidden_size=128,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        intermediate_size=256,
+        vocab_size=257,
+        pad_token_id=256,
+        bos_token_id=256,
+        eos_token_id=256,
+        max_position_embeddings=4096,
+    )
+    model.generation_config.pad_token_id = 256
+    return save_checkpoint(model, byte_tokenizer(), directory)
 
 
 def hub_snapshot(hub: Path, repo_id: str, commit: str = "0" * 40) -> Path:

@@ -124,6 +124,7 @@ DIFFERING = {
     "sampling-check-draws": ("20000", "1000"),
     "k": ("1,4", "1,2"),
     "batch": ("1", "1,4"),
+    "vllm-args": ("", "--tensor-parallel-size 2"),
 }
 
 

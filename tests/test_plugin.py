@@ -26,7 +26,8 @@ import pytest
         ("--specbench-prompts=nope", "nope"),
         ("--specbench-prompt-file=missing.jsonl", "no such file"),
         ("--specbench-tie-tolerance=-1", "accepted: a number >= 0"),
-        ("--specbench-engine=vllm", "unknown engine 'vllm'; accepted: native, hf"),
+        ("--specbench-engine=sglang", "unknown engine 'sglang'; accepted: native, hf, vllm"),
+        ("--specbench-vllm-python=no/such/python", "no/such/python is not an executable file"),
         ("--specbench-kernels=fast", "unknown kernel setting 'fast'; accepted: auto, rows, column, linear"),
         # the option's earlier name still parses, and its errors name it
         ("--specbench-head-kernel=fast", "--specbench-head-kernel='fast': unknown kernel setting 'fast'"),

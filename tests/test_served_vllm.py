@@ -12,43 +12,23 @@ from pathlib import Path
 
 import pytest
 import torch
+from factory import VLLM_LANE, VLLM_PYTHON, served_llama
 
 pytest.importorskip("prometheus_client")
 
 from pytest_specbench.served.client import ServedRequestError, check_serves, stream_completion  # noqa: E402
 from pytest_specbench.served.metrics import read_spec_counters  # noqa: E402
 from pytest_specbench.served.vllm_server import ServerDied, ServerSpec, VllmServer  # noqa: E402
-from pytest_specbench.testing.tiny_models import byte_tokenizer, save_checkpoint, tiny_model  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = Path(os.environ.get("SPECBENCH_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not VLLM_PYTHON.is_file(),
-        reason=f"no vLLM environment at {VLLM_PYTHON}: scripts/make-vllm-env.sh cpu makes one (docs/served.md)",
-    ),
-]
+pytestmark = VLLM_LANE
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 2}
 PROMPT = list(b"def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\ndef add(")
 NEW = 32
-BYTE_IDS = dict(vocab_size=257, pad_token_id=256, bos_token_id=256, eos_token_id=256, max_position_embeddings=4096)
 
 
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory) -> Path:
-    # head_dim 64: vLLM's CPU attention takes a few head sizes only
-    model = tiny_model(
-        "llama",
-        hidden_size=128,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=64,
-        intermediate_size=256,
-        **BYTE_IDS,
-    )
-    model.generation_config.pad_token_id = 256
-    return save_checkpoint(model, byte_tokenizer(), tmp_path_factory.mktemp("served") / "llama")
+    return served_llama(tmp_path_factory.mktemp("served") / "llama")
 
 
 def _spec(folder: Path, speculative: dict | None = None) -> ServerSpec:

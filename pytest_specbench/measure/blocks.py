@@ -54,6 +54,8 @@ class TimedCase:
     paired_baselines: list[GenerationResult] = field(default_factory=list)
     eliminated_by: int | str | None = None
     stop: str | None = None  # None while it is still timed
+    # Its own baseline, where the block's cases do not share one (a served engine's block holds several prompts).
+    baseline: Callable[[], GenerationResult] | None = None
 
 
 class RoundStrategy(ABC):
@@ -94,6 +96,22 @@ class WholeBaselineRounds(RoundStrategy):
 
 
 @dataclass
+class OwnBaselineRounds(RoundStrategy):
+    """Each case's run right after a baseline run of its own input: the block's cases decode different prompts (a
+    served engine's block), so no baseline serves them all."""
+
+    def run_round(self, block: BlockTiming, index: int, order: list[TimedCase]) -> None:
+        baselines = []
+        for timed in order:
+            baseline = timed.baseline()
+            baselines.append(baseline)
+            timed.runs.append(timed.run())
+            timed.rounds.append(index)
+            timed.paired_baselines.append(baseline)
+        block.baselines[index] = baselines
+
+
+@dataclass
 class BaselineOnceRounds(RoundStrategy):
     """``--specbench-baseline-once``: one baseline per round in the first rounds, every run compared with them all
     (unpaired)."""
@@ -116,12 +134,15 @@ class BaselineOnceRounds(RoundStrategy):
 
 def round_strategy(
     pairing: Pairing,
-    run_baseline: Callable[[], GenerationResult],
+    run_baseline: Callable[[], GenerationResult] | None,
     config: SpecbenchConfig,
     new_interleaved: Callable[[], InterleavedBaseline] | None = None,
 ) -> RoundStrategy:
     """The strategy of ``pairing``'s kind; an interleaved one takes ``new_interleaved``, a fresh interleaved
-    baseline per call."""
+    baseline per call. ``run_baseline`` None: each case has its own (:class:`OwnBaselineRounds`), whatever was
+    asked."""
+    if run_baseline is None:
+        return OwnBaselineRounds()
     if pairing.interleaved:
         if new_interleaved is None:
             raise ValueError("an interleaved pairing needs new_interleaved, a fresh interleaved baseline per call")
@@ -167,7 +188,7 @@ def _rotated(items: list, shift: int) -> list:
 
 def time_block(
     cases: Sequence[TimedCase],
-    run_baseline: Callable[[], GenerationResult],
+    run_baseline: Callable[[], GenerationResult] | None,
     config: SpecbenchConfig,
     budget_s: float | None,
     budget_reason: str = BLOCK_BUDGET,
@@ -178,7 +199,8 @@ def time_block(
     """Time the block's rounds; ``budget_s`` is its share of the run's budget (None: no limit).
 
     ``after_round(round index, seconds it took)`` is called after each round (the run's estimate uses the first).
-    ``pairing`` says how the baseline is timed (:func:`round_strategy`).
+    ``pairing`` says how the baseline is timed (:func:`round_strategy`); ``run_baseline`` None: each case's own
+    (:attr:`TimedCase.baseline`).
     """
     block = BlockTiming(list(cases), round_strategy(pairing, run_baseline, config, new_interleaved))
     start = time.perf_counter()

@@ -4,8 +4,9 @@ compares before it replays a logged row.
 Computed from the pair, the prompts and the config alone, so a resumed run checks every logged case before any
 model loads. Each part is the short sha256 of what it covers: ``target`` and ``draft`` (the model, by
 :func:`..models.loading.source_identity`; ``draft`` only for a draft model), ``drafter`` (its kind and settings),
-``prompt`` (the case's text, a batch's other rows, the ``--specbench-context-tokens`` padding) and ``case`` (the
-settings its id may not show: engine, k, batch size, dtype). The run's result-changing options are compared as a
+``prompt`` (the case's text, a batch's other rows, the ``--specbench-context-tokens`` padding), ``case`` (the
+settings its id may not show: engine, k, batch size, dtype) and, on a served engine, ``server`` (its version and
+arguments). The run's result-changing options are compared as a
 whole before this (:func:`..results.log.settings_differences`). See docs/measuring.md, "Resume replays only what
 it can vouch for".
 """
@@ -20,6 +21,7 @@ from typing import Any
 from ..results.schema import CaseResult
 from ..settings.axes import fingerprint_values
 from ..settings.config import SpecbenchConfig
+from ..settings.options import SERVED_ENGINES
 from .drafter_kinds import kind_of
 from .matrix import Case
 from .prompts import Prompt, filler_text
@@ -31,6 +33,7 @@ PART_NAMES = {
     "drafter": "drafter settings",
     "prompt": "prompt text",
     "case": "case settings (engine, k, batch, dtype)",
+    "server": "server (vLLM's version and arguments)",
 }
 #: what a logged row without a fingerprint (a log of an older version) is run again for
 NOT_RECORDED = "inputs not recorded"
@@ -59,6 +62,10 @@ def case_inputs(case: Case, config: SpecbenchConfig, prompts: Sequence[Prompt]) 
     parts["drafter"] = kind.fingerprint(pair)
     parts["prompt"] = texts
     parts["case"] = fingerprint_values(case.axis_values())
+    if case.engine in SERVED_ENGINES and config.vllm_python is not None:
+        from ..served.vllm_server import installed_version
+
+        parts["server"] = {"vllm": installed_version(config.vllm_python), "args": list(config.vllm_args)}
     return {name: _digest(value) for name, value in parts.items()}
 
 

@@ -66,6 +66,9 @@ class CaseRun(ABC):
     :meth:`judge` judge the last run."""
 
     setup: PreparedCase
+    #: the cases of its block decode one input, so one baseline serves them all; False where a block holds several
+    #: inputs (a served engine's), and each case's runs pair with its own :meth:`baseline`
+    shares_block_baseline: bool = True
 
     def __init__(self, case: Case, context: MeasureContext) -> None:
         self.case, self.context = case, context
@@ -147,13 +150,17 @@ class CaseRun(ABC):
         """Pay first-call costs untimed, once per (pair, dtype, engine, batch) in the run; after that first warm-up,
         let the case re-time its costs (``new_interleaved``: interleave those pairs, where it can)."""
         self.start_runs()
-        case, warmup = self.case, self.context.config.warmup
+        warmup = self.context.config.warmup
         warmed = self.context.shared.warm_up(
-            case.key("pair", "dtype", "engine", "batch"),
+            self.warm_up_key(),
             lambda: [(baseline(), self.run()) for _ in range(warmup)],
         )
         if warmed:
             self.calibrate(baseline, new_interleaved)
+
+    def warm_up_key(self) -> tuple:
+        """What one warm-up serves: every case of its (pair, dtype, engine, batch), which run on the same models."""
+        return self.case.key("pair", "dtype", "engine", "batch")
 
     def sizes(self) -> dict[str, int]:
         """The pair's parameter counts, shared by its cases."""

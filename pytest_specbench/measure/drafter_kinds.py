@@ -116,6 +116,8 @@ def _prompt_lookup(pair: PairSpec, target: LoadedModel, draft: LoadedModel | Non
 
 
 _ASSISTANT = PeerMethod("assisted generation (assistant_model)")
+#: vLLM's speculative methods by the names its ``speculative_config`` takes (measure/served_case.py maps them)
+VLLM_DRAFT_MODEL, VLLM_NGRAM = "draft_model", "ngram"
 
 KINDS: dict[str, DrafterKind] = {
     kind.name: kind
@@ -127,7 +129,7 @@ KINDS: dict[str, DrafterKind] = {
             lambda pair: pair.draft or "",
             draft_model=True,
             other_tokenizer=True,
-            peers={"hf": _ASSISTANT},
+            peers={"hf": _ASSISTANT, "vllm": PeerMethod(VLLM_DRAFT_MODEL, integer_k_only=True)},
         ),
         DrafterKind(
             "truncated",
@@ -153,7 +155,10 @@ KINDS: dict[str, DrafterKind] = {
                 Setting("ngram_size", f"longest n-gram matched (default {DEFAULT_NGRAM_SIZE})"),
                 Setting("max_proposal", "tokens proposed at most per step (default: k)"),
             ),
-            peers={"hf": PeerMethod("prompt lookup", integer_k_only=True)},
+            peers={
+                "hf": PeerMethod("prompt lookup", integer_k_only=True),
+                "vllm": PeerMethod(VLLM_NGRAM, integer_k_only=True),
+            },
         ),
     )
 }

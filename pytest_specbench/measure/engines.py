@@ -1,6 +1,7 @@
 """The decoding engines a case can run on, behind one registry: what each needs, and one speculative run.
 
-``native`` is this package's loop (engine/decoding.py); ``hf`` is transformers' assisted generation.
+``native`` is this package's loop (engine/decoding.py); ``hf`` is transformers' assisted generation; ``vllm`` is a
+vLLM server (a served engine: its cases run as :class:`.served_case.ServedSequenceRun`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from ..engine.schedules import CostModelSchedule, DraftSchedule, HeuristicSchedu
 from ..engine.stats import GenerationResult
 from ..engine.verify_forms import KernelForms
 from ..settings.config import SpecbenchConfig
-from ..settings.options import ENGINE_NAMES
+from ..settings.options import ENGINE_NAMES, SERVED_ENGINES
 from .costs import CostProfile
 from .drafter_kinds import kind_of, kind_refusal, peer_method
 from .matrix import Case
-from .pairing import HF_WHOLE_RUNS
+from .pairing import HF_WHOLE_RUNS, SERVED_WHOLE_RUNS
 
 SpeculativeRun = Callable[..., GenerationResult]
 
@@ -122,12 +123,29 @@ def _hf_pair_refusal(case: Case, drafter: Drafter | None, target: PreTrainedMode
     return None
 
 
+#: why the vllm engine skips a case of batch > 1
+VLLM_BATCH_REFUSAL = (
+    "the vllm engine runs one request at a time here: a served batch (concurrent requests) is not measured yet"
+)
+
+
+def _vllm_pair_refusal(case: Case, drafter: Drafter | None, target: PreTrainedModel | None) -> str | None:
+    """What the vllm engine cannot run beyond its kind's method: a setting its method has no counterpart for, and a
+    conversation (one request per turn is not measured yet)."""
+    if "max_proposal" in case.pair.options:
+        return f"pair {case.pair.name}: vLLM's ngram proposes k tokens and has no counterpart of max_proposal"
+    if case.prompt.later_turns:
+        return f"prompt {case.prompt.id}: a conversation of several turns is not measured on the vllm engine yet"
+    return None
+
+
 @dataclass(frozen=True)
 class Engine:
     """A decoding engine: how it runs a case, and what it cannot run, declared."""
 
     name: str
-    runner: Callable[[Case, RunInputs], SpeculativeRun]
+    # One speculative run of a case; None for a served engine, whose case runs request its server.
+    runner: Callable[[Case, RunInputs], SpeculativeRun] | None
     # Why it cannot run a batch > 1 (the case is skipped with the reason), or None where it can.
     batch_refusal: str | None = None
     # It is a peer engine: it runs a drafter kind by its own method for that kind (measure/drafter_kinds.py).
@@ -142,6 +160,13 @@ class Engine:
     # Whether its runs keep the model's own forward (transformers' generate), so its baseline must too: a
     # speedup compares equal kernels.
     own_kernels: bool = False
+    # Why it runs greedy decoding only (its cases are skipped under sampling), or None where it samples too.
+    greedy_only: str | None = None
+
+    @property
+    def served(self) -> bool:
+        """It runs on a server (settings/options.py SERVED_ENGINES): its case runs request it."""
+        return self.name in SERVED_ENGINES
 
     def refusal(
         self,
@@ -157,6 +182,8 @@ class Engine:
             return why
         if case.batched and self.batch_refusal:
             return self.batch_refusal
+        if temperature > 0 and self.greedy_only:
+            return self.greedy_only
         if self.peer:
             method = peer_method(case.pair, self.name)
             if isinstance(method, str):
@@ -188,6 +215,19 @@ ENGINES: dict[str, Engine] = {
             whole_runs=HF_WHOLE_RUNS,
             own_kernels=True,
         ),
+        Engine(
+            "vllm",
+            None,
+            batch_refusal=VLLM_BATCH_REFUSAL,
+            peer=True,
+            pair_refusal=_vllm_pair_refusal,
+            whole_runs=SERVED_WHOLE_RUNS,
+            own_kernels=True,
+            greedy_only=(
+                "the vllm engine runs greedy decoding only here: its sampled tokens are not checked against the "
+                "target's distribution yet (--specbench-temperature=0)"
+            ),
+        ),
     )
 }
 if tuple(ENGINES) != ENGINE_NAMES:  # an accepted name with no engine would fail only when a case ran on it
@@ -198,4 +238,7 @@ if tuple(ENGINES) != ENGINE_NAMES:  # an accepted name with no engine would fail
 
 def speculative_runner(case: Case, run: RunInputs) -> SpeculativeRun:
     """One speculative run of the case, by its engine; under sampling each run draws on ``run.generator``."""
-    return ENGINES[case.engine].runner(case, run)
+    runner = ENGINES[case.engine].runner
+    if runner is None:
+        raise ValueError(f"the {case.engine} engine is served: its cases run through measure/served_case.py")
+    return runner(case, run)

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..settings import axes
 from ..settings.axes import DTYPE_ID_SUFFIXES
+from ..settings.options import SERVED_ENGINES
 from .pairs import PairSpec
 from .prompts import Prompt, case_label
 
@@ -67,9 +68,13 @@ class Case:
         above 1 has a baseline of its own (the target's batched decoding), hence a block of its own (``/b{B}``);
         so has a dtype (``/bfloat16``): each case's speedup is against the target's baseline in its own dtype; and
         an engine other than native (``/hf``): its baseline runs the model's own kernels, as its runs do, so that a
-        speedup compares equal kernels (measure/engines.py ``Engine.baseline_kernels``)."""
+        speedup compares equal kernels (measure/engines.py ``Engine.baseline_kernels``). A served engine's block is
+        one (target, dtype, pair, k) over its prompts instead: its server fixes the speculative config when it
+        starts (measure/served_case.py), and each case pairs with its own prompt's baseline."""
         dtype = "" if self.dtype == "float32" else f"/{self.dtype}"
         engine = "" if self.engine == "native" else f"/{self.engine}"
+        if self.engine in SERVED_ENGINES:  # one server per speculative config: its prompts share a block
+            return f"{target_of(self.pair)}{dtype}:{self.pair.name}/k{self.k}" + engine
         return f"{target_of(self.pair)}{dtype}:{self.prompt.id}" + (f"/b{self.batch}" if self.batched else "") + engine
 
 
@@ -122,12 +127,23 @@ def build_matrix(
     order = {prompt.id: position for position, prompt in enumerate(prompts)}
     batch_order = {batch: position for position, batch in enumerate(batches)}
     dtype_order = {dtype: position for position, dtype in enumerate(dict.fromkeys([*dtypes, *DTYPE_ID_SUFFIXES]))}
+    pair_order = {pair.name: position for position, pair in enumerate(pairs)}
+    k_order = {k: position for position, k in enumerate(ks)}
+
+    def served_block(case: Case) -> tuple:
+        """After the target's other cases, a served engine's cases one block after another (Case.block): a
+        signal between two of them then finds every case of a finished block run."""
+        if case.engine not in SERVED_ENGINES:
+            return (False,)
+        return (True, pair_order[case.pair.name], k_order[case.k], case.engine)
+
     # sorted() is stable: within a block, pairs, k and engines keep the order above.
     return sorted(
         cases,
         key=lambda case: (
             targets[target_of(case.pair)],
             dtype_order[case.dtype],
+            served_block(case),
             order[case.prompt.id],
             batch_order[case.batch],
         ),

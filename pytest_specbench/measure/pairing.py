@@ -21,6 +21,9 @@ PAIRING_KINDS = (INTERLEAVED, ROUNDS, BASELINE_ONCE)
 
 #: why a block does not interleave, one reason per cause
 HF_WHOLE_RUNS = "the hf engine: transformers' generate runs whole, with no place for a baseline between its steps"
+SERVED_WHOLE_RUNS = (
+    "a served engine: a request runs whole on its server, with no place for a baseline between its steps"
+)
 BATCHED_RUNS = "batch > 1: the batched engine has no hook between its steps"
 COMPILED_STEPS = (
     "--specbench-compile: a compiled baseline step between the run's steps changed the run's output "

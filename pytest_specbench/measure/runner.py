@@ -15,11 +15,13 @@ from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase
 from .batches import BatchRun
 from .blocks import BLOCK_BUDGET, MAX_ROUNDS, BlockTiming, TimedCase, time_block
 from .case_run import BaselineRun, CaseRun, MeasureContext, NewInterleaved
+from .engines import ENGINES
 from .matrix import Case
 from .memory import peak_memory_mb, reset_peak_memory
 from .pairing import Pairing, choose_pairing
 from .row import BlockRecord, Measurement
 from .sequence import SequenceRun
+from .served_case import ServedSequenceRun
 from .turns import TurnsRun
 
 
@@ -41,7 +43,10 @@ class BlockPlan:
 
 
 def case_run_for(case: Case, context: MeasureContext) -> CaseRun:
-    """The case as its kind measures it: a batch, a conversation of several turns, or a single sequence."""
+    """The case as its kind measures it: on a server, a batch, a conversation of several turns, or a single
+    sequence."""
+    if ENGINES[case.engine].served:
+        return ServedSequenceRun(case, context)
     if case.batched:
         return BatchRun(case, context)
     return TurnsRun(case, context) if case.prompt.later_turns else SequenceRun(case, context)
@@ -94,15 +99,17 @@ def _measurement(
     )
 
 
-def _warmed_up(ready: list[CaseRun], pairing: Pairing) -> tuple[BaselineRun, NewInterleaved | None]:
-    """The block's baseline (the first case's: a block holds one batch size, so its cases share it) and, where a
-    case interleaves, its fresh interleaved baselines; every case warmed up and its timed runs started on its
-    latest costs."""
-    baseline = ready[0].baseline()
+def _warmed_up(ready: list[CaseRun], pairing: Pairing) -> tuple[BaselineRun | None, NewInterleaved | None]:
+    """The block's baseline (the first case's: a block holds one batch size, so its cases share it; None where they
+    do not share an input, and each case has its own) and, where a case interleaves, its fresh interleaved
+    baselines; every case warmed up and its timed runs started on its latest costs."""
+    shared = all(case_run.shares_block_baseline for case_run in ready)
+    baseline = ready[0].baseline() if shared else None
     interleaving = any(pairing.interleaves(case_run.interleave_refusal) for case_run in ready)
     new_interleaved = ready[0].interleaved_baseline() if interleaving else None
     for case_run in ready:
-        case_run.warm_up(baseline, new_interleaved if pairing.interleaves(case_run.interleave_refusal) else None)
+        interleaved = new_interleaved if pairing.interleaves(case_run.interleave_refusal) else None
+        case_run.warm_up(baseline or case_run.baseline(), interleaved)
     for case_run in ready:
         case_run.refresh_costs()  # a calibration may have replaced the costs this case was prepared with
         case_run.start_runs()
@@ -122,7 +129,10 @@ def measure_block(
         return outcome
     pairing = choose_pairing(context.config, [case_run.interleave_refusal for case_run in ready])
     baseline, new_interleaved = _warmed_up(ready, pairing)
-    timed = [TimedCase(case_run.case, case_run.run) for case_run in ready]
+    timed = [
+        TimedCase(case_run.case, case_run.run, baseline=None if baseline is not None else case_run.baseline())
+        for case_run in ready
+    ]
     share = plan.share()
     reset_peak_memory(context.store.device)
     block = time_block(

@@ -11,6 +11,7 @@ import torch
 from ..engine.drafters import Drafter
 from ..engine.verify_forms import KernelForms
 from ..models.loading import LoadedModel, load_model
+from ..served.pool import ServerPool
 from .drafter_kinds import kind_of
 from .matrix import Case
 from .pairs import PairSpec
@@ -35,6 +36,21 @@ class ModelStore:
         self._overlaps: dict[str, float] = {}  # by pair name
         self._references: dict[tuple, list[int]] = {}
         self._kernel_forms: dict[tuple[int, str], KernelForms] = {}  # by (id of a loaded model, kernel setting)
+        self._servers: ServerPool | None = None
+
+    def servers(self) -> ServerPool:
+        """The served engines' servers, started on first use and kept for the session (:meth:`close` stops them);
+        their logs go to a folder of their own under the system's temporary folder."""
+        if self._servers is None:
+            import tempfile
+
+            self._servers = ServerPool(Path(tempfile.mkdtemp(prefix="specbench-servers-")))
+        return self._servers
+
+    def close(self) -> None:
+        """Stop the servers this store started."""
+        if self._servers is not None:
+            self._servers.stop_all()
 
     def dtype_for(self, case: Case) -> str:
         """The dtype a case's models run in: its pair's own, else the case's."""

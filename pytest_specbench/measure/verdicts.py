@@ -4,7 +4,7 @@ sampling the engine's accept/resample rule checked on the case's own distributio
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -71,7 +71,28 @@ def diagnose(
     half_precision: bool,
     tie_tolerance: float,
 ) -> dict[str, Any]:
-    """Verdict and, on divergence, what a reader needs to see why.
+    """Verdict and, on divergence, what a reader needs to see why; the margin at a divergence from the target's
+    logits (:func:`top2_margin`)."""
+    return divergence_verdict(
+        tokens,
+        reference,
+        lambda position: top2_margin(model, input_ids, reference, position),
+        tokenizer,
+        half_precision,
+        tie_tolerance,
+    )
+
+
+def divergence_verdict(
+    tokens: Sequence[int],
+    reference: Sequence[int],
+    margin_at: Callable[[int], tuple[float | None, float | None]],
+    tokenizer,
+    half_precision: bool,
+    tie_tolerance: float,
+) -> dict[str, Any]:
+    """Verdict and, on divergence, what a reader needs to see why. ``margin_at(position)``: the target's top-2
+    margin there and one step of its logits' dtype (None where unknown).
 
     Under half precision a divergence is a tie where the margin is below the tolerance or at most one step of
     the logits' dtype: two neighbouring values, which any other order of the same sums can swap."""
@@ -81,8 +102,8 @@ def diagnose(
     got = tokens[position] if position < len(tokens) else None
     want = reference[position] if position < len(reference) else None
     # No margin when the output ran longer than the reference: there is no target choice to weigh.
-    margin, step = top2_margin(model, input_ids, reference, position) if want is not None else (None, None)
-    tie = half_precision and margin is not None and (margin < tie_tolerance or margin <= step)
+    margin, step = margin_at(position) if want is not None else (None, None)
+    tie = half_precision and margin is not None and (margin < tie_tolerance or (step is not None and margin <= step))
     decode = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else (lambda ids: str(list(ids)))
     return {
         "verdict": "tie-divergence" if tie else "diverged",

@@ -31,9 +31,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from .base import DTYPE_NAMES, ModelUnavailable
 from .embedded import EMBEDDED_MODELS, EmbeddedModel
-from .gguf_cache import cached_entry, load_gguf, memoised_sha256, resolve_cache_dir
+from .gguf_cache import cached_entry, ensure_converted, load_gguf, memoised_sha256, resolve_cache_dir
 
 __all__ = [
+    "model_folder",
     "DTYPES",
     "EMBEDDED_MODELS",
     "LoadedModel",
@@ -404,3 +405,27 @@ def load_model(
     return LoadedModel(
         model=model, tokenizer=tokenizer, name=source, load_time_s=time.perf_counter() - start, source=kind
     )
+
+
+def model_folder(source: str, *, revision: str | None = None, cache_dir: Path | None = None) -> Path:
+    """The local folder of ``source`` in transformers' format (config, safetensors, tokenizer), for a server that
+    reads folders (vLLM): a checkpoint folder itself, a GGUF file's or an embedded model's converted entry in the
+    cache (converting it once), or a hub id's cached snapshot. :class:`ModelUnavailable` where there is none."""
+    cache = resolve_cache_dir(cache_dir)
+    problem = _unavailable(source, revision=revision, cache_dir=cache, probe_hub=False)
+    if problem is not None:
+        raise problem
+    path = Path(source).expanduser()
+    if _is_embedded(source):
+        embedded = _embedded(source)
+        return ensure_converted(lambda: embedded.gguf_path(cache), sha256=embedded.expected_sha256(), cache_dir=cache)[
+            0
+        ]
+    if path.is_file():
+        return ensure_converted(path, cache_dir=cache)[0]
+    if path.is_dir():
+        return path.resolve()
+    folder, reason = _cached_snapshot(source, revision)
+    if folder is None:
+        raise ModelUnavailable(source, str(reason))
+    return folder

@@ -50,7 +50,9 @@ def specbench_store(request: pytest.FixtureRequest):
     worker_id, worker_count = worker(request.config)
     device = resolve_device(config.devices, int(worker_id.removeprefix("gw")) if worker_id else 0)
     set_cpu_threads(config.threads, device, worker_count)
-    return ModelStore(device, cache_dir=config.cache_dir)  # each case names its dtype
+    store = ModelStore(device, cache_dir=config.cache_dir)  # each case names its dtype
+    yield store
+    store.close()  # a served engine's servers
 
 
 @pytest.fixture(scope="session")

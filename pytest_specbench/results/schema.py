@@ -66,11 +66,23 @@ class CaseResult:
     draft: str = _field("what drafts, in words", IDENTITY)
     drafter: str = _field("drafter kind: model, truncated, int8 or prompt_lookup", IDENTITY)
     engine: str = _field(
-        "decoding engine: native (this package's loop) or hf (transformers' assisted generation)",
+        "decoding engine: native (this package's loop), hf (transformers' assisted generation) or vllm (a vLLM server)",
         IDENTITY,
         default="native",
         summary=("engine", ""),
         extra_info=True,
+    )
+    server: str = _field(
+        "a served engine: its distribution and version, and the arguments its speculative server started "
+        "with (the baseline server: the same without --speculative-config); empty for the others",
+        IDENTITY,
+        default="",
+    )
+    served_vs_generate: int | None = _field(
+        "a served engine: the first new token at which the baseline server's greedy output differs from the "
+        "target's generate() on the same weights (None: the same tokens); beside the verdict, not part of it",
+        IDENTITY,
+        default=None,
     )
     k: int | str = _field(
         "draft tokens per step, or the schedule that chose them at each step: auto (native: "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
+import functools
 import json
 import os
 import signal
@@ -40,6 +42,8 @@ class ServerSpec:
     #: a CPU server's KV cache in GiB (vLLM's VLLM_CPU_KVCACHE_SPACE); None: vLLM's own choice, which on a CPU
     #: is most of the machine's memory, so a second server beside it is killed for memory
     cpu_kv_cache_gib: float | None = None
+    #: more environment for the server, over this process's (whose PYTHONPATH it never gets): (name, value) pairs
+    env: tuple[tuple[str, str], ...] = ()
 
     def command(self, port: int) -> list[str]:
         """The OpenAI-compatible server of ``vllm serve``, through the environment's interpreter. Its module, not
@@ -56,8 +60,39 @@ class ServerSpec:
         return command + list(self.extra_args)
 
     @property
+    def identity(self) -> str:
+        """Every setting, as one string: two specs that start the same server have the same one."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
+
+    @property
     def served_name(self) -> str:
         return self.model.name or str(self.model)
+
+
+#: asks an interpreter for the version of its installed vLLM distribution, without importing vLLM
+_VERSION_QUERY = (
+    "import importlib.metadata as m\n"
+    "for name in ('vllm', 'vllm-cpu'):\n"
+    "    try:\n"
+    "        print(name, m.version(name)); break\n"
+    "    except m.PackageNotFoundError:\n"
+    "        pass\n"
+    "else:\n"
+    "    raise SystemExit('no vllm distribution is installed')\n"
+)
+
+
+@functools.cache
+def installed_version(python: Path) -> str:
+    """``vllm 0.x.y`` or ``vllm-cpu 0.x.y``: the distribution the interpreter ``python`` has; :class:`ServerDied`
+    where it has none or cannot be run."""
+    try:
+        done = subprocess.run([str(python), "-c", _VERSION_QUERY], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ServerDied(f"{python} could not be run to read vLLM's version: {error}") from error
+    if done.returncode != 0:
+        raise ServerDied(f"{python} has no vLLM: {(done.stderr or done.stdout).strip()[-500:]}")
+    return done.stdout.strip()
 
 
 def free_port() -> int:
@@ -99,6 +134,7 @@ class VllmServer:
         env.pop("PYTHONPATH", None)  # this environment's packages must not shadow the server's
         if self.spec.cpu_kv_cache_gib is not None:
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.spec.cpu_kv_cache_gib:g}"
+        env.update(self.spec.env)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
                 self.spec.command(self.port),

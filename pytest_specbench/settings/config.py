@@ -8,6 +8,8 @@ accepted, before any model loads.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,8 @@ class SpecbenchConfig:
     pairs_file: Path | None
     ks: tuple[int | str, ...]  # integers and schedule names (SCHEDULE_KS)
     engines: tuple[str, ...]
+    vllm_python: Path | None  # the vllm engine's interpreter, resolved when the engine runs
+    vllm_args: tuple[str, ...]  # more arguments for every vLLM server
     batches: tuple[int, ...]  # batch sizes, each >= 1
     kernels: str  # the native engine's kernel setting (engine/names.py KERNELS)
     compile_steps: bool
@@ -137,6 +141,13 @@ def parse_settings(
             f"{fields['max_new_tokens']} need more positions than any context window holds "
             f"({MAX_POSITIONS}); accepted: prompt tokens + new tokens <= {MAX_POSITIONS}"
         )
+    if "vllm" in fields["engines"]:
+        fields["vllm_python"] = vllm_interpreter(fields["vllm_python"])
+        if importlib.util.find_spec("prometheus_client") is None:
+            raise ConfigError(
+                "--specbench-engine=vllm reads the server's counters with prometheus-client, which is not "
+                "installed; accepted: pip install 'pytest-specbench[served]'"
+            )
     if fields["baseline_once"]:
         if "pairing" in given:  # a pairing given beside it would be recorded, yet not run
             raise ConfigError(
@@ -153,6 +164,27 @@ def parse_settings(
         beside = fields["csv_path"] or fields["json_path"]
         fields["log_path"] = beside.with_suffix(".jsonl") if beside is not None else None
     return SpecbenchConfig(**fields, raw=raw_record, given=given, on_gpu=on_gpu)
+
+
+#: where scripts/make-vllm-env.sh puts vLLM's environment, from the directory pytest runs in
+VLLM_VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"
+
+
+def vllm_interpreter(given: Path | None) -> Path:
+    """The vllm engine's interpreter: ``--specbench-vllm-python``, else ``$SPECBENCH_VLLM_PYTHON``, else
+    :data:`VLLM_VENV_PYTHON`; a usage error naming all three where none exists (before any model loads)."""
+    if given is not None:
+        return given
+    from_env = os.environ.get("SPECBENCH_VLLM_PYTHON", "").strip()
+    candidate = Path(from_env).expanduser() if from_env else VLLM_VENV_PYTHON
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return candidate.absolute()
+    where = f"$SPECBENCH_VLLM_PYTHON ({from_env})" if from_env else f"{VLLM_VENV_PYTHON} (none here)"
+    raise ConfigError(
+        f"--specbench-engine=vllm needs vLLM's own environment, and {where} is no interpreter; accepted: "
+        "--specbench-vllm-python=PATH, $SPECBENCH_VLLM_PYTHON, or scripts/make-vllm-env.sh cpu (or cuda) to make "
+        f"{VLLM_VENV_PYTHON}"
+    )
 
 
 def resolve_auto_dtypes(devices: tuple[str, ...], on_gpu: bool) -> tuple[str, ...]:

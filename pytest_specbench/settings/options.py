@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,10 @@ from .axes import DTYPE_ID_SUFFIXES  # noqa: F401 (the dtype axis's id parts; pl
 
 DEFAULT_KS = "1,2,4,8,16"
 #: the decoding engines --specbench-engine accepts; measure/engines.py registers one engine per name
-ENGINE_NAMES: tuple[str, ...] = ("native", "hf")
+ENGINE_NAMES: tuple[str, ...] = ("native", "hf", "vllm")
+#: the engines that run on a server: a block of theirs holds every prompt of one (target, dtype, pair, k), so that
+#: one server with that speculative config serves it (measure/served_case.py)
+SERVED_ENGINES: tuple[str, ...] = ("vllm",)
 # On CPU, four categories of the shipped suite keep the default sweep near 15 minutes on 2 cores.
 CPU_PROMPTS = "natural,code_python,repetitive,list_items"
 
@@ -141,6 +145,25 @@ def _engines(raw: str) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"unknown engine {unknown[0]!r}; accepted: {', '.join(ENGINE_NAMES)} or a comma list of them")
     return engines
+
+
+def _interpreter(raw: str) -> Path:
+    path = _checked(raw)
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise ValueError(
+            f"{path} is not an executable file; accepted: the Python interpreter of vLLM's environment "
+            "(scripts/make-vllm-env.sh makes .venv-vllm/bin/python)"
+        )
+    return path
+
+
+def _arguments(raw: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(raw))
+    except ValueError as error:
+        raise ValueError(
+            f"{raw!r} cannot be split as shell words ({error}); accepted: e.g. '--tensor-parallel-size 8'"
+        ) from None
 
 
 def _kernels(raw: str) -> str:
@@ -504,11 +527,30 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "engine",
         "engines",
-        "comma list of decoding engines: native (this package's loop) and hf "
-        "(transformers' assisted generation), run side by side (default native)",
+        "comma list of decoding engines: native (this package's loop), hf "
+        "(transformers' assisted generation) and vllm (a vLLM server in its own environment: "
+        "--specbench-vllm-python), run side by side (default native)",
         _engines,
         "native",
         metavar="ENGINES",
+    ),
+    Option(
+        "vllm-python",
+        "vllm_python",
+        "the vllm engine: the Python interpreter of vLLM's own environment, which starts each server "
+        "(default $SPECBENCH_VLLM_PYTHON, else .venv-vllm/bin/python, which scripts/make-vllm-env.sh makes)",
+        _interpreter,
+        metavar="PATH",
+    ),
+    Option(
+        "vllm-args",
+        "vllm_args",
+        "the vllm engine: more arguments for every server, as shell words (e.g. '--tensor-parallel-size 8'); "
+        "without --max-model-len the servers take 4096",
+        _arguments,
+        "",
+        metavar="ARGS",
+        changes_results=True,
     ),
     Option(
         "kernels",

@@ -1,0 +1,193 @@
+"""The vllm engine without a server: what it refuses before any model loads, how a case maps to vLLM's speculative
+config, how a served request becomes a result, its blocks and their rounds, and its options.
+
+The engine against real vLLM servers is in tests/test_served_engine_vllm.py (the vLLM lane)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_specbench.engine.stats import DecodeStats, GenerationResult
+from pytest_specbench.measure.blocks import OwnBaselineRounds, TimedCase, time_block
+from pytest_specbench.measure.engines import ENGINES
+from pytest_specbench.measure.matrix import Case, build_matrix
+from pytest_specbench.measure.pairing import Pairing
+from pytest_specbench.measure.pairs import PairSpec
+from pytest_specbench.measure.prompts import Prompt
+from pytest_specbench.measure.served_case import served_result, server_arguments, speculative_config
+from pytest_specbench.served.client import ServedRun
+from pytest_specbench.served.metrics import SpecCounters
+from pytest_specbench.served.vllm_server import ServerSpec
+from pytest_specbench.settings.config import ConfigError, parse_settings
+
+PLD = PairSpec("pld", "./m", drafter="prompt_lookup", drafter_options=(("ngram_size", 2),))
+DRAFT = PairSpec("draft", "./m", "./d")
+NATURAL, CODE = Prompt("natural-01", "natural", "text"), Prompt("code-01", "code", "def f():")
+
+
+def _case(pair: PairSpec, k: int | str = 4, prompt: Prompt = NATURAL, **fields) -> Case:
+    return Case(pair, k, prompt, prompt.category, engine="vllm", **fields)
+
+
+def test_a_case_maps_to_vllms_speculative_config():
+    assert speculative_config(_case(PLD, 4), None) == {
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+        "prompt_lookup_max": 2,
+        "prompt_lookup_min": 1,
+    }
+    assert speculative_config(_case(DRAFT, 8), Path("/models/d")) == {
+        "method": "draft_model",
+        "model": "/models/d",
+        "num_speculative_tokens": 8,
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "temperature", "reason"),
+    [
+        (_case(PairSpec("q", "./m", drafter="int8")), 0.0, "vllm has no method for an int8"),
+        (_case(PairSpec("t", "./m", drafter="truncated")), 0.0, "vllm has no method for the target's first layers"),
+        (_case(PairSpec("x", "./m", "./d", cross_tokenizer=True)), 0.0, "vllm has no method for a draft model with"),
+        (_case(PLD, "auto"), 0.0, "no draft-length schedule"),
+        (_case(PLD, batch=4), 0.0, "one request at a time"),
+        (_case(PLD), 0.7, "greedy decoding only"),
+        (_case(PLD, prompt=Prompt("mt-1", "writing", "a", later_turns=("b",), conversation=True)), 0.0, "turns"),
+        (
+            _case(PairSpec("p", "./m", drafter="prompt_lookup", drafter_options=(("max_proposal", 2),))),
+            0.0,
+            "no counterpart of max_proposal",
+        ),
+    ],
+)
+def test_what_vllm_cannot_run_is_refused_with_the_reason_before_any_model_loads(case, temperature, reason):
+    assert reason in (ENGINES["vllm"].refusal(case, temperature=temperature) or "")
+
+
+def test_a_prompt_lookup_or_draft_model_case_runs():
+    assert ENGINES["vllm"].refusal(_case(PLD)) is None
+    assert ENGINES["vllm"].refusal(_case(DRAFT)) is None
+
+
+def test_a_served_block_holds_every_prompt_of_one_configuration():
+    """One server per (target, dtype, pair, k): the prompts share it; another k is another block."""
+    assert _case(PLD, 4, NATURAL).block == _case(PLD, 4, CODE).block
+    assert _case(PLD, 4).block != _case(PLD, 8).block
+    assert _case(PLD, 4, dtype="bfloat16").block != _case(PLD, 4).block
+    native = Case(PLD, 4, NATURAL, "natural")
+    assert native.block != Case(PLD, 4, CODE, "code").block  # the native engine's blocks stay per prompt
+
+
+def test_a_served_blocks_cases_run_back_to_back_after_the_targets_other_cases():
+    cases = build_matrix([PLD], [2, 4], [NATURAL, CODE], engines=("native", "vllm"))
+    assert [case.id for case in cases] == [
+        "pld-native-k2-natural",
+        "pld-native-k4-natural",
+        "pld-native-k2-code",
+        "pld-native-k4-code",
+        "pld-vllm-k2-natural",
+        "pld-vllm-k2-code",
+        "pld-vllm-k4-natural",
+        "pld-vllm-k4-code",
+    ]
+    blocks = [case.block for case in cases]
+    for block in set(blocks):  # each block's cases are contiguous
+        at = [position for position, other in enumerate(blocks) if other == block]
+        assert at == list(range(at[0], at[-1] + 1)), block
+    assert len(set(blocks)) == 4
+
+
+def _run(tokens: int = 32) -> ServedRun:
+    return ServedRun(list(range(tokens)), [0.05 + 0.01 * i for i in range(tokens)], 0.5)
+
+
+def test_a_request_is_a_result_whose_steps_account_for_every_token():
+    # 7 drafting steps of 4 accepted would commit 1 + 35 tokens: the counters count the last step's drafts past
+    # the 32 asked for, and those come off the last step.
+    result = served_result([1, 2, 3], _run(), SpecCounters(7, 28, 28, (7, 7, 7, 7)))
+    stats = result.stats
+    assert result.token_ids == list(range(32)) and result.prompt_length == 3
+    assert stats.new_tokens == 32 == sum(stats.accepted_per_step) + stats.target_forward_passes
+    assert stats.accepted_per_step == [0, 4, 4, 4, 4, 4, 4, 0]
+    assert stats.prefill_time_s == pytest.approx(0.05) and stats.wall_time_s == 0.5
+    # Per position 4, 3, 1, 1 of 5 drafts: one accepted none, one 1, two 2, one all 4; the rest did not draft.
+    mixed = served_result([1], _run(), SpecCounters(5, 20, 9, (4, 3, 1, 1))).stats
+    assert sorted(a for a, d in zip(mixed.accepted_per_step, mixed.drafted_per_step) if d) == [0, 1, 2, 2, 4]
+    assert mixed.new_tokens == sum(mixed.accepted_per_step) + mixed.target_forward_passes
+    assert mixed.acceptance_rate == pytest.approx(9 / 20)
+    plain = served_result([1], _run(), None).stats  # the baseline: one token per step
+    assert plain.target_forward_passes == 32 and plain.tokens_per_step == 1.0
+
+
+def test_counters_that_moved_more_than_one_request_can_are_an_error():
+    """Another client's requests on the same server move the counters too: the steps cannot be told."""
+    with pytest.raises(ValueError, match="counters moved by more than this request"):
+        served_result([1], _run(8), SpecCounters(10, 40, 40, (10, 10, 10, 10)))
+
+
+def test_a_served_row_names_its_models_by_source_not_by_this_machines_folders(tmp_path):
+    spec = ServerSpec(
+        tmp_path / "python",
+        tmp_path / "cache" / "entry",
+        "bfloat16",
+        {"method": "draft_model", "model": str(tmp_path / "cache" / "draft"), "num_speculative_tokens": 4},
+        ("--tensor-parallel-size", "2"),
+        max_model_len=4096,
+    )
+    text = server_arguments(_case(DRAFT), spec)
+    assert str(tmp_path) not in text
+    assert text == (
+        '--model ./m --dtype bfloat16 --max-model-len 4096 --speculative-config {"method": "draft_model", '
+        '"model": "./d", "num_speculative_tokens": 4} --tensor-parallel-size 2'
+    )
+
+
+def _result(seconds: float) -> GenerationResult:
+    stats = DecodeStats(new_tokens=4, wall_time_s=seconds, prefill_time_s=0.0)
+    return GenerationResult(torch.zeros(1, 5, dtype=torch.long), 1, stats)
+
+
+def test_each_case_of_a_served_block_pairs_with_its_own_prompts_baseline():
+    config = parse_settings({}, lambda: False)
+    calls: list[str] = []
+
+    def runner(name: str, seconds: float):
+        return lambda *args, **kwargs: calls.append(name) or _result(seconds)
+
+    cases = [
+        TimedCase(_case(PLD, 4, prompt), runner(prompt.id, 1.0), baseline=runner(f"base {prompt.id}", 2.0 + i))
+        for i, prompt in enumerate((NATURAL, CODE))
+    ]
+    block = time_block(cases, None, config, None, pairing=Pairing())
+    assert isinstance(block.strategy, OwnBaselineRounds) and block.rounds == config.min_rounds
+    assert calls[:4] == ["base natural-01", "natural-01", "base code-01", "code-01"]
+    assert calls[4:8] == ["base code-01", "code-01", "base natural-01", "natural-01"]  # the order rotates
+    for timed, seconds in zip(cases, (2.0, 3.0)):
+        assert [run.stats.wall_time_s for run in timed.paired_baselines] == [seconds] * block.rounds
+
+
+def test_the_vllm_engine_needs_vllms_interpreter_before_any_model_loads(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SPECBENCH_VLLM_PYTHON", raising=False)
+    with pytest.raises(ConfigError, match=r"needs vLLM's own environment.*scripts/make-vllm-env.sh"):
+        parse_settings({"engine": ("native,vllm", "--specbench-engine")})
+    monkeypatch.setenv("SPECBENCH_VLLM_PYTHON", str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match=r"\$SPECBENCH_VLLM_PYTHON \(.*nowhere\) is no interpreter"):
+        parse_settings({"engine": ("vllm", "--specbench-engine")})
+    with pytest.raises(ConfigError, match="is not an executable file"):
+        parse_settings(
+            {"engine": ("vllm", "--specbench-engine"), "vllm-python": (str(tmp_path), "--specbench-vllm-python")}
+        )
+    python = tmp_path / ".venv-vllm" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    monkeypatch.delenv("SPECBENCH_VLLM_PYTHON")
+    config = parse_settings(
+        {"engine": ("vllm", "--specbench-engine"), "vllm-args": ("--tensor-parallel-size 8", "--specbench-vllm-args")}
+    )
+    assert config.vllm_python == python and config.vllm_args == ("--tensor-parallel-size", "8")
+    assert parse_settings({}).vllm_python is None  # the option changes nothing unless the engine runs
