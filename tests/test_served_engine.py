@@ -122,6 +122,15 @@ def test_a_request_is_a_result_whose_steps_account_for_every_token():
     assert plain.target_forward_passes == 32 and plain.tokens_per_step == 1.0
 
 
+def test_proposals_shorter_than_k_give_steps_that_drafted_at_least_what_they_accepted():
+    # k = 8, 3 drafts of 21 tokens: vLLM's n-gram proposals were shorter than 8 where the match ran out.
+    stats = served_result([1], _run(), SpecCounters(3, 21, 12, (2, 2, 2, 2, 1, 1, 1, 1))).stats
+    steps = list(zip(stats.drafted_per_step, stats.accepted_per_step))[1:4]
+    assert sorted(a for _, a in steps) == [0, 4, 8]
+    assert all(a <= d <= 8 for d, a in steps) and sum(d for d, _ in steps) == 21
+    assert stats.k_per_step[1:4] == [8, 8, 8]
+
+
 def test_counters_that_moved_more_than_one_request_can_are_an_error():
     """Another client's requests on the same server move the counters too: the steps cannot be told."""
     with pytest.raises(ValueError, match="counters moved by more than this request"):

@@ -101,14 +101,12 @@ def served_result(prompt_ids: list[int], run: ServedRun, counters: SpecCounters 
     n = len(run.token_ids)
     stats = DecodeStats(new_tokens=n, wall_time_s=run.wall_s, prefill_time_s=run.ttft_s)
     steps: list[tuple[int, int]] = [(0, 0)]  # the prefill: drafted, accepted
+    k = len(counters.accepted_per_position) if counters is not None else 0
     if counters is not None and counters.drafts:
-        drafts = round(counters.drafts)
         per_position = [round(count) for count in counters.accepted_per_position]
-        k = len(per_position)
-        drafted_each = round(counters.draft_tokens / drafts) if drafts else k
-        ended = [drafts, *per_position, 0]  # drafts that accepted at least j tokens, j = 0..k, then none past k
-        for accepted in range(k + 1):
-            steps += [(drafted_each, accepted)] * (ended[accepted] - ended[accepted + 1])
+        ended = [round(counters.drafts), *per_position, 0]  # drafts that accepted at least j tokens, j = 0..k
+        accepted_each = [a for a in range(k + 1) for _ in range(ended[a] - ended[a + 1])]
+        steps += list(zip(_drafted(accepted_each, round(counters.draft_tokens), k), accepted_each))
     # Each step commits its accepted tokens and one of the target's. The counters also count drafts accepted past
     # the tokens asked for (the last step's), so those are taken off the steps that accepted most, as the native
     # engine drafts only what the run can still use.
@@ -128,13 +126,28 @@ def served_result(prompt_ids: list[int], run: ServedRun, counters: SpecCounters 
     steps += [(0, 0)] * (n - sum(accepted for _, accepted in steps) - len(steps))
     stats.drafted_per_step = [drafted for drafted, _ in steps]
     stats.accepted_per_step = [accepted for _, accepted in steps]
-    stats.k_per_step = [0] + [drafted for drafted, _ in steps[1:]]
+    stats.k_per_step = [0] + [k if drafted else 0 for drafted, _ in steps[1:]]
     stats.target_forward_passes = len(steps)
     stats.drafted_tokens = sum(stats.drafted_per_step)
     stats.accepted_tokens = sum(stats.accepted_per_step)
     stats.bonus_tokens = len(steps)
     sequences = torch.tensor([prompt_ids + run.token_ids], dtype=torch.long)
     return GenerationResult(sequences, len(prompt_ids), stats)
+
+
+def _drafted(accepted: list[int], total: int, k: int) -> list[int]:
+    """Drafted tokens per step, from each step's accepted count and the total drafted (vLLM's proposals may be
+    shorter than k): at least what it accepted, and one more where it accepted fewer than k (a rejection, or a
+    shorter proposal), the rest spread in order, at most k each, so that they sum to the server's total."""
+    drafted = [min(k, a + 1) if a < k else k for a in accepted]
+    if sum(drafted) > total:  # proposals shorter than k that were accepted whole: no rejection to count
+        drafted = list(accepted)
+    left = total - sum(drafted)
+    for i, value in enumerate(drafted):
+        more = min(left, k - value)
+        drafted[i] += more
+        left -= more
+    return drafted
 
 
 def server_arguments(case: Case, spec: ServerSpec) -> str:
