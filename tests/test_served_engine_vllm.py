@@ -152,6 +152,7 @@ def _processes_naming(text: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # a module mark is not what tests/test_lanes.py reads
 def test_a_signal_during_a_block_keeps_the_finished_block_and_stops_every_server(bench_process, pytester, served_pairs):
     model = str(served_pairs.parent / "llama")
     process = bench_process(
