@@ -234,6 +234,10 @@ if tuple(ENGINES) != ENGINE_NAMES:  # an accepted name with no engine would fail
     raise RuntimeError(
         f"the engine registry holds {tuple(ENGINES)}, the option accepts {ENGINE_NAMES}: list the same names in both"
     )
+if {name for name, engine in ENGINES.items() if engine.runner is None} != set(SERVED_ENGINES):
+    raise RuntimeError(
+        f"the engines without a runner must be the served ones, {SERVED_ENGINES}: their cases request a server"
+    )
 
 
 def speculative_runner(case: Case, run: RunInputs) -> SpeculativeRun:

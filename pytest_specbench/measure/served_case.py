@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..engine.names import DEFAULT_NGRAM_SIZE
 from ..engine.stats import DecodeStats, GenerationResult
 from ..models.base import NotApplicable
 from ..models.loading import model_folder
@@ -42,8 +43,6 @@ def speculative_config(case: Case, draft_folder: Path | None) -> dict[str, Any]:
     if isinstance(method, str):
         raise NotApplicable(method)
     if method.name == VLLM_NGRAM:
-        from ..engine.names import DEFAULT_NGRAM_SIZE
-
         longest = case.pair.options.get("ngram_size", DEFAULT_NGRAM_SIZE)
         # The native lookup tries the longest n-gram first, down to one token.
         return {
@@ -111,7 +110,7 @@ def served_result(prompt_ids: list[int], run: ServedRun, counters: SpecCounters 
     # the tokens asked for (the last step's), so those are taken off the steps that accepted most, as the native
     # engine drafts only what the run can still use.
     excess = sum(accepted for _, accepted in steps) + len(steps) - n
-    if excess > len(counters.accepted_per_position if counters else ()):  # more than one step's drafts past the end
+    if excess > k:  # more than one step's drafts past the end
         raise ValueError(
             f"the server's counters moved by more than this request: {n} tokens came back, and the counters "
             f"account for {n + excess} (another client on the server?)"

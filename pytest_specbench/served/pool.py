@@ -16,11 +16,10 @@ from .vllm_server import ServerSpec, VllmServer
 class ServerPool:
     """``pool.server(spec)``: a healthy server for ``spec``, started on first use; :meth:`stop_all` at the end."""
 
-    def __init__(self, log_dir: Path, startup_timeout_s: float | None = None) -> None:
+    def __init__(self, log_dir: Path) -> None:
         self.log_dir = Path(log_dir)
-        self.startup_timeout_s = startup_timeout_s
         self._servers: dict[str, VllmServer] = {}  # by ServerSpec.identity
-        self.starts = 0  # servers started: what a test of the one-server-per-configuration rule reads
+        self.starts = 0  # servers started, which numbers their logs
 
     def server(self, spec: ServerSpec) -> VllmServer:
         """The running server of ``spec``; a speculative ``spec`` stops any other speculative server first."""
@@ -31,9 +30,7 @@ class ServerPool:
         if spec.speculative is not None:
             for identity in [key for key, other in self._servers.items() if other.spec.speculative is not None]:
                 self._servers.pop(identity).stop()
-        log = self.log_dir / f"vllm-{len(self._servers)}-{self.starts}.log"
-        kwargs = {} if self.startup_timeout_s is None else {"startup_timeout_s": self.startup_timeout_s}
-        server = VllmServer(spec, log, **kwargs)
+        server = VllmServer(spec, self.log_dir / f"vllm-{self.starts}.log")
         server.start()
         self.starts += 1
         self._servers[spec.identity] = server
