@@ -216,3 +216,31 @@ def test_rows_of_one_round_are_unranked_for_too_few_rounds_not_for_missing_round
     assert answer.not_ranked_reason == "too few rounds in common: a tie needs 2 or more (--specbench-min-rounds)"
     (pair,) = pair_answers([answer])
     assert pair.undecided_reasons == (answer.not_ranked_reason,)
+
+
+def test_the_engines_side_by_side_set_every_engine_with_intervals_over_the_prompts_all_measured():
+    import math
+
+    from factory import case_result
+
+    from pytest_specbench.report.analysis import compare_engines
+
+    speedups = {"native": (2.0, 1.5, 3.0), "hf": (1.6, 1.2, 2.7), "vllm": (2.2, 1.4, 3.3)}
+    prompts = ("natural", "code_python", "repetitive")
+    rows = [
+        case_result(engine=engine, k=4, prompt=prompt, decode_speedup=s, speedup=s / 2, tau=9.0, suspect=False)
+        for engine, values in speedups.items()
+        for prompt, s in zip(prompts, values)
+    ]
+    # a diverged row drops its prompt from every engine's mean: the means compare the same prompts
+    rows.append(case_result(engine="vllm", k=4, prompt="list_items", decode_speedup=5.0, verdict="diverged"))
+    rows += [case_result(engine=e, k=4, prompt="list_items", decode_speedup=5.0, speedup=5.0) for e in ("native", "hf")]
+    (comparison,) = compare_engines(rows)
+    assert comparison.engines == ("native", "hf", "vllm") and comparison.prompts == prompts
+    vllm = comparison.means["decode_speedup", "vllm"]
+    assert math.isclose(vllm.estimate, (2.2 * 1.4 * 3.3) ** (1 / 3)) and vllm.low < vllm.estimate < vllm.high
+    ratio = comparison.ratios["speedup", "hf"]
+    assert math.isclose(ratio.estimate, (0.8 * 0.8 * 0.9) ** (1 / 3))
+    text = "\n".join(summary_lines(rows))
+    assert "vllm / native" in text and "hf / native" in text
+    assert f"{vllm.estimate:.2f} [{vllm.low:.2f}, {vllm.high:.2f}]" in text

@@ -33,7 +33,15 @@ from .analysis import (
 from .answer import RunAnswer, pair_sentence, prompt_table, run_answer
 from .batch import per_k_rows
 from .dtype_view import dtype_order, not_shown_lines, several_dtypes, speed_table
-from .formatting import SUSPECT_MARK, new_tokens_text, number, suspect_lines, value_with_interval, with_interval
+from .formatting import (
+    SUSPECT_MARK,
+    engine_table,
+    new_tokens_text,
+    number,
+    suspect_lines,
+    value_with_interval,
+    with_interval,
+)
 from .leaderboard import leaderboard_markdown
 from .requests import requests_section
 from .summary import cross_tokenizer_line
@@ -394,15 +402,13 @@ def _engine_lines(rows: Sequence[CaseResult]) -> list[str]:
     comparisons = compare_engines(rows)
     if not comparisons:
         return []
+    headers, table = engine_table(comparisons)
     return [
-        "Engines side by side: end-to-end speedup, each over a greedy baseline in its own kernels (prefill included, "
-        "since transformers' first target pass also verifies a draft block), geometric mean over "
-        "prompts.",
+        "Engines side by side: decode and end-to-end speedups, each over a greedy baseline in its own engine "
+        "(the engines split prefill and decoding differently), the geometric mean over the prompts every engine "
+        "measured with a 95% t interval over them; the ratios are paired by prompt.",
         "",
-        _table(
-            [[c.k, c.prompts, number(c.native_speedup), number(c.hf_speedup), number(c.ratio)] for c in comparisons],
-            ["k", "prompts", "native", "hf", "native / hf"],
-        ),
+        _table(table, headers),
         "",
     ]
 

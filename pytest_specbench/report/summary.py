@@ -26,7 +26,7 @@ from .answer import RunAnswer, pair_sentence, prompt_table, run_answer
 from .bandwidth import bandwidth_lines
 from .batch import batch_answer, batch_lines, per_k_rows
 from .dtype_view import TITLE, dtype_order, not_shown_lines, several_dtypes, view_table
-from .formatting import SUSPECT_MARK, new_tokens_text, suspect_lines, with_interval
+from .formatting import SUSPECT_MARK, engine_table, new_tokens_text, suspect_lines, with_interval
 from .leaderboard import leaderboard_lines
 from .requests import tpot_text
 
@@ -91,16 +91,13 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: Ru
     lines += ["", *_per_k_lines(per_k_rows(rows), engines)]  # several batch sizes: the smallest
     comparisons = compare_engines(rows)
     if comparisons:
+        headers, table = engine_table(comparisons)
         lines += [
             "",
-            "engines side by side (end-to-end speedup, each over a greedy baseline in its own kernels, "
-            "geometric mean over prompts):",
+            "engines side by side (each over a greedy baseline in its own engine; geometric mean over the prompts "
+            "every engine measured, 95% t interval over them; the ratios paired by prompt):",
         ]
-        lines += tabulate(
-            [(c.k, c.prompts, c.native_speedup, c.hf_speedup, c.ratio) for c in comparisons],
-            headers=("k", "prompts", "native", "hf", "native / hf"),
-            floatfmt=("", "", ".2f", ".2f", ".2f"),
-        ).splitlines()
+        lines += tabulate(table, headers=headers, disable_numparse=True).splitlines()
         lines += _kernel_lines(rows)
     lines += ["", *_answer_lines(pair, answer, engines, several_dtypes(rows))]
     lines += _dtype_view_lines(pair, answer, engines)
