@@ -125,6 +125,7 @@ DIFFERING = {
     "k": ("1,4", "1,2"),
     "batch": ("1", "1,4"),
     "vllm-args": ("", "--tensor-parallel-size 2"),
+    "vllm-endpoints": (None, "baseline=http://node:8000,k4=http://node:8001"),
 }
 
 

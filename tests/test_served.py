@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from pytest_specbench.served.client import ServedRequestError, check_serves, stream_completion
+from pytest_specbench.served.client import ServedRequestError, stream_completion
 from pytest_specbench.served.metrics import SpecCounters, parse_spec_counters
 
 
@@ -100,9 +100,6 @@ def test_a_stream_gives_the_token_ids_their_arrivals_and_top2_margins(chunk_serv
     assert len(run.arrivals_s) == 3 and run.arrivals_s == sorted(run.arrivals_s) and run.ttft_s <= run.wall_s
     sent = chunk_server.requests[0]
     assert sent["prompt"] == [1, 2] and sent["temperature"] == 0.0 and sent["ignore_eos"] and sent["return_token_ids"]
-    check_serves(url, "llama")
-    with pytest.raises(ServedRequestError, match="serves llama, not gemma"):
-        check_serves(url, "gemma")
 
 
 def test_a_short_stream_a_refusal_and_missing_token_ids_are_errors_naming_the_server(chunk_server):

@@ -200,3 +200,57 @@ def test_the_vllm_engine_needs_vllms_interpreter_before_any_model_loads(tmp_path
     )
     assert config.vllm_python == python and config.vllm_args == ("--tensor-parallel-size", "8")
     assert parse_settings({}).vllm_python is None  # the option changes nothing unless the engine runs
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("k4=http://node:8001", "needs a baseline and at least one k<K>"),
+        ("baseline=http://node:8000", "needs a baseline and at least one k<K>"),
+        ("baseline=http://node:8000,kfour=http://node:8001", "'kfour=http://node:8001' is no NAME=URL"),
+        ("baseline=node:8000,k4=http://node:8001", "'node:8000' \\(baseline\\) is no server URL"),
+        ("baseline=http://a:1,k4=http://a:2,k4=http://a:3", "a name is given twice"),
+    ],
+)
+def test_an_endpoint_list_that_is_no_list_of_servers_is_a_usage_error_naming_what_is_accepted(value, message):
+    given = {"engine": ("vllm", "--specbench-engine"), "vllm-endpoints": (value, "--specbench-vllm-endpoints")}
+    with pytest.raises(ConfigError, match=message):
+        parse_settings(given)
+
+
+def test_endpoints_need_the_vllm_engine_and_no_interpreter(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no .venv-vllm here
+    monkeypatch.delenv("SPECBENCH_VLLM_PYTHON", raising=False)
+    endpoints = ("baseline=http://node:8000/,k4=https://node:8001/v", "--specbench-vllm-endpoints")
+    with pytest.raises(ConfigError, match="names servers for the vllm engine, which this run does not run"):
+        parse_settings({"vllm-endpoints": endpoints})
+    config = parse_settings({"engine": ("vllm", "--specbench-engine"), "vllm-endpoints": endpoints})
+    assert config.vllm_endpoints == (("baseline", "http://node:8000"), ("k4", "https://node:8001/v"))
+    assert config.vllm_python is None
+
+
+def test_an_endpoint_that_does_not_answer_is_an_error_naming_its_url():
+    import socket
+
+    from pytest_specbench.served.client import ServedRequestError
+    from pytest_specbench.served.endpoint import connect
+
+    with socket.socket() as closed:  # a port nothing listens on once this socket closes
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(ServedRequestError, match=f"http://127.0.0.1:{port}/v1/models could not be read"):
+        connect(f"http://127.0.0.1:{port}")
+
+
+def test_an_endpoint_serving_another_model_or_another_k_is_refused():
+    from pytest_specbench.served.endpoint import Endpoint, EndpointMismatch
+
+    endpoint = Endpoint("http://node:8001", "Qwen2.5-Coder-1.5B", "/models/qwen2.5-coder-1.5b", "vllm 0.32.0", 4)
+    endpoint.check_serves("embedded:qwen2.5-coder-1.5b", 4)
+    endpoint.check_serves("Qwen/Qwen2.5-Coder-1.5B", 4)
+    with pytest.raises(EndpointMismatch, match="serves Qwen2.5-Coder-1.5B .*not the case's target gpt2-large"):
+        endpoint.check_serves("gpt2-large", 4)
+    with pytest.raises(EndpointMismatch, match="serves with 4 speculative tokens; the case needs one with k=8"):
+        endpoint.check_serves("embedded:qwen2.5-coder-1.5b", 8)
+    with pytest.raises(EndpointMismatch, match="needs one without speculation"):
+        endpoint.check_serves("embedded:qwen2.5-coder-1.5b", None)

@@ -182,3 +182,37 @@ def test_a_signal_during_a_block_keeps_the_finished_block_and_stops_every_server
     document = json.loads((pytester.path / "spec_results.json").read_text())
     assert sorted(row["case"] for row in document["results"]) == ["tiny-k2-code_python", "tiny-k2-repetitive"]
     assert not _processes_naming(f"--model {model}")  # no server outlives the run
+
+
+@pytest.mark.slow  # a module mark is not what tests/test_lanes.py reads
+def test_endpoints_someone_else_runs_are_measured_and_one_serving_another_k_is_refused(
+    bench, pytester, served_pairs, tmp_path
+):
+    from pytest_specbench.served.vllm_server import ServerSpec, VllmServer
+
+    model = served_pairs.parent / "llama"
+    ngram = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    common = dict(python=VLLM_PYTHON, model=model, dtype="float32", max_model_len=512, cpu_kv_cache_gib=1)
+    with (
+        VllmServer(ServerSpec(**common), tmp_path / "baseline.log") as baseline,
+        VllmServer(ServerSpec(**common, speculative=ngram), tmp_path / "k2.log") as k2,
+    ):
+        endpoints = f"baseline={baseline.url},k2={k2.url},k4={k2.url}"  # k4 names the k=2 server: refused
+        result = bench(
+            "--specbench-engine=vllm",
+            f"--specbench-vllm-endpoints={endpoints}",
+            "--specbench-k=2,4",
+            "--specbench-max-new-tokens=24",
+            "--specbench-min-rounds=2",
+            "--specbench-max-rounds=2",
+            "--specbench-json=results.json",
+            pairs_file=served_pairs,
+            prompts="repetitive",
+        )
+    result.assert_outcomes(passed=1, failed=1)
+    refused = f"*the endpoint {k2.url} serves with 2 speculative tokens; the case needs one with k=4*"
+    result.stdout.fnmatch_lines([refused])
+    (row,) = json.loads((pytester.path / "results.json").read_text())["results"]
+    assert row["k"] == 2 and row["verdict"] == "lossless"
+    assert row["server"].startswith("vllm") and f"endpoint {k2.url}" in row["server"]
+    assert row["new_tokens"] == sum(row["accepted_per_step"]) + row["target_forward_passes"]

@@ -16,7 +16,8 @@ from factory import VLLM_LANE, VLLM_PYTHON, served_llama
 
 pytest.importorskip("prometheus_client")
 
-from pytest_specbench.served.client import ServedRequestError, check_serves, stream_completion  # noqa: E402
+from pytest_specbench.served.client import ServedRequestError, stream_completion  # noqa: E402
+from pytest_specbench.served.endpoint import EndpointMismatch, connect  # noqa: E402
 from pytest_specbench.served.metrics import read_spec_counters  # noqa: E402
 from pytest_specbench.served.vllm_server import ServerDied, ServerSpec, VllmServer  # noqa: E402
 
@@ -81,9 +82,13 @@ def test_ngram_speculation_on_vllm_is_lossless_counted_and_a_server_killed_mid_b
 
 
 def test_a_wrong_endpoint_is_refused_before_it_is_measured(baseline):
-    check_serves(baseline.url, baseline.spec.served_name)
-    with pytest.raises(ServedRequestError, match=f"{baseline.url} serves llama, not gemma3-270m"):
-        check_serves(baseline.url, "gemma3-270m")
+    endpoint = connect(baseline.url)
+    assert endpoint.served_name == "llama" and endpoint.k is None and endpoint.version.startswith("vllm 0.")
+    endpoint.check_serves(str(baseline.spec.model), None)
+    with pytest.raises(EndpointMismatch, match=f"the endpoint {baseline.url} serves llama .*not the case's target"):
+        endpoint.check_serves("embedded:gemma3-270m", None)
+    with pytest.raises(EndpointMismatch, match="serves without speculation; the case needs one with k=4"):
+        endpoint.check_serves(str(baseline.spec.model), 4)
 
 
 def test_a_server_that_cannot_start_is_an_error_naming_its_log(tmp_path):

@@ -33,7 +33,7 @@ PART_NAMES = {
     "drafter": "drafter settings",
     "prompt": "prompt text",
     "case": "case settings (engine, k, batch, dtype)",
-    "server": "server (vLLM's version and arguments)",
+    "server": "server (vLLM's version and arguments, or the endpoints)",
 }
 #: what a logged row without a fingerprint (a log of an older version) is run again for
 NOT_RECORDED = "inputs not recorded"
@@ -62,7 +62,9 @@ def case_inputs(case: Case, config: SpecbenchConfig, prompts: Sequence[Prompt]) 
     parts["drafter"] = kind.fingerprint(pair)
     parts["prompt"] = texts
     parts["case"] = fingerprint_values(case.axis_values())
-    if case.engine in SERVED_ENGINES and config.vllm_python is not None:
+    if case.engine in SERVED_ENGINES and config.vllm_endpoints:  # servers someone else runs: by their URLs
+        parts["server"] = {"endpoints": dict(config.vllm_endpoints)}
+    elif case.engine in SERVED_ENGINES and config.vllm_python is not None:
         from ..served.vllm_server import installed_version
 
         parts["server"] = {"vllm": installed_version(config.vllm_python), "args": list(config.vllm_args)}

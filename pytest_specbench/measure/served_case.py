@@ -20,9 +20,10 @@ from ..engine.names import DEFAULT_NGRAM_SIZE
 from ..engine.stats import DecodeStats, GenerationResult
 from ..models.base import NotApplicable
 from ..models.loading import model_folder
-from ..served.client import ServedRequestError, ServedRun, stream_completion
+from ..served.client import ServedRequestError, ServedRun, Server, stream_completion
+from ..served.endpoint import connect
 from ..served.metrics import SpecCounters, read_spec_counters
-from ..served.vllm_server import ServerSpec, VllmServer, installed_version
+from ..served.vllm_server import ServerSpec, installed_version
 from .case_run import BaselineRun, Judgement, NewInterleaved
 from .drafter_kinds import VLLM_DRAFT_MODEL, VLLM_NGRAM, peer_method
 from .engines import SpeculativeRun
@@ -34,7 +35,7 @@ from .verdicts import divergence_verdict, first_divergence
 DEFAULT_MAX_MODEL_LEN = 4096
 #: a CPU server's KV cache (GiB) where VLLM_CPU_KVCACHE_SPACE is not set: vLLM's own choice takes most of the
 #: machine's memory, and a baseline server runs beside each speculative one
-CPU_KV_CACHE_GIB = 1.0
+CPU_KV_CACHE_GIB = 1
 
 
 def speculative_config(case: Case, draft_folder: Path | None) -> dict[str, Any]:
@@ -167,8 +168,8 @@ def server_arguments(case: Case, spec: ServerSpec) -> str:
 class ServedSetup:
     """The two servers of a case, and the baseline server's greedy output with its top-2 margins."""
 
-    speculative: VllmServer
-    baseline: VllmServer
+    speculative: Server
+    baseline: Server
     reference: list[int]
     margins: list[float | None]
     server: str  # the row's ``server``: engine, version and the speculative server's arguments
@@ -182,26 +183,34 @@ class ServedSequenceRun(SequenceRun):
     shares_block_baseline = False
 
     def prepare(self) -> None:
+        speculative, baseline, server = self._servers()  # first: a wrong endpoint fails before this case loads
         super().prepare()  # the target's input, generate() reference and costs, as for every case
-        case, context = self.case, self.context
-        config, store = context.config, context.store
+        reference = stream_completion(baseline.url, baseline.served_name, self.prompt_ids, self.setup.max_new_tokens)
+        self.served = ServedSetup(speculative, baseline, reference.token_ids, reference.top2_margins, server)
+
+    def _servers(self) -> tuple[Server, Server, str]:
+        """The speculative and the baseline server, and the row's ``server``: the endpoints the run was given
+        (checked against the case), else servers this run starts."""
+        case, config = self.case, self.context.config
+        if config.vllm_endpoints:
+            urls = dict(config.vllm_endpoints)
+            if f"k{case.k}" not in urls:
+                raise NotApplicable(
+                    f"--specbench-vllm-endpoints names no endpoint for k={case.k} (it names {', '.join(urls)})"
+                )
+            speculative_config(case, None)  # a pair vLLM has no method for is skipped, as without endpoints
+            baseline, speculative = connect(urls["baseline"]), connect(urls[f"k{case.k}"])
+            baseline.check_serves(case.pair.target, None)
+            speculative.check_serves(case.pair.target, case.k)
+            return speculative, baseline, f"{speculative.version}: endpoint {speculative.url} ({speculative.root})"
         python = config.vllm_python
         if python is None:
             raise NotApplicable("the vllm engine needs --specbench-vllm-python (docs/served.md)")
-        dtype = self.dtype
-        pool = store.servers()
-        baseline = pool.server(baseline_spec(case, python, dtype, config.vllm_args, config.cache_dir))
-        speculative = pool.server(server_spec(case, python, dtype, config.vllm_args, config.cache_dir))
-        reference = stream_completion(
-            baseline.url, baseline.spec.served_name, self.prompt_ids, self.setup.max_new_tokens
-        )
-        self.served = ServedSetup(
-            speculative,
-            baseline,
-            reference.token_ids,
-            reference.top2_margins,
-            f"{installed_version(python)}: {server_arguments(case, speculative.spec)}",
-        )
+        pool = self.context.store.servers()
+        started = pool.server(baseline_spec(case, python, self.dtype, config.vllm_args, config.cache_dir))
+        started_speculative = pool.server(server_spec(case, python, self.dtype, config.vllm_args, config.cache_dir))
+        arguments = server_arguments(case, started_speculative.spec)
+        return started_speculative, started, f"{installed_version(python)}: {arguments}"
 
     def warm_up_key(self) -> tuple:
         """Each k has its own server, whose first requests pay its start-up costs."""
@@ -216,17 +225,17 @@ class ServedSequenceRun(SequenceRun):
     def prompt_ids(self) -> list[int]:
         return self.setup.input_ids[0].tolist()
 
-    def _request(self, server: VllmServer, counted: bool) -> GenerationResult:
+    def _request(self, server: Server, counted: bool) -> GenerationResult:
         """One timed request; a server that died is :class:`ServerDied`, one that failed the request names its log."""
         try:
             before = read_spec_counters(server.url) if counted else None
             run = stream_completion(
-                server.url, server.spec.served_name, self.prompt_ids, self.setup.max_new_tokens, top_logprobs=0
+                server.url, server.served_name, self.prompt_ids, self.setup.max_new_tokens, top_logprobs=0
             )
             counters = read_spec_counters(server.url) - before if counted and before is not None else None
         except ServedRequestError as error:
             server.check_alive("during a request")
-            raise ServedRequestError(f"{error}\nthe server's log: {server.log_path}") from error
+            raise ServedRequestError(f"{error}\n{server.failure_note}") from error
         return served_result(self.prompt_ids, run, counters)
 
     def new_runner(self) -> SpeculativeRun:

@@ -8,8 +8,23 @@ import math
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+from typing import Protocol
 
 REQUEST_TIMEOUT_S = 600.0
+
+
+class Server(Protocol):
+    """What a case sends its requests to: a server this run started, or an endpoint someone else runs."""
+
+    url: str
+
+    @property
+    def served_name(self) -> str: ...
+
+    @property
+    def failure_note(self) -> str: ...
+
+    def check_alive(self, when: str = "") -> None: ...
 
 
 class ServedRequestError(RuntimeError):
@@ -120,22 +135,3 @@ def _margin(top: dict[str, float] | None) -> float | None:
         return None
     best, second = sorted(top.values(), reverse=True)[:2]
     return best - second
-
-
-def served_models(url: str, timeout_s: float = 30.0) -> list[str]:
-    """The model names an OpenAI-compatible server lists at /v1/models."""
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{url}/v1/models", timeout=timeout_s) as response:
-            listing = json.loads(response.read().decode("utf-8"))
-    except (OSError, ValueError) as error:
-        raise ServedRequestError(f"{url}/v1/models could not be read: {type(error).__name__}: {error}") from error
-    return [entry["id"] for entry in listing.get("data", [])]
-
-
-def check_serves(url: str, model: str) -> None:
-    """:class:`ServedRequestError` unless ``url`` serves ``model``: an endpoint is checked before it is measured."""
-    names = served_models(url)
-    if model not in names:
-        raise ServedRequestError(f"{url} serves {', '.join(names) or 'no model'}, not {model}")

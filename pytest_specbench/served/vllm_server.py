@@ -39,9 +39,9 @@ class ServerSpec:
     speculative: dict | None = None
     extra_args: tuple[str, ...] = ()
     max_model_len: int | None = None
-    #: a CPU server's KV cache in GiB (vLLM's VLLM_CPU_KVCACHE_SPACE); None: vLLM's own choice, which on a CPU
-    #: is most of the machine's memory, so a second server beside it is killed for memory
-    cpu_kv_cache_gib: float | None = None
+    #: a CPU server's KV cache in whole GiB (vLLM's VLLM_CPU_KVCACHE_SPACE, an integer); None: vLLM's own choice,
+    #: which on a CPU is most of the machine's memory, so a second server beside it is killed for memory
+    cpu_kv_cache_gib: int | None = None
     #: more environment for the server, over this process's (whose PYTHONPATH it never gets): (name, value) pairs
     env: tuple[tuple[str, str], ...] = ()
 
@@ -133,7 +133,7 @@ class VllmServer:
         env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
         env.pop("PYTHONPATH", None)  # this environment's packages must not shadow the server's
         if self.spec.cpu_kv_cache_gib is not None:
-            env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.spec.cpu_kv_cache_gib:g}"
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.spec.cpu_kv_cache_gib)
         env.update(self.spec.env)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
@@ -170,6 +170,15 @@ class VllmServer:
         if self._process is not None and self._process.poll() is not None:
             status = self._process.returncode
             raise ServerDied(self._describe(f"exited with status {status}{' ' + when if when else ''}"))
+
+    @property
+    def served_name(self) -> str:
+        return self.spec.served_name
+
+    @property
+    def failure_note(self) -> str:
+        """What an error adds to say where to look."""
+        return f"the server's log: {self.log_path}"
 
     @property
     def alive(self) -> bool:

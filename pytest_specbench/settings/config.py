@@ -45,6 +45,7 @@ class SpecbenchConfig:
     engines: tuple[str, ...]
     vllm_python: Path | None  # the vllm engine's interpreter, resolved when the engine runs
     vllm_args: tuple[str, ...]  # more arguments for every vLLM server
+    vllm_endpoints: tuple[tuple[str, str], ...]  # (baseline or k<K>, URL): servers someone else runs
     batches: tuple[int, ...]  # batch sizes, each >= 1
     kernels: str  # the native engine's kernel setting (engine/names.py KERNELS)
     compile_steps: bool
@@ -141,8 +142,14 @@ def parse_settings(
             f"{fields['max_new_tokens']} need more positions than any context window holds "
             f"({MAX_POSITIONS}); accepted: prompt tokens + new tokens <= {MAX_POSITIONS}"
         )
+    if fields["vllm_endpoints"] and "vllm" not in fields["engines"]:
+        raise ConfigError(
+            "--specbench-vllm-endpoints names servers for the vllm engine, which this run does not run; accepted: "
+            "--specbench-engine=vllm (or a list with vllm) beside it"
+        )
     if "vllm" in fields["engines"]:
-        fields["vllm_python"] = vllm_interpreter(fields["vllm_python"])
+        if not fields["vllm_endpoints"]:  # endpoints need no interpreter: this run starts no server
+            fields["vllm_python"] = vllm_interpreter(fields["vllm_python"])
         if importlib.util.find_spec("prometheus_client") is None:
             raise ConfigError(
                 "--specbench-engine=vllm reads the server's counters with prometheus-client, which is not "

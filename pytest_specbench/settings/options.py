@@ -166,6 +166,32 @@ def _arguments(raw: str) -> tuple[str, ...]:
         ) from None
 
 
+_ENDPOINTS_ACCEPTED = (
+    "a comma list of NAME=URL, NAME baseline or k<K> (e.g. baseline=http://node:8000,k4=http://node:8001)"
+)
+
+
+def _endpoints(raw: str) -> tuple[tuple[str, str], ...]:
+    """``baseline=URL,k4=URL``: the vLLM servers someone else runs, one per configuration, baseline required."""
+    import urllib.parse
+
+    pairs = []
+    for item in _comma_list(_ENDPOINTS_ACCEPTED)(raw):
+        name, equals, url = (part.strip() for part in item.partition("="))
+        if not equals or not (name == "baseline" or re.fullmatch(r"k[1-9][0-9]*", name)):
+            raise ValueError(f"{item!r} is no NAME=URL; accepted: {_ENDPOINTS_ACCEPTED}")
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ValueError(f"{url!r} ({name}) is no server URL; accepted: http(s)://HOST[:PORT][/PATH]")
+        pairs.append((name, url.rstrip("/")))
+    names = [name for name, _ in pairs]
+    if len(set(names)) < len(names):
+        raise ValueError(f"a name is given twice in {raw!r}; accepted: one URL per name")
+    if "baseline" not in names or len(names) < 2:
+        raise ValueError(f"{raw!r} needs a baseline and at least one k<K>; accepted: {_ENDPOINTS_ACCEPTED}")
+    return tuple(pairs)
+
+
 def _kernels(raw: str) -> str:
     if raw not in KERNELS:
         raise ValueError(f"unknown kernel setting {raw!r}; accepted: {', '.join(KERNELS)}")
@@ -550,6 +576,18 @@ OPTIONS: tuple[Option, ...] = (
         _arguments,
         "",
         metavar="ARGS",
+        changes_results=True,
+    ),
+    Option(
+        "vllm-endpoints",
+        "vllm_endpoints",
+        "the vllm engine: servers someone else runs instead of servers this run starts, as NAME=URL items: "
+        "baseline (the target without speculation) and k<K> (the case's pair's method with K speculative "
+        "tokens), e.g. 'baseline=http://node:8000,k4=http://node:8001'; each is checked against the case (its "
+        "model at /v1/models, its draft length on /metrics) before it is measured (docs/served.md)",
+        _endpoints,
+        metavar="ENDPOINTS",
+        unset=(),
         changes_results=True,
     ),
     Option(

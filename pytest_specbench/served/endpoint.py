@@ -1,0 +1,92 @@
+"""A vLLM server someone else runs, reached at its URL: what it serves and how it speculates, read and checked
+before any of it is measured.
+
+A run cannot see an endpoint's command line, so it checks what the server shows: the model it lists at /v1/models,
+and its speculative-decoding counters on /metrics, which vLLM labels with every draft position from its start
+(so their count is its ``num_speculative_tokens``, and a server without speculation has none). Its method (n-gram
+or a draft model) does not show there: the run takes it on the user's word, and the row records the endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from .client import ServedRequestError
+from .metrics import read_spec_counters
+from .vllm_server import ServerDied
+
+TIMEOUT_S = 30.0
+
+
+class EndpointMismatch(ValueError):
+    """An endpoint serves something other than the case asks for; the message says what it serves and what was
+    expected."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A running server at ``url``: the one model it serves (``served_name``, and ``root``, the weights it loaded),
+    its vLLM version, and its draft length (None: it does not speculate)."""
+
+    url: str
+    served_name: str
+    root: str
+    version: str
+    k: int | None
+
+    def check_alive(self, when: str = "") -> None:
+        """:class:`~.vllm_server.ServerDied` where the endpoint no longer answers /health."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=TIMEOUT_S) as response:
+                if response.status == 200:
+                    return
+                status = f"answered /health with {response.status}"
+        except (urllib.error.URLError, OSError) as error:
+            status = f"does not answer /health ({error})"
+        raise ServerDied(f"the endpoint {self.url} {status}{' ' + when if when else ''}")
+
+    @property
+    def failure_note(self) -> str:
+        """What an error adds to say where to look: an endpoint's log is its owner's."""
+        return f"the endpoint {self.url} is run outside this run; its log is wherever its owner keeps it"
+
+    def check_serves(self, target: str, k: int | None) -> None:
+        """:class:`EndpointMismatch` unless the endpoint serves ``target`` (its name, without a ``embedded:`` or
+        an organisation prefix, found in the served model's name or its weights' path, case aside) with draft
+        length ``k`` (None: without speculation)."""
+        name = target.split(":", 1)[-1].rstrip("/").rsplit("/", 1)[-1].lower()
+        if name not in self.served_name.lower() and name not in self.root.lower():
+            raise EndpointMismatch(
+                f"the endpoint {self.url} serves {self.served_name} (weights {self.root}), not the case's target "
+                f"{target}; accepted: an endpoint whose model name or path contains {name!r}"
+            )
+        if self.k != k:
+            serves = "without speculation" if self.k is None else f"with {self.k} speculative tokens"
+            wanted = "without speculation (a baseline)" if k is None else f"with k={k} speculative tokens"
+            raise EndpointMismatch(f"the endpoint {self.url} serves {serves}; the case needs one {wanted}")
+
+
+def connect(url: str) -> Endpoint:
+    """The endpoint at ``url`` as its /v1/models, /version and /metrics show it; :class:`ServedRequestError` where
+    one cannot be read, :class:`EndpointMismatch` where it serves other than one model."""
+    url = url.rstrip("/")
+    models = _json(f"{url}/v1/models").get("data", [])
+    if len(models) != 1:
+        names = ", ".join(str(entry.get("id")) for entry in models) or "no model"
+        raise EndpointMismatch(f"the endpoint {url} serves {names}; accepted: an endpoint that serves one model")
+    model = models[0]
+    version = _json(f"{url}/version").get("version", "unknown")
+    counters = read_spec_counters(url, TIMEOUT_S)
+    k = len(counters.accepted_per_position) if counters is not None else None
+    return Endpoint(url, str(model["id"]), str(model.get("root") or model["id"]), f"vllm {version}", k)
+
+
+def _json(url: str) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+            return json.loads(response.read().decode("utf-8"))
+    except (OSError, ValueError) as error:
+        raise ServedRequestError(f"{url} could not be read: {type(error).__name__}: {error}") from error
