@@ -223,14 +223,15 @@ def test_the_engines_side_by_side_set_every_engine_with_intervals_over_the_promp
 
     from factory import case_result
 
-    from pytest_specbench.report.analysis import compare_engines
+    from pytest_specbench.report.engine_comparison import compare_engines
 
-    speedups = {"native": (2.0, 1.5, 3.0), "hf": (1.6, 1.2, 2.7), "vllm": (2.2, 1.4, 3.3)}
+    decode = {"native": (2.0, 1.5, 3.0), "hf": (1.6, 1.2, 2.7), "vllm": (2.2, 1.4, 3.3)}
+    end_to_end = {"native": (1.5, 1.1, 2.0), "hf": (1.4, 1.0, 1.6), "vllm": (1.0, 0.9, 1.2)}
     prompts = ("natural", "code_python", "repetitive")
     rows = [
-        case_result(engine=engine, k=4, prompt=prompt, decode_speedup=s, speedup=s / 2, tau=9.0, suspect=False)
-        for engine, values in speedups.items()
-        for prompt, s in zip(prompts, values)
+        case_result(engine=engine, k=4, prompt=prompt, decode_speedup=d, speedup=e, tau=9.0, suspect=False)
+        for engine in ("vllm", "hf", "native")  # the table orders them as --specbench-engine lists them
+        for prompt, d, e in zip(prompts, decode[engine], end_to_end[engine])
     ]
     # a diverged row drops its prompt from every engine's mean: the means compare the same prompts
     rows.append(case_result(engine="vllm", k=4, prompt="list_items", decode_speedup=5.0, verdict="diverged"))
@@ -239,8 +240,25 @@ def test_the_engines_side_by_side_set_every_engine_with_intervals_over_the_promp
     assert comparison.engines == ("native", "hf", "vllm") and comparison.prompts == prompts
     vllm = comparison.means["decode_speedup", "vllm"]
     assert math.isclose(vllm.estimate, (2.2 * 1.4 * 3.3) ** (1 / 3)) and vllm.low < vllm.estimate < vllm.high
-    ratio = comparison.ratios["speedup", "hf"]
-    assert math.isclose(ratio.estimate, (0.8 * 0.8 * 0.9) ** (1 / 3))
+    assert math.isclose(comparison.means["speedup", "vllm"].estimate, (1.0 * 0.9 * 1.2) ** (1 / 3))
+    assert math.isclose(comparison.ratios["speedup", "hf"].estimate, (1.4 / 1.5 * 1.0 / 1.1 * 1.6 / 2.0) ** (1 / 3))
+    assert math.isclose(comparison.ratios["decode_speedup", "hf"].estimate, (0.8 * 0.8 * 0.9) ** (1 / 3))
     text = "\n".join(summary_lines(rows))
     assert "vllm / native" in text and "hf / native" in text
     assert f"{vllm.estimate:.2f} [{vllm.low:.2f}, {vllm.high:.2f}]" in text
+
+
+def test_an_engine_sharing_no_prompt_is_left_out_of_the_side_by_side_not_the_others():
+    from factory import case_result
+
+    from pytest_specbench.report.engine_comparison import compare_engines
+
+    rows = [
+        case_result(engine=engine, k=2, prompt=prompt, decode_speedup=1.5, speedup=1.2, suspect=False)
+        for engine, prompt in (("native", "natural"), ("hf", "natural"), ("vllm", "code_python"))
+    ]
+    (comparison,) = compare_engines(rows)
+    assert comparison.engines == ("native", "hf") and comparison.prompts == ("natural",)
+    assert comparison.means["decode_speedup", "hf"].low is None  # one prompt: no interval, and the table says so
+    assert "1.50 [no interval]" in "\n".join(summary_lines(rows))
+    assert compare_engines([row for row in rows if row.engine != "hf"]) == []  # nothing shared: no comparison

@@ -227,6 +227,14 @@ def test_endpoints_need_the_vllm_engine_and_no_interpreter(monkeypatch, tmp_path
     config = parse_settings({"engine": ("vllm", "--specbench-engine"), "vllm-endpoints": endpoints})
     assert config.vllm_endpoints == (("baseline", "http://node:8000"), ("k4", "https://node:8001/v"))
     assert config.vllm_python is None
+    with pytest.raises(ConfigError, match="--specbench-vllm-args set up servers this run starts"):
+        parse_settings(
+            {
+                "engine": ("vllm", "--specbench-engine"),
+                "vllm-endpoints": endpoints,
+                "vllm-args": ("--tensor-parallel-size 8", "--specbench-vllm-args"),
+            }
+        )
 
 
 def test_an_endpoint_that_does_not_answer_is_an_error_naming_its_url():
@@ -250,6 +258,11 @@ def test_an_endpoint_serving_another_model_or_another_k_is_refused():
     endpoint.check_serves("Qwen/Qwen2.5-Coder-1.5B", 4)
     with pytest.raises(EndpointMismatch, match="serves Qwen2.5-Coder-1.5B .*not the case's target gpt2-large"):
         endpoint.check_serves("gpt2-large", 4)
+    with pytest.raises(EndpointMismatch, match="weights folder is 'qwen2.5-coder-1.5b-instruct'"):
+        endpoint.check_serves("Qwen/Qwen2.5-Coder-1.5B-Instruct", 4)  # a name the served one begins with
+    larger = Endpoint("http://node:8000", "gpt2-xl", "/models/gpt2-xl", "vllm 0.32.0", None)
+    with pytest.raises(EndpointMismatch, match="not the case's target gpt2;"):
+        larger.check_serves("gpt2", None)  # a name that begins the served one
     with pytest.raises(EndpointMismatch, match="serves with 4 speculative tokens; the case needs one with k=8"):
         endpoint.check_serves("embedded:qwen2.5-coder-1.5b", 8)
     with pytest.raises(EndpointMismatch, match="needs one without speculation"):

@@ -62,8 +62,9 @@ def case_inputs(case: Case, config: SpecbenchConfig, prompts: Sequence[Prompt]) 
     parts["drafter"] = kind.fingerprint(pair)
     parts["prompt"] = texts
     parts["case"] = fingerprint_values(case.axis_values())
-    if case.engine in SERVED_ENGINES and config.vllm_endpoints:  # servers someone else runs: by their URLs
-        parts["server"] = {"endpoints": dict(config.vllm_endpoints)}
+    if case.engine in SERVED_ENGINES and config.vllm_endpoints:  # servers someone else runs: the case's, by URL
+        urls = dict(config.vllm_endpoints)
+        parts["server"] = {"endpoints": {name: urls.get(name) for name in ("baseline", f"k{case.k}")}}
     elif case.engine in SERVED_ENGINES and config.vllm_python is not None:
         from ..served.vllm_server import installed_version
 

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..engine.cost_model import alpha_mle, observed_proposals, position_counts, predict_proposals, proposals_at
 from ..results.schema import CaseResult
-
-if TYPE_CHECKING:
-    from ..results.statistics import Interval
 
 #: the per-pair figures, in report order: ``<figure>_<pair>.png``; plus ``speedup_by_category.png``
 FIGURES = ("speedup_vs_k", "acceptance_heatmap", "tau_vs_k", "position_acceptance", "verify_cost")
@@ -77,60 +73,6 @@ def speedup_left_out(row: CaseResult, *, lossless_only: bool = False) -> str | N
 def constant_k_rows(rows: Sequence[CaseResult]) -> list[CaseResult]:
     """The rows the k sweep and the cost model read: this package's engine at a constant k."""
     return [row for row in rows if isinstance(row.k, int) and row.engine == "native"]
-
-
-@dataclass(frozen=True)
-class EngineComparison:
-    """One (pair, dtype, k) run by several engines on the same prompts: per engine and figure (``decode_speedup``,
-    ``speedup``: end to end), the geometric mean over the prompts, and each engine's paired ratio to the first one's.
-    Means and ratios are :class:`..results.statistics.Interval` s: a 95% t interval over the prompts' logs (from two
-    prompts), which holds the spread between prompts as well as the timing noise."""
-
-    pair: str
-    dtype: str
-    k: int | str
-    engines: tuple[str, ...]
-    prompts: tuple[str, ...]
-    # (figure, engine) -> geometric mean over prompts; (figure, engine) -> that engine's / the first engine's
-    means: dict[tuple[str, str], Interval]
-    ratios: dict[tuple[str, str], Interval]
-
-
-#: the figures the engines are set side by side on: each over a greedy baseline in its own engine
-ENGINE_FIGURES: tuple[tuple[str, str], ...] = (("decode_speedup", "decode"), ("speedup", "end to end"))
-
-
-def compare_engines(results: Sequence[CaseResult]) -> list[EngineComparison]:
-    """Per (pair, dtype, k) that two engines or more ran: every engine's speedups over the prompts they all measured
-    (:func:`speedup_left_out`: no diverged or suspect row counts), engines in ``--specbench-engine``'s order.
-
-    Decode and end to end both: the engines split prefill and decoding differently (transformers' first target pass
-    reads the prompt and verifies a draft block at once; a server's first token waits on its scheduler).
-    """
-    from ..results.statistics import geometric_mean_interval
-    from ..settings.options import ENGINE_NAMES
-    from .batch import per_k_rows
-
-    by_case: dict[tuple[str, str, int | str], dict[str, dict[str, CaseResult]]] = {}
-    for row in per_k_rows(results):
-        if speedup_left_out(row) is None and row.speedup is not None and row.speedup > 0:
-            by_case.setdefault((row.pair, row.dtype, row.k), {}).setdefault(row.engine, {})[row.prompt] = row
-    comparisons = []
-    for (pair, dtype, k), engine_rows in by_case.items():
-        engines = tuple(sorted(engine_rows, key=lambda name: ENGINE_NAMES.index(name) if name in ENGINE_NAMES else 99))
-        prompts = tuple(p for p in engine_rows[engines[0]] if all(p in engine_rows[e] for e in engines[1:]))
-        if len(engines) < 2 or not prompts:
-            continue
-        means, ratios = {}, {}
-        for figure, _ in ENGINE_FIGURES:
-            values = {e: [getattr(engine_rows[e][p], figure) for p in prompts] for e in engines}
-            for engine in engines:
-                means[figure, engine] = geometric_mean_interval(values[engine])
-                if engine != engines[0]:
-                    paired = [mine / first for mine, first in zip(values[engine], values[engines[0]])]
-                    ratios[figure, engine] = geometric_mean_interval(paired)
-        comparisons.append(EngineComparison(pair, dtype, k, engines, prompts, means, ratios))
-    return sorted(comparisons, key=lambda c: (c.pair, c.dtype, k_order(c.k)))
 
 
 def geometric_mean(values: Sequence[float | None]) -> float | None:

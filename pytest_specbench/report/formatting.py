@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..results.schema import CaseResult
-
-if TYPE_CHECKING:
-    from ..results.statistics import Interval
-    from .analysis import EngineComparison
 
 #: beside a suspect decode speedup (results/invariants.py): above tau, so the two runs' kernels differed
 SUSPECT_MARK = ">tau"
@@ -76,24 +72,3 @@ def new_tokens_text(rows: Sequence[CaseResult], per_run: str = "") -> str:
 def suspect_lines(results: Sequence[CaseResult]) -> list[str]:
     """Each suspect case (results/invariants.py) and its cause, one line each, in the order given."""
     return [f"{row.case}: {row.suspect_cause or 'suspect'}" for row in results if row.suspect]
-
-
-def engine_table(comparisons: Sequence[EngineComparison]) -> tuple[list[str], list[list[str]]]:
-    """Headers and text cells of the engines side by side: a line per (dtype, k, figure), a column per engine (its
-    geometric mean over the prompts), then each other engine over the first one, paired by prompt."""
-    from .analysis import ENGINE_FIGURES
-
-    engines = list(dict.fromkeys(engine for c in comparisons for engine in c.engines))
-    reference, others = engines[0], engines[1:]
-    headers = ["dtype", "k", "prompts", "speedup", *engines, *(f"{engine} / {reference}" for engine in others)]
-
-    def cell(interval: Interval | None) -> str:
-        return "" if interval is None else value_with_interval(interval.estimate, interval.low, interval.high)
-
-    lines = []
-    for c in comparisons:
-        for figure, label in ENGINE_FIGURES:
-            means = [cell(c.means.get((figure, engine))) for engine in engines]
-            ratios = [cell(c.ratios.get((figure, engine)) if c.engines[0] == reference else None) for engine in others]
-            lines.append([c.dtype, str(c.k), str(len(c.prompts)), label, *means, *ratios])
-    return headers, lines

@@ -21,7 +21,6 @@ from .analysis import (
     analyse_prompts,
     best_category_speedups,
     best_row,
-    compare_engines,
     constant_k_rows,
     geometric_mean,
     median,
@@ -33,9 +32,9 @@ from .analysis import (
 from .answer import RunAnswer, pair_sentence, prompt_table, run_answer
 from .batch import per_k_rows
 from .dtype_view import dtype_order, not_shown_lines, several_dtypes, speed_table
+from .engine_comparison import compare_engines, engine_table
 from .formatting import (
     SUSPECT_MARK,
-    engine_table,
     new_tokens_text,
     number,
     suspect_lines,
@@ -398,7 +397,7 @@ def _cross_tokenizer_lines(rows: Sequence[CaseResult]) -> list[str]:
 
 
 def _engine_lines(rows: Sequence[CaseResult]) -> list[str]:
-    """Both engines' end-to-end speedups side by side, where both ran a (pair, k)."""
+    """Every engine's speedups side by side, where two or more ran a (pair, dtype, k)."""
     comparisons = compare_engines(rows)
     if not comparisons:
         return []

@@ -12,7 +12,6 @@ from tabulate import tabulate
 
 from ..results.schema import CaseResult, csv_columns, summary_columns
 from .analysis import (
-    compare_engines,
     constant_k_rows,
     geometric_mean,
     k_order,
@@ -26,7 +25,8 @@ from .answer import RunAnswer, pair_sentence, prompt_table, run_answer
 from .bandwidth import bandwidth_lines
 from .batch import batch_answer, batch_lines, per_k_rows
 from .dtype_view import TITLE, dtype_order, not_shown_lines, several_dtypes, view_table
-from .formatting import SUSPECT_MARK, engine_table, new_tokens_text, suspect_lines, with_interval
+from .engine_comparison import compare_engines, engine_table
+from .formatting import SUSPECT_MARK, new_tokens_text, suspect_lines, with_interval
 from .leaderboard import leaderboard_lines
 from .requests import tpot_text
 
@@ -98,7 +98,8 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: Ru
             "every engine measured, 95% t interval over them; the ratios paired by prompt):",
         ]
         lines += tabulate(table, headers=headers, disable_numparse=True).splitlines()
-        lines += _kernel_lines(rows)
+        if any({"native", "hf"} <= set(c.engines) for c in comparisons):
+            lines += _kernel_lines(rows)
     lines += ["", *_answer_lines(pair, answer, engines, several_dtypes(rows))]
     lines += _dtype_view_lines(pair, answer, engines)
     positions = pooled_position_acceptance(constant_k_rows(rows))

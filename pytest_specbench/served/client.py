@@ -16,7 +16,8 @@ REQUEST_TIMEOUT_S = 600.0
 class Server(Protocol):
     """What a case sends its requests to: a server this run started, or an endpoint someone else runs."""
 
-    url: str
+    @property
+    def url(self) -> str: ...
 
     @property
     def served_name(self) -> str: ...

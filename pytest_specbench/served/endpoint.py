@@ -54,19 +54,23 @@ class Endpoint:
         return f"the endpoint {self.url} is run outside this run; its log is wherever its owner keeps it"
 
     def check_serves(self, target: str, k: int | None) -> None:
-        """:class:`EndpointMismatch` unless the endpoint serves ``target`` (its name, without a ``embedded:`` or
-        an organisation prefix, found in the served model's name or its weights' path, case aside) with draft
-        length ``k`` (None: without speculation)."""
-        name = target.split(":", 1)[-1].rstrip("/").rsplit("/", 1)[-1].lower()
-        if name not in self.served_name.lower() and name not in self.root.lower():
+        """:class:`EndpointMismatch` unless the endpoint serves ``target`` with draft length ``k`` (None: without
+        speculation). The target's name is its source's last part, without ``embedded:`` or an organisation; the
+        served model's name or its weights' folder must be that name, case aside (``gpt2`` is not ``gpt2-xl``)."""
+        name = _last_part(target.split(":", 1)[-1])
+        if name not in (_last_part(self.served_name), _last_part(self.root)):
             raise EndpointMismatch(
                 f"the endpoint {self.url} serves {self.served_name} (weights {self.root}), not the case's target "
-                f"{target}; accepted: an endpoint whose model name or path contains {name!r}"
+                f"{target}; accepted: an endpoint whose served model name or weights folder is {name!r}"
             )
         if self.k != k:
             serves = "without speculation" if self.k is None else f"with {self.k} speculative tokens"
             wanted = "without speculation (a baseline)" if k is None else f"with k={k} speculative tokens"
             raise EndpointMismatch(f"the endpoint {self.url} serves {serves}; the case needs one {wanted}")
+
+
+def _last_part(source: str) -> str:
+    return source.rstrip("/").rsplit("/", 1)[-1].lower()
 
 
 def connect(url: str) -> Endpoint:

@@ -147,6 +147,12 @@ def parse_settings(
             "--specbench-vllm-endpoints names servers for the vllm engine, which this run does not run; accepted: "
             "--specbench-engine=vllm (or a list with vllm) beside it"
         )
+    started_only = [f"--specbench-{name}" for name in ("vllm-python", "vllm-args") if name in given]
+    if fields["vllm_endpoints"] and started_only:
+        raise ConfigError(
+            f"{' and '.join(started_only)} set up servers this run starts, and --specbench-vllm-endpoints names "
+            "servers someone else runs, so this run starts none; accepted: one of the two"
+        )
     if "vllm" in fields["engines"]:
         if not fields["vllm_endpoints"]:  # endpoints need no interpreter: this run starts no server
             fields["vllm_python"] = vllm_interpreter(fields["vllm_python"])
