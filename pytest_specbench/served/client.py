@@ -7,10 +7,13 @@ import json
 import math
 import time
 import urllib.parse
+import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 REQUEST_TIMEOUT_S = 600.0
+Parsed = TypeVar("Parsed")
 
 
 class Server(Protocol):
@@ -136,3 +139,13 @@ def _margin(top: dict[str, float] | None) -> float | None:
         return None
     best, second = sorted(top.values(), reverse=True)[:2]
     return best - second
+
+
+def read_url(url: str, parse: Callable[[str], Parsed], timeout_s: float = 30.0) -> Parsed:
+    """``parse`` of the page at ``url`` (a server's /metrics, /v1/models); :class:`ServedRequestError` naming the
+    page where it cannot be read or parsed."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return parse(response.read().decode("utf-8"))
+    except (OSError, ValueError) as error:
+        raise ServedRequestError(f"{url} could not be read: {type(error).__name__}: {error}") from error

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from .client import ServedRequestError
+from .client import read_url
 from .metrics import read_spec_counters
 from .vllm_server import ServerDied
 
@@ -74,23 +74,15 @@ def _last_part(source: str) -> str:
 
 
 def connect(url: str) -> Endpoint:
-    """The endpoint at ``url`` as its /v1/models, /version and /metrics show it; :class:`ServedRequestError` where
-    one cannot be read, :class:`EndpointMismatch` where it serves other than one model."""
+    """The endpoint at ``url`` as its /v1/models, /version and /metrics show it: :class:`~.client.ServedRequestError`
+    where one cannot be read, :class:`EndpointMismatch` where it serves other than one model."""
     url = url.rstrip("/")
-    models = _json(f"{url}/v1/models").get("data", [])
+    models = read_url(f"{url}/v1/models", json.loads, TIMEOUT_S).get("data", [])
     if len(models) != 1:
         names = ", ".join(str(entry.get("id")) for entry in models) or "no model"
         raise EndpointMismatch(f"the endpoint {url} serves {names}; accepted: an endpoint that serves one model")
     model = models[0]
-    version = _json(f"{url}/version").get("version", "unknown")
+    version = read_url(f"{url}/version", json.loads, TIMEOUT_S).get("version", "unknown")
     counters = read_spec_counters(url, TIMEOUT_S)
     k = len(counters.accepted_per_position) if counters is not None else None
     return Endpoint(url, str(model["id"]), str(model.get("root") or model["id"]), f"vllm {version}", k)
-
-
-def _json(url: str) -> dict:
-    try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
-            return json.loads(response.read().decode("utf-8"))
-    except (OSError, ValueError) as error:
-        raise ServedRequestError(f"{url} could not be read: {type(error).__name__}: {error}") from error

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import urllib.request
 from dataclasses import dataclass
+
+from .client import read_url
 
 PREFIX = "vllm:spec_decode_"
 
@@ -69,10 +70,4 @@ def parse_spec_counters(text: str) -> SpecCounters | None:
 
 def read_spec_counters(url: str, timeout_s: float = 30.0) -> SpecCounters | None:
     """The counters of the server at ``url``; :class:`~.client.ServedRequestError` where /metrics cannot be read."""
-    from .client import ServedRequestError
-
-    try:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=timeout_s) as response:
-            return parse_spec_counters(response.read().decode("utf-8"))
-    except (OSError, ValueError) as error:
-        raise ServedRequestError(f"{url}/metrics could not be read: {type(error).__name__}: {error}") from error
+    return read_url(f"{url}/metrics", parse_spec_counters, timeout_s)
