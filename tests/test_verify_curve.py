@@ -52,6 +52,13 @@ def test_v1_is_always_measured() -> None:
         command.positions("0,3")
 
 
+def test_a_target_that_cannot_load_is_named_before_any_load(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="unknown embedded model 'embedded:gemma9'; available: embedded:gemma3-270m"):
+        command.check_target("embedded:gemma9")
+    with pytest.raises(SystemExit, match="does not exist"):
+        command.check_target(str(tmp_path / "no-such-checkpoint"))
+
+
 def test_an_unknown_dtype_or_form_is_named() -> None:
     with pytest.raises(SystemExit, match="unknown float8"):
         command.names("float32,float8", ("float32", "bfloat16"), "dtype")
@@ -93,6 +100,11 @@ def test_the_tiny_run_prints_every_m_and_dtype(tmp_path: Path, capsys) -> None:
     for split in document["one_row_split"].values():
         assert 0 < split["linear_s"] < split["step_s"] and split["linear_bytes"] > 0
     assert any(line.startswith("one-row step, float32 engine: ") for line in lines)
+    assert set(document["floors"]) == set(dtypes)
+    for floor in document["floors"].values():
+        ratios = [floor["ratio"][str(m)] for m in positions]
+        assert floor["matmul_gflops"] > 0 and ratios[0] == 1 and ratios == sorted(ratios)
+    assert any(line.startswith("least v(m)/v(1) here, bfloat16: ") for line in lines)
 
 
 def test_the_split_counts_the_time_inside_every_linear_layer(monkeypatch) -> None:

@@ -3,7 +3,8 @@
 A one-row decode step reads every weight once and does little else, so its floor is the weights' bytes
 over the bandwidth at which this process can read memory. The read is timed on a buffer as large as
 the weights (capped at :data:`MAX_BUFFER_BYTES`, far past any cache), with the threads the run uses:
-a float32 sum, which streams the buffer once. A pass's effective bandwidth is the target's weight bytes
+its largest float32 element: a read with the least arithmetic per byte (a sum read slower, see
+docs/results/2026-12-04-arithmetic-floor.md). A pass's effective bandwidth is the target's weight bytes
 over its time; its share of the read bandwidth says how far a kernel is from the memory limit.
 """
 
@@ -67,7 +68,7 @@ def _time_read(device: str, size: int, threads: int) -> float:
     times = []
     for repeat in range(_REPEATS + 1):  # the first read faults the pages in and is not kept
         start = clock.now()
-        buffer.sum()
+        buffer.amax()
         if repeat:
             times.append(clock.now() - start)
     del buffer

@@ -24,6 +24,10 @@ them alike and ratios compare things run side by side. A sweep's first pass over
 warm-up and is not kept. v(m)/v(1) is the median over rounds of each round's own ratio, with the
 lowest and highest of them beside it. Not a test: run it alone, on a quiet machine.
 
+Last, per dtype, the least v(m)/v(1) this machine allows the linear layers (``engine.arithmetic``):
+a pass reads the weights once at the read bandwidth or multiplies each of them m times at torch's own
+matmul rate, whichever takes longer. Where that floor passes 1, more rows cost more whatever the kernel.
+
 """
 
 # This module: the command line, and the run's course (load, time, print the table, the one-row splits and the
@@ -49,6 +53,19 @@ def names(raw: str, accepted: Sequence[str], what: str) -> list[str]:
     if unknown or not chosen:
         raise SystemExit(f"--{what}: unknown {', '.join(unknown) or '(empty)'}; accepted: a comma list of {accepted}")
     return list(dict.fromkeys(chosen))
+
+
+def check_target(target: str) -> None:
+    """SystemExit saying why ``target`` cannot load (an unknown embedded name, a missing path or checkpoint),
+    before torch loads any weights."""
+    from ...models.loading import model_available
+
+    try:
+        problem = model_available(target, probe_hub=False)
+    except ValueError as error:  # an embedded name that is none of the embedded models
+        problem = str(error)
+    if problem:
+        raise SystemExit(f"verify-curve: {problem}")
 
 
 def positions(raw: str) -> list[int]:
@@ -102,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     from .measure import TINY_TARGET
 
     target = TINY_TARGET if args.tiny else args.target
+    if not args.tiny:
+        check_target(target)
     with torch.inference_mode():
         return _course(args, target, *chosen)
 
@@ -132,7 +151,7 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
     print(f"prompt {input_ids.shape[1]} tokens, median of {args.repeats} round(s); form 'own' is also the hf engine's")
     print(
         f"memory read bandwidth {read_gbps:.1f} GB/s before the rounds, {read_after:.1f} after "
-        f"(a float32 sum over {min(max(nbytes.values()), MAX_BUFFER_BYTES) / 2**30:.2f} GiB, "
+        f"(the largest of a float32 buffer of {min(max(nbytes.values()), MAX_BUFFER_BYTES) / 2**30:.2f} GiB, "
         f"{torch.get_num_threads()} threads); weights: "
         + ", ".join(f"{dtype} {size / 1e9:.2f} GB" for dtype, size in nbytes.items())
     )
@@ -148,6 +167,13 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
         print(
             f"one-row step, {name}: {1000 * split['step_s']:.1f} ms, {share:.0%} of it in linear layers, which "
             f"stream their {split['linear_bytes'] / 1e9:.2f} GB at {gbps:.1f} GB/s ({gbps / read_gbps:.0%} of read)"
+        )
+    floors = _floors(models, splits, ms, read_gbps)
+    for dtype, floor in floors.items():
+        print(
+            f"least v(m)/v(1) here, {dtype}: torch's matmul runs {floor['matmul_gflops']:.0f} GFLOP/s; the linear "
+            f"layers read at {floor['read_gbps']:.1f} GB/s or multiplied at that rate allow "
+            + ", ".join(f"m = {m}: {ratio:.2f}" for m, ratio in floor["ratio"].items())
         )
     chosen = engine_forms({dtype: kernels[dtype, "engine"] for dtype in models}, max(ms)) if "engine" in forms else {}
     for dtype, layers in chosen.items():
@@ -169,7 +195,26 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
             "curves": [point.to_json() for point in points],
             "engine_forms": chosen,
             "one_row_split": splits,
+            "floors": floors,
             "few_rows_kernel": few_rows.unavailable_reason() or few_rows.identity(),
         }
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def _floors(models: dict, splits: dict, ms: list[int], read_gbps: float) -> dict[str, dict]:
+    """Per dtype: torch's matmul rate and the least v(m)/v(1) it and the read bandwidth allow the linear layers
+    (:func:`...engine.arithmetic.pass_floor_s`): past that, a pass is bound by the arithmetic, not the kernel.
+    The bandwidth is the faster of the probe's and the one-row step's own: the machine's reads drift, and a
+    floor must not exceed what a pass already did."""
+    from ...engine.arithmetic import matmul_gflops, pass_floor_s
+
+    floors = {}
+    for dtype, model in models.items():
+        split = next(split for name, split in splits.items() if name.split()[0] == dtype)
+        rate = matmul_gflops(model.device, model.dtype)
+        size = model.dtype.itemsize
+        read = max(read_gbps, split["linear_bytes"] / split["linear_s"] / 1e9)
+        floor = {m: pass_floor_s(int(split["linear_bytes"]), size, m, read, rate) for m in {1, *ms}}
+        floors[dtype] = {"matmul_gflops": rate, "read_gbps": read, "ratio": {m: floor[m] / floor[1] for m in ms}}
+    return floors
