@@ -32,6 +32,7 @@ from pytest_specbench.testing.tiny_models import (
     MAX_POSITIONS,
     PAD_TOKEN_ID,
     REPETITIVE_PROMPT,
+    SERVED_LLAMA,
     SLIDING_WINDOW,
     VOCAB_SIZE,
     WORDS,
@@ -132,21 +133,8 @@ VLLM_LANE = [
 
 def served_llama(directory: Path, seed: int | None = None) -> Path:
     """A tiny byte-level Llama saved to ``directory``, in a shape vLLM's CPU build serves (head size 64)."""
-    model = tiny_model(
-        "llama",
-        seed=seed,
-        hidden_size=128,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=64,
-        intermediate_size=256,
-        vocab_size=257,
-        pad_token_id=256,
-        bos_token_id=256,
-        eos_token_id=256,
-        max_position_embeddings=4096,
-    )
-    model.generation_config.pad_token_id = 256
+    model = tiny_model("llama", seed=seed, **SERVED_LLAMA)
+    model.generation_config.pad_token_id = SERVED_LLAMA["pad_token_id"]
     return save_checkpoint(model, byte_tokenizer(), directory)
 
 

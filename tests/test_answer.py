@@ -82,10 +82,23 @@ def test_rows_without_round_data_are_never_called_tied():
     assert answer.best_k == 2 and answer.unknown == (1, 4)
 
 
-def test_cases_of_different_blocks_are_not_paired():
-    rows = [_row(1, 1.2, seconds=0.02), _row(2, 1.6, seconds=0.01, block="elsewhere:code")]
+def test_k_timed_in_blocks_of_their_own_are_ranked_unpaired_and_marked_so():
+    # A served engine runs each k on its own server, in a block of its own: no round is shared with the best.
+    rows = [
+        _row(1, 1.2, seconds=0.02),
+        _row(2, 1.6, seconds=0.01, block="k2:code"),
+        _row(4, 1.58, seconds=0.0101, block="k4:code"),
+    ]
     (answer,) = prompt_answers(rows)
-    assert answer.best_k == 2 and answer.unknown == (1,)
+    assert answer.best_k == 2 and answer.unknown == () and answer.ranking == "tested unpaired"
+    assert answer.slower == (SlowerK(1, None),) and answer.tied == (4,)
+    cells, headers = prompt_table([answer], engines=False)
+    assert cells[0][headers.index("tied")] == "4 (unpaired)"
+    assert cells[0][headers.index("slower")].endswith("(unpaired)")
+    # One k in the best's block: the shared rounds pair them, and a k with none in common is not ranked.
+    rows[2] = _row(4, 1.58, seconds=0.0101, block="k2:code")
+    (answer,) = prompt_answers(rows)
+    assert answer.ranking == "unknown" and answer.unknown == (1,) and answer.tied == (4,)
 
 
 def test_a_block_split_across_runs_is_not_ranked_and_says_why():

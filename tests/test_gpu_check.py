@@ -5,6 +5,7 @@ user would, in a subprocess."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ CHECKS = [
     "environment", "timing_sync_clock", "timing_sync_calls", "timing_sync_decode", "lossless_float32",
     "lossless_bfloat16", "lossless_float16", "lossless_gemma", "suite_cuda_tests", "bench_matrix",
     "engines_native_vs_hf", "bench_compiled", "compile_refuses_sliding_window", "peak_memory_cuda", "qwen_pairs",
+    "engines_vllm",
 ]  # fmt: skip
 #: what the CPU form measures for real
 PASS_ON_CPU = {
@@ -41,7 +43,12 @@ SKIPPED_ON_CPU = {
     "peak_memory_cuda",
     "lossless_gemma",
     "qwen_pairs",
+    "engines_vllm",  # no vLLM environment in the suite's
 }
+
+
+#: the suite's environment without a vLLM interpreter: engines_vllm is the vLLM lane's (test_served_engine_vllm.py)
+NO_VLLM = {name: value for name, value in os.environ.items() if name != "SPECBENCH_VLLM_PYTHON"}
 
 
 def _gpu_check(out: Path, *args: str) -> subprocess.CompletedProcess:
@@ -51,6 +58,7 @@ def _gpu_check(out: Path, *args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=900,
+        env=NO_VLLM,
     )
 
 
@@ -115,6 +123,12 @@ def test_without_gemma_the_cuda_form_benchmarks_the_tiny_pairs_at_its_own_size()
         CUDA_FORM.bench_ks,
         CUDA_FORM.compile_pairs,
     )
+
+
+def test_a_vllm_interpreter_that_is_no_file_is_refused_before_any_part_runs(tmp_path):
+    result = _refused(tmp_path, "--vllm-python", str(tmp_path / "no-such-python"))
+    assert result.returncode == 2 and "--vllm-python names" in result.stderr and "no-such-python" in result.stderr
+    assert not (tmp_path / "legs").exists()
 
 
 def test_with_and_without_gemma_together_are_refused(tmp_path):

@@ -190,3 +190,58 @@ def test_the_check_catches_a_variance_pooled_without_its_degrees_of_freedom(monk
     assert within_alpha(_final_ranking_false_alarms(rounds=3))
     monkeypatch.setattr(racing, "_fit", as_if_known)
     assert not within_alpha(_final_ranking_false_alarms(rounds=3))
+
+
+# --- unpaired: each k timed in rounds of its own (a served engine's k, one server each) ----------------------
+
+
+def _unpaired_block(true: Mapping[int, float], seed: int, rounds: int) -> dict[int, dict[tuple[int, int], float]]:
+    rng = np.random.default_rng(seed)
+    # Each k's round is its own (k, r): its drift is noise of its own, which the unpaired test must carry.
+    return {
+        k: {(k, r): t * math.exp(rng.normal(0.0, 0.05) + rng.normal(0.0, 0.04)) for r in range(rounds)}
+        for k, t in true.items()
+    }
+
+
+def _unpaired_best(times: Mapping[int, Mapping]) -> int:
+    return min(times, key=lambda k: float(np.mean(np.log(list(times[k].values())))))
+
+
+def _unpaired_outcomes(true: Mapping[int, float], seed: int, rounds: int = 6) -> list[dict[int, str]]:
+    outcomes = []
+    for i in range(BLOCKS):
+        times = _unpaired_block(true, seed + i, rounds)
+        outcomes.append(rank_against_best(times, _unpaired_best(times), paired=False))
+    return outcomes
+
+
+def _unpaired_false_alarms(seed: int = 5000) -> int:
+    return sum(racing.SLOWER in outcome.values() for outcome in _unpaired_outcomes(NULL, seed))
+
+
+def test_unpaired_final_ranking_of_tied_cases_keeps_alpha():
+    errors = _unpaired_false_alarms()
+    assert within_alpha(errors), f"{errors}/{BLOCKS} null blocks called some k slower"
+
+
+def test_unpaired_ranking_finds_the_clearly_slower_k():
+    outcomes = _unpaired_outcomes(SEPARATED, 6000, rounds=8)
+    assert rate(outcomes, lambda outcome: outcome[1] == outcome[16] == racing.SLOWER) >= 0.9
+    assert all(set(outcome) == {1, 2, 8, 16} for outcome in outcomes)  # the best, k=4, is picked in every block
+
+
+def test_the_unpaired_check_catches_a_test_blind_to_the_best_being_picked(monkeypatch):
+    assert within_alpha(_unpaired_false_alarms())
+    monkeypatch.setattr(
+        racing,
+        "_step_levels",
+        lambda alpha, looks, contenders, family: [alpha / looks / (contenders - 1 - r) for r in range(contenders - 1)],
+    )
+    assert not within_alpha(_unpaired_false_alarms())
+
+
+def test_cases_sharing_no_round_are_unknown_unless_compared_unpaired():
+    times = _unpaired_block(SEPARATED, 7000, 4)
+    assert set(rank_against_best(times, 4).values()) == {racing.UNKNOWN}
+    assert rank_against_best(times, 4, paired=False, min_rounds=5) == dict.fromkeys((1, 2, 8, 16), racing.UNKNOWN)

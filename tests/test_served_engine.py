@@ -11,14 +11,22 @@ import pytest
 import torch
 
 from pytest_specbench.engine.stats import DecodeStats, GenerationResult
+from pytest_specbench.measure import served_case
 from pytest_specbench.measure.blocks import OwnBaselineRounds, TimedCase, time_block
 from pytest_specbench.measure.engines import ENGINES
 from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairing import Pairing
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
-from pytest_specbench.measure.served_case import served_result, server_arguments, speculative_config
-from pytest_specbench.served.client import ServedRun
+from pytest_specbench.measure.served_case import (
+    ServerSettings,
+    baseline_spec,
+    served_result,
+    server_arguments,
+    server_spec,
+    speculative_config,
+)
+from pytest_specbench.served.client import ServedRequestError, ServedRun
 from pytest_specbench.served.metrics import SpecCounters
 from pytest_specbench.served.vllm_server import ServerSpec
 from pytest_specbench.settings.config import ConfigError, parse_settings
@@ -154,6 +162,51 @@ def test_a_served_row_names_its_models_by_source_not_by_this_machines_folders(tm
     )
 
 
+GPU_SHARE = ("--gpu-memory-utilization", str(served_case.GPU_MEMORY_UTILIZATION))
+
+
+@pytest.mark.parametrize(
+    "device, args, environ, extra, env, cpu_kv",
+    [
+        ("cpu", (), {}, (), (), served_case.CPU_KV_CACHE_GIB),
+        ("cpu", (), {"VLLM_CPU_KVCACHE_SPACE": "4"}, (), (), None),
+        ("cuda:1", (), {}, GPU_SHARE, (("CUDA_VISIBLE_DEVICES", "1"),), None),
+        ("cuda:0", (), {"CUDA_VISIBLE_DEVICES": "2,3"}, GPU_SHARE, (), None),
+        ("cuda:0", ("-tp", "2"), {}, ("-tp", "2", *GPU_SHARE), (), None),
+        (
+            "cuda:0",
+            ("--gpu-memory-utilization=0.7",),
+            {},
+            ("--gpu-memory-utilization=0.7",),
+            (("CUDA_VISIBLE_DEVICES", "0"),),
+            None,
+        ),
+    ],
+)
+def test_a_gpu_servers_memory_share_and_device_follow_the_run_unless_the_user_names_them(
+    device, args, environ, extra, env, cpu_kv, tmp_path, monkeypatch
+):
+    # The baseline server runs beside each speculative one: vLLM's default share (0.9) would leave the second none.
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(served_case, "model_folder", lambda source, **_: tmp_path / source)
+    settings = ServerSettings(tmp_path / "python", "bfloat16", args, None, device)
+    for spec in (server_spec(_case(PLD), settings), baseline_spec(_case(PLD), settings)):
+        assert (spec.extra_args, spec.env, spec.cpu_kv_cache_gib) == (extra, env, cpu_kv)
+        command = spec.command(8000)
+        assert command[len(command) - len(extra) :] == list(extra)
+
+
+def test_a_context_length_given_with_an_equals_sign_is_the_users(tmp_path, monkeypatch):
+    monkeypatch.setattr(served_case, "model_folder", lambda source, **_: tmp_path / source)
+    given = ServerSettings(tmp_path / "python", "bfloat16", ("--max-model-len=2048",), None)
+    assert baseline_spec(_case(PLD), given).max_model_len is None
+    default = ServerSettings(tmp_path / "python", "bfloat16", (), None)
+    assert baseline_spec(_case(PLD), default).max_model_len == served_case.DEFAULT_MAX_MODEL_LEN
+
+
 def _result(seconds: float) -> GenerationResult:
     stats = DecodeStats(new_tokens=4, wall_time_s=seconds, prefill_time_s=0.0)
     return GenerationResult(torch.zeros(1, 5, dtype=torch.long), 1, stats)
@@ -267,3 +320,22 @@ def test_an_endpoint_serving_another_model_or_another_k_is_refused():
         endpoint.check_serves("embedded:qwen2.5-coder-1.5b", 8)
     with pytest.raises(EndpointMismatch, match="needs one without speculation"):
         endpoint.check_serves("embedded:qwen2.5-coder-1.5b", None)
+
+
+def test_a_failed_request_names_the_servers_log_wherever_it_is_asked():
+    # The baseline's reference request too: vLLM's own error only says to look at the server's log.
+    class Server:
+        failure_note = "the server's log: vllm-0.log"
+        alive_checks: list[str] = []
+
+        def check_alive(self, when: str = "") -> None:
+            self.alive_checks.append(when)
+
+    def failing():
+        raise ServedRequestError("http://127.0.0.1:1 reported an error mid-stream: EngineCore encountered an issue")
+
+    server = Server()
+    with pytest.raises(ServedRequestError, match="EngineCore encountered an issue\nthe server's log: vllm-0.log"):
+        served_case._asked(server, failing)
+    assert server.alive_checks == ["during a request"]
+    assert served_case._asked(server, lambda: 7) == 7

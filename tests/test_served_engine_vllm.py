@@ -216,3 +216,19 @@ def test_endpoints_someone_else_runs_are_measured_and_one_serving_another_k_is_r
     assert row["k"] == 2 and row["verdict"] == "lossless"
     assert row["server"].startswith("vllm") and f"endpoint {k2.url}" in row["server"]
     assert row["new_tokens"] == sum(row["accepted_per_step"]) + row["target_forward_passes"]
+
+
+@pytest.mark.slow  # a module mark is not what tests/test_lanes.py reads
+def test_the_gpu_checks_vllm_part_passes_in_its_cpu_form(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "pytest_specbench", "gpu-check", "--out", str(out), "--device", "cpu"]
+    command += ["--only", "engines_vllm", "--vllm-python", str(VLLM_PYTHON)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    check = next(check for check in summary["checks"] if check["name"] == "engines_vllm")
+    assert check["status"] == "pass" and "cases lossless" in check["summary"], check
+    assert {row["engine"] for row in check["details"]["rows"]} == {"native", "vllm"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,11 @@ DEFAULT_MAX_MODEL_LEN = 4096
 #: a CPU server's KV cache (GiB) where VLLM_CPU_KVCACHE_SPACE is not set: vLLM's own choice takes most of the
 #: machine's memory, and a baseline server runs beside each speculative one
 CPU_KV_CACHE_GIB = 1
+#: a GPU server's share of the GPU's memory where ``--specbench-vllm-args`` names none: vLLM's own (0.9) leaves no
+#: room for the baseline server that runs beside each speculative one
+GPU_MEMORY_UTILIZATION = 0.4
+#: arguments with which the user spreads a server over several GPUs: the device is then theirs to choose
+_PARALLEL_ARGS = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp")
 
 
 def speculative_config(case: Case, draft_folder: Path | None) -> dict[str, Any]:
@@ -57,36 +63,51 @@ def speculative_config(case: Case, draft_folder: Path | None) -> dict[str, Any]:
     raise NotApplicable(f"the vllm engine has no mapping for {method.name}")
 
 
-def server_spec(case: Case, python: Path, dtype: str, args: tuple[str, ...], cache_dir: Path | None) -> ServerSpec:
+@dataclass(frozen=True)
+class ServerSettings:
+    """What every server of a run shares: vLLM's environment, the dtype, the user's arguments, the model cache and
+    the run's device (``--specbench-gpu``)."""
+
+    python: Path
+    dtype: str
+    args: tuple[str, ...]
+    cache_dir: Path | None
+    device: str = "cpu"
+
+
+def server_spec(case: Case, settings: ServerSettings) -> ServerSpec:
     """The server of the case's runs: its target with its pair's method at k."""
     pair = case.pair
-    draft = model_folder(pair.draft, cache_dir=cache_dir) if pair.draft else None
-    return _spec(pair.target, pair.revision, python, dtype, args, cache_dir, speculative_config(case, draft))
+    draft = model_folder(pair.draft, cache_dir=settings.cache_dir) if pair.draft else None
+    return _spec(pair.target, pair.revision, settings, speculative_config(case, draft))
 
 
-def baseline_spec(case: Case, python: Path, dtype: str, args: tuple[str, ...], cache_dir: Path | None) -> ServerSpec:
+def baseline_spec(case: Case, settings: ServerSettings) -> ServerSpec:
     """The case's target served without speculation: its baseline."""
-    return _spec(case.pair.target, case.pair.revision, python, dtype, args, cache_dir, None)
+    return _spec(case.pair.target, case.pair.revision, settings, None)
 
 
 def _spec(
-    source: str,
-    revision: str | None,
-    python: Path,
-    dtype: str,
-    args: tuple[str, ...],
-    cache_dir: Path | None,
-    speculative: dict[str, Any] | None,
+    source: str, revision: str | None, settings: ServerSettings, speculative: dict[str, Any] | None
 ) -> ServerSpec:
-    on_cpu_default = None if os.environ.get("VLLM_CPU_KVCACHE_SPACE") else CPU_KV_CACHE_GIB
+    args, env = settings.args, ()
+    named = {arg.split("=", 1)[0] for arg in args}
+    device = torch.device(settings.device)
+    if device.type == "cuda":
+        if "--gpu-memory-utilization" not in named:
+            args += ("--gpu-memory-utilization", str(GPU_MEMORY_UTILIZATION))
+        if not named & set(_PARALLEL_ARGS) and "CUDA_VISIBLE_DEVICES" not in os.environ:
+            env = (("CUDA_VISIBLE_DEVICES", str(device.index or 0)),)  # the server's one GPU: the run's
+    on_cpu_default = None if device.type == "cuda" or os.environ.get("VLLM_CPU_KVCACHE_SPACE") else CPU_KV_CACHE_GIB
     return ServerSpec(
-        python=python,
-        model=model_folder(source, revision=revision, cache_dir=cache_dir),
-        dtype=dtype,
+        python=settings.python,
+        model=model_folder(source, revision=revision, cache_dir=settings.cache_dir),
+        dtype=settings.dtype,
         speculative=speculative,
         extra_args=args,
-        max_model_len=None if "--max-model-len" in args else DEFAULT_MAX_MODEL_LEN,
+        max_model_len=None if "--max-model-len" in named else DEFAULT_MAX_MODEL_LEN,
         cpu_kv_cache_gib=on_cpu_default,
+        env=env,
     )
 
 
@@ -185,7 +206,10 @@ class ServedSequenceRun(SequenceRun):
     def prepare(self) -> None:
         speculative, baseline, server = self._servers()  # first: a wrong endpoint fails before this case loads
         super().prepare()  # the target's input, generate() reference and costs, as for every case
-        reference = stream_completion(baseline.url, baseline.served_name, self.prompt_ids, self.setup.max_new_tokens)
+        reference = _asked(
+            baseline,
+            lambda: stream_completion(baseline.url, baseline.served_name, self.prompt_ids, self.setup.max_new_tokens),
+        )
         self.served = ServedSetup(speculative, baseline, reference.token_ids, reference.top2_margins, server)
 
     def _servers(self) -> tuple[Server, Server, str]:
@@ -206,9 +230,10 @@ class ServedSequenceRun(SequenceRun):
         python = config.vllm_python
         if python is None:
             raise NotApplicable("the vllm engine needs --specbench-vllm-python (docs/served.md)")
-        pool = self.context.store.servers()
-        started = pool.server(baseline_spec(case, python, self.dtype, config.vllm_args, config.cache_dir))
-        started_speculative = pool.server(server_spec(case, python, self.dtype, config.vllm_args, config.cache_dir))
+        store = self.context.store
+        settings = ServerSettings(python, self.dtype, config.vllm_args, config.cache_dir, store.device)
+        started = store.servers().server(baseline_spec(case, settings))
+        started_speculative = store.servers().server(server_spec(case, settings))
         arguments = server_arguments(case, started_speculative.spec)
         return started_speculative, started, f"{installed_version(python)}: {arguments}"
 
@@ -227,16 +252,15 @@ class ServedSequenceRun(SequenceRun):
 
     def _request(self, server: Server, counted: bool) -> GenerationResult:
         """One timed request; a server that died is :class:`ServerDied`, one that failed the request names its log."""
-        try:
+
+        def timed() -> tuple[ServedRun, SpecCounters | None]:
             before = read_spec_counters(server.url) if counted else None
             run = stream_completion(
                 server.url, server.served_name, self.prompt_ids, self.setup.max_new_tokens, top_logprobs=0
             )
-            counters = read_spec_counters(server.url) - before if counted and before is not None else None
-        except ServedRequestError as error:
-            server.check_alive("during a request")
-            raise ServedRequestError(f"{error}\n{server.failure_note}") from error
-        return served_result(self.prompt_ids, run, counters)
+            return run, read_spec_counters(server.url) - before if counted and before is not None else None
+
+        return served_result(self.prompt_ids, *_asked(server, timed))
 
     def new_runner(self) -> SpeculativeRun:
         server = self.served.speculative
@@ -277,3 +301,13 @@ class ServedSequenceRun(SequenceRun):
             "server": self.served.server,
             "served_vs_generate": first_divergence(self.served.reference, self.setup.reference),
         }, other_time_s
+
+
+def _asked(server: Server, request: Callable[[], Any]) -> Any:
+    """``request()``'s answer; a server that died is :class:`ServerDied`, one that failed the request names its
+    log (its own error message only says to look there)."""
+    try:
+        return request()
+    except ServedRequestError as error:
+        server.check_alive("during a request")
+        raise ServedRequestError(f"{error}\n{server.failure_note}") from error

@@ -59,6 +59,9 @@ AUTO = "auto"
 #: family-wise level of the final ranking of one (pair, engine, prompt)
 ALPHA = 0.05
 
+#: a PromptAnswer's ``ranking``: every k tested against the best over shared rounds, or over rounds of their own
+#: (each k in its own block, as a served engine's servers run them), unpaired
+TESTED, UNPAIRED = "tested", "tested unpaired"
 #: why a (pair, engine, prompt)'s k were not ranked: rows of several runs, or rows without round data
 SPLIT_ACROSS_RUNS = "its cases were measured in different runs"
 NO_ROUND_DATA = "no round data"
@@ -144,11 +147,15 @@ def prompt_answer(rows: Sequence[CaseResult]) -> PromptAnswer | None:
     timed = {k: round_times(row) for k, row in constant.items() if k not in eliminated}
     # Rows of different runs (some replayed by --specbench-resume) were never timed in shared rounds.
     split = len({row.run_id for k, row in constant.items() if k not in eliminated}) > 1
+    paired = True
     if split or timed[best.k] is None:
         status.update({k: UNKNOWN for k in timed if k != best.k})
     else:
         with_data = {k: rounds for k, rounds in timed.items() if rounds is not None}
-        status.update(rank_against_best(with_data, best.k, alpha=ALPHA))
+        # k timed in blocks of their own (a served engine: one server per k) share no round with the best.
+        others = [rounds for k, rounds in with_data.items() if k != best.k]
+        paired = not others or any(set(rounds) & set(with_data[best.k]) for rounds in others)
+        status.update(rank_against_best(with_data, best.k, alpha=ALPHA, paired=paired))
         status.update({k: UNKNOWN for k, rounds in timed.items() if rounds is None})
     ordered = sorted(status, key=k_order)
     # Among the k this run measured and trusts, so that its regret is a measured figure.
@@ -167,7 +174,7 @@ def prompt_answer(rows: Sequence[CaseResult]) -> PromptAnswer | None:
         tied=tuple(k for k in ordered if status[k] == TIED),
         slower=tuple(SlowerK(k, eliminated.get(k)) for k in ordered if status[k] == SLOWER),
         unknown=unknown,
-        ranking=UNKNOWN if unknown else "tested",
+        ranking=UNKNOWN if unknown else TESTED if paired else UNPAIRED,
         not_ranked_reason=_not_ranked_reason(split, timed) if unknown else None,
         suspect=suspect,
         recommended_k=recommended,
@@ -318,8 +325,8 @@ def prompt_table(
                 *([a.dtype] if dtypes else []),
                 str(a.best_k) if best else "-",
                 entry_with_interval(a) if best else "-",
-                _ks(a.tied),
-                _slower(a),
+                _unpaired(a, _ks(a.tied)),
+                _unpaired(a, _slower(a)),
                 _not_ranked(a),
                 recommended,
                 regret,
@@ -342,6 +349,10 @@ def prompt_table(
         *(["auto / hf auto (end to end)"] if hf else []),
     ]
     return cells, headers
+
+
+def _unpaired(answer: PromptAnswer, cell: str) -> str:
+    return f"{cell} (unpaired)" if answer.ranking == UNPAIRED and cell != "-" else cell
 
 
 def _not_ranked(answer: PromptAnswer) -> str:

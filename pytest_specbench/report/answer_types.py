@@ -53,8 +53,10 @@ class ScheduleAnswer(JsonRecord):
 @dataclass(frozen=True)
 class PromptAnswer(JsonRecord):
     """The answer for one (pair, engine, prompt, dtype); see the module docstring. ``best_k`` None (and its speedup
-    with it) where every k is suspect; ``ranking`` "tested" when every k was ranked, else "unknown", with the reason
-    in ``not_ranked_reason``; ``regret``: the recommended k's measured speedup over the best's (None: not run)."""
+    with it) where every k is suspect; ``ranking`` "tested" when every k was ranked over rounds shared with the
+    best, "tested unpaired" over rounds of their own (each k in its own block: a served engine), else "unknown",
+    with the reason in ``not_ranked_reason``; ``regret``: the recommended k's measured speedup over the best's
+    (None: not run)."""
 
     pair: str
     engine: str

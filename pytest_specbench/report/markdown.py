@@ -480,7 +480,8 @@ def _answer_lines(pair: str, answer: RunAnswer, engines: bool, dtypes: bool = Fa
         "The answer. Per prompt, the best constant k (highest decode speedup); the k tied with it and those "
         "slower, by a one-sided paired t test over the rounds of their block (family-wise 95%, a k the race "
         "eliminated named with the k that beat it; not ranked, with the reason: no round data to test "
-        "with, or cases measured in different runs, whose rounds never pair); the cost model's "
+        "with, or cases measured in different runs, whose rounds never pair; `(unpaired)`: each k ran in a block "
+        "of its own, as on a served engine, and is tested over its own rounds' speedups); the cost model's "
         "recommended k (the most common among the prompt's cases) and its measured speedup over the best's.",
         "",
         _table(cells, headers),

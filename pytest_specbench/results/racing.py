@@ -112,15 +112,17 @@ def _step_levels(alpha: float, looks: int, contenders: int, family: int) -> list
     return [alpha / looks / ((contenders - r) * (family - 1)) for r in range(contenders - 1)]
 
 
-def _p_values(logs: Mapping[K, Mapping[Hashable, float]], best: K, min_rounds: int) -> dict[K, float | None]:
-    """Each other case's p-value against ``best`` (None below ``min_rounds`` rounds in common, or when the fit
-    leaves no residual degree of freedom)."""
-    fit = _fit(logs)
+def _p_values(
+    logs: Mapping[K, Mapping[Hashable, float]], best: K, min_rounds: int, paired: bool = True
+) -> dict[K, float | None]:
+    """Each other case's p-value against ``best`` (None below ``min_rounds`` rounds in common, or each of its own
+    unpaired, or when the fit leaves no residual degree of freedom)."""
+    fit = _fit(logs, with_rounds=paired)
     p_values: dict[K, float | None] = {}
     for case, values in logs.items():
         if case == best:
             continue
-        common = sum(1 for r in values if r in logs[best])
+        common = sum(1 for r in values if r in logs[best]) if paired else min(len(values), len(logs[best]))
         p_values[case] = (
             _one_sided_p(fit, case, best)
             if common >= max(min_rounds, 2) and fit.dof > 0 and case in fit.cases
@@ -168,14 +170,21 @@ def eliminations(
 
 
 def rank_against_best(
-    times: Mapping[K, Mapping[Hashable, float]], best: K, *, alpha: float = 0.05, min_rounds: int = 2
+    times: Mapping[K, Mapping[Hashable, float]],
+    best: K,
+    *,
+    alpha: float = 0.05,
+    min_rounds: int = 2,
+    paired: bool = True,
 ) -> dict[K, str]:
     """Each case but ``best``: "slower" (the step-down of :func:`eliminations` in one look at ``alpha``, over
     the same additive fit), "tied" (the test cannot tell them apart) or "unknown" (fewer than
-    ``min_rounds`` rounds in common, or no times)."""
+    ``min_rounds`` rounds in common, or no times). ``paired=False``: cases timed in rounds of their own (a served
+    engine's k, each on its own server) are compared without round effects, each needing ``min_rounds`` rounds;
+    what drifts between their rounds is then noise the test carries, not removes."""
     logs = _logs(times)
     if best not in logs:
         raise ValueError(f"best case {best!r} has no times")
-    p_values = _p_values(logs, best, min_rounds)
+    p_values = _p_values(logs, best, min_rounds, paired)
     slower = step_down(p_values, alpha, 1, len(logs))
     return {case: SLOWER if case in slower else TIED if p is not None else UNKNOWN for case, p in p_values.items()}

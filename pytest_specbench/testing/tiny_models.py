@@ -233,6 +233,21 @@ def byte_gpt2(seed: int = 0, **overrides) -> GPT2LMHeadModel:
     )
 
 
+#: a tiny byte-level Llama in a shape vLLM serves (its CPU attention takes head sizes such as 64, not the tiny 12)
+SERVED_LLAMA = dict(
+    hidden_size=128,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=64,
+    intermediate_size=256,
+    vocab_size=257,
+    pad_token_id=256,
+    bos_token_id=256,
+    eos_token_id=256,
+    max_position_embeddings=4096,
+)
+
+
 def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: Path) -> Path:
     """Save ``model`` and ``tokenizer`` as a from_pretrained checkpoint in ``directory``."""
     model.save_pretrained(directory)

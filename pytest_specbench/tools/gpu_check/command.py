@@ -22,7 +22,10 @@ The checks (``CHECKS`` in ``plan.py``, in the order they are reported):
 - that the package's clock brackets GPU work with ``torch.cuda.synchronize()``: a kernel of known
   length timed by ``engine.timing.DeviceClock`` and by CUDA events, GPU work planted in every
   forward pass of a decode, and every clock read preceded by a synchronise;
-- CUDA peak memory present and positive in every benchmark row.
+- CUDA peak memory present and positive in every benchmark row;
+- with a vLLM environment (``--vllm-python``, ``SPECBENCH_VLLM_PYTHON`` or the checkout's ``.venv-vllm``), the
+  vllm engine beside the native one at k = 4 with prompt lookup, every row lossless; its time is added to the
+  default budget. Without one it is skipped, saying how to make one.
 
 ``--device cpu`` runs the reduced form (tiny models only, 8 or 16 tokens, k = 1, 4, one prompt;
 the clock check becomes a CPU clock sanity check, the CUDA-only checks are reported as skipped):
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import re
 import signal
 import sys
@@ -53,9 +57,9 @@ from typing import Any
 from .judge import judge
 from .legs import interrupt
 from .parts import read_inproc, run_legs
-from .plan import CHECKS, CPU_FORM, CUDA_FORM, Check, without_gemma
+from .plan import CHECKS, CPU_FORM, CUDA_FORM, REPO, Check, without_gemma
 from .report import write_summaries
-from .run import Run, environment_fatal
+from .run import CHECKOUT_VLLM_PYTHON, Run, environment_fatal, vllm_decision
 
 
 def parent(args: argparse.Namespace) -> int:
@@ -97,6 +101,10 @@ def new_run(args: argparse.Namespace, start: float) -> Run | None:
         return None
     if args.without_gemma:
         form = without_gemma(form)
+    vllm_python, found_by = find_vllm_python(args.vllm_python)
+    if vllm_python is not None and found_by != "checkout" and not vllm_python.is_file():
+        print(f"gpu_check: {found_by} names {vllm_python}, which is no file: give vLLM's interpreter", file=sys.stderr)
+        return None
     budget = args.budget if args.budget is not None else form.budget_s
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -105,16 +113,22 @@ def new_run(args: argparse.Namespace, start: float) -> Run | None:
     if unknown:
         print(f"gpu_check: unknown check name(s) {unknown}; known: {', '.join(CHECKS)}", file=sys.stderr)
         return None
-    return Run(
-        out,
-        device,
-        form,
-        only,
-        args.qwen,
-        args.with_gemma or form.name == "cuda" and not args.without_gemma,
-        start + budget,
-        budget,
-    )
+    with_gemma = args.with_gemma or form.name == "cuda" and not args.without_gemma
+    run = Run(out, device, form, only, args.qwen, with_gemma, start + budget, budget, vllm_python, found_by)
+    if args.budget is None and run.wanted("engines_vllm") and vllm_decision(run)[0]:
+        run.deadline, run.budget_s = run.deadline + form.caps["vllm"], budget + form.caps["vllm"]
+    return run
+
+
+def find_vllm_python(given: str | None) -> tuple[Path | None, str]:
+    """vLLM's interpreter and where it was named: --vllm-python, SPECBENCH_VLLM_PYTHON, or the checkout's
+    environment that scripts/make-vllm-env.sh makes by default; (None, "") where none is."""
+    if given:
+        return Path(given).expanduser(), "--vllm-python"
+    if os.environ.get("SPECBENCH_VLLM_PYTHON"):
+        return Path(os.environ["SPECBENCH_VLLM_PYTHON"]).expanduser(), "SPECBENCH_VLLM_PYTHON"
+    checkout = REPO / CHECKOUT_VLLM_PYTHON
+    return (checkout, "checkout") if checkout.is_file() else (None, "")
 
 
 def run_and_judge(run: Run) -> str | None:
@@ -186,6 +200,13 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         choices=("auto", "on", "off"),
         default="auto",
         help="the Qwen pairs: auto runs them on CUDA when the qwen extra is installed and converted",
+    )
+    parser.add_argument(
+        "--vllm-python",
+        default=None,
+        metavar="PATH",
+        help="vLLM's own environment's interpreter (default: SPECBENCH_VLLM_PYTHON, else the checkout's .venv-vllm):"
+        " engines_vllm runs the vllm engine beside the native one; without one it is skipped",
     )
     parser.add_argument("--with-gemma", action="store_true", help="CPU form: run the Gemma lossless check too")
     parser.add_argument(

@@ -52,9 +52,11 @@ BYTE_IDS = dict(vocab_size=257, pad_token_id=256, bos_token_id=256, eos_token_id
 
 def write_tiny_pairs(folder: Path) -> Path:
     """Byte-level tiny models on disk and a pairs TOML naming them (docs/pairs.md): ``tiny_llama`` (a noisy
-    copy drafts), ``tiny_llama_int8``, ``tiny_llama_pld`` and ``tiny_gemma_pld`` (sliding-window layers)."""
+    copy drafts), ``tiny_llama_int8``, ``tiny_llama_pld``, ``tiny_gemma_pld`` (sliding-window layers) and
+    ``tiny_served_pld`` (a Llama in a shape vLLM serves)."""
     from ...testing.tiny_models import (
         DRAFT_NOISE,
+        SERVED_LLAMA,
         byte_tokenizer,
         noisy_copy,
         save_checkpoint,
@@ -68,6 +70,7 @@ def write_tiny_pairs(folder: Path) -> Path:
         "llama": llama,
         "llama_draft": noisy_copy(llama, DRAFT_NOISE, seed=102),
         "gemma": tiny_model("gemma3", **BYTE_IDS),
+        "served": tiny_model("llama", **SERVED_LLAMA),
     }
     for name, model in models.items():
         model.generation_config.pad_token_id = BYTE_IDS["pad_token_id"]  # generate() pads with end-of-text
@@ -79,7 +82,8 @@ def write_tiny_pairs(folder: Path) -> Path:
         'description = "tiny Llama, noisy copy drafts"\n\n'
         '[pairs.tiny_llama_int8]\ntarget = "./llama"\ndrafter = "int8"\n\n'
         '[pairs.tiny_llama_pld]\ntarget = "./llama"\ndrafter = "prompt_lookup"\n\n'
-        '[pairs.tiny_gemma_pld]\ntarget = "./gemma"\ndrafter = "prompt_lookup"\n',
+        '[pairs.tiny_gemma_pld]\ntarget = "./gemma"\ndrafter = "prompt_lookup"\n\n'
+        '[pairs.tiny_served_pld]\ntarget = "./served"\ndrafter = "prompt_lookup"\n',
         encoding="utf-8",
     )
     return pairs

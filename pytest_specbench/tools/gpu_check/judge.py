@@ -15,7 +15,7 @@ from typing import Any
 from ...results.schema import CaseResult
 from .legs import Leg, leg_problem
 from .plan import QWEN_KS, QWEN_PAIRS, QWEN_PROMPTS, SLIDING_REFUSAL, Check
-from .run import Run, qwen_decision
+from .run import Run, qwen_decision, vllm_decision
 from .suite import judge_suite
 
 #: the row fields the summaries show of each case
@@ -143,6 +143,15 @@ def judge(run: Run) -> None:
         else:
             cases = Cases(QWEN_PAIRS, ("native",), QWEN_KS, QWEN_PROMPTS)
             run.checks["qwen_pairs"] = judge_rows("qwen_pairs", legs.get("qwen"), cases, "Qwen pairs")
+    if run.wanted("engines_vllm"):
+        go, why = vllm_decision(run)
+        if not go:
+            run.checks["engines_vllm"] = Check("engines_vllm", "skip", f"not run: {why}")
+        else:
+            cases = Cases(form.vllm_pairs, ("native", "vllm"), (4,), form.hf_prompts)
+            check = judge_rows("engines_vllm", legs.get("vllm"), cases, "native and vllm at k=4")
+            check.details["vllm_python"] = why
+            run.checks["engines_vllm"] = check
 
 
 def judge_engines(run: Run) -> Check:

@@ -18,7 +18,7 @@ from .plan import (
     QWEN_PROMPTS,
     Check,
 )
-from .run import Run, environment_fatal, qwen_decision
+from .run import Run, environment_fatal, qwen_decision, vllm_decision
 from .suite import run_suite
 
 
@@ -108,6 +108,11 @@ def run_legs(run: Run) -> None:
         run.start("hf", pytest_bench(run, "hf", form.hf_pairs, (4,), form.hf_prompts, form.bench_tokens, "native,hf"))
     if run.wanted("qwen_pairs") and qwen_decision(run)[0]:
         run.start("qwen", pytest_bench(run, "qwen", QWEN_PAIRS, QWEN_KS, QWEN_PROMPTS, form.bench_tokens))
+    if run.wanted("engines_vllm") and vllm_decision(run)[0]:
+        # Eager servers: this checks the served path and losslessness, and CUDA graphs add a minute to each start.
+        served = (f"--specbench-vllm-python={run.vllm_python}", "--specbench-vllm-args=--enforce-eager")
+        prompts, tokens = form.hf_prompts, form.bench_tokens
+        run.start("vllm", pytest_bench(run, "vllm", form.vllm_pairs, (4,), prompts, tokens, "native,vllm", served))
 
 
 def read_inproc(run: Run) -> None:

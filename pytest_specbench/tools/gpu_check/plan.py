@@ -40,6 +40,8 @@ CHECKS: dict[str, str] = {
     "compile_refuses_sliding_window": "--specbench-compile refuses a sliding-window model (Gemma 3), as documented",
     "peak_memory_cuda": "every benchmark row has peak_memory_kind cuda_allocated and a positive peak",
     "qwen_pairs": "the real Qwen2.5-Coder pairs through pytest bench_cases (with the qwen extra)",
+    "engines_vllm": "pytest bench_cases --specbench-engine=native,vllm at k=4 with prompt lookup, every row lossless "
+    "(with a vLLM environment)",
 }
 INPROC_CHECKS = (
     "timing_sync_clock",
@@ -78,26 +80,29 @@ class Form:
     compile_prompts: tuple[str, ...]
     rounds: tuple[int, int, int, float]  # warm-up, min rounds, max rounds, case budget (s)
     hf_in_matrix: bool  # the hf engine runs inside the matrix run (one pytest start fewer)
+    vllm_pairs: tuple[str, ...]  # prompt-lookup pairs: vLLM's ngram needs no draft model
 
 
 CUDA_FORM = Form(
     name="cuda", budget_s=420,  # with kill grace and summaries, within about 8 minutes
-    caps={"inproc": 240, "matrix": 150, "hf": 90, "suite": 180, "compile": 200, "qwen": 150},
+    caps={"inproc": 240, "matrix": 150, "hf": 90, "suite": 180, "compile": 200, "qwen": 150, "vllm": 240},
     tiny_tokens=64, tiny_ks=(1, 4, 16), gemma_tokens=128, gemma_ks=(4,),
     bench_pairs=("gemma3_int8", "gemma3_pld"), bench_ks=(1, 4, 16), bench_prompts=("natural", "code_python"),
     bench_tokens=128, hf_pairs=("gemma3_int8", "gemma3_pld"), hf_prompts=("code_python",),
     compile_pairs=("tiny_llama",), sliding_pair="gemma3_pld", compile_ks=(1, 4, 16),
     compile_prompts=("natural", "code_python"), rounds=(1, 2, 4, 3.0), hf_in_matrix=False,
+    vllm_pairs=("gemma3_pld",),
 )  # fmt: skip
 #: the benchmark parts' pairs built from the tiny models alone (context.write_tiny_pairs)
 TINY_BENCH = dict(
     bench_pairs=("tiny_llama_int8", "tiny_llama_pld"),
     hf_pairs=("tiny_llama_int8", "tiny_llama_pld"),
     sliding_pair="tiny_gemma_pld",
+    vllm_pairs=("tiny_served_pld",),
 )
 CPU_FORM = Form(
     name="cpu", budget_s=300,
-    caps={"inproc": 120, "matrix": 150, "hf": 90, "suite": 90, "compile": 90, "qwen": 300},
+    caps={"inproc": 120, "matrix": 150, "hf": 90, "suite": 90, "compile": 90, "qwen": 300, "vllm": 420},
     tiny_tokens=16, tiny_ks=(1, 4), gemma_tokens=8, gemma_ks=(4,),
     bench_ks=(1, 4), bench_prompts=("code_python",), bench_tokens=8, hf_prompts=("code_python",),
     compile_pairs=(), compile_ks=(4,), compile_prompts=("code_python",), **TINY_BENCH,

@@ -1,5 +1,6 @@
 """The parent's state: the options, the clock of the whole budget, the parts run so far and the checks decided;
-and the two decisions read from it (whether the environment leaves anything to run, whether the Qwen part runs).
+and the decisions read from it (whether the environment leaves anything to run, whether the Qwen and vLLM parts
+run).
 
 Imports no torch: the parent process holds it.
 """
@@ -31,6 +32,9 @@ class Run:
     with_gemma: bool
     deadline: float
     budget_s: float
+    #: vLLM's own environment's interpreter, and how it was found (--vllm-python, SPECBENCH_VLLM_PYTHON, checkout)
+    vllm_python: Path | None = None
+    vllm_found_by: str = ""
     env: dict[str, Any] = field(default_factory=dict)  # the environment check's details
     legs: dict[str, Leg] = field(default_factory=dict)
     checks: dict[str, Check] = field(default_factory=dict)
@@ -101,3 +105,19 @@ def qwen_decision(run: Run) -> tuple[bool, str]:
             "run's budget); --qwen=on converts and runs it"
         )
     return True, "installed and converted"
+
+
+#: where scripts/make-vllm-env.sh puts vLLM's environment by default, in the checkout
+CHECKOUT_VLLM_PYTHON = Path(".venv-vllm") / "bin" / "python"
+
+
+def vllm_decision(run: Run) -> tuple[bool, str]:
+    """Whether the vLLM leg runs, and why (or why not)."""
+    if run.vllm_python is None:
+        return False, (
+            "no vLLM environment: scripts/make-vllm-env.sh cuda (cpu on a CPU) makes one; name its interpreter "
+            "with --vllm-python or SPECBENCH_VLLM_PYTHON (docs/served.md)"
+        )
+    if not run.cuda and run.vllm_found_by == "checkout":
+        return False, f"the CPU form leaves the checkout's {CHECKOUT_VLLM_PYTHON} out (two CPU servers take minutes)"
+    return True, f"{run.vllm_python} (from {run.vllm_found_by})"
