@@ -71,9 +71,9 @@ def calls(monkeypatch) -> dict[str, list[int]]:
         seen["column"].append(hidden.numel() // hidden.shape[-1])
         return real_column(head, hidden)
 
-    def rows(layer, hidden):
+    def rows(layer, hidden, hold=False):  # both variants of the few-rows kernel count as its calls
         seen["rows"].append(hidden.numel() // hidden.shape[-1])
-        return real_rows(layer, hidden)
+        return real_rows(layer, hidden, hold=hold)
 
     monkeypatch.setattr(verify_forms_module, "column_logits", column)
     monkeypatch.setattr(few_rows, "few_rows_linear", rows)
@@ -131,6 +131,8 @@ def test_the_few_rows_kernel_computes_linear_and_each_row_alone(rows, inputs, ou
     # One dot product per output in a fixed order: a row's output does not depend on the rows beside it.
     assert torch.equal(result[:, -1:], few_rows.few_rows_linear(layer, hidden[:, -1:]))
     assert torch.equal(result[:, :1], few_rows.few_rows_linear(layer, hidden[:, :1]))
+    # Holding x in registers changes where it is loaded from, not the sums: bit for bit the same.
+    assert torch.equal(result, few_rows.few_rows_linear(layer, hidden, hold=True))
 
 
 def test_the_kernel_serves_float32_and_bfloat16_cpu_layers_of_1_to_32_rows():
@@ -226,8 +228,9 @@ def test_auto_settles_each_group_and_row_count_once_and_keeps_the_fastest(monkey
     assert sorted(rows for is_head, rows, _ in measured if is_head) == [1, 2, 3, 4, 5]
     assert len(measured) == 10  # two groups (the head, the hidden layer), five row counts each
     assert all(("column" in forms) == is_head for is_head, _, forms in measured)
-    # the few-rows kernel competes from one row, where it is built
+    # the few-rows kernel competes from one row, where it is built; its held variant from two rows, in float32
     assert all(("rows" in forms) == (few_rows.kernel() is not None) for _, _, forms in measured)
+    assert all(("rows_held" in forms) == (few_rows.kernel() is not None and rows > 1) for _, rows, forms in measured)
     with forms.applied():
         for rows in (1, 2, 3, 5, 5, 7):  # 7 rows: not settled, the model's own
             head(torch.randn(1, rows, 48))
@@ -242,11 +245,8 @@ def test_auto_settles_each_group_and_row_count_once_and_keeps_the_fastest(monkey
 @needs_kernel
 def test_the_real_measurement_chooses_among_the_applicable_forms():
     layer = _linear(False)
-    assert verify_forms_module._fastest([layer, _linear(False, 1)], ["own", "rows", "column"], 4) in (
-        "own",
-        "rows",
-        "column",
-    )
+    forms = ["own", "rows", "rows_held", "column"]
+    assert verify_forms_module._fastest([layer, _linear(False, 1)], forms, 4) in forms
 
 
 def test_an_unknown_kernel_is_refused():

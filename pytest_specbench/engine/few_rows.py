@@ -169,12 +169,12 @@ def supports(module: torch.nn.Module, rows: int) -> bool:
 # A custom op, not the bare extension call, so that compiled one-token steps (engine/compiled_steps.py)
 # trace through it instead of breaking their graph.
 @torch.library.custom_op("specbench::few_rows_linear", mutates_args=())
-def _linear_op(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return kernel().linear(hidden, weight, bias)
+def _linear_op(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, hold: bool) -> torch.Tensor:
+    return kernel().linear(hidden, weight, bias, hold)
 
 
 @_linear_op.register_fake
-def _(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, hold: bool) -> torch.Tensor:
     return hidden.new_empty((*hidden.shape[:-1], weight.shape[0]))
 
 
@@ -183,6 +183,8 @@ def applies_to(model: torch.nn.Module) -> bool:
     return any(type(module) is torch.nn.Linear and supports(module, 1) for module in model.modules())
 
 
-def few_rows_linear(module: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
-    """``module(hidden)`` through the kernel (which must be built and :func:`supports` the call)."""
-    return _linear_op(hidden, module.weight, module.bias)
+def few_rows_linear(module: torch.nn.Linear, hidden: torch.Tensor, hold: bool = False) -> torch.Tensor:
+    """``module(hidden)`` through the kernel (which must be built and :func:`supports` the call). ``hold``: the
+    variant that holds each vector of a float32 x in a register (the same results; faster or slower by shape and
+    CPU, so :mod:`.verify_forms` times both)."""
+    return _linear_op(hidden, module.weight, module.bias, hold)

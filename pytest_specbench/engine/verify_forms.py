@@ -3,11 +3,13 @@
 A decode step reads every weight once; a verify pass reads the same weights for a few positions, so at
 memory speed it costs about one step. torch's own kernels fall short of that on some CPUs (docs/engines.md,
 "The verify pass's kernels"). Within :meth:`KernelForms.applied`, each plain ``torch.nn.Linear`` of the model
-runs a call of up to 32 rows in one of three forms, all computing the same dot products (the last bits may
+runs a call of up to 32 rows in one of four forms, all computing the same dot products (the last bits may
 round differently, as a one-row and a many-row pass do; the lossless check covers every form):
 
 - ``own``: the model's own ``linear``;
 - ``rows``: the few-rows kernel (:mod:`.few_rows`; float32 and bfloat16 on CPU, 1 to 32 rows);
+- ``rows_held``: the same kernel holding each vector of x in a register (float32, 2 rows or more: same results,
+  faster in cache, slower on some shapes streamed from memory);
 - ``column``: ``weight @ hidden.T`` (the output head only, :mod:`.output_head`).
 
 A :class:`KernelForms` is one model's forms under one kernel setting (``--specbench-kernels``, :data:`.names.KERNELS`),
@@ -38,7 +40,7 @@ from .timing import DeviceClock
 
 __all__ = ["KERNELS", "KernelForms", "kernel_forms"]
 
-OWN, ROWS, COLUMN = "own", "rows", "column"
+OWN, ROWS, HELD, COLUMN = "own", "rows", "rows_held", "column"
 AUTO, LINEAR = "auto", "linear"
 #: forms a forced kernel uses where it applies
 _FORCED = {"rows": ROWS, "column": COLUMN}
@@ -74,6 +76,8 @@ def _applicable(group: _Group, layer: torch.nn.Linear, rows: int) -> list[str]:
     forms = [OWN]
     if few_rows.supports(layer, rows) and few_rows.kernel() is not None:
         forms.append(ROWS)
+        if layer.weight.dtype == torch.float32 and rows >= 2:
+            forms.append(HELD)
     if group[2]:
         forms.append(COLUMN)
     return forms
@@ -82,6 +86,8 @@ def _applicable(group: _Group, layer: torch.nn.Linear, rows: int) -> list[str]:
 def _call(form: str, layer: torch.nn.Linear, hidden: torch.Tensor, own: Callable) -> torch.Tensor:
     if form == ROWS:
         return few_rows.few_rows_linear(layer, hidden)
+    if form == HELD:
+        return few_rows.few_rows_linear(layer, hidden, hold=True)
     if form == COLUMN:
         return column_logits(layer, hidden)
     return own(hidden)
@@ -150,7 +156,7 @@ class KernelForms:
             for group, layers in _layers(self.model).items()
         }
 
-    def _rows_using(self, max_rows: int, form: str, head_only: bool) -> list[int]:
+    def _rows_using(self, max_rows: int, forms_used: tuple[str, ...], head_only: bool) -> list[int]:
         chosen = self.choices(max_rows)
         return sorted(
             {
@@ -158,17 +164,17 @@ class KernelForms:
                 for group, forms in chosen.items()
                 if group[2] or not head_only
                 for rows, f in forms.items()
-                if f == form
+                if f in forms_used
             }
         )
 
     def column_head_rows(self, max_rows: int) -> list[int]:
         """The row counts 1 .. ``max_rows`` whose output head runs as ``weight @ hidden.T``."""
-        return self._rows_using(max_rows, COLUMN, head_only=True)
+        return self._rows_using(max_rows, (COLUMN,), head_only=True)
 
     def few_rows_rows(self, max_rows: int) -> list[int]:
         """The row counts 1 .. ``max_rows`` at which some linear layer runs the few-rows kernel."""
-        return self._rows_using(max_rows, ROWS, head_only=False)
+        return self._rows_using(max_rows, (ROWS, HELD), head_only=False)
 
     @property
     def wants_few_rows(self) -> bool:

@@ -69,11 +69,15 @@ inline float lane_sum(lanes v) {
 #endif
 }
 
-// Outputs [n0, n1) of all M rows (x in float32), NB weight rows at a time. Each step takes a whole cache
+// Outputs [n0, n1) of all M rows (x in float32), NB weight rows at a time. Hold: each vector of x is held in a
+// register for the NB multiply-adds that use it, where the compiler would fold its load into each of them. On a CPU
+// that loads one 512-bit vector a cycle (Zen 4) the loads then no longer set the pace of many rows in cache, but
+// streaming some shapes from memory it ran slower: the engine times both (engine/verify_forms.py) and keeps the
+// faster. Same sums in the same order either way. Each step takes a whole cache
 // line of every weight row (U vectors: two for bfloat16), with one prefetch per line, and fetches the same
 // line of the weight rows about 4*NB*K bytes on into the level-2 cache: the next block's rows start where
 // a row's own prefetch does not reach, and at many rows the arithmetic leaves the stream idle there.
-template <int M, int NB, typename W>
+template <int M, int NB, bool Hold, typename W>
 void weight_rows(const float* x, int64_t K, const W* w, int64_t n0, int64_t n1, float* y, int64_t N) {
   constexpr int64_t ahead = kPrefetchBytes / sizeof(W);
   constexpr int U = sizeof(float) / sizeof(W);
@@ -92,7 +96,8 @@ void weight_rows(const float* x, int64_t K, const W* w, int64_t n0, int64_t n1, 
         lanes wv[NB];
         for (int j = 0; j < NB; ++j) wv[j] = load(w + (n + j) * K + k + u * kLanes);
         for (int r = 0; r < M; ++r) {
-          const lanes xv = load(x + r * K + k + u * kLanes);
+          lanes xv = load(x + r * K + k + u * kLanes);
+          if constexpr (Hold) asm("" : "+v"(xv));
           for (int j = 0; j < NB; ++j) acc[r][j] += xv * wv[j];
         }
       }
@@ -117,7 +122,7 @@ constexpr int block_for(int rows) { return rows <= 2 ? 4 : rows <= 4 ? 3 : rows 
 #if defined(__AVX512BF16__)
 // bfloat16 x and weights on a CPU with AVX512_BF16: one dot-product instruction takes 32 of each, products
 // exact, sums in float32 (a pair summed before it joins the accumulator).
-template <int M, int NB>
+template <int M, int NB, bool Hold>  // Hold: no difference here, x is loaded once per row already
 void weight_rows(const uint16_t* x, int64_t K, const uint16_t* w, int64_t n0, int64_t n1, float* y, int64_t N) {
   constexpr int64_t ahead = kPrefetchBytes / sizeof(uint16_t), step = 32;
   const int64_t whole = K / step * step;
@@ -147,23 +152,31 @@ void weight_rows(const uint16_t* x, int64_t K, const uint16_t* w, int64_t n0, in
 }
 #endif
 
-template <int M, typename X, typename W>
+template <int M, bool Hold, typename X, typename W>
 void all_outputs(const X* x, int64_t K, const W* w, int64_t N, float* y) {
   constexpr int NB = block_for(M);
   const int64_t blocks = N / NB;
-  at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) { weight_rows<M, NB>(x, K, w, b0 * NB, b1 * NB, y, N); });
-  if (blocks * NB < N) weight_rows<M, 1>(x, K, w, blocks * NB, N, y, N);
+  at::parallel_for(
+      0, blocks, 16, [&](int64_t b0, int64_t b1) { weight_rows<M, NB, Hold>(x, K, w, b0 * NB, b1 * NB, y, N); });
+  if (blocks * NB < N) weight_rows<M, 1, Hold>(x, K, w, blocks * NB, N, y, N);
 }
 
-template <int M, typename X, typename W>
+template <int M, bool Hold, typename X, typename W>
 void dispatch(int64_t rows, const X* x, int64_t K, const W* w, int64_t N, float* y) {
   if constexpr (M <= kMaxRows) {
-    if (rows == M) return all_outputs<M>(x, K, w, N, y);
-    return dispatch<M + 1>(rows, x, K, w, N, y);
+    if (rows == M) return all_outputs<M, Hold>(x, K, w, N, y);
+    return dispatch<M + 1, Hold>(rows, x, K, w, N, y);
   }
 }
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const c10::optional<torch::Tensor>& bias) {
+template <typename W>
+void float_rows(bool hold, int64_t rows, const float* x, int64_t K, const W* w, int64_t N, float* y) {
+  if (hold) return dispatch<1, true>(rows, x, K, w, N, y);
+  dispatch<1, false>(rows, x, K, w, N, y);
+}
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const c10::optional<torch::Tensor>& bias,
+                     bool hold_x) {
   const auto dtype = weight.scalar_type();
   TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16, "float32 or bfloat16 weights only");
   TORCH_CHECK(x.scalar_type() == dtype, "x must have the weight's dtype");
@@ -179,17 +192,17 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
   torch::Tensor y = torch::empty({run_rows, N}, x.options().dtype(torch::kFloat32));
   if (dtype == torch::kFloat32) {
     const torch::Tensor rows_x = x_rows.contiguous();
-    dispatch<1>(run_rows, rows_x.data_ptr<float>(), K, w.data_ptr<float>(), N, y.data_ptr<float>());
+    float_rows(hold_x, run_rows, rows_x.data_ptr<float>(), K, w.data_ptr<float>(), N, y.data_ptr<float>());
   } else {
     const auto* w16 = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
 #if defined(__AVX512BF16__)
     const torch::Tensor rows_x = x_rows.contiguous();
-    dispatch<1>(run_rows, reinterpret_cast<const uint16_t*>(rows_x.data_ptr<at::BFloat16>()), K, w16, N,
-                y.data_ptr<float>());
+    dispatch<1, false>(run_rows, reinterpret_cast<const uint16_t*>(rows_x.data_ptr<at::BFloat16>()), K, w16, N,
+                       y.data_ptr<float>());
 #else
     // x is a few rows: widened to float32 once; the sums run in float32 and round once at the end.
     const torch::Tensor rows_x = x_rows.to(torch::kFloat32).contiguous();
-    dispatch<1>(run_rows, rows_x.data_ptr<float>(), K, w16, N, y.data_ptr<float>());
+    float_rows(hold_x, run_rows, rows_x.data_ptr<float>(), K, w16, N, y.data_ptr<float>());
 #endif
   }
   if (run_rows != rows) y = y.narrow(0, 0, rows);
@@ -202,6 +215,8 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear", &linear, "x @ weight.T + bias for 1 to 32 rows of x (float32 or bfloat16, CPU)");
+  m.def("linear", &linear, "x @ weight.T + bias for 1 to 32 rows of x (float32 or bfloat16, CPU); hold_x: the "
+        "variant that holds x's vectors in registers (same results)",
+        pybind11::arg("x"), pybind11::arg("weight"), pybind11::arg("bias"), pybind11::arg("hold_x") = false);
   m.attr("max_rows") = kMaxRows;
 }
