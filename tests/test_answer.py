@@ -95,10 +95,16 @@ def test_k_timed_in_blocks_of_their_own_are_ranked_unpaired_and_marked_so():
     cells, headers = prompt_table([answer], engines=False)
     assert cells[0][headers.index("tied")] == "4 (unpaired)"
     assert cells[0][headers.index("slower")].endswith("(unpaired)")
-    # One k in the best's block: the shared rounds pair them, and a k with none in common is not ranked.
+    # A k without round data leaves the ranking unknown; the k tested are still marked unpaired.
+    (answer,) = prompt_answers([*rows, _row(8, 1.1)])
+    assert answer.ranking == "unknown" and answer.unknown == (8,) and not answer.paired
+    cells, headers = prompt_table([answer], engines=False)
+    assert cells[0][headers.index("tied")] == "4 (unpaired)"
+    # One k in the best's block: the shared rounds pair them, and a k with none in common is not ranked, saying why.
     rows[2] = _row(4, 1.58, seconds=0.0101, block="k2:code")
     (answer,) = prompt_answers(rows)
-    assert answer.ranking == "unknown" and answer.unknown == (1,) and answer.tied == (4,)
+    assert answer.ranking == "unknown" and answer.unknown == (1,) and answer.tied == (4,) and answer.paired
+    assert answer.not_ranked_reason.startswith("timed in blocks of their own")
 
 
 def test_a_block_split_across_runs_is_not_ranked_and_says_why():

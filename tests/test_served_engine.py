@@ -322,7 +322,7 @@ def test_an_endpoint_serving_another_model_or_another_k_is_refused():
         endpoint.check_serves("embedded:qwen2.5-coder-1.5b", None)
 
 
-def test_a_failed_request_names_the_servers_log_wherever_it_is_asked():
+def test_a_failed_request_names_the_servers_log_wherever_it_is_naming_server_log():
     # The baseline's reference request too: vLLM's own error only says to look at the server's log.
     class Server:
         failure_note = "the server's log: vllm-0.log"
@@ -336,6 +336,43 @@ def test_a_failed_request_names_the_servers_log_wherever_it_is_asked():
 
     server = Server()
     with pytest.raises(ServedRequestError, match="EngineCore encountered an issue\nthe server's log: vllm-0.log"):
-        served_case._asked(server, failing)
+        served_case._naming_server_log(server, failing)
     assert server.alive_checks == ["during a request"]
-    assert served_case._asked(server, lambda: 7) == 7
+    assert served_case._naming_server_log(server, lambda: 7) == 7
+
+
+def test_the_pool_keeps_at_most_a_baseline_and_a_speculative_server(tmp_path, monkeypatch):
+    # Each GPU server takes a share of the memory: a second target's baseline must not start beside the first's.
+    from pytest_specbench.served import pool as pool_module
+
+    live: list[ServerSpec] = []
+
+    class FakeServer:
+        def __init__(self, spec, log_path):
+            self.spec = spec
+
+        def start(self):
+            live.append(self.spec)
+
+        def stop(self):
+            live.remove(self.spec)
+
+        def check_alive(self, when=""):
+            assert self.spec in live
+
+    monkeypatch.setattr(pool_module, "VllmServer", FakeServer)
+    servers = pool_module.ServerPool(tmp_path)
+
+    def spec(model: str, k: int | None) -> ServerSpec:
+        config = None if k is None else {"method": "ngram", "num_speculative_tokens": k}
+        return ServerSpec(tmp_path / "python", tmp_path / model, "bfloat16", config)
+
+    for model in ("a", "b"):
+        for k in (2, 4):
+            servers.server(spec(model, None))
+            servers.server(spec(model, k))
+            assert live == [spec(model, None), spec(model, k)]
+    servers.server(spec("b", None))  # running: reused, nothing stopped
+    assert live == [spec("b", None), spec("b", 4)]
+    servers.stop_all()
+    assert live == []

@@ -104,7 +104,7 @@ def test_the_tiny_run_prints_every_m_and_dtype(tmp_path: Path, capsys) -> None:
     for floor in document["floors"].values():
         ratios = [floor["ratio"][str(m)] for m in positions]
         assert floor["matmul_gflops"] > 0 and ratios[0] == 1 and ratios == sorted(ratios)
-    assert any(line.startswith("least v(m)/v(1) here, bfloat16: ") for line in lines)
+    assert any(line.startswith("floors' v(m)/v(1), bfloat16: ") for line in lines)
 
 
 def test_the_split_counts_the_time_inside_every_linear_layer(monkeypatch) -> None:

@@ -64,15 +64,17 @@ class _Model(torch.nn.Module):
 @pytest.fixture
 def calls(monkeypatch) -> dict[str, list[int]]:
     """Row counts of each call of the column and the few-rows forms."""
-    seen: dict[str, list[int]] = {"column": [], "rows": []}
+    seen: dict[str, list[int]] = {"column": [], "rows": [], "rows_held": []}
     real_column, real_rows = verify_forms_module.column_logits, few_rows.few_rows_linear
 
     def column(head, hidden):
         seen["column"].append(hidden.numel() // hidden.shape[-1])
         return real_column(head, hidden)
 
-    def rows(layer, hidden, hold=False):  # both variants of the few-rows kernel count as its calls
+    def rows(layer, hidden, hold=False):  # each call of the kernel, and the held variant's again apart
         seen["rows"].append(hidden.numel() // hidden.shape[-1])
+        if hold:
+            seen["rows_held"].append(hidden.numel() // hidden.shape[-1])
         return real_rows(layer, hidden, hold=hold)
 
     monkeypatch.setattr(verify_forms_module, "column_logits", column)
@@ -181,6 +183,26 @@ def test_forced_rows_serve_float32_and_bfloat16_layers_from_one_row():
     assert KernelForms(bf16, "rows").few_rows_rows(5) == [1, 2, 3, 4, 5]
     assert KernelForms(copy.deepcopy(target).to(torch.float16), "rows").few_rows_rows(5) == []
     assert KernelForms(int8_copy(target), "rows").few_rows_rows(5) == []  # its linear layers are int8: none is left
+
+
+@needs_kernel
+def test_forced_rows_never_run_the_held_variant_and_auto_counts_it_as_the_kernel(monkeypatch, calls):
+    target, _ = pair("llama")
+    with KernelForms(target, "rows").applied():
+        for rows in (1, 3, 9):
+            target(torch.randint(0, 50, (1, rows)))
+    assert calls["rows"] and calls["rows_held"] == []
+    # auto where the held variant measured fastest from 2 rows: it runs there, and counts as the few-rows kernel
+    monkeypatch.setattr(
+        verify_forms_module, "_fastest", lambda layers, forms, rows: "rows_held" if "rows_held" in forms else "rows"
+    )
+    forms = KernelForms(target, "auto")
+    forms.settle(4)
+    assert forms.few_rows_rows(4) == [1, 2, 3, 4]
+    assert {f for group in forms.choices(4).values() for f in group.values()} == {"rows", "rows_held"}
+    with forms.applied():
+        target(torch.randint(0, 50, (1, 3)))
+    assert 3 in calls["rows_held"]
 
 
 @needs_kernel
@@ -405,7 +427,7 @@ def test_every_kernel_is_lossless(arch, kernel, k, calls):
         assert len(calls["rows"]) == passes * _linear_layers(target)
         assert 1 in calls["rows"]
     elif kernel == "linear":
-        assert calls == {"column": [], "rows": []}
+        assert calls == {"column": [], "rows": [], "rows_held": []}
     # The greedy baseline runs the same forms and is lossless too.
     calls["column"].clear()
     calls["rows"].clear()
@@ -417,7 +439,7 @@ def test_every_kernel_is_lossless(arch, kernel, k, calls):
     elif kernel == "rows" and kernel_built:
         assert len(calls["rows"]) == NEW_TOKENS * _linear_layers(target)
     elif kernel == "linear":
-        assert calls == {"column": [], "rows": []}
+        assert calls == {"column": [], "rows": [], "rows_held": []}
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

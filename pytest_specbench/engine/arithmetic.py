@@ -3,9 +3,10 @@
 A pass over m rows multiplies every weight m times. At one row the weights' bytes bound it (the memory read
 bandwidth, :mod:`.bandwidth`); at enough rows the multiplies do. The rate is torch's own matrix product on
 square operands that fit the caches, with the threads the run uses: what a well-tuned GEMM reaches here,
-not a datasheet peak. With both rates, a pass of m rows cannot take less than the larger of its bytes over
-the bandwidth and its multiplies over the rate; the ratio of that floor at m rows to the one at one row is
-the least v(m)/v(1) any kernel can reach on this machine at this moment.
+not a datasheet peak. With both rates, a pass of m rows takes at least the larger of its bytes over the
+bandwidth and its multiplies over the rate. That floor at m rows over the one at one row is the v(m)/v(1) of a
+kernel at both floors: a one-row step above its floor reads less, and only a matmul faster than torch's (up to
+the CPU's peak) goes under it at both.
 """
 
 from __future__ import annotations

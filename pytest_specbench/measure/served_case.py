@@ -206,7 +206,7 @@ class ServedSequenceRun(SequenceRun):
     def prepare(self) -> None:
         speculative, baseline, server = self._servers()  # first: a wrong endpoint fails before this case loads
         super().prepare()  # the target's input, generate() reference and costs, as for every case
-        reference = _asked(
+        reference = _naming_server_log(
             baseline,
             lambda: stream_completion(baseline.url, baseline.served_name, self.prompt_ids, self.setup.max_new_tokens),
         )
@@ -260,7 +260,7 @@ class ServedSequenceRun(SequenceRun):
             )
             return run, read_spec_counters(server.url) - before if counted and before is not None else None
 
-        return served_result(self.prompt_ids, *_asked(server, timed))
+        return served_result(self.prompt_ids, *_naming_server_log(server, timed))
 
     def new_runner(self) -> SpeculativeRun:
         server = self.served.speculative
@@ -303,7 +303,7 @@ class ServedSequenceRun(SequenceRun):
         }, other_time_s
 
 
-def _asked(server: Server, request: Callable[[], Any]) -> Any:
+def _naming_server_log(server: Server, request: Callable[[], Any]) -> Any:
     """``request()``'s answer; a server that died is :class:`ServerDied`, one that failed the request names its
     log (its own error message only says to look there)."""
     try:

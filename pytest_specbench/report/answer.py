@@ -66,6 +66,7 @@ TESTED, UNPAIRED = "tested", "tested unpaired"
 SPLIT_ACROSS_RUNS = "its cases were measured in different runs"
 NO_ROUND_DATA = "no round data"
 TOO_FEW_ROUNDS = "too few rounds in common: a tie needs 2 or more (--specbench-min-rounds)"
+OWN_BLOCKS = "timed in blocks of their own, while other k shared the best's: rerun them in one block"
 #: why a k was not ranked although it ran: its decode speedup broke the bound speedup <= tau
 SUSPECT_SPEEDUP = "suspect: a decode speedup above tau, the two runs' kernels differed"
 
@@ -147,14 +148,15 @@ def prompt_answer(rows: Sequence[CaseResult]) -> PromptAnswer | None:
     timed = {k: round_times(row) for k, row in constant.items() if k not in eliminated}
     # Rows of different runs (some replayed by --specbench-resume) were never timed in shared rounds.
     split = len({row.run_id for k, row in constant.items() if k not in eliminated}) > 1
-    paired = True
+    paired, apart = True, False
     if split or timed[best.k] is None:
         status.update({k: UNKNOWN for k in timed if k != best.k})
     else:
         with_data = {k: rounds for k, rounds in timed.items() if rounds is not None}
         # k timed in blocks of their own (a served engine: one server per k) share no round with the best.
-        others = [rounds for k, rounds in with_data.items() if k != best.k]
-        paired = not others or any(set(rounds) & set(with_data[best.k]) for rounds in others)
+        sharing = {k: bool(set(rounds) & set(with_data[best.k])) for k, rounds in with_data.items() if k != best.k}
+        paired = not sharing or any(sharing.values())
+        apart = paired and not all(sharing.values())  # some k share the best's rounds, others none: not compared
         status.update(rank_against_best(with_data, best.k, alpha=ALPHA, paired=paired))
         status.update({k: UNKNOWN for k, rounds in timed.items() if rounds is None})
     ordered = sorted(status, key=k_order)
@@ -175,7 +177,7 @@ def prompt_answer(rows: Sequence[CaseResult]) -> PromptAnswer | None:
         slower=tuple(SlowerK(k, eliminated.get(k)) for k in ordered if status[k] == SLOWER),
         unknown=unknown,
         ranking=UNKNOWN if unknown else TESTED if paired else UNPAIRED,
-        not_ranked_reason=_not_ranked_reason(split, timed) if unknown else None,
+        not_ranked_reason=_not_ranked_reason(split, timed, apart) if unknown else None,
         suspect=suspect,
         recommended_k=recommended,
         recommended_decode_speedup=at_recommended.decode_speedup if at_recommended else None,
@@ -186,16 +188,18 @@ def prompt_answer(rows: Sequence[CaseResult]) -> PromptAnswer | None:
         schedules=tuple(
             _schedule(row, best) for row in sorted(rows, key=lambda row: k_order(row.k)) if not _constant_k(row)
         ),
+        paired=paired,
     )
 
 
-def _not_ranked_reason(split: bool, timed: dict[K, dict | None]) -> str:
-    """Why some k were not ranked: rows of several runs, a row without round data, or too few rounds."""
+def _not_ranked_reason(split: bool, timed: dict[K, dict | None], apart: bool) -> str:
+    """Why some k were not ranked: rows of several runs, a row without round data, k in blocks of their own beside
+    k in the best's, or too few rounds."""
     if split:
         return SPLIT_ACROSS_RUNS
     if any(rounds is None for rounds in timed.values()):
         return NO_ROUND_DATA
-    return TOO_FEW_ROUNDS
+    return OWN_BLOCKS if apart else TOO_FEW_ROUNDS
 
 
 def _no_best(row: CaseResult, suspect: tuple[SuspectK, ...]) -> PromptAnswer:
@@ -352,7 +356,7 @@ def prompt_table(
 
 
 def _unpaired(answer: PromptAnswer, cell: str) -> str:
-    return f"{cell} (unpaired)" if answer.ranking == UNPAIRED and cell != "-" else cell
+    return f"{cell} (unpaired)" if not answer.paired and cell != "-" else cell
 
 
 def _not_ranked(answer: PromptAnswer) -> str:

@@ -78,6 +78,8 @@ class PromptAnswer(JsonRecord):
     schedules: tuple[ScheduleAnswer, ...]
     # native k=auto against hf k=auto, end to end: set by :func:`prompt_answers`, which sees both engines
     against_hf: AgainstHf | None = None
+    # False where the k were tested unpaired (each in a block of its own), whether or not some k stayed unknown
+    paired: bool = True
 
 
 @dataclass(frozen=True)

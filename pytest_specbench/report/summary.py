@@ -21,7 +21,7 @@ from .analysis import (
     rows_by_pair,
     several_engines,
 )
-from .answer import UNPAIRED, RunAnswer, pair_sentence, prompt_table, run_answer
+from .answer import RunAnswer, pair_sentence, prompt_table, run_answer
 from .bandwidth import bandwidth_lines
 from .batch import batch_answer, batch_lines, per_k_rows
 from .dtype_view import TITLE, dtype_order, not_shown_lines, several_dtypes, view_table
@@ -182,7 +182,7 @@ def _answer_lines(pair: str, answer: RunAnswer, engines: bool, dtypes: bool = Fa
     if not answers:
         return []
     cells, headers = prompt_table(sorted(answers, key=lambda a: (a.prompt, a.engine)), engines, dtypes)
-    unpaired = any(a.ranking == UNPAIRED for a in answers)
+    unpaired = any(not a.paired for a in answers)
     lines = [
         "the answer (best constant k per prompt; tied / slower: tested within the block's rounds, family-wise 95%"
         + (

@@ -1,9 +1,10 @@
-"""The servers of one run: each configuration started once, and one speculative server alive at a time.
+"""The servers of one run: each configuration started once, and at most two alive: a baseline and a speculative one.
 
 vLLM fixes a server's speculative config (its method and k) when it starts, so a run keeps one server per
 configuration for as long as it needs it. Speculative servers take turns (a block runs every prompt of one
-configuration before the next block starts the next), so starting one stops the one before; the baseline servers
-(no speculation) stay up for the whole run, since every block pairs its runs with one.
+configuration before the next block starts the next), so starting one stops the one before. A baseline server (no
+speculation) serves every block of its target and dtype, which run back to back; a new one stops every server
+before it, so that two servers at most share a GPU's memory (each takes a share of it: measure/served_case.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ class ServerPool:
         if running is not None:
             running.check_alive("between requests")
             return running
-        if spec.speculative is not None:
+        if spec.speculative is None:  # another target or dtype: the servers before it are done with
+            self.stop_all()
+        else:
             for identity in [key for key, other in self._servers.items() if other.spec.speculative is not None]:
                 self._servers.pop(identity).stop()
         server = VllmServer(spec, self.log_dir / f"vllm-{self.starts}.log")

@@ -123,10 +123,11 @@ def new_run(args: argparse.Namespace, start: float) -> Run | None:
 def find_vllm_python(given: str | None) -> tuple[Path | None, str]:
     """vLLM's interpreter and where it was named: --vllm-python, SPECBENCH_VLLM_PYTHON, or the checkout's
     environment that scripts/make-vllm-env.sh makes by default; (None, "") where none is."""
+    # Absolute, not resolved: the parts run in folders of their own, and a venv's python is a link to keep.
     if given:
-        return Path(given).expanduser(), "--vllm-python"
+        return Path(given).expanduser().absolute(), "--vllm-python"
     if os.environ.get("SPECBENCH_VLLM_PYTHON"):
-        return Path(os.environ["SPECBENCH_VLLM_PYTHON"]).expanduser(), "SPECBENCH_VLLM_PYTHON"
+        return Path(os.environ["SPECBENCH_VLLM_PYTHON"]).expanduser().absolute(), "SPECBENCH_VLLM_PYTHON"
     checkout = REPO / CHECKOUT_VLLM_PYTHON
     return (checkout, "checkout") if checkout.is_file() else (None, "")
 

@@ -84,7 +84,7 @@ class Form:
 
 
 CUDA_FORM = Form(
-    name="cuda", budget_s=420,  # with kill grace and summaries, within about 8 minutes
+    name="cuda", budget_s=420,  # with kill grace and summaries, within about 8 minutes (12 with the vllm part)
     caps={"inproc": 240, "matrix": 150, "hf": 90, "suite": 180, "compile": 200, "qwen": 150, "vllm": 240},
     tiny_tokens=64, tiny_ks=(1, 4, 16), gemma_tokens=128, gemma_ks=(4,),
     bench_pairs=("gemma3_int8", "gemma3_pld"), bench_ks=(1, 4, 16), bench_prompts=("natural", "code_python"),

@@ -24,9 +24,9 @@ them alike and ratios compare things run side by side. A sweep's first pass over
 warm-up and is not kept. v(m)/v(1) is the median over rounds of each round's own ratio, with the
 lowest and highest of them beside it. Not a test: run it alone, on a quiet machine.
 
-Last, per dtype, the least v(m)/v(1) this machine allows the linear layers (``engine.arithmetic``):
-a pass reads the weights once at the read bandwidth or multiplies each of them m times at torch's own
-matmul rate, whichever takes longer. Where that floor passes 1, more rows cost more whatever the kernel.
+Last, per dtype, the ratio of the linear layers' floors (``engine.arithmetic``): a pass reads the weights
+once at the read bandwidth or multiplies each of them m times at torch's own matmul rate, whichever takes
+longer. Where it passes 1, a kernel at the memory limit at one row and at torch's rate at m rows costs more at m.
 
 """
 
@@ -171,8 +171,8 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
     floors = _floors(models, splits, ms, read_gbps)
     for dtype, floor in floors.items():
         print(
-            f"least v(m)/v(1) here, {dtype}: torch's matmul runs {floor['matmul_gflops']:.0f} GFLOP/s; the linear "
-            f"layers read at {floor['read_gbps']:.1f} GB/s or multiplied at that rate allow "
+            f"floors' v(m)/v(1), {dtype}: torch's matmul runs {floor['matmul_gflops']:.0f} GFLOP/s; linear layers "
+            f"that read at {floor['read_gbps']:.1f} GB/s at one row and multiply at that rate at m rows give "
             + ", ".join(f"m = {m}: {ratio:.2f}" for m, ratio in floor["ratio"].items())
         )
     chosen = engine_forms({dtype: kernels[dtype, "engine"] for dtype in models}, max(ms)) if "engine" in forms else {}
@@ -203,18 +203,20 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
 
 
 def _floors(models: dict, splits: dict, ms: list[int], read_gbps: float) -> dict[str, dict]:
-    """Per dtype: torch's matmul rate and the least v(m)/v(1) it and the read bandwidth allow the linear layers
-    (:func:`...engine.arithmetic.pass_floor_s`): past that, a pass is bound by the arithmetic, not the kernel.
+    """Per dtype: torch's matmul rate and the ratio of the linear layers' floors at m rows and at one
+    (:func:`...engine.arithmetic.pass_floor_s`): a kernel at both floors would read that v(m)/v(1); one whose
+    one-row step is above its floor reads less, and only a matmul faster than torch's would read less at both.
     The bandwidth is the faster of the probe's and the one-row step's own: the machine's reads drift, and a
     floor must not exceed what a pass already did."""
     from ...engine.arithmetic import matmul_gflops, pass_floor_s
 
     floors = {}
     for dtype, model in models.items():
-        split = next(split for name, split in splits.items() if name.split()[0] == dtype)
+        own = [split for name, split in splits.items() if name.split()[0] == dtype]
         rate = matmul_gflops(model.device, model.dtype)
         size = model.dtype.itemsize
-        read = max(read_gbps, split["linear_bytes"] / split["linear_s"] / 1e9)
+        read = max([read_gbps, *(split["linear_bytes"] / split["linear_s"] / 1e9 for split in own)])
+        split = own[0]
         floor = {m: pass_floor_s(int(split["linear_bytes"]), size, m, read, rate) for m in {1, *ms}}
         floors[dtype] = {"matmul_gflops": rate, "read_gbps": read, "ratio": {m: floor[m] / floor[1] for m in ms}}
     return floors
