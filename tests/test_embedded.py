@@ -32,8 +32,10 @@ def test_embedded_model_without_its_package_is_unavailable(monkeypatch, tmp_path
 
 
 def test_unknown_embedded_name_is_an_error():
-    with pytest.raises(ValueError, match="unknown embedded model"):
+    with pytest.raises(ModelUnavailable, match="'embedded:llama-405b' is not an embedded model; available: embedded:"):
         load_model("embedded:llama-405b")
+    reason = model_available("embedded:llama-405b", probe_hub=False)
+    assert reason is not None and "available: embedded:gemma3-270m" in reason
 
 
 def test_embedded_gguf_is_assembled_once_atomically(tmp_path, monkeypatch):

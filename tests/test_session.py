@@ -71,6 +71,19 @@ def test_a_declared_pair_whose_model_is_missing_fails_though_not_named(bench, mi
     result.stdout.fnmatch_lines(["*t3: model '*modles/target' does not exist*"])
 
 
+def test_a_declared_pair_naming_no_embedded_model_fails_with_the_names_accepted(
+    bench, pytester: pytest.Pytester
+) -> None:
+    pairs = pytester.path / "unknown_embedded.toml"
+    pairs.write_text('[pairs.e9]\ntarget = "embedded:gemma9"\ndrafter = "prompt_lookup"\n')
+    result = bench("--specbench-pairs=e9", "--specbench-k=1", "--specbench-dtype=float32", pairs_file=pairs)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["*e9: model 'embedded:gemma9' is not an embedded model; available: embedded:gemma3-270m, *"]
+    )
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
 @pytest.mark.slow
 def test_an_unrequested_built_in_pair_is_skipped_and_a_named_one_fails(bench, offline_hub) -> None:
     common = (

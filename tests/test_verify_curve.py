@@ -53,7 +53,7 @@ def test_v1_is_always_measured() -> None:
 
 
 def test_a_target_that_cannot_load_is_named_before_any_load(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="unknown embedded model 'embedded:gemma9'; available: embedded:gemma3-270m"):
+    with pytest.raises(SystemExit, match="'embedded:gemma9' is not an embedded model; available: embedded:gemma3-270m"):
         command.check_target("embedded:gemma9")
     with pytest.raises(SystemExit, match="does not exist"):
         command.check_target(str(tmp_path / "no-such-checkpoint"))

@@ -227,6 +227,8 @@ def _unavailable(
     """Why ``source`` cannot be loaded, judged from files and the hub probe only."""
     cache = resolve_cache_dir(cache_dir)
     if _is_embedded(source):
+        if source not in EMBEDDED_MODELS:
+            return ModelUnavailable(source, f"is not an embedded model; available: {', '.join(EMBEDDED_MODELS)}")
         model = _embedded(source)
         if not model.installed():
             return model.missing()
@@ -363,8 +365,8 @@ def load_model(
     hub ids always use the Hugging Face cache (``HF_HOME`` / ``HF_HUB_CACHE``).
 
     Raises :class:`ModelUnavailable` (quickly, never hanging) when the model
-    is not on this machine and cannot be fetched, and ``ValueError`` for a
-    bad ``dtype`` or an unknown embedded name.
+    is not on this machine and cannot be fetched or is no embedded model, and
+    ``ValueError`` for a bad ``dtype``.
     """
     torch_dtype = resolve_dtype(dtype)
     target_device = torch.device(device)

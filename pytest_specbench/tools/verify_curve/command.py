@@ -60,10 +60,7 @@ def check_target(target: str) -> None:
     before torch loads any weights."""
     from ...models.loading import model_available
 
-    try:
-        problem = model_available(target, probe_hub=False)
-    except ValueError as error:  # an embedded name that is none of the embedded models
-        problem = str(error)
+    problem = model_available(target, probe_hub=False)
     if problem:
         raise SystemExit(f"verify-curve: {problem}")
 
