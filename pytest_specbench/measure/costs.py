@@ -28,6 +28,7 @@ from ..engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache,
 from ..engine.stats import GenerationResult
 from ..engine.timing import DeviceClock
 from ..engine.verify_forms import KernelForms, kernel_forms
+from ..models.weight_pages import pages_of
 
 #: the longest k the cost probe covers when a schedule chooses k (auto, heuristic)
 SCHEDULE_MAX_K = 16
@@ -62,6 +63,8 @@ class CostProfile:
     # The few-rows kernel: the build that ran ("built <identity>"), why none did, or "" where no pass could use
     # it (the row's few_rows_kernel).
     few_rows_kernel: str = ""
+    # The pages holding the target's weights (models/weight_pages.py; the row's weight_pages).
+    weight_pages: str = ""
 
     @property
     def _draft_unit(self) -> float:
@@ -205,6 +208,7 @@ def measure_costs(
         weight_bytes=nbytes,
         memory_read_gbps=memory_read_gbps(target_model.device, nbytes),
         few_rows_kernel=forms.few_rows_kernel,
+        weight_pages=pages_of(target_model),
     )
 
 
@@ -314,7 +318,11 @@ def bandwidth_fields(engine: str, costs: CostProfile | None, k: int | str) -> di
     if engine != "native" or costs is None:
         return {}
     curve, nbytes = costs.verify_costs_s, costs.weight_bytes
-    fields: dict[str, Any] = {"memory_read_gbps": costs.memory_read_gbps, "few_rows_kernel": costs.few_rows_kernel}
+    fields: dict[str, Any] = {
+        "memory_read_gbps": costs.memory_read_gbps,
+        "few_rows_kernel": costs.few_rows_kernel,
+        "weight_pages": costs.weight_pages,
+    }
     if nbytes:
         fields["one_row_gbps"] = effective_gbps(nbytes, curve[0])
         if isinstance(k, int) and k < len(curve):

@@ -32,6 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from .base import DTYPE_NAMES, ModelUnavailable
 from .embedded import EMBEDDED_MODELS, EmbeddedModel
 from .gguf_cache import cached_entry, ensure_converted, load_gguf, memoised_sha256, resolve_cache_dir
+from .weight_pages import into_huge_pages
 
 __all__ = [
     "model_folder",
@@ -363,6 +364,8 @@ def load_model(
     ids only. ``cache_dir`` is the pytest-specbench cache (GGUF conversions,
     the assembled embedded model), default :func:`~.gguf_cache.default_cache_dir`;
     hub ids always use the Hugging Face cache (``HF_HOME`` / ``HF_HUB_CACHE``).
+    On a CPU the weights then move into 2 MB pages where the system gives them
+    (:mod:`.weight_pages`; :func:`~.weight_pages.pages_of` says what it did).
 
     Raises :class:`ModelUnavailable` (quickly, never hanging) when the model
     is not on this machine and cannot be fetched or is no embedded model, and
@@ -404,6 +407,8 @@ def load_model(
     # also cast the float32 buffers (rotary inv_freq) it deliberately keeps.
     model.to(target_device)
     model.eval()
+    if target_device.type == "cpu":
+        into_huge_pages(model)
     return LoadedModel(
         model=model, tokenizer=tokenizer, name=source, load_time_s=time.perf_counter() - start, source=kind
     )

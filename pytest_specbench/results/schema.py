@@ -556,6 +556,12 @@ class CaseResult:
         COST_MODEL,
         default="",
     )
+    weight_pages: str = _field(
+        "native engine on a CPU: the pages holding the target's weights: '2 MB pages: X of Y GB' (fewer "
+        "address translations while a pass streams them), or why 4 KB pages; empty where not asked",
+        COST_MODEL,
+        default="",
+    )
     kernel_step_gain: float | None = _field(
         "native engine: the target's one-row decode step in transformers' own kernels over the "
         "same step in the engine's forms, timed in turn by the cost probe: what the kernels gain, "

@@ -128,6 +128,7 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
     from ...engine import few_rows
     from ...engine.bandwidth import MAX_BUFFER_BYTES, memory_read_gbps, weight_bytes
     from ...engine.native_dtypes import native_dtype_facts, native_dtypes
+    from ...models.weight_pages import pages_of
     from .measure import kernel_forms_of, load_targets, measure, one_row_split
 
     native = native_dtypes(args.device)
@@ -150,7 +151,10 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
         f"memory read bandwidth {read_gbps:.1f} GB/s before the rounds, {read_after:.1f} after "
         f"(the largest of a float32 buffer of {min(max(nbytes.values()), MAX_BUFFER_BYTES) / 2**30:.2f} GiB, "
         f"{torch.get_num_threads()} threads); weights: "
-        + ", ".join(f"{dtype} {size / 1e9:.2f} GB" for dtype, size in nbytes.items())
+        + ", ".join(
+            f"{dtype} {size / 1e9:.2f} GB" + (f" ({pages_of(models[dtype])})" if pages_of(models[dtype]) else "")
+            for dtype, size in nbytes.items()
+        )
     )
     print(table(points))
     splits = {
@@ -194,6 +198,7 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
             "one_row_split": splits,
             "floors": floors,
             "few_rows_kernel": few_rows.unavailable_reason() or few_rows.identity(),
+            "weight_pages": {dtype: pages_of(model) for dtype, model in models.items()},
         }
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return 0
