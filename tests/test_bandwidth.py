@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 
 import pytest
 import torch
@@ -76,6 +77,18 @@ def test_the_memory_read_is_positive_finite_and_measured_once():
     assert bandwidth._read_gbps.cache_info().hits == hits + 2  # a fresh read neither reads nor fills the cache
 
 
+def test_the_read_is_the_fastest_of_the_reads_timed(monkeypatch: pytest.MonkeyPatch):
+    # Which reduction reads fastest depends on the CPU: one held back must not set the figure.
+    def slow(buffer: torch.Tensor) -> None:
+        time.sleep(0.05)
+
+    monkeypatch.setattr(bandwidth, "_READS", {"slow": slow, "sum": torch.sum})
+    both = memory_read_gbps("cpu", 1 << 20, fresh=True)
+    assert both > (1 << 20) / 0.05 / 1e9 * 10  # far above what the sleeping read allows
+    monkeypatch.setattr(bandwidth, "_READS", {"slow": slow})
+    assert memory_read_gbps("cpu", 1 << 20, fresh=True) < (1 << 20) / 0.05 / 1e9
+
+
 # --- the row fields ------------------------------------------------------------------------------------------
 
 
@@ -109,7 +122,10 @@ def test_the_rows_bandwidth_fields_come_from_the_probe():
     bare = bandwidth_fields(
         "native", _costs(weight_bytes=None, own_step_s=None, engine_step_s=None, few_rows_kernel=""), 2
     )
-    assert bare == {"memory_read_gbps": 40.0, "few_rows_kernel": ""}
+    assert bare == {"memory_read_gbps": 40.0, "few_rows_kernel": "", "weight_pages": ""}
+    assert bandwidth_fields("native", _costs(weight_pages="2 MB pages: 1.00 of 1.00 GB"), 2)["weight_pages"] == (
+        "2 MB pages: 1.00 of 1.00 GB"
+    )
     assert "kernel_step_gain" not in bandwidth_fields("native", _costs(engine_step_s=None), 2)
 
 
@@ -172,6 +188,18 @@ def test_a_few_rows_kernel_that_did_not_run_is_named():
     with_figures = bandwidth_lines([*rows, _row(1, one_row_gbps=10.0)])
     assert with_figures[0] == HEADER and with_figures[-1].startswith("few-rows kernel not used: could not build")
     assert f"few-rows kernel not used: {reason}; torch's own kernels ran" in summary_lines(rows)
+
+
+def test_weights_in_small_pages_are_named_once_and_large_pages_say_nothing():
+    small = "4 KB pages: transparent huge pages are never on this system (/sys/kernel/mm/transparent_hugepage/enabled)"
+    rows = [
+        _row(1, weight_pages=small),
+        _row(2, weight_pages=small),
+        _row(2, weight_pages="2 MB pages: 1.05 of 1.05 GB"),
+        _row(4, engine="hf", weight_pages="4 KB pages: an hf row's pages are not the engine's"),
+    ]
+    assert bandwidth_lines(rows) == [f"target weights in {small}"]
+    assert bandwidth_lines([_row(1, weight_pages="2 MB pages: 1.05 of 1.05 GB"), _row(2)]) == []
 
 
 # --- the cost probe ------------------------------------------------------------------------------------------

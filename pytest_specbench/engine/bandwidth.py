@@ -2,16 +2,18 @@
 
 A one-row decode step reads every weight once and does little else, so its floor is the weights' bytes
 over the bandwidth at which this process can read memory. The read is timed on a buffer as large as
-the weights (capped at :data:`MAX_BUFFER_BYTES`, far past any cache), with the threads the run uses:
-its largest float32 element: a read with the least arithmetic per byte (a sum read slower, see
-docs/results/2026-12-04-arithmetic-floor.md). A pass's effective bandwidth is the target's weight bytes
-over its time; its share of the read bandwidth says how far a kernel is from the memory limit.
+the weights (capped at :data:`MAX_BUFFER_BYTES`, far past any cache), with the threads the run uses, by
+three of torch's reductions (its largest float32 element, its sum, its dot product with itself), and the fastest
+is kept: which one reads fastest depends on the CPU (the largest element on an AMD EPYC, the sum on a Xeon; see
+docs/results/2026-12-05-one-row-bounds.md). A pass's effective bandwidth is the target's weight bytes over its
+time; its share of the read bandwidth says how far a kernel is from the memory limit.
 """
 
 from __future__ import annotations
 
 import functools
 import statistics
+from collections.abc import Callable
 
 import torch
 
@@ -49,9 +51,9 @@ def effective_gbps(nbytes: int, seconds: float) -> float | None:
 
 @torch.inference_mode()
 def memory_read_gbps(device: torch.device | str, nbytes: int, fresh: bool = False) -> float:
-    """GB/s of one read of ``nbytes`` (capped at :data:`MAX_BUFFER_BYTES`) on ``device``: the median of
-    several timed reads after one untimed, with torch's current thread count; measured once per (device,
-    size, threads) unless ``fresh``."""
+    """GB/s of one read of ``nbytes`` (capped at :data:`MAX_BUFFER_BYTES`) on ``device``: the fastest of the
+    reads' medians over several timed rounds after one untimed, with torch's current thread count; measured
+    once per (device, size, threads) unless ``fresh``."""
     size = max(min(int(nbytes), MAX_BUFFER_BYTES) // 4 * 4, 1 << 20)
     key = (str(torch.device(device)), size, torch.get_num_threads())
     return _time_read(*key) if fresh else _read_gbps(*key)
@@ -62,14 +64,23 @@ def _read_gbps(device: str, size: int, threads: int) -> float:
     return _time_read(device, size, threads)
 
 
+#: the reads timed, in turn; each reads every byte of the buffer once
+_READS: dict[str, Callable[[torch.Tensor], object]] = {
+    "largest element": torch.amax,
+    "sum": torch.sum,
+    "dot product": lambda buffer: torch.dot(buffer, buffer),
+}
+
+
 def _time_read(device: str, size: int, threads: int) -> float:
     buffer = torch.ones(size // 4, dtype=torch.float32, device=device)
     clock = DeviceClock(device)
-    times = []
-    for repeat in range(_REPEATS + 1):  # the first read faults the pages in and is not kept
-        start = clock.now()
-        buffer.amax()
-        if repeat:
-            times.append(clock.now() - start)
+    times: dict[str, list[float]] = {name: [] for name in _READS}
+    for repeat in range(_REPEATS + 1):  # the first round faults the pages in and is not kept
+        for name, read in _READS.items():
+            start = clock.now()
+            read(buffer)
+            if repeat:
+                times[name].append(clock.now() - start)
     del buffer
-    return size / statistics.median(times) / 1e9
+    return size / min(statistics.median(kept) for kept in times.values()) / 1e9

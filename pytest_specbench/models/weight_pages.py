@@ -1,10 +1,9 @@
 """A CPU model's weights moved into 2 MB pages (Linux transparent huge pages, asked for per mapping).
 
 A decode step streams every weight once, and the few-rows kernel reads several weight rows at a time, each a
-stream of its own. On 4 KB pages each stream needs a new address translation every 4 KB; on the project's
-machine that held the 1.5B's one-row linear layers at about 72% of the read bandwidth in float32, against about
-88% in 2 MB pages (docs/results/2026-12-05-one-row-bounds.md). Every pass of a model reads the same weights, so
-the baseline and the speculative run gain alike.
+stream of its own. On 4 KB pages each stream needs a new address translation every 4 KB, which holds one-row
+passes well under the read bandwidth (measured in docs/results/2026-12-05-one-row-bounds.md). Every pass of a
+model reads the same weights, so the baseline and the speculative run gain alike.
 
 Moving is a copy into an anonymous mapping with ``madvise(MADV_HUGEPAGE)``, one tensor at a time (the memory
 held at once grows by the largest tensor only). Where the kernel gives no 2 MB pages (another system,
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["WeightPages", "into_huge_pages", "pages_of"]
+__all__ = ["WeightPages", "huge_page_copy", "into_huge_pages", "pages_of"]
 
 HUGE_PAGE = 2 << 20
 _MADV_HUGEPAGE = 14
@@ -64,7 +63,8 @@ def _anon_huge_bytes() -> int | None:
     return None
 
 
-def _huge_copy(tensor: torch.Tensor) -> torch.Tensor:
+def huge_page_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of contiguous ``tensor`` in an anonymous mapping aligned to 2 MB and advised into 2 MB pages."""
     nbytes = tensor.numel() * tensor.element_size()
     size = -(-nbytes // HUGE_PAGE) * HUGE_PAGE + HUGE_PAGE  # room to align the start to a 2 MB boundary
     region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -109,7 +109,7 @@ def _move(model: torch.nn.Module) -> WeightPages:
             first = tensors[0]
             if any(t.data_ptr() != first.data_ptr() or t.shape != first.shape for t in tensors):
                 continue  # views of one storage in other shapes: left as they are
-            moved = _huge_copy(first.data)
+            moved = huge_page_copy(first.data)
             for tensor in tensors:
                 tensor.data = moved
             moved_bytes += first.numel() * first.element_size()

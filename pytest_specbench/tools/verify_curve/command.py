@@ -149,7 +149,8 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
     print(f"prompt {input_ids.shape[1]} tokens, median of {args.repeats} round(s); form 'own' is also the hf engine's")
     print(
         f"memory read bandwidth {read_gbps:.1f} GB/s before the rounds, {read_after:.1f} after "
-        f"(the largest of a float32 buffer of {min(max(nbytes.values()), MAX_BUFFER_BYTES) / 2**30:.2f} GiB, "
+        f"(the fastest of three reads of a float32 buffer of "
+        f"{min(max(nbytes.values()), MAX_BUFFER_BYTES) / 2**30:.2f} GiB, "
         f"{torch.get_num_threads()} threads); weights: "
         + ", ".join(
             f"{dtype} {size / 1e9:.2f} GB" + (f" ({pages_of(models[dtype])})" if pages_of(models[dtype]) else "")

@@ -1,6 +1,6 @@
 // An experiment, not shipped: the few-rows product over weights repacked into panels of 32 output columns
 // ([N/32][K][32], bfloat16 as [N/32][K/2][32][2]), x broadcast one element at a time. Each panel is one
-// contiguous stream. AVX-512 with AVX512_BF16 only. See the page beside it.
+// contiguous stream. AVX-512 with AVX512_BF16 only. Timed by benchmarks/weight_layouts.py.
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 #include <immintrin.h>

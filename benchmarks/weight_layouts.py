@@ -1,9 +1,11 @@
 """The 1.5B's linear layers, one decode step's worth (28 layers and the head, random weights of the real shapes),
 timed in one process: the engine's few-rows kernel over row-major weights against the panel-layout experiment
-(panel_layout.cpp beside this file), at 1 and 9 rows, with the read probe before and after each round.
+(benchmarks/panel_layout.cpp), at 1 and 9 rows, with the read probe before and after each round.
 
 Run alone, from the repository root, in the project's environment:
-    python docs/results/2026-12-05-one-row-bounds/measure_layouts.py --rounds 5 --json F
+    python benchmarks/weight_layouts.py --rounds 5 --json F [--pages 2MB]
+
+--pages 2MB moves both layouts' weights into 2 MB pages (models/weight_pages.py) before timing.
 """
 
 import argparse
@@ -17,6 +19,7 @@ from torch.utils.cpp_extension import load
 
 from pytest_specbench.engine import few_rows
 from pytest_specbench.engine.bandwidth import memory_read_gbps
+from pytest_specbench.models.weight_pages import huge_page_copy
 
 HERE = Path(__file__).resolve().parent
 # (name, out features, in features, layers): Qwen2.5-Coder-1.5B
@@ -34,6 +37,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rows", default="1,9")
     parser.add_argument("--json")
+    parser.add_argument("--pages", choices=("4KB", "2MB"), default="4KB")
     args = parser.parse_args()
     torch.set_num_threads(2)
     engine = few_rows.kernel()
@@ -47,6 +51,9 @@ def main() -> None:
     for dtype in (torch.float32, torch.bfloat16):
         weights = {name: [torch.randn(n, k, dtype=dtype) for _ in range(count)] for name, n, k, count in SHAPES}
         packed = {name: [panel.pack(w) for w in ws] for name, ws in weights.items()}
+        if args.pages == "2MB":
+            weights = {name: [huge_page_copy(w) for w in ws] for name, ws in weights.items()}
+            packed = {name: [huge_page_copy(p) for p in ps] for name, ps in packed.items()}
         for rows in [int(r) for r in args.rows.split(",")]:
             forms = {
                 "rows": lambda w, p, x: engine.linear(x, w, None, False),
