@@ -147,13 +147,14 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
     read_after = memory_read_gbps(args.device, max(nbytes.values()), fresh=True)
     points = curve_rows(samples, ms, nbytes, read_gbps)
     print(f"prompt {input_ids.shape[1]} tokens, median of {args.repeats} round(s); form 'own' is also the hf engine's")
+    pages = {dtype: pages_of(model) for dtype, model in models.items()}
     print(
         f"memory read bandwidth {read_gbps:.1f} GB/s before the rounds, {read_after:.1f} after "
         f"(the fastest of three reads of a float32 buffer of "
         f"{min(max(nbytes.values()), MAX_BUFFER_BYTES) / 2**30:.2f} GiB, "
         f"{torch.get_num_threads()} threads); weights: "
         + ", ".join(
-            f"{dtype} {size / 1e9:.2f} GB" + (f" ({pages_of(models[dtype])})" if pages_of(models[dtype]) else "")
+            f"{dtype} {size / 1e9:.2f} GB" + (f" ({pages[dtype]})" if pages[dtype] else "")
             for dtype, size in nbytes.items()
         )
     )
@@ -199,7 +200,7 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
             "one_row_split": splits,
             "floors": floors,
             "few_rows_kernel": few_rows.unavailable_reason() or few_rows.identity(),
-            "weight_pages": {dtype: pages_of(model) for dtype, model in models.items()},
+            "weight_pages": pages,
         }
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return 0
