@@ -33,7 +33,7 @@ def main() -> None:
                 for _ in range(5):
                     start = time.perf_counter()
                     for w in weights:
-                        engine.linear(x, w, None, False)
+                        engine.linear(x, w, None, "rows")
                     times.append(time.perf_counter() - start)
                 result[name] = nbytes / statistics.median(times) / 1e9
             print(

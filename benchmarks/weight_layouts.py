@@ -56,11 +56,11 @@ def main() -> None:
             packed = {name: [huge_page_copy(p) for p in ps] for name, ps in packed.items()}
         for rows in [int(r) for r in args.rows.split(",")]:
             forms = {
-                "rows": lambda w, p, x: engine.linear(x, w, None, False),
+                "rows": lambda w, p, x: engine.linear(x, w, None, "rows"),
                 "panels": lambda w, p, x: panel.linear(x, p, w.shape[0]),
             }
             if dtype == torch.float32 and rows > 1:
-                forms["rows_held"] = lambda w, p, x: engine.linear(x, w, None, True)
+                forms["rows_held"] = lambda w, p, x: engine.linear(x, w, None, "held")
             times = {(form, name): [] for form in forms for name in weights}
             probes = []
             for round_index in range(args.rounds):

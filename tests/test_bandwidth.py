@@ -190,6 +190,29 @@ def test_a_few_rows_kernel_that_did_not_run_is_named():
     assert f"few-rows kernel not used: {reason}; torch's own kernels ran" in summary_lines(rows)
 
 
+def test_amx_tiles_that_did_not_run_on_a_cpu_with_them_are_named_once():
+    without = (
+        "built specbench_few_rows_0123456789abcdef, without AMX tiles: built for x86-64-v3 (ATEN_CPU_CAPABILITY=avx2)"
+    )
+    rows = [_row(1, few_rows_kernel=without), _row(2, few_rows_kernel=without), _row(2, few_rows_kernel="built x")]
+    assert bandwidth_lines(rows) == [
+        "few-rows kernel ran without AMX tiles: built for x86-64-v3 (ATEN_CPU_CAPABILITY=avx2); "
+        "its dot products ran in their place"
+    ]
+    assert bandwidth_lines([_row(1, few_rows_kernel="built specbench_few_rows_0123456789abcdef")]) == []
+
+
+def test_a_cpu_with_amx_records_why_its_tiles_did_not_run(monkeypatch):
+    if few_rows.kernel() is None:
+        pytest.skip(f"the few-rows kernel is not built here: {few_rows.unavailable_reason()}")
+    monkeypatch.setattr(few_rows, "cpu_flags", lambda info: {"avx512f", "amx_tile", "amx_bf16"})
+    monkeypatch.setattr(few_rows.kernel(), "tiles_available", lambda: False, raising=False)
+    state = few_rows.recorded_state()
+    assert state.startswith(few_rows.identity() + ", without AMX tiles: ")
+    monkeypatch.setattr(few_rows, "cpu_flags", lambda info: {"avx512f"})
+    assert few_rows.recorded_state() == few_rows.identity()  # no AMX: nothing is missing
+
+
 def test_weights_in_small_pages_are_named_once_and_large_pages_say_nothing():
     small = "4 KB pages: transparent huge pages are never on this system (/sys/kernel/mm/transparent_hugepage/enabled)"
     rows = [

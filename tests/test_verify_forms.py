@@ -37,6 +37,9 @@ NEW_TOKENS = 29
 needs_kernel = pytest.mark.skipif(
     few_rows.kernel() is None, reason=f"the few-rows kernel is not built here: {few_rows.unavailable_reason()}"
 )
+needs_tiles = pytest.mark.skipif(
+    not few_rows.tiles_available(), reason=f"no AMX tiles here: {few_rows.tiles_unavailable_reason() or 'no AMX'}"
+)
 
 
 @functools.cache
@@ -64,18 +67,18 @@ class _Model(torch.nn.Module):
 @pytest.fixture
 def calls(monkeypatch) -> dict[str, list[int]]:
     """Row counts of each call of the column and the few-rows forms."""
-    seen: dict[str, list[int]] = {"column": [], "rows": [], "rows_held": []}
+    seen: dict[str, list[int]] = {"column": [], "rows": [], "rows_held": [], "rows_tiles": []}
     real_column, real_rows = verify_forms_module.column_logits, few_rows.few_rows_linear
 
     def column(head, hidden):
         seen["column"].append(hidden.numel() // hidden.shape[-1])
         return real_column(head, hidden)
 
-    def rows(layer, hidden, hold=False):  # each call of the kernel, and the held variant's again apart
+    def rows(layer, hidden, variant="rows"):  # each call of the kernel, and its other variants' again apart
         seen["rows"].append(hidden.numel() // hidden.shape[-1])
-        if hold:
-            seen["rows_held"].append(hidden.numel() // hidden.shape[-1])
-        return real_rows(layer, hidden, hold=hold)
+        if variant != "rows":
+            seen[f"rows_{variant}"].append(hidden.numel() // hidden.shape[-1])
+        return real_rows(layer, hidden, variant)
 
     monkeypatch.setattr(verify_forms_module, "column_logits", column)
     monkeypatch.setattr(few_rows, "few_rows_linear", rows)
@@ -106,19 +109,23 @@ BF16_ROUNDING = 2**-8
 
 
 @needs_kernel
+@pytest.mark.parametrize("variant", ["rows", pytest.param("tiles", marks=needs_tiles)])
 @settings(max_examples=60, deadline=None)
 @given(
     rows=st.integers(1, few_rows.MAX_ROWS),
-    inputs=st.integers(1, 70),
-    outputs=st.integers(1, 40),
+    inputs=st.integers(1, 100),
+    outputs=st.integers(1, 70),
     bias=st.booleans(),
     dtype=st.sampled_from(few_rows.DTYPES),
     seed=st.integers(0, 2**16),
 )
-def test_the_few_rows_kernel_computes_linear_and_each_row_alone(rows, inputs, outputs, bias, dtype, seed):
+def test_the_few_rows_kernel_computes_linear_and_each_row_alone(variant, rows, inputs, outputs, bias, dtype, seed):
+    # widths below, at and past a vector's and a tile's columns, and past a block's and a tile's weight rows
+    if variant == "tiles":  # bfloat16 only, 1 to 16 rows
+        dtype, rows = torch.bfloat16, min(rows, few_rows.TILE_ROWS)
     layer = _linear(bias, seed, (inputs, outputs)).to(dtype)
     hidden = torch.randn(1, rows, inputs + 3).to(dtype)[..., 3:]  # not contiguous
-    result = few_rows.few_rows_linear(layer, hidden)
+    result = few_rows.few_rows_linear(layer, hidden, variant)
     assert result.shape == (1, rows, outputs) and result.dtype == dtype
     if dtype == torch.float32:
         torch.testing.assert_close(result, layer(hidden), rtol=1e-5, atol=1e-5)
@@ -131,10 +138,50 @@ def test_the_few_rows_kernel_computes_linear_and_each_row_alone(rows, inputs, ou
         torch.testing.assert_close(result.float(), exact, rtol=BF16_ROUNDING, atol=1e-5)
         assert int((result != exact.to(dtype)).sum()) <= 1 + result.numel() // 100
     # One dot product per output in a fixed order: a row's output does not depend on the rows beside it.
-    assert torch.equal(result[:, -1:], few_rows.few_rows_linear(layer, hidden[:, -1:]))
-    assert torch.equal(result[:, :1], few_rows.few_rows_linear(layer, hidden[:, :1]))
-    # Holding x in registers changes where it is loaded from, not the sums: bit for bit the same.
-    assert torch.equal(result, few_rows.few_rows_linear(layer, hidden, hold=True))
+    assert torch.equal(result[:, -1:], few_rows.few_rows_linear(layer, hidden[:, -1:], variant))
+    assert torch.equal(result[:, :1], few_rows.few_rows_linear(layer, hidden[:, :1], variant))
+    if variant == "rows":  # holding x in registers changes where it is loaded from, not the sums
+        assert torch.equal(result, few_rows.few_rows_linear(layer, hidden, "held"))
+
+
+@needs_kernel
+def test_the_tiles_variant_serves_bfloat16_of_1_to_16_rows_where_amx_runs():
+    layer = _linear(False).to(torch.bfloat16)
+    available = few_rows.tiles_available()
+    assert few_rows.supports(layer, 1, "tiles") is available
+    assert few_rows.supports(layer, few_rows.TILE_ROWS, "tiles") is available
+    assert not few_rows.supports(layer, few_rows.TILE_ROWS + 1, "tiles")
+    assert not few_rows.supports(copy.deepcopy(layer).float(), 4, "tiles")
+    if not available:
+        with pytest.raises(RuntimeError, match="tiles variant takes bfloat16 on a CPU with AMX"):
+            few_rows.kernel().linear(torch.randn(2, 48).bfloat16(), layer.weight, None, "tiles")
+    with pytest.raises(RuntimeError, match="variant must be rows, held or tiles"):
+        few_rows.kernel().linear(torch.randn(2, 48).bfloat16(), layer.weight, None, "panels")
+
+
+@needs_tiles
+def test_auto_offers_the_tiles_form_to_bfloat16_up_to_16_rows_and_runs_it(monkeypatch, calls):
+    target, _ = pair("llama")
+    bf16 = copy.deepcopy(target).to(torch.bfloat16)
+    offered: dict[int, list[str]] = {}
+
+    def tiles_where_offered(layers, forms, rows):
+        offered[rows] = forms
+        return "rows_tiles" if "rows_tiles" in forms else forms[0]
+
+    monkeypatch.setattr(verify_forms_module, "_fastest", tiles_where_offered)
+    forms = KernelForms(bf16, "auto")
+    forms.settle(few_rows.TILE_ROWS + 1)
+    assert "rows_tiles" in offered[1] and "rows_tiles" in offered[few_rows.TILE_ROWS]
+    assert "rows_tiles" not in offered[few_rows.TILE_ROWS + 1]
+    assert forms.few_rows_rows(few_rows.TILE_ROWS + 1) == list(range(1, few_rows.TILE_ROWS + 1))
+    with forms.applied():
+        bf16(torch.randint(0, 50, (1, 9)))
+    assert 9 in calls["rows_tiles"]
+    # float32 is never offered the tiles
+    offered.clear()
+    KernelForms(target, "auto").settle(4)
+    assert not any("rows_tiles" in forms for forms in offered.values())
 
 
 def test_the_kernel_serves_float32_and_bfloat16_cpu_layers_of_1_to_32_rows():
@@ -323,14 +370,19 @@ def _module_state() -> dict:
 
 
 def test_the_module_keeps_no_state_of_its_own():
-    # One constant (which form a forced setting runs), and nothing a settling or a pass writes to.
-    assert _module_state() == {"_FORCED": {"rows": "rows", "column": "column"}}
+    # Two constants (which form a forced setting runs, which variant of the kernel each form is), and nothing a
+    # settling or a pass writes to.
+    constants = {
+        "_FORCED": {"rows": "rows", "column": "column"},
+        "_VARIANTS": {"rows": "rows", "rows_held": "held", "rows_tiles": "tiles"},
+    }
+    assert _module_state() == constants
     first, second = _twins()
     forms = KernelForms(first, "column")
     with forms.applied():
         first.head(torch.randn(1, 2, 48))
     KernelForms(first).settle(2)
-    assert _module_state() == {"_FORCED": {"rows": "rows", "column": "column"}}
+    assert _module_state() == constants
     # The twin, of the same shapes, is unsettled: auto keeps its own linear at every row count.
     assert all(set(by_rows.values()) == {"own"} for by_rows in KernelForms(second).choices(2).values())
 
@@ -427,7 +479,7 @@ def test_every_kernel_is_lossless(arch, kernel, k, calls):
         assert len(calls["rows"]) == passes * _linear_layers(target)
         assert 1 in calls["rows"]
     elif kernel == "linear":
-        assert calls == {"column": [], "rows": [], "rows_held": []}
+        assert calls == {"column": [], "rows": [], "rows_held": [], "rows_tiles": []}
     # The greedy baseline runs the same forms and is lossless too.
     calls["column"].clear()
     calls["rows"].clear()
@@ -439,7 +491,7 @@ def test_every_kernel_is_lossless(arch, kernel, k, calls):
     elif kernel == "rows" and kernel_built:
         assert len(calls["rows"]) == NEW_TOKENS * _linear_layers(target)
     elif kernel == "linear":
-        assert calls == {"column": [], "rows": [], "rows_held": []}
+        assert calls == {"column": [], "rows": [], "rows_held": [], "rows_tiles": []}
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -483,8 +535,8 @@ def test_a_wrong_one_row_form_is_caught(arch, kernel, monkeypatch):
 
     # Planted bug at one row only (a decode step): each output gets its neighbour's value.
     def planted(real):
-        def wrong(layer, hidden):
-            out = real(layer, hidden)
+        def wrong(layer, hidden, *variant):
+            out = real(layer, hidden, *variant)
             return torch.roll(out, 1, dims=-1) if hidden.numel() // hidden.shape[-1] == 1 else out
 
         return wrong
@@ -508,10 +560,12 @@ def test_a_wrong_form_is_caught(arch, kernel, monkeypatch):
     # Planted bug: each position gets the output of the position before it.
     if kernel == "column":
         real = verify_forms_module.column_logits
-        monkeypatch.setattr(verify_forms_module, "column_logits", lambda h, x: torch.roll(real(h, x), 1, dims=-2))
+        monkeypatch.setattr(
+            verify_forms_module, "column_logits", lambda h, x, *v: torch.roll(real(h, x, *v), 1, dims=-2)
+        )
     else:
         real = few_rows.few_rows_linear
-        monkeypatch.setattr(few_rows, "few_rows_linear", lambda h, x: torch.roll(real(h, x), 1, dims=-2))
+        monkeypatch.setattr(few_rows, "few_rows_linear", lambda h, x, *v: torch.roll(real(h, x, *v), 1, dims=-2))
     assert speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, kernels="linear").token_ids == expected
     assert speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, kernels=kernel).token_ids != expected
 

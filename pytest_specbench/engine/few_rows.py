@@ -6,7 +6,9 @@ some CPUs, and its one-row passes stream the weights at about half the machine's
 (docs/engines.md, "The verify pass's kernels"). The kernel in ``kernels/few_rows.cpp`` reads each
 block of weight rows once and multiplies it with every row of ``x`` while it is in registers,
 fetching ahead. bfloat16 multiplies with AVX512_BF16 dot products where the CPU has them (denormal
-inputs then count as zero), and otherwise widens to float32 in registers. Each output is one dot product
+inputs then count as zero), and otherwise widens to float32 in registers; its ``tiles`` variant multiplies
+in AMX tiles where the CPU has them (1 to 16 rows: many rows cost little more than one there, where the dot
+products are bound by their arithmetic). Each output is one dot product
 summed in float32 in a fixed order, so its result does not depend on the row or thread count; it
 rounds differently from torch's kernels in the last bits, as a many-row pass does from a one-row pass.
 
@@ -16,7 +18,8 @@ flags, CPU and torch version (:func:`identity`, which rows record). A cached bui
 does not compute ``linear`` (a damaged file) is removed and built once more. Where it cannot be built,
 :func:`kernel` returns None and :func:`unavailable_reason` says why: under ``auto`` the engine then keeps
 torch's kernels, and each model's forms say so (``verify_forms.KernelForms.few_rows_fallback``); a setting that
-asks for it by name is refused.
+asks for it by name is refused. Where the CPU has AMX and the tiles cannot run (a build for AVX2, or a system
+that refuses a process AMX's state), :func:`recorded_state` says so after the build's identity.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 
 import torch
 
-from .names import FEW_ROWS_BUILT
+from .names import FEW_ROWS_BUILT, WITHOUT_TILES
 from .native_dtypes import cpu_flags, read_cpuinfo
 
 __all__ = [
@@ -46,12 +49,20 @@ __all__ = [
     "state_if_tried",
     "kernel",
     "supports",
+    "TILE_ROWS",
+    "tiles_available",
+    "tiles_unavailable_reason",
+    "VARIANTS",
     "unavailable_reason",
 ]
 
 SOURCE = Path(__file__).with_name("kernels") / "few_rows.cpp"
-#: the most rows one call takes (``kMaxRows`` in the source)
+#: the most rows one call takes (``kMaxRows`` in the source), and the most the ``tiles`` variant takes
 MAX_ROWS = 32
+TILE_ROWS = 16
+#: the kernel's variants: ``rows`` (vector registers), ``held`` (float32 x held in registers: the same results),
+#: ``tiles`` (bfloat16 in AMX tiles)
+VARIANTS = ("rows", "held", "tiles")
 #: ATEN_CPU_CAPABILITY -> the instruction set the kernel is built for, so that a run capped to AVX2 (to
 #: reproduce an AVX2 machine) caps the kernel too; anything else: this CPU's own (-march=native)
 _MARCH = {"avx2": "x86-64-v3", "default": "x86-64"}
@@ -83,7 +94,12 @@ def _computes_linear(module: Any) -> bool:
     hidden, weight = torch.randn(3, 64, generator=generator), torch.randn(40, 64, generator=generator)
     bias = torch.randn(40, generator=generator)
     expected = torch.nn.functional.linear(hidden, weight, bias)
-    return torch.allclose(module.linear(hidden, weight, bias), expected, atol=1e-4)
+    if not torch.allclose(module.linear(hidden, weight, bias), expected, atol=1e-4):
+        return False
+    if not module.tiles_available():
+        return True
+    halves = hidden.bfloat16(), weight.bfloat16(), bias.bfloat16()
+    return torch.allclose(module.linear(*halves, "tiles").float(), module.linear(*halves).float(), atol=0.1)
 
 
 def _load() -> Any:
@@ -137,6 +153,29 @@ def unavailable_reason() -> str | None:
     return _build()[1]
 
 
+def tiles_unavailable_reason() -> str | None:
+    """Why the ``tiles`` variant cannot run on this CPU with AMX (the kernel not built, a build for another
+    instruction set, or a system that refuses AMX's tile state); None where it runs, or where the CPU has no
+    AMX (nothing is missing there)."""
+    if not {"amx_bf16", "amx_tile"} <= cpu_flags(read_cpuinfo()):
+        return None
+    module = kernel()
+    if module is None:
+        return unavailable_reason()
+    if module.tiles_available():
+        return None
+    march = compile_flags()[1].removeprefix("-march=")
+    if march != "native":
+        return f"built for {march} (ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY')})"
+    return "the system did not give this process AMX's tile state"
+
+
+def tiles_available() -> bool:
+    """Whether the ``tiles`` variant runs here."""
+    module = kernel()
+    return module is not None and module.tiles_available()
+
+
 def state_if_tried() -> str | None:
     """:func:`recorded_state` where this process has already tried to build the kernel; None where it has not
     (never a build only to say so)."""
@@ -146,35 +185,45 @@ def state_if_tried() -> str | None:
 
 def recorded_state() -> str:
     """What a row using the kernel here records (building it if need be): :func:`identity`, or why it cannot
-    run."""
-    return unavailable_reason() or identity()
+    run; after the identity, why AMX tiles cannot run on a CPU that has them."""
+    reason = unavailable_reason()
+    if reason:
+        return reason
+    tiles = tiles_unavailable_reason()
+    return f"{identity()}, {WITHOUT_TILES}: {tiles}" if tiles else identity()
 
 
 #: the weight dtypes the kernel computes
 DTYPES = (torch.float32, torch.bfloat16)
 
 
-def supports(module: torch.nn.Module, rows: int) -> bool:
-    """Whether the kernel can compute ``module`` (a float32 or bfloat16 CPU ``Linear``) over ``rows`` rows."""
+def supports(module: torch.nn.Module, rows: int, variant: str = "rows") -> bool:
+    """Whether the kernel's ``variant`` can compute ``module`` (a float32 or bfloat16 CPU ``Linear``) over ``rows``
+    rows (``tiles``: bfloat16, at most :data:`TILE_ROWS`, where :func:`tiles_available`)."""
     weight = getattr(module, "weight", None)
-    return (
+    fits = (
         isinstance(weight, torch.Tensor)
         and weight.dtype in DTYPES
         and weight.device.type == "cpu"
         and weight.dim() == 2
         and 1 <= rows <= MAX_ROWS
     )
+    if variant == "held":
+        return fits and weight.dtype == torch.float32
+    if variant == "tiles":
+        return fits and weight.dtype == torch.bfloat16 and rows <= TILE_ROWS and tiles_available()
+    return fits
 
 
 # A custom op, not the bare extension call, so that compiled one-token steps (engine/compiled_steps.py)
 # trace through it instead of breaking their graph.
 @torch.library.custom_op("specbench::few_rows_linear", mutates_args=())
-def _linear_op(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, hold: bool) -> torch.Tensor:
-    return kernel().linear(hidden, weight, bias, hold)
+def _linear_op(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, variant: str) -> torch.Tensor:
+    return kernel().linear(hidden, weight, bias, variant)
 
 
 @_linear_op.register_fake
-def _(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, hold: bool) -> torch.Tensor:
+def _(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, variant: str) -> torch.Tensor:
     return hidden.new_empty((*hidden.shape[:-1], weight.shape[0]))
 
 
@@ -183,8 +232,9 @@ def applies_to(model: torch.nn.Module) -> bool:
     return any(type(module) is torch.nn.Linear and supports(module, 1) for module in model.modules())
 
 
-def few_rows_linear(module: torch.nn.Linear, hidden: torch.Tensor, hold: bool = False) -> torch.Tensor:
-    """``module(hidden)`` through the kernel (which must be built and :func:`supports` the call). ``hold``: the
-    variant that holds each vector of a float32 x in a register (the same results; faster or slower by shape and
-    CPU, so :mod:`.verify_forms` times both)."""
-    return _linear_op(hidden, module.weight, module.bias, hold)
+def few_rows_linear(module: torch.nn.Linear, hidden: torch.Tensor, variant: str = "rows") -> torch.Tensor:
+    """``module(hidden)`` through the kernel's ``variant`` (one of :data:`VARIANTS`; the kernel must be built and
+    :func:`supports` the call). ``held`` holds each vector of a float32 x in a register (the same results;
+    faster or slower by shape and CPU), ``tiles`` multiplies bfloat16 in AMX tiles: :mod:`.verify_forms` times
+    each where it applies."""
+    return _linear_op(hidden, module.weight, module.bias, variant)

@@ -11,6 +11,8 @@ KERNELS: tuple[str, ...] = ("auto", "rows", "column", "linear")
 #: a row's ``few_rows_kernel`` where the few-rows kernel ran: this word and the build's identity
 #: (engine/few_rows.py ``identity``); rows of earlier versions hold the word alone
 FEW_ROWS_BUILT = "built"
+#: after the build's identity, where the CPU has AMX and the kernel's tiles cannot run: ``, without AMX tiles: why``
+WITHOUT_TILES = "without AMX tiles"
 
 
 def few_rows_built(recorded: str) -> bool:

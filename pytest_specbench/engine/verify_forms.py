@@ -3,13 +3,14 @@
 A decode step reads every weight once; a verify pass reads the same weights for a few positions, so at
 memory speed it costs about one step. torch's own kernels fall short of that on some CPUs (docs/engines.md,
 "The verify pass's kernels"). Within :meth:`KernelForms.applied`, each plain ``torch.nn.Linear`` of the model
-runs a call of up to 32 rows in one of four forms, all computing the same dot products (the last bits may
+runs a call of up to 32 rows in one of five forms, all computing the same dot products (the last bits may
 round differently, as a one-row and a many-row pass do; the lossless check covers every form):
 
 - ``own``: the model's own ``linear``;
 - ``rows``: the few-rows kernel (:mod:`.few_rows`; float32 and bfloat16 on CPU, 1 to 32 rows);
 - ``rows_held``: the same kernel holding each vector of x in a register (float32, 2 rows or more: same results,
   faster in cache, slower on some shapes streamed from memory);
+- ``rows_tiles``: the same kernel multiplying in AMX tiles (bfloat16, 1 to 16 rows, on CPUs with AMX);
 - ``column``: ``weight @ hidden.T`` (the output head only, :mod:`.output_head`).
 
 A :class:`KernelForms` is one model's forms under one kernel setting (``--specbench-kernels``, :data:`.names.KERNELS`),
@@ -40,7 +41,9 @@ from .timing import DeviceClock
 
 __all__ = ["KERNELS", "KernelForms", "kernel_forms"]
 
-OWN, ROWS, HELD, COLUMN = "own", "rows", "rows_held", "column"
+OWN, ROWS, HELD, TILES, COLUMN = "own", "rows", "rows_held", "rows_tiles", "column"
+#: the few-rows kernel's forms, and the variant of the kernel each runs
+_VARIANTS = {ROWS: "rows", HELD: "held", TILES: "tiles"}
 AUTO, LINEAR = "auto", "linear"
 #: forms a forced kernel uses where it applies
 _FORCED = {"rows": ROWS, "column": COLUMN}
@@ -76,18 +79,18 @@ def _applicable(group: _Group, layer: torch.nn.Linear, rows: int) -> list[str]:
     forms = [OWN]
     if few_rows.supports(layer, rows) and few_rows.kernel() is not None:
         forms.append(ROWS)
-        if layer.weight.dtype == torch.float32 and rows >= 2:
+        if few_rows.supports(layer, rows, "held") and rows >= 2:
             forms.append(HELD)
+        if few_rows.supports(layer, rows, "tiles"):
+            forms.append(TILES)
     if group[2]:
         forms.append(COLUMN)
     return forms
 
 
 def _call(form: str, layer: torch.nn.Linear, hidden: torch.Tensor, own: Callable) -> torch.Tensor:
-    if form == ROWS:
-        return few_rows.few_rows_linear(layer, hidden)
-    if form == HELD:
-        return few_rows.few_rows_linear(layer, hidden, hold=True)
+    if form in _VARIANTS:
+        return few_rows.few_rows_linear(layer, hidden, _VARIANTS[form])
     if form == COLUMN:
         return column_logits(layer, hidden)
     return own(hidden)
@@ -174,7 +177,7 @@ class KernelForms:
 
     def few_rows_rows(self, max_rows: int) -> list[int]:
         """The row counts 1 .. ``max_rows`` at which some linear layer runs the few-rows kernel."""
-        return self._rows_using(max_rows, (ROWS, HELD), head_only=False)
+        return self._rows_using(max_rows, tuple(_VARIANTS), head_only=False)
 
     @property
     def wants_few_rows(self) -> bool:

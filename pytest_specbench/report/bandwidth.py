@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from statistics import median
 
-from ..engine.names import few_rows_built
+from ..engine.names import WITHOUT_TILES, few_rows_built
 from ..results.schema import CaseResult
 from .dtype_view import dtype_order
 
@@ -42,8 +42,8 @@ def _dtype_line(dtype: str, rows: Sequence[CaseResult]) -> str | None:
 
 def bandwidth_lines(rows: Sequence[CaseResult]) -> list[str]:
     """Per dtype of the native engine's rows: the bandwidth of the target's passes (weight bytes over v(1) and
-    v(k + 1)) as shares of the memory read bandwidth; a line naming why the few-rows kernel did not run, and one
-    naming why the weights are in 4 KB pages."""
+    v(k + 1)) as shares of the memory read bandwidth; a line naming why the few-rows kernel did not run, one why
+    its AMX tiles did not on a CPU that has them, and one naming why the weights are in 4 KB pages."""
     native = [row for row in rows if row.engine == "native"]
     lines = []
     for dtype in dtype_order([row.dtype for row in native]):
@@ -55,6 +55,8 @@ def bandwidth_lines(rows: Sequence[CaseResult]) -> list[str]:
     recorded = {row.few_rows_kernel for row in native}
     missing = sorted(reason for reason in recorded if reason and not few_rows_built(reason))
     lines += [f"few-rows kernel not used: {reason}; torch's own kernels ran" for reason in missing]
+    without_tiles = sorted({state.partition(", ")[2] for state in recorded if f", {WITHOUT_TILES}: " in state})
+    lines += [f"few-rows kernel ran {reason}; its dot products ran in their place" for reason in without_tiles]
     small_pages = sorted({row.weight_pages for row in native if row.weight_pages.startswith("4 KB")})
     lines += [f"target weights in {reason}" for reason in small_pages]
     return lines

@@ -3,14 +3,18 @@
 // the machine's read bandwidth. Each output is one dot product summed in float32 in a fixed order,
 // whatever the row count or thread count. bfloat16 reads half the bytes: with AVX512_BF16 its pairs multiply
 // in one dot-product instruction (denormal inputs count as zero); elsewhere they widen to float32 in
-// registers (a shift: exact).
+// registers (a shift: exact). Where the CPU has AMX, the "tiles" variant multiplies bfloat16 in tiles: many
+// rows then cost little more than one, where the dot products are bound by their arithmetic.
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace {
 
@@ -152,6 +156,94 @@ void weight_rows(const uint16_t* x, int64_t K, const uint16_t* w, int64_t n0, in
 }
 #endif
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+// bfloat16 on a CPU with AMX: one tile multiply takes 16 weight rows by 32 of their columns, read in place a
+// row's stride apart, against the same 32 columns of every row of x, repacked once as pairs. Each output is
+// summed in float32 in AMX's fixed order, whatever the row or thread count (denormal inputs count as zero).
+// One block of 16 weight rows at a time: two or four at once streamed slower (docs/results/2026-12-05-amx-tiles.md).
+constexpr bool kTiles = true;
+constexpr int kTileRows = 16;  // weight rows per tile, and the most rows of x
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Linux hands a process AMX's tile state only once it asks (ARCH_REQ_XCOMP_PERM for XTILEDATA).
+bool tiles_permitted() {
+  static const bool permitted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return permitted;
+}
+
+// Outputs [n0, n1) of all M rows: tile 0 accumulates 16 weight rows by M rows of x, tile 1 takes the
+// weights, tile 2 the pairs of x. Each weight row's line is fetched kPrefetchBytes ahead, and the same line
+// of the next block's rows into the level-2 cache, as in weight_rows.
+void tile_rows(const uint16_t* pairs, const uint16_t* x, int M, int64_t K, const uint16_t* w, int64_t n0,
+               int64_t n1, float* y, int64_t N) {
+  constexpr int64_t ahead = kPrefetchBytes / sizeof(uint16_t);
+  const int64_t whole = K / 32 * 32;
+  TileConfig config;
+  config.rows[0] = kTileRows, config.colsb[0] = M * 4;
+  config.rows[1] = kTileRows, config.colsb[1] = 64;
+  config.rows[2] = 16, config.colsb[2] = M * 4;
+  _tile_loadconfig(&config);
+  alignas(64) float out[kTileRows * kTileRows];
+  for (int64_t n = n0; n + kTileRows <= n1; n += kTileRows) {
+    _tile_zero(0);
+    const uint16_t* block = w + n * K;
+    for (int64_t k = 0; k < whole; k += 32) {
+      for (int j = 0; j < kTileRows; ++j) {
+        __builtin_prefetch(block + j * K + k + ahead, 0, 3);
+        __builtin_prefetch(block + (kTileRows + j) * K + k, 0, 2);
+      }
+      _tile_loadd(2, pairs + k * M, M * 4);
+      _tile_loadd(1, block + k, K * 2);
+      _tile_dpbf16ps(0, 1, 2);
+    }
+    _tile_stored(0, out, kTileRows * 4);
+    for (int i = 0; i < kTileRows; ++i)
+      for (int r = 0; r < M; ++r) {
+        float sum = out[i * kTileRows + r];
+        for (int64_t c = whole; c < K; ++c) sum += widen(x[r * K + c]) * widen(w[(n + i) * K + c]);
+        y[r * N + n + i] = sum;
+      }
+  }
+  _tile_release();
+}
+
+// The last N % 16 weight rows: dot products in float32, in order.
+void remaining_rows(const uint16_t* x, int M, int64_t K, const uint16_t* w, int64_t n0, int64_t N, float* y) {
+  for (int64_t n = n0; n < N; ++n)
+    for (int r = 0; r < M; ++r) {
+      float sum = 0;
+      for (int64_t c = 0; c < K; ++c) sum += widen(x[r * K + c]) * widen(w[n * K + c]);
+      y[r * N + n] = sum;
+    }
+}
+
+void tiles_outputs(int64_t rows, const uint16_t* x, int64_t K, const uint16_t* w, int64_t N, float* y) {
+  TORCH_CHECK(rows <= kTileRows, "the tiles form takes 1 to 16 rows, got ", rows);
+  TORCH_CHECK(tiles_permitted(), "the system does not let this process use AMX tiles");
+  const int M = int(rows);
+  const int64_t whole = K / 32 * 32;
+  // x as pairs: pair p of row r at [p][r], as a tile multiply takes its second operand (a loop: torch's copy
+  // of the transposed view cost more than a pass at 16 rows).
+  std::vector<uint32_t> pairs(whole / 2 * M);
+  for (int r = 0; r < M; ++r)
+    for (int64_t p = 0; p < whole / 2; ++p) __builtin_memcpy(&pairs[p * M + r], x + r * K + 2 * p, 4);
+  const auto* p16 = reinterpret_cast<const uint16_t*>(pairs.data());
+  const int64_t blocks = N / kTileRows;
+  at::parallel_for(0, blocks, 8, [&](int64_t b0, int64_t b1) {
+    tile_rows(p16, x, M, K, w, b0 * kTileRows, b1 * kTileRows, y, N);
+  });
+  remaining_rows(x, M, K, w, blocks * kTileRows, N, y);
+}
+#else
+constexpr bool kTiles = false;
+#endif
+
 template <int M, bool Hold, typename X, typename W>
 void all_outputs(const X* x, int64_t K, const W* w, int64_t N, float* y) {
   constexpr int NB = block_for(M);
@@ -175,34 +267,44 @@ void float_rows(bool hold, int64_t rows, const float* x, int64_t K, const W* w, 
   dispatch<1, false>(rows, x, K, w, N, y);
 }
 
+// variant: "rows" (AVX-512 or AVX2), "held" (float32 x held in registers) or "tiles" (bfloat16 in AMX tiles).
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const c10::optional<torch::Tensor>& bias,
-                     bool hold_x) {
+                     const std::string& variant) {
   const auto dtype = weight.scalar_type();
   TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16, "float32 or bfloat16 weights only");
   TORCH_CHECK(x.scalar_type() == dtype, "x must have the weight's dtype");
   TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu(), "CPU tensors only");
   TORCH_CHECK(weight.dim() == 2 && x.size(-1) == weight.size(1), "x's last dimension must be weight's second");
+  TORCH_CHECK(variant == "rows" || variant == "held" || variant == "tiles", "variant must be rows, held or tiles, got ",
+              variant);
+  TORCH_CHECK(variant != "tiles" || (kTiles && dtype == torch::kBFloat16),
+              "the tiles variant takes bfloat16 on a CPU with AMX, in a build for it");
   const torch::Tensor w = weight.contiguous();
   const int64_t rows = x.numel() / x.size(-1), K = x.size(-1), N = w.size(0);
   TORCH_CHECK(rows >= 1 && rows <= kMaxRows, "1 to 32 rows, got ", rows);
   // One row runs as two copies of it: the two-row loop streams the weights faster than the one-row loop does
   // once the next block is prefetched, and the copy costs nothing beside the weights. Same sums, same order.
-  const int64_t run_rows = rows == 1 ? 2 : rows;
+  const int64_t run_rows = rows == 1 && variant != "tiles" ? 2 : rows;
   const torch::Tensor x_rows = x.reshape({rows, K}).expand({run_rows, K});
   torch::Tensor y = torch::empty({run_rows, N}, x.options().dtype(torch::kFloat32));
   if (dtype == torch::kFloat32) {
     const torch::Tensor rows_x = x_rows.contiguous();
-    float_rows(hold_x, run_rows, rows_x.data_ptr<float>(), K, w.data_ptr<float>(), N, y.data_ptr<float>());
+    float_rows(variant == "held", run_rows, rows_x.data_ptr<float>(), K, w.data_ptr<float>(), N,
+               y.data_ptr<float>());
   } else {
     const auto* w16 = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
 #if defined(__AVX512BF16__)
     const torch::Tensor rows_x = x_rows.contiguous();
-    dispatch<1, false>(run_rows, reinterpret_cast<const uint16_t*>(rows_x.data_ptr<at::BFloat16>()), K, w16, N,
-                       y.data_ptr<float>());
+    const auto* x16 = reinterpret_cast<const uint16_t*>(rows_x.data_ptr<at::BFloat16>());
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+    if (variant == "tiles") tiles_outputs(run_rows, x16, K, w16, N, y.data_ptr<float>());
+    else
+#endif
+      dispatch<1, false>(run_rows, x16, K, w16, N, y.data_ptr<float>());
 #else
     // x is a few rows: widened to float32 once; the sums run in float32 and round once at the end.
     const torch::Tensor rows_x = x_rows.to(torch::kFloat32).contiguous();
-    float_rows(hold_x, run_rows, rows_x.data_ptr<float>(), K, w16, N, y.data_ptr<float>());
+    float_rows(variant == "held", run_rows, rows_x.data_ptr<float>(), K, w16, N, y.data_ptr<float>());
 #endif
   }
   if (run_rows != rows) y = y.narrow(0, 0, rows);
@@ -212,11 +314,22 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
   return y.to(dtype).reshape(shape);
 }
 
+// Whether the tiles variant runs here: built for AMX, and the system lets this process use its tiles.
+bool tiles_available() {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  return tiles_permitted();
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear", &linear, "x @ weight.T + bias for 1 to 32 rows of x (float32 or bfloat16, CPU); hold_x: the "
-        "variant that holds x's vectors in registers (same results)",
-        pybind11::arg("x"), pybind11::arg("weight"), pybind11::arg("bias"), pybind11::arg("hold_x") = false);
+  m.def("linear", &linear, "x @ weight.T + bias for 1 to 32 rows of x (float32 or bfloat16, CPU); variant: rows, held "
+        "(float32 x held in registers: same results) or tiles (bfloat16 in AMX tiles, 1 to 16 rows)",
+        pybind11::arg("x"), pybind11::arg("weight"), pybind11::arg("bias"), pybind11::arg("variant") = "rows");
+  m.def("tiles_available", &tiles_available, "whether the tiles variant runs here (AMX built and permitted)");
   m.attr("max_rows") = kMaxRows;
+  m.attr("tile_rows") = 16;
 }

@@ -181,8 +181,11 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
     chosen = engine_forms({dtype: kernels[dtype, "engine"] for dtype in models}, max(ms)) if "engine" in forms else {}
     for dtype, layers in chosen.items():
         print(f"engine forms, {dtype}: " + "; ".join(f"{layer}: {forms_text}" for layer, forms_text in layers.items()))
+    state = few_rows.recorded_state()
     if few_rows.unavailable_reason():
         print(f"note: {few_rows.unavailable_reason()}")
+    elif few_rows.tiles_unavailable_reason():
+        print(f"note: the few-rows kernel runs {state.partition(', ')[2]}")
     if args.json:
         document = {
             "target": target,
@@ -199,7 +202,7 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
             "engine_forms": chosen,
             "one_row_split": splits,
             "floors": floors,
-            "few_rows_kernel": few_rows.unavailable_reason() or few_rows.identity(),
+            "few_rows_kernel": state,
             "weight_pages": pages,
         }
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
