@@ -49,7 +49,7 @@ def main() -> None:
         "rows": lambda x, w: engine.linear(x, w, None, "rows"),
         "tiles": lambda x, w: engine.linear(x, w, None, "tiles"),
     }
-    read_before = memory_read_gbps(torch.device("cpu"), 1 << 30)
+    read_before = memory_read_gbps(torch.device("cpu"), 1 << 30, fresh=True)
     print(f"{args.model}: {gigabytes:.2f} GB of bfloat16 weights; read probe {read_before:.1f} GB/s")
     results = []
     for rows in [int(r) for r in args.rows.split(",")]:
@@ -74,7 +74,7 @@ def main() -> None:
             flush=True,
         )
         results.append({"rows": rows, "seconds": times})
-    read_after = memory_read_gbps(torch.device("cpu"), 1 << 30)
+    read_after = memory_read_gbps(torch.device("cpu"), 1 << 30, fresh=True)
     print(f"read probe after: {read_after:.1f} GB/s")
     if args.json:
         document = {

@@ -7,12 +7,14 @@ the same forms), and a planted bug in each non-default form, at many rows and at
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
 import platform
 import shutil
 import weakref
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -157,6 +159,30 @@ def test_the_tiles_variant_serves_bfloat16_of_1_to_16_rows_where_amx_runs():
             few_rows.kernel().linear(torch.randn(2, 48).bfloat16(), layer.weight, None, "tiles")
     with pytest.raises(RuntimeError, match="variant must be rows, held or tiles"):
         few_rows.kernel().linear(torch.randn(2, 48).bfloat16(), layer.weight, None, "panels")
+
+
+@contextlib.contextmanager
+def _threads(count: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_tiles
+def test_the_tiles_variant_computes_linear_over_many_blocks_on_every_thread():
+    # enough blocks of 16 weight rows for each thread to take some, each configuring and releasing its tiles
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(96, 16 * 40 + 5, bias=True).to(torch.bfloat16)
+    hidden = torch.randn(1, 9, 96).to(torch.bfloat16)
+    exact = torch.nn.functional.linear(hidden.float(), layer.weight.float(), layer.bias.float())
+    with _threads(2):
+        result = few_rows.few_rows_linear(layer, hidden, "tiles")
+    torch.testing.assert_close(result.float(), exact, rtol=BF16_ROUNDING, atol=1e-5)
+    with _threads(1):
+        assert torch.equal(result, few_rows.few_rows_linear(layer, hidden, "tiles"))
 
 
 @needs_tiles

@@ -167,6 +167,8 @@ def tiles_unavailable_reason() -> str | None:
     march = compile_flags()[1].removeprefix("-march=")
     if march != "native":
         return f"built for {march} (ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY')})"
+    if not module.tiles_built:
+        return "the compiler did not enable AMX's instructions for this CPU"
     return "the system did not give this process AMX's tile state"
 
 

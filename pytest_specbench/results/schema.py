@@ -551,8 +551,9 @@ class CaseResult:
     )
     few_rows_kernel: str = _field(
         "the few-rows kernel on this machine: 'built' and the build's identity (its source, CPU flags, torch "
-        "and compiler flags), or why it could not be built (torch's own kernels then ran everywhere); empty "
-        "where no CPU pass could use it",
+        "and compiler flags), after it ', without AMX tiles: why' where the CPU has AMX and the tiles could not "
+        "run, or why it could not be built (torch's own kernels then ran everywhere); empty where no CPU pass "
+        "could use it",
         COST_MODEL,
         default="",
     )

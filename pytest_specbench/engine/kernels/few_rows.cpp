@@ -156,7 +156,7 @@ void weight_rows(const uint16_t* x, int64_t K, const uint16_t* w, int64_t n0, in
 }
 #endif
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 // bfloat16 on a CPU with AMX: one tile multiply takes 16 weight rows by 32 of their columns, read in place a
 // row's stride apart, against the same 32 columns of every row of x, repacked once as pairs. Each output is
 // summed in float32 in AMX's fixed order, whatever the row or thread count (denormal inputs count as zero).
@@ -172,8 +172,9 @@ struct alignas(64) TileConfig {
 };
 
 // Linux hands a process AMX's tile state only once it asks (ARCH_REQ_XCOMP_PERM for XTILEDATA).
+constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
 bool tiles_permitted() {
-  static const bool permitted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  static const bool permitted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   return permitted;
 }
 
@@ -267,6 +268,15 @@ void float_rows(bool hold, int64_t rows, const float* x, int64_t K, const W* w, 
   dispatch<1, false>(rows, x, K, w, N, y);
 }
 
+// Whether the tiles variant runs here: built for AMX, and the system lets this process use its tiles.
+bool tiles_available() {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+  return tiles_permitted();
+#else
+  return false;
+#endif
+}
+
 // variant: "rows" (AVX-512 or AVX2), "held" (float32 x held in registers) or "tiles" (bfloat16 in AMX tiles).
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const c10::optional<torch::Tensor>& bias,
                      const std::string& variant) {
@@ -277,8 +287,9 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
   TORCH_CHECK(weight.dim() == 2 && x.size(-1) == weight.size(1), "x's last dimension must be weight's second");
   TORCH_CHECK(variant == "rows" || variant == "held" || variant == "tiles", "variant must be rows, held or tiles, got ",
               variant);
-  TORCH_CHECK(variant != "tiles" || (kTiles && dtype == torch::kBFloat16),
-              "the tiles variant takes bfloat16 on a CPU with AMX, in a build for it");
+  TORCH_CHECK(variant != "tiles" || (dtype == torch::kBFloat16 && tiles_available()),
+              "the tiles variant takes bfloat16 on a CPU with AMX, in a build for it, where the system lets this "
+              "process use its tiles");
   const torch::Tensor w = weight.contiguous();
   const int64_t rows = x.numel() / x.size(-1), K = x.size(-1), N = w.size(0);
   TORCH_CHECK(rows >= 1 && rows <= kMaxRows, "1 to 32 rows, got ", rows);
@@ -314,15 +325,6 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
   return y.to(dtype).reshape(shape);
 }
 
-// Whether the tiles variant runs here: built for AMX, and the system lets this process use its tiles.
-bool tiles_available() {
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-  return tiles_permitted();
-#else
-  return false;
-#endif
-}
-
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -332,4 +334,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("tiles_available", &tiles_available, "whether the tiles variant runs here (AMX built and permitted)");
   m.attr("max_rows") = kMaxRows;
   m.attr("tile_rows") = 16;
+  m.attr("tiles_built") = kTiles;
 }
