@@ -185,6 +185,26 @@ def test_the_tiles_variant_computes_linear_over_many_blocks_on_every_thread():
         assert torch.equal(result, few_rows.few_rows_linear(layer, hidden, "tiles"))
 
 
+@needs_kernel
+@pytest.mark.parametrize("rows", [5, 9, 17, few_rows.MAX_ROWS])
+@pytest.mark.parametrize("variant", ["rows", "held"])
+def test_many_float32_rows_run_in_chunks_of_columns_with_each_rows_own_sums(rows, variant):
+    # wide enough for several chunks of columns (16 KB of x each) with a remainder, and for several groups of
+    # blocks of weight rows with a remainder, on each of two threads
+    torch.manual_seed(rows)
+    layer = torch.nn.Linear(16 * 160 + 5, 3 * 8 * 4 + 2, bias=True)
+    hidden = torch.randn(1, rows, layer.in_features)
+    with _threads(2):
+        result = few_rows.few_rows_linear(layer, hidden, variant)
+    torch.testing.assert_close(result, layer(hidden), rtol=1e-5, atol=1e-4)
+    with _threads(1):
+        assert torch.equal(result, few_rows.few_rows_linear(layer, hidden, variant))
+    # one row (not chunked) sums as the many-row pass (chunked) does
+    for row in (0, rows // 2, rows - 1):
+        alone = few_rows.few_rows_linear(layer, hidden[:, row : row + 1], variant)
+        assert torch.equal(result[:, row : row + 1], alone)
+
+
 @needs_tiles
 def test_auto_offers_the_tiles_form_to_bfloat16_up_to_16_rows_and_runs_it(monkeypatch, calls):
     target, _ = pair("llama")

@@ -73,46 +73,79 @@ inline float lane_sum(lanes v) {
 #endif
 }
 
-// Outputs [n0, n1) of all M rows (x in float32), NB weight rows at a time. Hold: each vector of x is held in a
-// register for the NB multiply-adds that use it, where the compiler would fold its load into each of them. On a CPU
-// that loads one 512-bit vector a cycle (Zen 4) the loads then no longer set the pace of many rows in cache, but
-// streaming some shapes from memory it ran slower: the engine times both (engine/verify_forms.py) and keeps the
-// faster. Same sums in the same order either way. Each step takes a whole cache
-// line of every weight row (U vectors: two for bfloat16), with one prefetch per line, and fetches the same
-// line of the weight rows about 4*NB*K bytes on into the level-2 cache: the next block's rows start where
-// a row's own prefetch does not reach, and at many rows the arithmetic leaves the stream idle there.
+constexpr int kChunkRows = 5;          // the fewest rows of x taken in chunks of columns
+constexpr int64_t kChunkBytes = 16384;  // of x, all its rows, per chunk
+constexpr int kChunkBlocks = 8;         // blocks of weight rows that use one chunk in turn
+
+// Outputs [n0, n1) of all M rows, NB weight rows (a block) at a time: step(acc, n, k) adds one step of
+// columns from k of the block at weight row n, finish(acc, n) writes its outputs. From kChunkRows rows, x
+// no longer fits the level-1 cache beside the weights' stream, and its loads from level 2 set the pace: the
+// columns then run in chunks that kChunkBlocks blocks take in turn, each block's accumulators kept between
+// chunks, so each chunk of x is loaded from level 2 once per kChunkBlocks blocks. Same sums in the same
+// order either way (docs/results/2026-12-05-column-chunks.md).
+template <int M, int NB, bool Chunks, typename Acc, typename X, typename Step, typename Finish>
+void blocks_of_rows(int64_t whole, int64_t step, int64_t n0, int64_t n1, Step add_step, Finish finish) {
+  constexpr bool chunked = Chunks && M >= kChunkRows;
+  constexpr int group = chunked ? kChunkBlocks : 1;
+  const int64_t chunk = chunked ? std::max<int64_t>(kChunkBytes / (M * int64_t(sizeof(X))) / step, 1) * step : whole;
+  Acc saved[group][M][NB];
+  for (int64_t first = n0; first + NB <= n1; first += group * NB) {
+    const int blocks = int(std::min<int64_t>(group, (n1 - first) / NB));
+    int64_t k0 = 0;
+    do {
+      const int64_t k1 = std::min(whole, k0 + chunk);
+      for (int b = 0; b < blocks; ++b) {
+        Acc acc[M][NB];
+        for (int r = 0; r < M; ++r)
+          for (int j = 0; j < NB; ++j) acc[r][j] = k0 == 0 ? Acc{} : saved[b][r][j];
+        for (int64_t k = k0; k < k1; k += step) add_step(acc, first + b * NB, k);
+        for (int r = 0; r < M; ++r)
+          for (int j = 0; j < NB; ++j) saved[b][r][j] = acc[r][j];
+      }
+      k0 = k1;
+    } while (k0 < whole);
+    for (int b = 0; b < blocks; ++b) finish(saved[b], first + b * NB);
+  }
+}
+
+// x in float32. Hold: each vector of x is held in a register for the NB multiply-adds that use it, where the
+// compiler would fold its load into each of them. On a CPU that loads one 512-bit vector a cycle (Zen 4) the
+// loads then no longer set the pace of many rows in cache, but streaming some shapes from memory it ran
+// slower: the engine times both (engine/verify_forms.py) and keeps the faster. Same sums in the same order
+// either way. Each step takes a whole cache line of every weight row (U vectors: two for bfloat16), with one
+// prefetch per line, and fetches the same line of the weight rows about 4*NB*K bytes on into the level-2
+// cache: the next block's rows start where a row's own prefetch does not reach, and at many rows the
+// arithmetic leaves the stream idle there.
 template <int M, int NB, bool Hold, typename W>
 void weight_rows(const float* x, int64_t K, const W* w, int64_t n0, int64_t n1, float* y, int64_t N) {
   constexpr int64_t ahead = kPrefetchBytes / sizeof(W);
   constexpr int U = sizeof(float) / sizeof(W);
   constexpr int64_t step = kLanes * U;
   const int64_t whole = K / step * step;
-  for (int64_t n = n0; n + NB <= n1; n += NB) {
-    lanes acc[M][NB];
-    for (int r = 0; r < M; ++r)
-      for (int j = 0; j < NB; ++j) acc[r][j] = lanes{};
-    for (int64_t k = 0; k < whole; k += step) {
-      for (int j = 0; j < NB; ++j) {
-        __builtin_prefetch(w + (n + j) * K + k + ahead, 0, 3);
-        __builtin_prefetch(w + (n + U * NB + j) * K + k, 0, 2);
-      }
-      for (int u = 0; u < U; ++u) {
-        lanes wv[NB];
-        for (int j = 0; j < NB; ++j) wv[j] = load(w + (n + j) * K + k + u * kLanes);
-        for (int r = 0; r < M; ++r) {
-          lanes xv = load(x + r * K + k + u * kLanes);
-          if constexpr (Hold) asm("" : "+v"(xv));
-          for (int j = 0; j < NB; ++j) acc[r][j] += xv * wv[j];
-        }
+  const auto add_step = [&](lanes(&acc)[M][NB], int64_t n, int64_t k) {
+    for (int j = 0; j < NB; ++j) {
+      __builtin_prefetch(w + (n + j) * K + k + ahead, 0, 3);
+      __builtin_prefetch(w + (n + U * NB + j) * K + k, 0, 2);
+    }
+    for (int u = 0; u < U; ++u) {
+      lanes wv[NB];
+      for (int j = 0; j < NB; ++j) wv[j] = load(w + (n + j) * K + k + u * kLanes);
+      for (int r = 0; r < M; ++r) {
+        lanes xv = load(x + r * K + k + u * kLanes);
+        if constexpr (Hold) asm("" : "+v"(xv));
+        for (int j = 0; j < NB; ++j) acc[r][j] += xv * wv[j];
       }
     }
+  };
+  const auto finish = [&](const lanes(&acc)[M][NB], int64_t n) {
     for (int r = 0; r < M; ++r)
       for (int j = 0; j < NB; ++j) {
         float sum = lane_sum(acc[r][j]);
         for (int64_t t = whole; t < K; ++t) sum += x[r * K + t] * widen(w[(n + j) * K + t]);
         y[r * N + n + j] = sum;
       }
-  }
+  };
+  blocks_of_rows<M, NB, true, lanes, float>(whole, step, n0, n1, add_step, finish);
 }
 
 // Enough weight rows per block to reuse each x load, few enough to keep the accumulators in registers
@@ -130,29 +163,27 @@ template <int M, int NB, bool Hold>  // Hold: no difference here, x is loaded on
 void weight_rows(const uint16_t* x, int64_t K, const uint16_t* w, int64_t n0, int64_t n1, float* y, int64_t N) {
   constexpr int64_t ahead = kPrefetchBytes / sizeof(uint16_t), step = 32;
   const int64_t whole = K / step * step;
-  for (int64_t n = n0; n + NB <= n1; n += NB) {
-    __m512 acc[M][NB];
-    for (int r = 0; r < M; ++r)
-      for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < whole; k += step) {
-      __m512bh wv[NB];
-      for (int j = 0; j < NB; ++j) {
-        wv[j] = (__m512bh)_mm512_loadu_si512(w + (n + j) * K + k);
-        __builtin_prefetch(w + (n + j) * K + k + ahead, 0, 3);
-        __builtin_prefetch(w + (n + 2 * NB + j) * K + k, 0, 2);
-      }
-      for (int r = 0; r < M; ++r) {
-        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * K + k);
-        for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], xv, wv[j]);
-      }
+  const auto add_step = [&](__m512(&acc)[M][NB], int64_t n, int64_t k) {
+    __m512bh wv[NB];
+    for (int j = 0; j < NB; ++j) {
+      wv[j] = (__m512bh)_mm512_loadu_si512(w + (n + j) * K + k);
+      __builtin_prefetch(w + (n + j) * K + k + ahead, 0, 3);
+      __builtin_prefetch(w + (n + 2 * NB + j) * K + k, 0, 2);
     }
+    for (int r = 0; r < M; ++r) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * K + k);
+      for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], xv, wv[j]);
+    }
+  };
+  const auto finish = [&](const __m512(&acc)[M][NB], int64_t n) {
     for (int r = 0; r < M; ++r)
       for (int j = 0; j < NB; ++j) {
         float sum = lane_sum((lanes)acc[r][j]);
         for (int64_t t = whole; t < K; ++t) sum += widen(x[r * K + t]) * widen(w[(n + j) * K + t]);
         y[r * N + n + j] = sum;
       }
-  }
+  };
+  blocks_of_rows<M, NB, false, __m512, uint16_t>(whole, step, n0, n1, add_step, finish);
 }
 #endif
 
@@ -226,7 +257,6 @@ void remaining_rows(const uint16_t* x, int M, int64_t K, const uint16_t* w, int6
 
 void tiles_outputs(int64_t rows, const uint16_t* x, int64_t K, const uint16_t* w, int64_t N, float* y) {
   TORCH_CHECK(rows <= kTileRows, "the tiles form takes 1 to 16 rows, got ", rows);
-  TORCH_CHECK(tiles_permitted(), "the system does not let this process use AMX tiles");
   const int M = int(rows);
   const int64_t whole = K / 32 * 32;
   // x as pairs: pair p of row r at [p][r], as a tile multiply takes its second operand (a loop: torch's copy
