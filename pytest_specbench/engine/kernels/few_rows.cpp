@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -77,12 +78,38 @@ constexpr int kChunkRows = 5;          // the fewest rows of x taken in chunks o
 constexpr int64_t kChunkBytes = 16384;  // of x, all its rows, per chunk
 constexpr int kChunkBlocks = 8;         // blocks of weight rows that use one chunk in turn
 
-// Outputs [n0, n1) of all M rows, NB weight rows (a block) at a time: step(acc, n, k) adds one step of
-// columns from k of the block at weight row n, finish(acc, n) writes its outputs. From kChunkRows rows, x
-// no longer fits the level-1 cache beside the weights' stream, and its loads from level 2 set the pace: the
-// columns then run in chunks that kChunkBlocks blocks take in turn, each block's accumulators kept between
-// chunks, so each chunk of x is loaded from level 2 once per kChunkBlocks blocks. Same sums in the same
-// order either way (docs/results/2026-12-05-column-chunks.md).
+// The rows of x that one pass over a chunk takes: up to 14 rows, blocks of two weight rows keep every row's
+// accumulators in registers; past that, a block has one weight row and the loads of x set the pace, so the
+// rows run in passes of at most 9 (blocks of 3 weight rows) over each chunk, the block's weights then in
+// the level-1 cache.
+constexpr int kOnePassRows = 14, kPassRows = 9;
+constexpr int rows_per_pass(int rows, bool chunked) {
+  const int passes = (rows + kPassRows - 1) / kPassRows;
+  return !chunked || rows <= kOnePassRows ? rows : (rows + passes - 1) / passes;
+}
+
+// One block's rows [R0, M) over columns [k0, k1), R rows per pass; saved holds their accumulators.
+template <int R0, int M, int R, int NB, typename Acc, typename Step>
+inline void passes_over_chunk(Acc (&saved)[M][NB], bool fresh, int64_t n, int64_t k0, int64_t k1, int64_t step,
+                              Step& add_step) {
+  if constexpr (R0 < M) {
+    constexpr int rows = std::min(R, M - R0);
+    Acc acc[rows][NB];
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < NB; ++j) acc[r][j] = fresh ? Acc{} : saved[R0 + r][j];
+    for (int64_t k = k0; k < k1; k += step) add_step.template operator()<R0, rows>(acc, n, k);
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < NB; ++j) saved[R0 + r][j] = acc[r][j];
+    passes_over_chunk<R0 + rows, M, R, NB>(saved, fresh, n, k0, k1, step, add_step);
+  }
+}
+
+// Outputs [n0, n1) of all M rows, NB weight rows (a block) at a time: add_step<R0, R>(acc, n, k) adds one step
+// of columns from k of the block at weight row n to rows [R0, R0 + R), finish(acc, n) writes its outputs. From
+// kChunkRows rows, x no longer fits the level-1 cache beside the weights' stream, and its loads from level 2
+// set the pace: the columns then run in chunks that kChunkBlocks blocks take in turn, each block's
+// accumulators kept between chunks, so each chunk of x is loaded from level 2 once per kChunkBlocks blocks.
+// Same sums in the same order either way (docs/results/2026-12-05-column-chunks.md).
 template <int M, int NB, bool Chunks, typename Acc, typename X, typename Step, typename Finish>
 void blocks_of_rows(int64_t whole, int64_t step, int64_t n0, int64_t n1, Step add_step, Finish finish) {
   constexpr bool chunked = Chunks && M >= kChunkRows;
@@ -94,14 +121,9 @@ void blocks_of_rows(int64_t whole, int64_t step, int64_t n0, int64_t n1, Step ad
     int64_t k0 = 0;
     do {
       const int64_t k1 = std::min(whole, k0 + chunk);
-      for (int b = 0; b < blocks; ++b) {
-        Acc acc[M][NB];
-        for (int r = 0; r < M; ++r)
-          for (int j = 0; j < NB; ++j) acc[r][j] = k0 == 0 ? Acc{} : saved[b][r][j];
-        for (int64_t k = k0; k < k1; k += step) add_step(acc, first + b * NB, k);
-        for (int r = 0; r < M; ++r)
-          for (int j = 0; j < NB; ++j) saved[b][r][j] = acc[r][j];
-      }
+      for (int b = 0; b < blocks; ++b)
+        passes_over_chunk<0, M, rows_per_pass(M, chunked), NB>(saved[b], k0 == 0, first + b * NB, k0, k1, step,
+                                                                add_step);
       k0 = k1;
     } while (k0 < whole);
     for (int b = 0; b < blocks; ++b) finish(saved[b], first + b * NB);
@@ -122,16 +144,17 @@ void weight_rows(const float* x, int64_t K, const W* w, int64_t n0, int64_t n1, 
   constexpr int U = sizeof(float) / sizeof(W);
   constexpr int64_t step = kLanes * U;
   const int64_t whole = K / step * step;
-  const auto add_step = [&](lanes(&acc)[M][NB], int64_t n, int64_t k) {
-    for (int j = 0; j < NB; ++j) {
-      __builtin_prefetch(w + (n + j) * K + k + ahead, 0, 3);
-      __builtin_prefetch(w + (n + U * NB + j) * K + k, 0, 2);
-    }
+  const auto add_step = [&]<int R0, int R>(lanes(&acc)[R][NB], int64_t n, int64_t k) {
+    if constexpr (R0 == 0)  // the first pass over a chunk fetches ahead for all
+      for (int j = 0; j < NB; ++j) {
+        __builtin_prefetch(w + (n + j) * K + k + ahead, 0, 3);
+        __builtin_prefetch(w + (n + U * NB + j) * K + k, 0, 2);
+      }
     for (int u = 0; u < U; ++u) {
       lanes wv[NB];
       for (int j = 0; j < NB; ++j) wv[j] = load(w + (n + j) * K + k + u * kLanes);
-      for (int r = 0; r < M; ++r) {
-        lanes xv = load(x + r * K + k + u * kLanes);
+      for (int r = 0; r < R; ++r) {
+        lanes xv = load(x + (R0 + r) * K + k + u * kLanes);
         if constexpr (Hold) asm("" : "+v"(xv));
         for (int j = 0; j < NB; ++j) acc[r][j] += xv * wv[j];
       }
@@ -163,15 +186,15 @@ template <int M, int NB, bool Hold>  // Hold: no difference here, x is loaded on
 void weight_rows(const uint16_t* x, int64_t K, const uint16_t* w, int64_t n0, int64_t n1, float* y, int64_t N) {
   constexpr int64_t ahead = kPrefetchBytes / sizeof(uint16_t), step = 32;
   const int64_t whole = K / step * step;
-  const auto add_step = [&](__m512(&acc)[M][NB], int64_t n, int64_t k) {
+  const auto add_step = [&]<int R0, int R>(__m512(&acc)[R][NB], int64_t n, int64_t k) {
     __m512bh wv[NB];
     for (int j = 0; j < NB; ++j) {
       wv[j] = (__m512bh)_mm512_loadu_si512(w + (n + j) * K + k);
       __builtin_prefetch(w + (n + j) * K + k + ahead, 0, 3);
       __builtin_prefetch(w + (n + 2 * NB + j) * K + k, 0, 2);
     }
-    for (int r = 0; r < M; ++r) {
-      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * K + k);
+    for (int r = 0; r < R; ++r) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + (R0 + r) * K + k);
       for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], xv, wv[j]);
     }
   };
@@ -277,7 +300,7 @@ constexpr bool kTiles = false;
 
 template <int M, bool Hold, typename X, typename W>
 void all_outputs(const X* x, int64_t K, const W* w, int64_t N, float* y) {
-  constexpr int NB = block_for(M);
+  constexpr int NB = block_for(rows_per_pass(M, std::is_same_v<X, float> && M >= kChunkRows));
   const int64_t blocks = N / NB;
   at::parallel_for(
       0, blocks, 16, [&](int64_t b0, int64_t b1) { weight_rows<M, NB, Hold>(x, K, w, b0 * NB, b1 * NB, y, N); });
