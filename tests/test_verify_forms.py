@@ -186,11 +186,11 @@ def test_the_tiles_variant_computes_linear_over_many_blocks_on_every_thread():
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows", [5, 9, 17, few_rows.MAX_ROWS])
+@pytest.mark.parametrize("rows", [5, 9, 17, 24, few_rows.MAX_ROWS])
 @pytest.mark.parametrize("variant", ["rows", "held"])
 def test_many_float32_rows_run_in_chunks_of_columns_with_each_rows_own_sums(rows, variant):
     # wide enough for several chunks of columns (16 KB of x each) with a remainder, and for several groups of
-    # blocks of weight rows with a remainder, on each of two threads
+    # blocks of weight rows with a remainder, on each of two threads; past 14 rows in 2, 3 and 4 passes
     torch.manual_seed(rows)
     layer = torch.nn.Linear(16 * 160 + 5, 3 * 8 * 4 + 2, bias=True)
     hidden = torch.randn(1, rows, layer.in_features)

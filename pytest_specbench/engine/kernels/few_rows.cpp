@@ -74,14 +74,19 @@ inline float lane_sum(lanes v) {
 #endif
 }
 
-constexpr int kChunkRows = 5;          // the fewest rows of x taken in chunks of columns
+constexpr int kChunkRows = 5;          // the fewest rows of float32 x taken in chunks of columns
 constexpr int64_t kChunkBytes = 16384;  // of x, all its rows, per chunk
 constexpr int kChunkBlocks = 8;         // blocks of weight rows that use one chunk in turn
 
-// The rows of x that one pass over a chunk takes: up to 14 rows, blocks of two weight rows keep every row's
-// accumulators in registers; past that, a block has one weight row and the loads of x set the pace, so the
-// rows run in passes of at most 9 (blocks of 3 weight rows) over each chunk, the block's weights then in
-// the level-1 cache.
+// Whether M rows of x run in chunks of columns: float32 x (bfloat16 x is half as wide) from kChunkRows rows,
+// below which chunks cost more than they saved (docs/results/2026-12-05-column-chunks.md).
+template <typename X, int M>
+constexpr bool kTakesChunks = std::is_same_v<X, float> && M >= kChunkRows;
+
+// The rows of x that one pass over a chunk takes: with AVX-512, up to 14 rows, blocks of two weight rows keep
+// every row's accumulators in registers; past that, a block would have one weight row and the loads of x set
+// the pace, so the rows run in passes of at most 9 (blocks of 3 weight rows; of one with AVX2) over each
+// chunk, the block's weights then in the level-1 cache.
 constexpr int kOnePassRows = 14, kPassRows = 9;
 constexpr int rows_per_pass(int rows, bool chunked) {
   const int passes = (rows + kPassRows - 1) / kPassRows;
@@ -106,13 +111,13 @@ inline void passes_over_chunk(Acc (&saved)[M][NB], bool fresh, int64_t n, int64_
 
 // Outputs [n0, n1) of all M rows, NB weight rows (a block) at a time: add_step<R0, R>(acc, n, k) adds one step
 // of columns from k of the block at weight row n to rows [R0, R0 + R), finish(acc, n) writes its outputs. From
-// kChunkRows rows, x no longer fits the level-1 cache beside the weights' stream, and its loads from level 2
-// set the pace: the columns then run in chunks that kChunkBlocks blocks take in turn, each block's
+// kChunkRows rows of float32 x, x and the weights' stream crowd the level-1 cache (9 rows of 1536 floats are
+// 55 KB), and loads of x from level 2 set the pace: the columns then run in chunks that kChunkBlocks blocks take in turn, each block's
 // accumulators kept between chunks, so each chunk of x is loaded from level 2 once per kChunkBlocks blocks.
 // Same sums in the same order either way (docs/results/2026-12-05-column-chunks.md).
-template <int M, int NB, bool Chunks, typename Acc, typename X, typename Step, typename Finish>
+template <int M, int NB, typename Acc, typename X, typename Step, typename Finish>
 void blocks_of_rows(int64_t whole, int64_t step, int64_t n0, int64_t n1, Step add_step, Finish finish) {
-  constexpr bool chunked = Chunks && M >= kChunkRows;
+  constexpr bool chunked = kTakesChunks<X, M>;
   constexpr int group = chunked ? kChunkBlocks : 1;
   const int64_t chunk = chunked ? std::max<int64_t>(kChunkBytes / (M * int64_t(sizeof(X))) / step, 1) * step : whole;
   Acc saved[group][M][NB];
@@ -134,8 +139,8 @@ void blocks_of_rows(int64_t whole, int64_t step, int64_t n0, int64_t n1, Step ad
 // compiler would fold its load into each of them. On a CPU that loads one 512-bit vector a cycle (Zen 4) the
 // loads then no longer set the pace of many rows in cache, but streaming some shapes from memory it ran
 // slower: the engine times both (engine/verify_forms.py) and keeps the faster. Same sums in the same order
-// either way. Each step takes a whole cache line of every weight row (U vectors: two for bfloat16), with one
-// prefetch per line, and fetches the same line of the weight rows about 4*NB*K bytes on into the level-2
+// either way. Each step takes U vectors of every weight row (two for bfloat16; a cache line with AVX-512), with
+// one prefetch per step, and fetches the same line of the weight rows about 4*NB*K bytes on into the level-2
 // cache: the next block's rows start where a row's own prefetch does not reach, and at many rows the
 // arithmetic leaves the stream idle there.
 template <int M, int NB, bool Hold, typename W>
@@ -168,7 +173,7 @@ void weight_rows(const float* x, int64_t K, const W* w, int64_t n0, int64_t n1, 
         y[r * N + n + j] = sum;
       }
   };
-  blocks_of_rows<M, NB, true, lanes, float>(whole, step, n0, n1, add_step, finish);
+  blocks_of_rows<M, NB, lanes, float>(whole, step, n0, n1, add_step, finish);
 }
 
 // Enough weight rows per block to reuse each x load, few enough to keep the accumulators in registers
@@ -206,7 +211,7 @@ void weight_rows(const uint16_t* x, int64_t K, const uint16_t* w, int64_t n0, in
         y[r * N + n + j] = sum;
       }
   };
-  blocks_of_rows<M, NB, false, __m512, uint16_t>(whole, step, n0, n1, add_step, finish);
+  blocks_of_rows<M, NB, __m512, uint16_t>(whole, step, n0, n1, add_step, finish);
 }
 #endif
 
@@ -300,7 +305,7 @@ constexpr bool kTiles = false;
 
 template <int M, bool Hold, typename X, typename W>
 void all_outputs(const X* x, int64_t K, const W* w, int64_t N, float* y) {
-  constexpr int NB = block_for(rows_per_pass(M, std::is_same_v<X, float> && M >= kChunkRows));
+  constexpr int NB = block_for(rows_per_pass(M, kTakesChunks<X, M>));
   const int64_t blocks = N / NB;
   at::parallel_for(
       0, blocks, 16, [&](int64_t b0, int64_t b1) { weight_rows<M, NB, Hold>(x, K, w, b0 * NB, b1 * NB, y, N); });
