@@ -74,6 +74,19 @@ inline float lane_sum(lanes v) {
 #endif
 }
 
+// One block's outputs, from its accumulators: each one's lanes summed, then the columns past the last whole
+// step, in order.
+template <int M, int NB, typename Acc, typename X, typename W>
+void write_block(const Acc (&acc)[M][NB], const X* x, int64_t K, int64_t whole, const W* w, int64_t n, float* y,
+                 int64_t N) {
+  for (int r = 0; r < M; ++r)
+    for (int j = 0; j < NB; ++j) {
+      float sum = lane_sum((lanes)acc[r][j]);
+      for (int64_t t = whole; t < K; ++t) sum += widen(x[r * K + t]) * widen(w[(n + j) * K + t]);
+      y[r * N + n + j] = sum;
+    }
+}
+
 constexpr int kChunkRows = 5;          // the fewest rows of float32 x taken in chunks of columns
 constexpr int64_t kChunkBytes = 16384;  // of x, all its rows, per chunk
 constexpr int kChunkBlocks = 8;         // blocks of weight rows that use one chunk in turn
@@ -112,8 +125,9 @@ inline void passes_over_chunk(Acc (&saved)[M][NB], bool fresh, int64_t n, int64_
 // Outputs [n0, n1) of all M rows, NB weight rows (a block) at a time: add_step<R0, R>(acc, n, k) adds one step
 // of columns from k of the block at weight row n to rows [R0, R0 + R), finish(acc, n) writes its outputs. From
 // kChunkRows rows of float32 x, x and the weights' stream crowd the level-1 cache (9 rows of 1536 floats are
-// 55 KB), and loads of x from level 2 set the pace: the columns then run in chunks that kChunkBlocks blocks take in turn, each block's
-// accumulators kept between chunks, so each chunk of x is loaded from level 2 once per kChunkBlocks blocks.
+// 55 KB), and loads of x from level 2 set the pace: the columns then run in chunks that kChunkBlocks blocks
+// take in turn, each block's accumulators kept between chunks, so each chunk of x is loaded from level 2 once
+// per kChunkBlocks blocks.
 // Same sums in the same order either way (docs/results/2026-12-05-column-chunks.md).
 template <int M, int NB, typename Acc, typename X, typename Step, typename Finish>
 void blocks_of_rows(int64_t whole, int64_t step, int64_t n0, int64_t n1, Step add_step, Finish finish) {
@@ -165,14 +179,7 @@ void weight_rows(const float* x, int64_t K, const W* w, int64_t n0, int64_t n1, 
       }
     }
   };
-  const auto finish = [&](const lanes(&acc)[M][NB], int64_t n) {
-    for (int r = 0; r < M; ++r)
-      for (int j = 0; j < NB; ++j) {
-        float sum = lane_sum(acc[r][j]);
-        for (int64_t t = whole; t < K; ++t) sum += x[r * K + t] * widen(w[(n + j) * K + t]);
-        y[r * N + n + j] = sum;
-      }
-  };
+  const auto finish = [&](const lanes(&acc)[M][NB], int64_t n) { write_block(acc, x, K, whole, w, n, y, N); };
   blocks_of_rows<M, NB, lanes, float>(whole, step, n0, n1, add_step, finish);
 }
 
@@ -203,14 +210,7 @@ void weight_rows(const uint16_t* x, int64_t K, const uint16_t* w, int64_t n0, in
       for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], xv, wv[j]);
     }
   };
-  const auto finish = [&](const __m512(&acc)[M][NB], int64_t n) {
-    for (int r = 0; r < M; ++r)
-      for (int j = 0; j < NB; ++j) {
-        float sum = lane_sum((lanes)acc[r][j]);
-        for (int64_t t = whole; t < K; ++t) sum += widen(x[r * K + t]) * widen(w[(n + j) * K + t]);
-        y[r * N + n + j] = sum;
-      }
-  };
+  const auto finish = [&](const __m512(&acc)[M][NB], int64_t n) { write_block(acc, x, K, whole, w, n, y, N); };
   blocks_of_rows<M, NB, __m512, uint16_t>(whole, step, n0, n1, add_step, finish);
 }
 #endif
@@ -236,6 +236,9 @@ bool tiles_permitted() {
   static const bool permitted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   return permitted;
 }
+
+// Whether the tiles variant runs here: built for AMX (this branch), and the system lets this process use its tiles.
+bool tiles_available() { return tiles_permitted(); }
 
 // Outputs [n0, n1) of all M rows: tile 0 accumulates 16 weight rows by M rows of x, tile 1 takes the
 // weights, tile 2 the pairs of x. Each weight row's line is fetched kPrefetchBytes ahead, and the same line
@@ -301,6 +304,7 @@ void tiles_outputs(int64_t rows, const uint16_t* x, int64_t K, const uint16_t* w
 }
 #else
 constexpr bool kTiles = false;
+bool tiles_available() { return false; }
 #endif
 
 template <int M, bool Hold, typename X, typename W>
@@ -324,15 +328,6 @@ template <typename W>
 void float_rows(bool hold, int64_t rows, const float* x, int64_t K, const W* w, int64_t N, float* y) {
   if (hold) return dispatch<1, true>(rows, x, K, w, N, y);
   dispatch<1, false>(rows, x, K, w, N, y);
-}
-
-// Whether the tiles variant runs here: built for AMX, and the system lets this process use its tiles.
-bool tiles_available() {
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
-  return tiles_permitted();
-#else
-  return false;
-#endif
 }
 
 // variant: "rows" (AVX-512 or AVX2), "held" (float32 x held in registers) or "tiles" (bfloat16 in AMX tiles).
