@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from factory import NEW_TOKENS, REPETITIVE_PROMPT, hf_generate, word_gpt2, write_tiny_pair
+from factory import NEW_TOKENS, REPETITIVE_PROMPT, hf_generate, torch_threads, word_gpt2, write_tiny_pair
 from transformers import GPT2LMHeadModel
 
 BENCH_MODULE = Path(__file__).resolve().parents[1] / "bench_cases" / "test_speculative.py"
@@ -217,7 +217,5 @@ def gpt2_reference(gpt2_target, repetitive_prompt) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """One torch thread for a module of tiny-model tests: faster and steadier on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield

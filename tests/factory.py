@@ -5,15 +5,17 @@ benchmark scripts use too (one builder, so the seeds and configs cannot drift ap
 re-exports them under the names the tests import, and adds what only the tests need:
 
 - :func:`write_tiny_pair` and :func:`write_tiny_gguf` put models on disk for the loading and plugin tests;
-- :func:`hf_generate`, :func:`top2_margins` and :func:`same_logits` give references to compare with.
+- :func:`hf_generate`, :func:`top2_margins` and :func:`same_logits` give references to compare with;
+- :func:`torch_threads` runs a block on a given number of torch threads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -300,3 +302,14 @@ def benchmark_script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """The block on ``count`` torch threads, the process's own count restored after it, even after an error."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -268,22 +268,19 @@ def test_the_json_document_carries_the_answer_and_the_figure_is_drawn(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_batch(tmp_path_factory):
     """The tiny pair loaded, with a model draft and a prompt-lookup pair on its target."""
-    import torch
-    from factory import write_tiny_pair
+    from factory import torch_threads, write_tiny_pair
 
     from pytest_specbench.measure.pairs import load_pairs_file
     from pytest_specbench.measure.prompts import load_prompts
     from pytest_specbench.measure.shared import SharedMeasurements
     from pytest_specbench.measure.store import ModelStore
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("batch_pair")
     pairs_file = write_tiny_pair(root)
     pairs_file.write_text(pairs_file.read_text() + '\n[pairs.lookup]\ntarget = "./target"\ndrafter = "prompt_lookup"\n')
     pairs = load_pairs_file(pairs_file)
-    yield pairs, load_prompts(None), ModelStore("cpu", "float32"), SharedMeasurements()
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield pairs, load_prompts(None), ModelStore("cpu", "float32"), SharedMeasurements()
 
 
 def _measure(tiny_batch, pair: str, batch: int, ks=(1, 4), **settings):

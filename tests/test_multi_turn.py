@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from factory import write_tiny_pair
+from factory import torch_threads, write_tiny_pair
 
 from pytest_specbench.measure import inputs, turns
 from pytest_specbench.measure.conversation import PLAIN_JOIN, answer_text, conversation_text
@@ -76,12 +76,10 @@ def tiny_turns(tmp_path_factory):
     from pytest_specbench.measure.shared import SharedMeasurements
     from pytest_specbench.measure.store import ModelStore
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     pairs_file = write_tiny_pair(tmp_path_factory.mktemp("turns_pair"))
     pairs_file.write_text(pairs_file.read_text() + '\n[pairs.lookup]\ntarget = "./target"\ndrafter = "prompt_lookup"\n')
-    yield load_pairs_file(pairs_file), ModelStore("cpu", "float32"), SharedMeasurements()
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield load_pairs_file(pairs_file), ModelStore("cpu", "float32"), SharedMeasurements()
 
 
 def _settings(**options: str):

@@ -7,18 +7,16 @@ the same forms), and a planted bug in each non-default form, at many rows and at
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import json
 import platform
 import shutil
 import weakref
-from collections.abc import Iterator
 
 import pytest
 import torch
-from factory import ARCHITECTURES, hf_generate, tiny_pair
+from factory import ARCHITECTURES, hf_generate, tiny_pair, torch_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -161,16 +159,6 @@ def test_the_tiles_variant_serves_bfloat16_of_1_to_16_rows_where_amx_runs():
         few_rows.kernel().linear(torch.randn(2, 48).bfloat16(), layer.weight, None, "panels")
 
 
-@contextlib.contextmanager
-def _threads(count: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 @needs_tiles
 def test_the_tiles_variant_computes_linear_over_many_blocks_on_every_thread():
     # enough blocks of 16 weight rows for each thread to take some, each configuring and releasing its tiles
@@ -178,10 +166,10 @@ def test_the_tiles_variant_computes_linear_over_many_blocks_on_every_thread():
     layer = torch.nn.Linear(96, 16 * 40 + 5, bias=True).to(torch.bfloat16)
     hidden = torch.randn(1, 9, 96).to(torch.bfloat16)
     exact = torch.nn.functional.linear(hidden.float(), layer.weight.float(), layer.bias.float())
-    with _threads(2):
+    with torch_threads(2):
         result = few_rows.few_rows_linear(layer, hidden, "tiles")
     torch.testing.assert_close(result.float(), exact, rtol=BF16_ROUNDING, atol=1e-5)
-    with _threads(1):
+    with torch_threads(1):
         assert torch.equal(result, few_rows.few_rows_linear(layer, hidden, "tiles"))
 
 
@@ -194,10 +182,10 @@ def test_many_float32_rows_run_in_chunks_of_columns_with_each_rows_own_sums(rows
     torch.manual_seed(rows)
     layer = torch.nn.Linear(16 * 160 + 5, 3 * 8 * 4 + 2, bias=True)
     hidden = torch.randn(1, rows, layer.in_features)
-    with _threads(2):
+    with torch_threads(2):
         result = few_rows.few_rows_linear(layer, hidden, variant)
     torch.testing.assert_close(result, layer(hidden), rtol=1e-5, atol=1e-4)
-    with _threads(1):
+    with torch_threads(1):
         assert torch.equal(result, few_rows.few_rows_linear(layer, hidden, variant))
     # one row (not chunked) sums as the many-row pass (chunked) does
     for row in (0, rows // 2, rows - 1):
