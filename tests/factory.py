@@ -83,6 +83,7 @@ __all__ = [
     "tiny_model",
     "tiny_pair",
     "top2_margins",
+    "torch_threads",
     "word_gpt2",
     "word_tokenizer",
     "write_tiny_gguf",
@@ -306,7 +307,7 @@ def benchmark_script(name: str) -> ModuleType:
 
 @contextlib.contextmanager
 def torch_threads(count: int) -> Iterator[None]:
-    """The block on ``count`` torch threads, the process's own count restored after it, even after an error."""
+    """The block on ``count`` torch threads, the count before it restored after it, even after an error."""
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:
