@@ -303,6 +303,20 @@ def test_a_compiled_one_row_step_traces_the_kernel_in_one_graph(dtype):
     )
 
 
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_eager_calls_skip_the_custom_op_and_give_its_results(monkeypatch, dtype):
+    layer = _linear(True).to(dtype)
+    hidden = torch.randn(1, 3, layer.in_features, dtype=dtype)
+    through_op = few_rows._linear_op(hidden, layer.weight, layer.bias, "rows")
+
+    def refuse(*args):
+        raise AssertionError("an eager call went through the custom op")
+
+    monkeypatch.setattr(few_rows, "_linear_op", refuse)
+    assert torch.equal(few_rows.few_rows_linear(layer, hidden, "rows"), through_op)
+
+
 def test_an_inner_block_leaves_the_outer_one_in_place():
     head = _linear(False)
     model = _Model(head)
