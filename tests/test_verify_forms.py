@@ -305,16 +305,26 @@ def test_a_compiled_one_row_step_traces_the_kernel_in_one_graph(dtype):
 
 @needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_eager_calls_skip_the_custom_op_and_give_its_results(monkeypatch, dtype):
+def test_inference_calls_skip_the_custom_op_and_give_its_results(monkeypatch, dtype):
     layer = _linear(True).to(dtype)
     hidden = torch.randn(1, 3, layer.in_features, dtype=dtype)
-    through_op = few_rows._linear_op(hidden, layer.weight, layer.bias, "rows")
+    with torch.inference_mode():
+        through_op = few_rows._linear_op(hidden, layer.weight, layer.bias, "rows")
 
     def refuse(*args):
-        raise AssertionError("an eager call went through the custom op")
+        raise AssertionError("an inference call went through the custom op")
 
     monkeypatch.setattr(few_rows, "_linear_op", refuse)
-    assert torch.equal(few_rows.few_rows_linear(layer, hidden, "rows"), through_op)
+    with torch.inference_mode():
+        assert torch.equal(few_rows.few_rows_linear(layer, hidden, "rows"), through_op)
+
+
+@needs_kernel
+def test_with_gradients_on_the_kernel_refuses_a_backward_pass():
+    layer = _linear(True)
+    result = few_rows.few_rows_linear(layer, torch.randn(1, 2, layer.in_features), "rows")
+    with pytest.raises(RuntimeError):
+        result.sum().backward()
 
 
 def test_an_inner_block_leaves_the_outer_one_in_place():

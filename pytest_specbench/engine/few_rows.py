@@ -239,7 +239,9 @@ def few_rows_linear(module: torch.nn.Linear, hidden: torch.Tensor, variant: str 
     :func:`supports` the call). ``held`` holds each vector of a float32 x in a register (the same results;
     faster or slower by shape and CPU), ``tiles`` multiplies bfloat16 in AMX tiles: :mod:`.verify_forms` times
     each where it applies."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or torch.is_grad_enabled():
+        # Compiled steps trace the op; with gradients on, the op refuses a backward pass the kernel cannot give.
         return _linear_op(hidden, module.weight, module.bias, variant)
-    # Eager calls skip the custom op's dispatch (about 7 us a call, a few % of a small model's step): same kernel.
+    # The engine's passes (no gradients): straight to the extension, without the op's dispatch
+    # (docs/results/2026-12-05-eager-kernel-calls.md). Same kernel.
     return kernel().linear(hidden, module.weight, module.bias, variant)
