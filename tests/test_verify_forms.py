@@ -174,20 +174,25 @@ def test_the_tiles_variant_computes_linear_over_many_blocks_on_every_thread():
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows", [5, 9, 17, 24, few_rows.MAX_ROWS])
+@pytest.mark.parametrize(
+    "rows, inputs",
+    [(5, 16 * 160 + 5), (9, 16 * 160 + 5), (17, 16 * 160 + 5), (24, 16 * 160 + 5), (few_rows.MAX_ROWS, 16 * 160 + 5)]
+    + [(9, 16 * 40 + 5), (14, 16 * 40 + 5), (17, 16 * 40 + 5)],
+)
 @pytest.mark.parametrize("variant", ["rows", "held"])
-def test_many_float32_rows_run_in_chunks_of_columns_with_each_rows_own_sums(rows, variant):
-    # wide enough for several chunks of columns (16 KB of x each) with a remainder, and for several groups of
-    # blocks of weight rows with a remainder, on each of two threads; past 14 rows in 2, 3 and 4 passes
+def test_many_float32_rows_run_in_chunks_of_columns_with_each_rows_own_sums(rows, inputs, variant):
+    # 2,565 columns: several chunks of columns (16 KB of x each) with a remainder, and several groups of blocks
+    # of weight rows with a remainder, on each of two threads; past 14 rows in 2, 3 and 4 passes. 645 columns
+    # (Gemma's width): 9 and 14 rows fit the level-1 cache and stay whole, 17 take chunks.
     torch.manual_seed(rows)
-    layer = torch.nn.Linear(16 * 160 + 5, 3 * 8 * 4 + 2, bias=True)
+    layer = torch.nn.Linear(inputs, 3 * 8 * 4 + 2, bias=True)
     hidden = torch.randn(1, rows, layer.in_features)
     with torch_threads(2):
         result = few_rows.few_rows_linear(layer, hidden, variant)
     torch.testing.assert_close(result, layer(hidden), rtol=1e-5, atol=1e-4)
     with torch_threads(1):
         assert torch.equal(result, few_rows.few_rows_linear(layer, hidden, variant))
-    # one row (not chunked) sums as the many-row pass (chunked) does
+    # one row (never chunked) sums as the many-row pass does, chunked or whole
     for row in (0, rows // 2, rows - 1):
         alone = few_rows.few_rows_linear(layer, hidden[:, row : row + 1], variant)
         assert torch.equal(result[:, row : row + 1], alone)

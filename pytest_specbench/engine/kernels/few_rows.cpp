@@ -91,6 +91,17 @@ constexpr int kChunkRows = 5;          // the fewest rows of float32 x taken in 
 constexpr int64_t kChunkBytes = 16384;  // of x, all its rows, per chunk
 constexpr int kChunkBlocks = 8;         // blocks of weight rows that use one chunk in turn
 
+// The most bytes of x (all its rows) taken whole, up to 14 rows: 5/6 of the level-1 data cache, the rest
+// left to the weights' stream. x that fits streams faster whole than in chunks
+// (docs/results/2026-12-06-whole-rows.md).
+int64_t whole_x_bytes() {
+  static const int64_t bytes = [] {
+    const long level1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return int64_t(level1 > 0 ? level1 : 32768) * 5 / 6;
+  }();
+  return bytes;
+}
+
 // Whether M rows of x run in chunks of columns: float32 x (bfloat16 x is half as wide) from kChunkRows rows,
 // below which chunks cost more than they saved (docs/results/2026-12-05-column-chunks.md).
 template <typename X, int M>
@@ -127,13 +138,15 @@ inline void passes_over_chunk(Acc (&saved)[M][NB], bool fresh, int64_t n, int64_
 // kChunkRows rows of float32 x, x and the weights' stream crowd the level-1 cache (9 rows of 1536 floats are
 // 55 KB), and loads of x from level 2 set the pace: the columns then run in chunks that kChunkBlocks blocks
 // take in turn, each block's accumulators kept between chunks, so each chunk of x is loaded from level 2 once
-// per kChunkBlocks blocks.
+// per kChunkBlocks blocks; x that fits the level-1 cache beside the stream stays whole.
 // Same sums in the same order either way (docs/results/2026-12-05-column-chunks.md).
 template <int M, int NB, typename Acc, typename X, typename Step, typename Finish>
 void blocks_of_rows(int64_t whole, int64_t step, int64_t n0, int64_t n1, Step add_step, Finish finish) {
   constexpr bool chunked = kTakesChunks<X, M>;
   constexpr int group = chunked ? kChunkBlocks : 1;
-  const int64_t chunk = chunked ? std::max<int64_t>(kChunkBytes / (M * int64_t(sizeof(X))) / step, 1) * step : whole;
+  const bool takes_whole = M <= kOnePassRows && M * whole * int64_t(sizeof(X)) <= whole_x_bytes();
+  const int64_t chunk =
+      chunked && !takes_whole ? std::max<int64_t>(kChunkBytes / (M * int64_t(sizeof(X))) / step, 1) * step : whole;
   Acc saved[group][M][NB];
   for (int64_t first = n0; first + NB <= n1; first += group * NB) {
     const int blocks = int(std::min<int64_t>(group, (n1 - first) / NB));
