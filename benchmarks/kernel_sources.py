@@ -1,0 +1,74 @@
+"""The few-rows kernel as it is against its source at an earlier commit, alternated in one process.
+
+Both builds run on the same float32 weights of each shape, at each row count, in alternating order over the
+rounds (the first round warms up and is not kept); each shape has copies enough to exceed 800 MB, taken in
+turn, so that every call reads its weights from memory. Prints each build's median time and the per-round
+ratio, now over then (median and range). The two must give equal results: the script stops if they do not.
+Run alone, from the repository root, in the project's environment:
+    python benchmarks/kernel_sources.py 90ef0e0 --shapes 262144x640,2048x640 --rows 1,9
+"""
+
+import argparse
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.cpp_extension import load
+
+from pytest_specbench.engine import few_rows
+
+
+def build(source: Path, label: str):
+    flags = few_rows.compile_flags()
+    return load(f"kernel_sources_{label}", [str(source)], extra_cflags=flags, extra_ldflags=["-fopenmp"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("commit", help="the earlier commit whose kernel source to build")
+    parser.add_argument("--shapes", default="262144x640", help="weights as OUTPUTSxINPUTS, comma-separated")
+    parser.add_argument("--rows", default="1,9", help="row counts of x, comma-separated")
+    parser.add_argument("--rounds", type=int, default=9, help="kept rounds")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--variant", default="rows", choices=["rows", "held"])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    relative = few_rows.SOURCE.relative_to(Path.cwd())
+    text = subprocess.run(["git", "show", f"{args.commit}:{relative}"], capture_output=True, text=True, check=True)
+    with tempfile.TemporaryDirectory() as folder:
+        then_source = Path(folder) / "few_rows.cpp"
+        then_source.write_text(text.stdout)
+        builds = {"then": build(then_source, args.commit), "now": build(few_rows.SOURCE, "now")}
+
+    print(f"{args.threads} threads, variant {args.variant}, {args.rounds} rounds; then = {args.commit}")
+    for shape in args.shapes.split(","):
+        outputs, inputs = (int(v) for v in shape.split("x"))
+        copies = [torch.randn(outputs, inputs) for _ in range(max(1, int(800e6 // (outputs * inputs * 4))))]
+        for m in (int(v) for v in args.rows.split(",")):
+            x = torch.randn(m, inputs)
+            results = [b.linear(x, copies[0], None, args.variant) for b in builds.values()]
+            if not torch.equal(*results):
+                raise SystemExit(f"{shape} at {m} rows: the two builds' results differ")
+            times = {name: [] for name in builds}
+            for round_index in range(args.rounds + 1):
+                order = list(builds) if round_index % 2 else list(builds)[::-1]
+                for name in order:
+                    start = time.perf_counter()
+                    for weight in copies:
+                        builds[name].linear(x, weight, None, args.variant)
+                    if round_index:
+                        times[name].append((time.perf_counter() - start) / len(copies))
+            ratios = sorted(n / t for n, t in zip(times["now"], times["then"]))
+            print(
+                f"{shape:>11s} m={m:2d}: then {1e3 * statistics.median(times['then']):8.3f} ms, "
+                f"now {1e3 * statistics.median(times['now']):8.3f} ms, now/then {statistics.median(ratios):.2f} "
+                f"[{ratios[0]:.2f}, {ratios[-1]:.2f}]"
+            )
+
+
+if __name__ == "__main__":
+    main()
