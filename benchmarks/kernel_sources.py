@@ -1,9 +1,10 @@
 """The few-rows kernel as it is against its source at an earlier commit, alternated in one process.
 
 Both builds run on the same float32 weights of each shape, at each row count, in alternating order over the
-rounds (the first round warms up and is not kept); each shape has copies enough to exceed 800 MB, taken in
-turn, so that every call reads its weights from memory. Prints each build's median time and the per-round
-ratio, now over then (median and range). The two must give equal results: the script stops if they do not.
+rounds (the first round warms up and is not kept); each shape has as many copies as fit in 800 MB (at
+least one), taken in turn, so that every call reads its weights from memory. Prints each build's median
+time and the per-round ratio, now over then (median and range). The two must give equal results: the
+script stops if they do not.
 Run alone, from the repository root, in the project's environment:
     python benchmarks/kernel_sources.py 90ef0e0 --shapes 262144x640,2048x640 --rows 1,9
 """
@@ -38,13 +39,19 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     relative = few_rows.SOURCE.relative_to(Path.cwd())
-    text = subprocess.run(["git", "show", f"{args.commit}:{relative}"], capture_output=True, text=True, check=True)
+    git = ["git", "-C", str(Path.cwd())]
+    commit = subprocess.run([*git, "rev-parse", "--short", args.commit], capture_output=True, text=True, check=True)
+    then = commit.stdout.strip()
+    now = subprocess.run([*git, "describe", "--always", "--dirty"], capture_output=True, text=True, check=True)
+    text = subprocess.run([*git, "show", f"{then}:{relative}"], capture_output=True, text=True, check=True)
     with tempfile.TemporaryDirectory() as folder:
         then_source = Path(folder) / "few_rows.cpp"
         then_source.write_text(text.stdout)
-        builds = {"then": build(then_source, args.commit), "now": build(few_rows.SOURCE, "now")}
+        builds = {"then": build(then_source, then), "now": build(few_rows.SOURCE, "now")}
 
-    print(f"{args.threads} threads, variant {args.variant}, {args.rounds} rounds; then = {args.commit}")
+    print(
+        f"{args.threads} threads, variant {args.variant}, {args.rounds} rounds; then {then}, now {now.stdout.strip()}"
+    )
     for shape in args.shapes.split(","):
         outputs, inputs = (int(v) for v in shape.split("x"))
         copies = [torch.randn(outputs, inputs) for _ in range(max(1, int(800e6 // (outputs * inputs * 4))))]

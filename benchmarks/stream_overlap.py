@@ -136,6 +136,7 @@ def main() -> None:
 
     megabytes = weight.numel() * 4 / 1e6
     print(f"{rows} x {columns} float32 ({megabytes:.0f} MB), {args.threads} threads, {args.rounds} rounds")
+    print(f"kernel: {few_rows.identity()}")
     print(f"read alone: {1e3 * statistics.median(times['read']):.1f} ms")
     for name in names[1:]:
         ratios = sorted(t / r for t, r in zip(times[name], times["read"]))
@@ -143,6 +144,13 @@ def main() -> None:
             f"{name:42s} {1e3 * statistics.median(times[name]):7.1f} ms  of the read "
             f"{statistics.median(ratios):.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]"
         )
+
+    pairs = [("read + 9 per line, prefetch level 2", "read + 1 per line, prefetch level 2")]
+    if kernel is not None:
+        pairs.append(("few-rows kernel, 9 rows", "few-rows kernel, 1 rows"))
+    for nine, one in pairs:
+        ratios = sorted(a / b for a, b in zip(times[nine], times[one]))
+        print(f"{nine} over 1: {statistics.median(ratios):.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}] (per-round ratios)")
 
 
 if __name__ == "__main__":

@@ -183,7 +183,7 @@ def test_the_tiles_variant_computes_linear_over_many_blocks_on_every_thread():
 def test_many_float32_rows_run_in_chunks_of_columns_with_each_rows_own_sums(rows, inputs, variant):
     # 2,565 columns: several chunks of columns (16 KB of x each) with a remainder, and several groups of blocks
     # of weight rows with a remainder, on each of two threads; past 14 rows in 2, 3 and 4 passes. 645 columns
-    # (Gemma's width): 9 and 14 rows fit the level-1 cache and stay whole, 17 take chunks.
+    # (Gemma's width): 9 rows stay whole (14 too, on a 48 KB level-1 cache), 17 take chunks.
     torch.manual_seed(rows)
     layer = torch.nn.Linear(inputs, 3 * 8 * 4 + 2, bias=True)
     hidden = torch.randn(1, rows, layer.in_features)

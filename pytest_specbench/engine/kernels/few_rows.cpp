@@ -91,18 +91,21 @@ constexpr int kChunkRows = 5;          // the fewest rows of float32 x taken in 
 constexpr int64_t kChunkBytes = 16384;  // of x, all its rows, per chunk
 constexpr int kChunkBlocks = 8;         // blocks of weight rows that use one chunk in turn
 
-// The most bytes of x (all its rows) taken whole, up to 14 rows: 5/6 of the level-1 data cache, the rest
-// left to the weights' stream. x that fits streams faster whole than in chunks
-// (docs/results/2026-12-06-whole-rows.md).
+// The most bytes of x (all its rows) taken whole, up to 14 rows: 5/6 of the level-1 data cache (a chosen
+// margin for the weights' stream, not a measured one). x that fits streams faster whole than in chunks
+// (docs/results/2026-12-06-whole-rows.md). 32 KB where the system does not say.
 int64_t whole_x_bytes() {
   static const int64_t bytes = [] {
-    const long level1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    long level1 = 0;
+#if defined(_SC_LEVEL1_DCACHE_SIZE)
+    level1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+#endif
     return int64_t(level1 > 0 ? level1 : 32768) * 5 / 6;
   }();
   return bytes;
 }
 
-// Whether M rows of x run in chunks of columns: float32 x (bfloat16 x is half as wide) from kChunkRows rows,
+// Whether M rows of x may run in chunks of columns: float32 x (bfloat16 x is half as wide) from kChunkRows rows,
 // below which chunks cost more than they saved (docs/results/2026-12-05-column-chunks.md).
 template <typename X, int M>
 constexpr bool kTakesChunks = std::is_same_v<X, float> && M >= kChunkRows;
