@@ -14,6 +14,7 @@ import platform
 import shutil
 import weakref
 
+import numpy as np
 import pytest
 import torch
 from factory import ARCHITECTURES, hf_generate, tiny_pair, torch_threads
@@ -27,6 +28,7 @@ from pytest_specbench.engine.cost_probe import verify_costs
 from pytest_specbench.engine.decoding import GreedyStepper
 from pytest_specbench.engine.derived_models import int8_copy
 from pytest_specbench.engine.names import KERNELS
+from pytest_specbench.engine.native_dtypes import cpu_flags, read_cpuinfo
 from pytest_specbench.engine.verify_forms import KernelForms, kernel_forms
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -142,6 +144,37 @@ def test_the_few_rows_kernel_computes_linear_and_each_row_alone(variant, rows, i
     assert torch.equal(result[:, :1], few_rows.few_rows_linear(layer, hidden[:, :1], variant))
     if variant == "rows":  # holding x in registers changes where it is loaded from, not the sums
         assert torch.equal(result, few_rows.few_rows_linear(layer, hidden, "held"))
+
+
+def _halving_tree(lanes: np.ndarray) -> np.ndarray:
+    """The kernel's sum of each row's lanes (float32): the upper half added to the lower, down to one lane."""
+    while lanes.shape[-1] > 1:
+        half = lanes.shape[-1] // 2
+        lanes = lanes[..., :half] + lanes[..., half:]
+    return lanes[..., 0]
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 2, 5, 9, 14, 17, few_rows.MAX_ROWS])
+@pytest.mark.parametrize("variant", ["rows", "held"])
+def test_each_float32_output_sums_its_lanes_by_the_halving_tree(rows, variant):
+    # One vector of columns (16 lanes with AVX-512, 8 without): each lane holds one exact product, of magnitudes
+    # 2^-24 to 2^24, so the sums round and any other order of adds gives other bits. 70 outputs: blocks of every
+    # size the rows take, a block's many outputs summed at once, and the last weight rows one at a time.
+    flags = cpu_flags(read_cpuinfo())
+    lanes = 16 if "avx512f" in flags and few_rows.compile_flags()[1] == "-march=native" else 8
+    generator = np.random.default_rng(rows)
+    scale = np.exp2(generator.integers(-12, 13, size=(rows, lanes)))
+    hidden = (scale * generator.choice([-1, 1], size=(rows, lanes))).astype(np.float32)
+    weight = np.exp2(generator.integers(-12, 13, size=(70, lanes))) * generator.integers(1, 64, (70, lanes))
+    weight = weight.astype(np.float32)
+    products = hidden[:, None, :] * weight[None, :, :]  # exact: 6 significant bits times a power of two
+    expected = _halving_tree(products)
+    assert (expected != products.sum(-1, dtype=np.float64).astype(np.float32)).any()  # the order shows
+    layer = torch.nn.Linear(lanes, 70, bias=False)
+    layer.weight.data = torch.from_numpy(weight)
+    result = few_rows.few_rows_linear(layer, torch.from_numpy(hidden)[None], variant)[0]
+    assert torch.equal(result, torch.from_numpy(expected))
 
 
 @needs_kernel

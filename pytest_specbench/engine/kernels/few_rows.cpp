@@ -54,7 +54,8 @@ inline float widen(uint16_t v) {
   return f;
 }
 
-// A tree of halving adds: a short weight row (a small model's width) ends in many of these sums.
+// A tree of halving adds: the upper half of the lanes added to the lower, down to one lane (a short weight row, a
+// small model's width, ends in many of these sums).
 inline float lane_sum(lanes v) {
 #if defined(__clang__) || __GNUC__ >= 12
   typedef float lanes4 __attribute__((vector_size(16)));
@@ -67,21 +68,63 @@ inline float lane_sum(lanes v) {
 #endif
   const lanes4 four = __builtin_shufflevector(eight, eight, 0, 1, 2, 3) + __builtin_shufflevector(eight, eight, 4, 5, 6, 7);
   return (four[0] + four[2]) + (four[1] + four[3]);
-#else
-  float sum = 0;
-  for (int i = 0; i < kLanes; ++i) sum += v[i];
-  return sum;
+#else  // the same tree, without the shuffles
+  for (int width = kLanes / 2; width >= 1; width /= 2)
+    for (int i = 0; i < width; ++i) v[i] += v[i + width];
+  return v[0];
 #endif
 }
+
+// lane_sum of C vectors, by the same tree: with AVX-512, 16 at a time, each level's adds taking two vectors'
+// halves (quarters, pairs) in one register. One at a time, the sums' shuffles took about a sixth of a 9-row
+// block's time at Gemma's width (docs/results/2026-12-06-lane-sums.md).
+#if defined(__AVX512F__)
+inline void lane_sums16(const __m512* v, float* out) {
+  __m512 eight[8], four[4], two[2];  // per vector: eight sums v[i] + v[i + 8], then four, then two, as in lane_sum
+  for (int i = 0; i < 8; ++i)
+    eight[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i)
+    four[i] = _mm512_add_ps(_mm512_shuffle_f32x4(eight[2 * i], eight[2 * i + 1], 0x88),
+                            _mm512_shuffle_f32x4(eight[2 * i], eight[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)  // (four[0] + four[2]) and (four[1] + four[3])
+    two[i] = _mm512_add_ps(_mm512_shuffle_ps(four[2 * i], four[2 * i + 1], 0x44),
+                           _mm512_shuffle_ps(four[2 * i], four[2 * i + 1], 0xEE));
+  const __m512 one = _mm512_add_ps(_mm512_shuffle_ps(two[0], two[1], 0x88), _mm512_shuffle_ps(two[0], two[1], 0xDD));
+  // one's lane 4q + i holds vector q + 4i's sum
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, one));
+}
+
+template <int C, typename Acc>
+void lane_sums(const Acc* v, float* out) {
+  constexpr int whole = C / 16 * 16;
+  for (int i = 0; i < whole; i += 16) lane_sums16(reinterpret_cast<const __m512*>(v + i), out + i);
+  if constexpr (C > whole) {
+    __m512 rest[16];
+    float sums[16];
+    for (int i = 0; i < 16; ++i) rest[i] = whole + i < C ? (__m512)v[whole + i] : _mm512_setzero_ps();
+    lane_sums16(rest, sums);
+    for (int i = whole; i < C; ++i) out[i] = sums[i - whole];
+  }
+}
+#else
+template <int C, typename Acc>
+void lane_sums(const Acc* v, float* out) {
+  for (int i = 0; i < C; ++i) out[i] = lane_sum((lanes)v[i]);
+}
+#endif
 
 // One block's outputs, from its accumulators: each one's lanes summed, then the columns past the last whole
 // step, in order.
 template <int M, int NB, typename Acc, typename X, typename W>
 void write_block(const Acc (&acc)[M][NB], const X* x, int64_t K, int64_t whole, const W* w, int64_t n, float* y,
                  int64_t N) {
+  float sums[M * NB];
+  lane_sums<M * NB>(&acc[0][0], sums);
   for (int r = 0; r < M; ++r)
     for (int j = 0; j < NB; ++j) {
-      float sum = lane_sum((lanes)acc[r][j]);
+      float sum = sums[r * NB + j];
       for (int64_t t = whole; t < K; ++t) sum += widen(x[r * K + t]) * widen(w[(n + j) * K + t]);
       y[r * N + n + j] = sum;
     }
@@ -151,8 +194,9 @@ void blocks_of_rows(int64_t whole, int64_t step, int64_t n0, int64_t n1, Step ad
   const int64_t chunk =
       chunked && !takes_whole ? std::max<int64_t>(kChunkBytes / (M * int64_t(sizeof(X))) / step, 1) * step : whole;
   Acc saved[group][M][NB];
-  for (int64_t first = n0; first + NB <= n1; first += group * NB) {
-    const int blocks = int(std::min<int64_t>(group, (n1 - first) / NB));
+  const int64_t in_group = takes_whole ? 1 : group;  // whole x: one block's accumulators, not 8, share the cache
+  for (int64_t first = n0; first + NB <= n1; first += in_group * NB) {
+    const int blocks = int(std::min<int64_t>(in_group, (n1 - first) / NB));
     int64_t k0 = 0;
     do {
       const int64_t k1 = std::min(whole, k0 + chunk);
