@@ -76,8 +76,8 @@ inline float lane_sum(lanes v) {
 }
 
 // lane_sum of C vectors, by the same tree: with AVX-512, 16 at a time, each level's adds taking two vectors'
-// halves (quarters, pairs) in one register. One at a time, the sums' shuffles took about a sixth of a 9-row
-// block's time at Gemma's width (docs/results/2026-12-06-lane-sums.md).
+// halves (quarters, pairs) in one register. One at a time, the sums took about 15% of a 9-row block's time at
+// Gemma's width (docs/results/2026-12-06-lane-sums.md).
 #if defined(__AVX512F__)
 inline void lane_sums16(const __m512* v, float* out) {
   __m512 eight[8], four[4], two[2];  // per vector: eight sums v[i] + v[i + 8], then four, then two, as in lane_sum
