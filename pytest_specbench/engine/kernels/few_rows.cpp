@@ -131,7 +131,7 @@ void write_block(const Acc (&acc)[M][NB], const X* x, int64_t K, int64_t whole, 
 }
 
 constexpr int kChunkRows = 5;          // the fewest rows of float32 x taken in chunks of columns
-constexpr int64_t kChunkBytes = 16384;  // of x, all its rows, per chunk
+constexpr int64_t kChunkBytes = 18432;  // of x, all its rows, per chunk at most: the columns split evenly
 constexpr int kChunkBlocks = 8;         // blocks of weight rows that use one chunk in turn
 
 // The most bytes of x (all its rows) taken whole, up to 14 rows: 5/6 of the level-1 data cache (a chosen
@@ -191,8 +191,10 @@ void blocks_of_rows(int64_t whole, int64_t step, int64_t n0, int64_t n1, Step ad
   constexpr bool chunked = kTakesChunks<X, M>;
   constexpr int group = chunked ? kChunkBlocks : 1;
   const bool takes_whole = M <= kOnePassRows && M * whole * int64_t(sizeof(X)) <= whole_x_bytes();
-  const int64_t chunk =
-      chunked && !takes_whole ? std::max<int64_t>(kChunkBytes / (M * int64_t(sizeof(X))) / step, 1) * step : whole;
+  // equal chunks of whole steps: the 1.5B's 9 rows take 3 of 512 columns (not 448, 448, 448 and 192)
+  const int64_t most = std::max<int64_t>(kChunkBytes / (M * int64_t(sizeof(X))) / step, 1) * step;
+  const int64_t parts = std::max<int64_t>((whole + most - 1) / most, 1);  // at least one: x may be narrower than a step
+  const int64_t chunk = chunked && !takes_whole ? (whole / step + parts - 1) / parts * step : whole;
   Acc saved[group][M][NB];
   const int64_t in_group = takes_whole ? 1 : group;  // whole x: one block's accumulators, not 8, share the cache
   for (int64_t first = n0; first + NB <= n1; first += in_group * NB) {
