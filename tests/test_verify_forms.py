@@ -28,7 +28,6 @@ from pytest_specbench.engine.cost_probe import verify_costs
 from pytest_specbench.engine.decoding import GreedyStepper
 from pytest_specbench.engine.derived_models import int8_copy
 from pytest_specbench.engine.names import KERNELS
-from pytest_specbench.engine.native_dtypes import cpu_flags, read_cpuinfo
 from pytest_specbench.engine.verify_forms import KernelForms, kernel_forms
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -154,24 +153,35 @@ def _halving_tree(lanes: np.ndarray) -> np.ndarray:
     return lanes[..., 0]
 
 
+def _in_order(lanes: np.ndarray) -> np.ndarray:
+    total = lanes[..., 0]
+    for i in range(1, lanes.shape[-1]):
+        total = total + lanes[..., i]
+    return total
+
+
+def _adjacent_pairs(lanes: np.ndarray) -> np.ndarray:
+    while lanes.shape[-1] > 1:
+        lanes = lanes[..., 0::2] + lanes[..., 1::2]
+    return lanes[..., 0]
+
+
 @needs_kernel
 @pytest.mark.parametrize("rows", [1, 2, 5, 9, 14, 17, few_rows.MAX_ROWS])
 @pytest.mark.parametrize("variant", ["rows", "held"])
 def test_each_float32_output_sums_its_lanes_by_the_halving_tree(rows, variant):
-    # One vector of columns (16 lanes with AVX-512, 8 without): each lane holds one exact product, of magnitudes
-    # 2^-24 to 2^24, so the sums round and any other order of adds gives other bits. 70 outputs: blocks of every
-    # size the rows take, a block's many outputs summed at once, and the last weight rows one at a time.
-    flags = cpu_flags(read_cpuinfo())
-    lanes = 16 if "avx512f" in flags and few_rows.compile_flags()[1] == "-march=native" else 8
+    # 16 columns, each holding one exact product (6 significant bits, 2^-24 to 63 * 2^24), so the sums round: one
+    # vector with AVX-512; two of 8 lanes without, whose second multiply-add is the tree's first level. 70 outputs:
+    # blocks of every size the rows take, a block's outputs summed at once, the last weight rows one at a time.
     generator = np.random.default_rng(rows)
-    scale = np.exp2(generator.integers(-12, 13, size=(rows, lanes)))
-    hidden = (scale * generator.choice([-1, 1], size=(rows, lanes))).astype(np.float32)
-    weight = np.exp2(generator.integers(-12, 13, size=(70, lanes))) * generator.integers(1, 64, (70, lanes))
-    weight = weight.astype(np.float32)
-    products = hidden[:, None, :] * weight[None, :, :]  # exact: 6 significant bits times a power of two
+    hidden = np.exp2(generator.integers(-12, 13, size=(rows, 16))) * generator.choice([-1, 1], size=(rows, 16))
+    weight = np.exp2(generator.integers(-12, 13, size=(70, 16))) * generator.integers(1, 64, (70, 16))
+    hidden, weight = hidden.astype(np.float32), weight.astype(np.float32)
+    products = hidden[:, None, :] * weight[None, :, :]
     expected = _halving_tree(products)
-    assert (expected != products.sum(-1, dtype=np.float64).astype(np.float32)).any()  # the order shows
-    layer = torch.nn.Linear(lanes, 70, bias=False)
+    for other_order in (_in_order, _adjacent_pairs):  # these inputs tell the tree from other orders
+        assert (other_order(products) != expected).mean() > 0.2
+    layer = torch.nn.Linear(16, 70, bias=False)
     layer.weight.data = torch.from_numpy(weight)
     result = few_rows.few_rows_linear(layer, torch.from_numpy(hidden)[None], variant)[0]
     assert torch.equal(result, torch.from_numpy(expected))

@@ -54,33 +54,15 @@ inline float widen(uint16_t v) {
   return f;
 }
 
-// A tree of halving adds: the upper half of the lanes added to the lower, down to one lane (a short weight row, a
-// small model's width, ends in many of these sums).
-inline float lane_sum(lanes v) {
-#if defined(__clang__) || __GNUC__ >= 12
-  typedef float lanes4 __attribute__((vector_size(16)));
-#if defined(__AVX512F__)
-  typedef float lanes8 __attribute__((vector_size(32)));
-  const lanes8 eight = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                       __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-#else
-  const lanes eight = v;
-#endif
-  const lanes4 four = __builtin_shufflevector(eight, eight, 0, 1, 2, 3) + __builtin_shufflevector(eight, eight, 4, 5, 6, 7);
-  return (four[0] + four[2]) + (four[1] + four[3]);
-#else  // the same tree, without the shuffles
-  for (int width = kLanes / 2; width >= 1; width /= 2)
-    for (int i = 0; i < width; ++i) v[i] += v[i + width];
-  return v[0];
-#endif
-}
-
-// lane_sum of C vectors, by the same tree: with AVX-512, 16 at a time, each level's adds taking two vectors'
-// halves (quarters, pairs) in one register. One at a time, the sums took about 15% of a 9-row block's time at
-// Gemma's width (docs/results/2026-12-06-lane-sums.md).
+// Each output's lanes are summed by one tree of halving adds: the upper half of the lanes added to the lower,
+// down to one lane (with 16 lanes: eight[i] = v[i] + v[i + 8], four[i] = eight[i] + eight[i + 4], then
+// (four[0] + four[2]) + (four[1] + four[3])). A short weight row, a small model's width, ends in many of these.
+// lane_sums(v, out) sums C vectors: with AVX-512, 16 at a time, each level's adds taking two vectors' halves
+// (quarters, pairs) in one register. One at a time, the sums took about 15% of a 9-row block's time at Gemma's
+// width (docs/results/2026-12-06-lane-sums.md).
 #if defined(__AVX512F__)
 inline void lane_sums16(const __m512* v, float* out) {
-  __m512 eight[8], four[4], two[2];  // per vector: eight sums v[i] + v[i + 8], then four, then two, as in lane_sum
+  __m512 eight[8], four[4], two[2];  // each level's sums, two vectors' (then four's, eight's) in one register
   for (int i = 0; i < 8; ++i)
     eight[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
                              _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
@@ -109,6 +91,18 @@ void lane_sums(const Acc* v, float* out) {
   }
 }
 #else
+inline float lane_sum(lanes v) {
+#if defined(__clang__) || __GNUC__ >= 12
+  typedef float lanes4 __attribute__((vector_size(16)));
+  const lanes4 four = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
+  return (four[0] + four[2]) + (four[1] + four[3]);
+#else  // the same tree, without the shuffles
+  for (int width = kLanes / 2; width >= 1; width /= 2)
+    for (int i = 0; i < width; ++i) v[i] += v[i + width];
+  return v[0];
+#endif
+}
+
 template <int C, typename Acc>
 void lane_sums(const Acc* v, float* out) {
   for (int i = 0; i < C; ++i) out[i] = lane_sum((lanes)v[i]);
@@ -131,7 +125,7 @@ void write_block(const Acc (&acc)[M][NB], const X* x, int64_t K, int64_t whole, 
 }
 
 constexpr int kChunkRows = 5;          // the fewest rows of float32 x taken in chunks of columns
-constexpr int64_t kChunkBytes = 18432;  // of x, all its rows, per chunk at most: the columns split evenly
+constexpr int64_t kChunkBytes = 18432;  // of x, all its rows, per chunk at most
 constexpr int kChunkBlocks = 8;         // blocks of weight rows that use one chunk in turn
 
 // The most bytes of x (all its rows) taken whole, up to 14 rows: 5/6 of the level-1 data cache (a chosen
@@ -184,14 +178,15 @@ inline void passes_over_chunk(Acc (&saved)[M][NB], bool fresh, int64_t n, int64_
 // kChunkRows rows of float32 x, x and the weights' stream crowd the level-1 cache (9 rows of 1536 floats are
 // 55 KB), and loads of x from level 2 set the pace: the columns then run in chunks that kChunkBlocks blocks
 // take in turn, each block's accumulators kept between chunks, so each chunk of x is loaded from level 2 once
-// per kChunkBlocks blocks; x that fits the level-1 cache beside the stream stays whole.
+// per kChunkBlocks blocks; x that fits the level-1 cache beside the stream stays whole, one block at a time.
 // Same sums in the same order either way (docs/results/2026-12-05-column-chunks.md).
 template <int M, int NB, typename Acc, typename X, typename Step, typename Finish>
 void blocks_of_rows(int64_t whole, int64_t step, int64_t n0, int64_t n1, Step add_step, Finish finish) {
   constexpr bool chunked = kTakesChunks<X, M>;
   constexpr int group = chunked ? kChunkBlocks : 1;
   const bool takes_whole = M <= kOnePassRows && M * whole * int64_t(sizeof(X)) <= whole_x_bytes();
-  // equal chunks of whole steps: the 1.5B's 9 rows take 3 of 512 columns (not 448, 448, 448 and 192)
+  // as few chunks of whole steps as fit, near equal, the last no longer than the others: the 1.5B's 9 rows
+  // take 3 of 512 columns (not 448, 448, 448 and 192), its 14 rows 320, 320, 320, 320 and 256
   const int64_t most = std::max<int64_t>(kChunkBytes / (M * int64_t(sizeof(X))) / step, 1) * step;
   const int64_t parts = std::max<int64_t>((whole + most - 1) / most, 1);  // at least one: x may be narrower than a step
   const int64_t chunk = chunked && !takes_whole ? (whole / step + parts - 1) / parts * step : whole;
