@@ -152,9 +152,15 @@ constexpr bool kTakesChunks = std::is_same_v<X, float> && M >= kChunkRows;
 // the pace, so the rows run in passes of at most 9 (blocks of 3 weight rows; of one with AVX2) over each
 // chunk, the block's weights then in the level-1 cache.
 constexpr int kOnePassRows = 14, kPassRows = 9;
+
+// The size of each of as few parts of at most `most` as `total` splits into, near equal, the last no longer.
+constexpr int64_t near_equal_part(int64_t total, int64_t most) {
+  const int64_t parts = std::max<int64_t>((total + most - 1) / most, 1);  // at least one: total may be 0
+  return (total + parts - 1) / parts;
+}
+
 constexpr int rows_per_pass(int rows, bool chunked) {
-  const int passes = (rows + kPassRows - 1) / kPassRows;
-  return !chunked || rows <= kOnePassRows ? rows : (rows + passes - 1) / passes;
+  return !chunked || rows <= kOnePassRows ? rows : int(near_equal_part(rows, kPassRows));
 }
 
 // One block's rows [R0, M) over columns [k0, k1), R rows per pass; saved holds their accumulators.
@@ -185,11 +191,10 @@ void blocks_of_rows(int64_t whole, int64_t step, int64_t n0, int64_t n1, Step ad
   constexpr bool chunked = kTakesChunks<X, M>;
   constexpr int group = chunked ? kChunkBlocks : 1;
   const bool takes_whole = M <= kOnePassRows && M * whole * int64_t(sizeof(X)) <= whole_x_bytes();
-  // as few chunks of whole steps as fit, near equal, the last no longer than the others: the 1.5B's 9 rows
-  // take 3 of 512 columns (not 448, 448, 448 and 192), its 14 rows 320, 320, 320, 320 and 256
-  const int64_t most = std::max<int64_t>(kChunkBytes / (M * int64_t(sizeof(X))) / step, 1) * step;
-  const int64_t parts = std::max<int64_t>((whole + most - 1) / most, 1);  // at least one: x may be narrower than a step
-  const int64_t chunk = chunked && !takes_whole ? (whole / step + parts - 1) / parts * step : whole;
+  // chunks of whole steps, near equal: the 1.5B's 9 rows take 3 of 512 columns (not 448, 448, 448 and 192),
+  // its 14 rows 320, 320, 320, 320 and 256
+  const int64_t most_steps = std::max<int64_t>(kChunkBytes / (M * int64_t(sizeof(X))) / step, 1);
+  const int64_t chunk = chunked && !takes_whole ? near_equal_part(whole / step, most_steps) * step : whole;
   Acc saved[group][M][NB];
   const int64_t in_group = takes_whole ? 1 : group;  // whole x: one block's accumulators, not 8, share the cache
   for (int64_t first = n0; first + NB <= n1; first += in_group * NB) {
