@@ -1,12 +1,13 @@
 """The few-rows kernel as it is against its source at an earlier commit, alternated in one process.
 
-Both builds run on the same float32 weights of each shape, at each row count, in alternating order over the
+Both builds run on the same weights of each shape (float32 or bfloat16), at each row count, in alternating order over the
 rounds (the first round warms up and is not kept); each shape has as many copies as fit in 800 MB (at
 least one), taken in turn, so that every call reads its weights from memory. Prints each build's median
 time and the per-round ratio, now over then (median and range). The two must give equal results: the
 script stops if they do not.
 Run alone, from the repository root, in the project's environment:
     python benchmarks/kernel_sources.py 90ef0e0 --shapes 262144x640,2048x640 --rows 1,9
+    python benchmarks/kernel_sources.py b78c935 --dtype bfloat16 --variant tiles --rows 1,9
 """
 
 import argparse
@@ -34,9 +35,13 @@ def main() -> None:
     parser.add_argument("--rows", default="1,9", help="row counts of x, comma-separated")
     parser.add_argument("--rounds", type=int, default=9, help="kept rounds")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--variant", default="rows", choices=["rows", "held"])
+    parser.add_argument("--variant", default="rows", choices=["rows", "held", "tiles"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    if args.variant == "tiles" and dtype != torch.bfloat16:
+        parser.error("--variant tiles takes --dtype bfloat16")
 
     relative = few_rows.SOURCE.relative_to(Path.cwd())
     git = ["git", "-C", str(Path.cwd())]
@@ -50,13 +55,16 @@ def main() -> None:
         builds = {"then": build(then_source, then), "now": build(few_rows.SOURCE, "now")}
 
     print(
-        f"{args.threads} threads, variant {args.variant}, {args.rounds} rounds; then {then}, now {now.stdout.strip()}"
+        f"{args.threads} threads, {args.dtype}, variant {args.variant}, {args.rounds} rounds; then {then}, now {now.stdout.strip()}"
     )
     for shape in args.shapes.split(","):
         outputs, inputs = (int(v) for v in shape.split("x"))
-        copies = [torch.randn(outputs, inputs) for _ in range(max(1, int(800e6 // (outputs * inputs * 4))))]
+        size = dtype.itemsize
+        copies = [
+            torch.randn(outputs, inputs).to(dtype) for _ in range(max(1, int(800e6 // (outputs * inputs * size))))
+        ]
         for m in (int(v) for v in args.rows.split(",")):
-            x = torch.randn(m, inputs)
+            x = torch.randn(m, inputs).to(dtype)
             results = [b.linear(x, copies[0], None, args.variant) for b in builds.values()]
             if not torch.equal(*results):
                 raise SystemExit(f"{shape} at {m} rows: the two builds' results differ")

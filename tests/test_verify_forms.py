@@ -217,6 +217,31 @@ def test_the_tiles_variant_computes_linear_over_many_blocks_on_every_thread():
 
 
 @needs_kernel
+@pytest.mark.parametrize("variant", ["rows", pytest.param("tiles", marks=needs_tiles)])
+@pytest.mark.parametrize("rows", [1, 2, 9, 16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_bfloat16_outputs_are_their_float32_sums_and_bias_rounded_once_to_nearest_even(variant, rows, bias):
+    # integers of -31 to 31 over 64 columns, an even bias up to 300: every sum exact in float32, most past
+    # bfloat16's 8 significant bits, some of them ties; 70 outputs: whole tiles and blocks, and the last few
+    generator = torch.Generator().manual_seed(rows)
+    hidden = torch.randint(-31, 32, (1, rows, 64), generator=generator).float()
+    layer = torch.nn.Linear(64, 70, bias=bias)
+    layer.weight.data = torch.randint(-31, 32, (70, 64), generator=generator).float()
+    if bias:
+        layer.bias.data = 2 * torch.randint(-150, 151, (70,), generator=generator).float()
+    exact = layer(hidden)
+    expected = exact.to(torch.bfloat16)
+    assert (expected.float() != exact).float().mean() > 0.5  # most sums round
+    truncated = (exact.view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)
+    assert (truncated != expected).float().mean() > 0.2  # rounding toward zero would show
+    if bias:  # the bias added after a rounding would show
+        rounded_first = ((exact - layer.bias).to(torch.bfloat16).float() + layer.bias).to(torch.bfloat16)
+        assert (rounded_first != expected).float().mean() > 0.05
+    result = few_rows.few_rows_linear(layer.to(torch.bfloat16), hidden.to(torch.bfloat16), variant)
+    assert torch.equal(result, expected)
+
+
+@needs_kernel
 @pytest.mark.parametrize(
     "rows, inputs",
     [(5, 16 * 160 + 5), (9, 16 * 160 + 5), (17, 16 * 160 + 5), (24, 16 * 160 + 5), (few_rows.MAX_ROWS, 16 * 160 + 5)]
