@@ -1,7 +1,7 @@
 """The few-rows kernel as it is against its source at an earlier commit, alternated in one process.
 
-Both builds run on the same weights of each shape (float32 or bfloat16), at each row count, in alternating order over the
-rounds (the first round warms up and is not kept); each shape has as many copies as fit in 800 MB (at
+Both builds run on the same weights of each shape (float32 or bfloat16), at each row count, in alternating
+order over the rounds (the first round warms up and is not kept); each shape has as many copies as fit in 800 MB (at
 least one), taken in turn, so that every call reads its weights from memory. Prints each build's median
 time and the per-round ratio, now over then (median and range). The two must give equal results: the
 script stops if they do not.
@@ -55,7 +55,8 @@ def main() -> None:
         builds = {"then": build(then_source, then), "now": build(few_rows.SOURCE, "now")}
 
     print(
-        f"{args.threads} threads, {args.dtype}, variant {args.variant}, {args.rounds} rounds; then {then}, now {now.stdout.strip()}"
+        f"{args.threads} threads, {args.dtype}, variant {args.variant}, {args.rounds} rounds; "
+        f"then {then}, now {now.stdout.strip()}"
     )
     for shape in args.shapes.split(","):
         outputs, inputs = (int(v) for v in shape.split("x"))
