@@ -221,24 +221,35 @@ def test_the_tiles_variant_computes_linear_over_many_blocks_on_every_thread():
 @pytest.mark.parametrize("rows", [1, 2, 9, 16])
 @pytest.mark.parametrize("bias", [False, True])
 def test_bfloat16_outputs_are_their_float32_sums_and_bias_rounded_once_to_nearest_even(variant, rows, bias):
-    # integers of -31 to 31 over 64 columns, an even bias up to 300: every sum exact in float32, most past
-    # bfloat16's 8 significant bits, some of them ties; 70 outputs: whole tiles and blocks, and the last few
+    # integers of -31 to 31 over 69 columns (5 past the last whole step), an even bias up to 300: every sum exact
+    # in float32, most past bfloat16's 8 significant bits, some of them ties; 70 outputs: whole tiles and blocks,
+    # and the last few
     generator = torch.Generator().manual_seed(rows)
-    hidden = torch.randint(-31, 32, (1, rows, 64), generator=generator).float()
-    layer = torch.nn.Linear(64, 70, bias=bias)
-    layer.weight.data = torch.randint(-31, 32, (70, 64), generator=generator).float()
+    hidden = torch.randint(-31, 32, (1, rows, 69), generator=generator).float()
+    layer = torch.nn.Linear(69, 70, bias=bias)
+    layer.weight.data = torch.randint(-31, 32, (70, 69), generator=generator).float()
     if bias:
         layer.bias.data = 2 * torch.randint(-150, 151, (70,), generator=generator).float()
     exact = layer(hidden)
     expected = exact.to(torch.bfloat16)
     assert (expected.float() != exact).float().mean() > 0.5  # most sums round
-    truncated = (exact.view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)
+    bits = exact.view(torch.int32)
+    truncated = (bits & -65536).view(torch.float32).to(torch.bfloat16)
     assert (truncated != expected).float().mean() > 0.2  # rounding toward zero would show
+    away = ((bits + 0x8000) & -65536).view(torch.float32).to(torch.bfloat16)
+    assert (away != expected).any()  # ties away from zero would show
     if bias:  # the bias added after a rounding would show
         rounded_first = ((exact - layer.bias).to(torch.bfloat16).float() + layer.bias).to(torch.bfloat16)
         assert (rounded_first != expected).float().mean() > 0.05
     result = few_rows.few_rows_linear(layer.to(torch.bfloat16), hidden.to(torch.bfloat16), variant)
     assert torch.equal(result, expected)
+
+
+@needs_kernel
+@pytest.mark.parametrize("bias", [torch.zeros(5, 1), torch.zeros(4), torch.zeros(2, 5)])
+def test_the_kernel_refuses_a_bias_that_is_not_one_value_per_output(bias):
+    with pytest.raises(RuntimeError, match=r"bias must be a CPU vector of one value per output \(5\)"):
+        few_rows.kernel().linear(torch.randn(2, 16), torch.randn(5, 16), bias, "rows")
 
 
 @needs_kernel

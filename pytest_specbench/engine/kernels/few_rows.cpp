@@ -109,9 +109,10 @@ void lane_sums(const Acc* v, float* out) {
 }
 #endif
 
-// Where the outputs go, row r's at r * N: float32, or bfloat16 rounded once from the float32 sum as torch
-// rounds, so a bfloat16 pass neither writes float32 outputs nor reads them again to convert them (9 rows of
-// Gemma's head: 9.4 MB). The bias, in float32, joins the sum before it is rounded.
+// Where the outputs go, row r's at r * N: float32, or bfloat16 rounded once from the float32 sum by c10's
+// rounding (nearest even; NaN as 0x7FC0, where torch's vector conversion writes 0xFFFF), so a bfloat16 pass
+// neither writes float32 outputs nor reads them again to convert them (9 rows of Gemma's head: 9.4 MB). The
+// bias, in float32, joins the sum before it is rounded.
 struct Outputs {
   float* f32;
   uint16_t* bf16;
@@ -138,7 +139,7 @@ struct Outputs {
 };
 
 // One block's outputs, from its accumulators: each one's lanes summed, then the columns past the last whole
-// step, in order.
+// step, in order; put adds the bias and rounds.
 template <int M, int NB, typename Acc, typename X, typename W>
 void write_block(const Acc (&acc)[M][NB], const X* x, int64_t K, int64_t whole, const W* w, int64_t n,
                  const Outputs& y) {
@@ -442,7 +443,8 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
   const int64_t run_rows = rows == 1 && variant != "tiles" ? 2 : rows;
   const torch::Tensor x_rows = x.reshape({rows, K}).expand({run_rows, K});
   const bool has_bias = bias.has_value() && bias->defined();
-  TORCH_CHECK(!has_bias || bias->numel() == N, "bias must have one value per output, ", N, ", got ", bias->numel());
+  TORCH_CHECK(!has_bias || (bias->dim() == 1 && bias->size(0) == N && bias->device().is_cpu()),
+              "bias must be a CPU vector of one value per output (", N, ")");
   const torch::Tensor bias32 = has_bias ? bias->to(torch::kFloat32).contiguous() : torch::Tensor();
   torch::Tensor y = torch::empty({run_rows, N}, x.options());
   const bool f32 = dtype == torch::kFloat32;
