@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 
 import pytest
 import torch
@@ -78,15 +77,28 @@ def test_the_memory_read_is_positive_finite_and_measured_once():
 
 
 def test_the_read_is_the_fastest_of_the_reads_timed(monkeypatch: pytest.MonkeyPatch):
-    # Which reduction reads fastest depends on the CPU: one held back must not set the figure.
-    def slow(buffer: torch.Tensor) -> None:
-        time.sleep(0.05)
+    # Which reduction reads fastest depends on the CPU: one held back must not set the figure. The clock moves
+    # only as the reads say, so the machine's load cannot change the figures.
+    elapsed = [0.0]
 
-    monkeypatch.setattr(bandwidth, "_READS", {"slow": slow, "sum": torch.sum})
-    both = memory_read_gbps("cpu", 1 << 20, fresh=True)
-    assert both > (1 << 20) / 0.05 / 1e9 * 10  # far above what the sleeping read allows
-    monkeypatch.setattr(bandwidth, "_READS", {"slow": slow})
-    assert memory_read_gbps("cpu", 1 << 20, fresh=True) < (1 << 20) / 0.05 / 1e9
+    class Clock:
+        def __init__(self, device: str) -> None:
+            pass
+
+        def now(self) -> float:
+            return elapsed[0]
+
+    def read_taking(seconds: float):
+        def read(buffer: torch.Tensor) -> None:
+            elapsed[0] += seconds
+
+        return read
+
+    monkeypatch.setattr(bandwidth, "DeviceClock", Clock)
+    monkeypatch.setattr(bandwidth, "_READS", {"slow": read_taking(0.05), "fast": read_taking(0.001)})
+    assert memory_read_gbps("cpu", 1 << 20, fresh=True) == pytest.approx((1 << 20) / 0.001 / 1e9)
+    monkeypatch.setattr(bandwidth, "_READS", {"slow": read_taking(0.05)})
+    assert memory_read_gbps("cpu", 1 << 20, fresh=True) == pytest.approx((1 << 20) / 0.05 / 1e9)
 
 
 # --- the row fields ------------------------------------------------------------------------------------------
