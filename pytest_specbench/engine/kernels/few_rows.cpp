@@ -138,11 +138,43 @@ struct Outputs {
 #endif
 };
 
+// The outputs of a thread's run of blocks, held kColumns to a row of x and written 16 at a time (put16) as
+// the tiles write theirs: blocks of 2 to 6 weight rows wrote each output alone, to M rows of y in turn.
+// kColumns is a multiple of every block's weight rows (1, 2, 3, 4, 6), so a run of blocks fills it whole.
+// Where AVX-512 is not, the held outputs are written one at a time.
+template <int M>
+struct StagedOutputs {
+  static constexpr int kColumns = 48;
+  const Outputs& y;
+  int64_t first = 0;  // the output held in column 0
+  int count = 0;      // columns held
+  alignas(64) float held[M][kColumns];
+
+  // Makes room for NB outputs from n (blocks come in order of n): what is held is written first if full.
+  void begin(int64_t n, int NB) {
+    if (count + NB > kColumns) flush();
+    if (!count) first = n;
+    count += NB;
+  }
+  void put(int r, int64_t n, float sum) { held[r][n - first] = sum; }
+  void flush() {
+    for (int r = 0; r < M; ++r) {
+      int c = 0;
+#if defined(__AVX512F__)
+      for (; c + 16 <= count; c += 16) y.put16(r, first + c, _mm512_load_ps(held[r] + c));
+#endif
+      for (; c < count; ++c) y.put(r, first + c, held[r][c]);
+    }
+    count = 0;
+  }
+};
+
 // One block's outputs, from its accumulators: each one's lanes summed, then the columns past the last whole
-// step, in order; put adds the bias and rounds.
+// step, in order; the staged outputs' writes add the bias and round.
 template <int M, int NB, typename Acc, typename X, typename W>
 void write_block(const Acc (&acc)[M][NB], const X* x, int64_t K, int64_t whole, const W* w, int64_t n,
-                 const Outputs& y) {
+                 StagedOutputs<M>& y) {
+  y.begin(n, NB);
   float sums[M * NB];
   lane_sums<M * NB>(&acc[0][0], sums);
   for (int r = 0; r < M; ++r)
@@ -270,8 +302,10 @@ void weight_rows(const float* x, int64_t K, const W* w, int64_t n0, int64_t n1, 
       }
     }
   };
-  const auto finish = [&](const lanes(&acc)[M][NB], int64_t n) { write_block(acc, x, K, whole, w, n, y); };
+  StagedOutputs<M> staged{y};
+  const auto finish = [&](const lanes(&acc)[M][NB], int64_t n) { write_block(acc, x, K, whole, w, n, staged); };
   blocks_of_rows<M, NB, lanes, float>(whole, step, n0, n1, add_step, finish);
+  staged.flush();
 }
 
 // Enough weight rows per block to reuse each x load, few enough to keep the accumulators in registers
@@ -301,8 +335,10 @@ void weight_rows(const uint16_t* x, int64_t K, const uint16_t* w, int64_t n0, in
       for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], xv, wv[j]);
     }
   };
-  const auto finish = [&](const __m512(&acc)[M][NB], int64_t n) { write_block(acc, x, K, whole, w, n, y); };
+  StagedOutputs<M> staged{y};
+  const auto finish = [&](const __m512(&acc)[M][NB], int64_t n) { write_block(acc, x, K, whole, w, n, staged); };
   blocks_of_rows<M, NB, __m512, uint16_t>(whole, step, n0, n1, add_step, finish);
+  staged.flush();
 }
 #endif
 
@@ -369,8 +405,8 @@ void tile_rows(const uint16_t* pairs, const uint16_t* x, int M, int64_t K, const
 }
 
 // The last N % 16 weight rows: dot products in float32, in order.
-void remaining_rows(const uint16_t* x, int M, int64_t K, const uint16_t* w, int64_t n0, int64_t N, const Outputs& y) {
-  for (int64_t n = n0; n < N; ++n)
+void remaining_rows(const uint16_t* x, int M, int64_t K, const uint16_t* w, int64_t n0, const Outputs& y) {
+  for (int64_t n = n0; n < y.N; ++n)
     for (int r = 0; r < M; ++r) {
       float sum = 0;
       for (int64_t c = 0; c < K; ++c) sum += widen(x[r * K + c]) * widen(w[n * K + c]);
@@ -378,7 +414,7 @@ void remaining_rows(const uint16_t* x, int M, int64_t K, const uint16_t* w, int6
     }
 }
 
-void tiles_outputs(int64_t rows, const uint16_t* x, int64_t K, const uint16_t* w, int64_t N, const Outputs& y) {
+void tiles_outputs(int64_t rows, const uint16_t* x, int64_t K, const uint16_t* w, const Outputs& y) {
   TORCH_CHECK(rows <= kTileRows, "the tiles form takes 1 to 16 rows, got ", rows);
   const int M = int(rows);
   const int64_t whole = K / 32 * 32;
@@ -388,11 +424,11 @@ void tiles_outputs(int64_t rows, const uint16_t* x, int64_t K, const uint16_t* w
   for (int r = 0; r < M; ++r)
     for (int64_t p = 0; p < whole / 2; ++p) __builtin_memcpy(&pairs[p * M + r], x + r * K + 2 * p, 4);
   const auto* p16 = reinterpret_cast<const uint16_t*>(pairs.data());
-  const int64_t blocks = N / kTileRows;
+  const int64_t blocks = y.N / kTileRows;
   at::parallel_for(0, blocks, 8, [&](int64_t b0, int64_t b1) {
     tile_rows(p16, x, M, K, w, b0 * kTileRows, b1 * kTileRows, y);
   });
-  remaining_rows(x, M, K, w, blocks * kTileRows, N, y);
+  remaining_rows(x, M, K, w, blocks * kTileRows, y);
 }
 #else
 constexpr bool kTiles = false;
@@ -400,26 +436,26 @@ bool tiles_available() { return false; }
 #endif
 
 template <int M, bool Hold, typename X, typename W>
-void all_outputs(const X* x, int64_t K, const W* w, int64_t N, const Outputs& y) {
+void all_outputs(const X* x, int64_t K, const W* w, const Outputs& y) {
   constexpr int NB = block_for(rows_per_pass(M, kTakesChunks<X, M>));
-  const int64_t blocks = N / NB;
+  const int64_t blocks = y.N / NB;
   at::parallel_for(
       0, blocks, 16, [&](int64_t b0, int64_t b1) { weight_rows<M, NB, Hold>(x, K, w, b0 * NB, b1 * NB, y); });
-  if (blocks * NB < N) weight_rows<M, 1, Hold>(x, K, w, blocks * NB, N, y);
+  if (blocks * NB < y.N) weight_rows<M, 1, Hold>(x, K, w, blocks * NB, y.N, y);
 }
 
 template <int M, bool Hold, typename X, typename W>
-void dispatch(int64_t rows, const X* x, int64_t K, const W* w, int64_t N, const Outputs& y) {
+void dispatch(int64_t rows, const X* x, int64_t K, const W* w, const Outputs& y) {
   if constexpr (M <= kMaxRows) {
-    if (rows == M) return all_outputs<M, Hold>(x, K, w, N, y);
-    return dispatch<M + 1, Hold>(rows, x, K, w, N, y);
+    if (rows == M) return all_outputs<M, Hold>(x, K, w, y);
+    return dispatch<M + 1, Hold>(rows, x, K, w, y);
   }
 }
 
 template <typename W>
-void float_rows(bool hold, int64_t rows, const float* x, int64_t K, const W* w, int64_t N, const Outputs& y) {
-  if (hold) return dispatch<1, true>(rows, x, K, w, N, y);
-  dispatch<1, false>(rows, x, K, w, N, y);
+void float_rows(bool hold, int64_t rows, const float* x, int64_t K, const W* w, const Outputs& y) {
+  if (hold) return dispatch<1, true>(rows, x, K, w, y);
+  dispatch<1, false>(rows, x, K, w, y);
 }
 
 // variant: "rows" (AVX-512 or AVX2), "held" (float32 x held in registers) or "tiles" (bfloat16 in AMX tiles).
@@ -453,21 +489,21 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
                     has_bias ? bias32.data_ptr<float>() : nullptr, N};
   if (f32) {
     const torch::Tensor rows_x = x_rows.contiguous();
-    float_rows(variant == "held", run_rows, rows_x.data_ptr<float>(), K, w.data_ptr<float>(), N, out);
+    float_rows(variant == "held", run_rows, rows_x.data_ptr<float>(), K, w.data_ptr<float>(), out);
   } else {
     const auto* w16 = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
 #if defined(__AVX512BF16__)
     const torch::Tensor rows_x = x_rows.contiguous();
     const auto* x16 = reinterpret_cast<const uint16_t*>(rows_x.data_ptr<at::BFloat16>());
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-    if (variant == "tiles") tiles_outputs(run_rows, x16, K, w16, N, out);
+    if (variant == "tiles") tiles_outputs(run_rows, x16, K, w16, out);
     else
 #endif
-      dispatch<1, false>(run_rows, x16, K, w16, N, out);
+      dispatch<1, false>(run_rows, x16, K, w16, out);
 #else
     // x is a few rows: widened to float32 once; the sums run in float32 and round once at the end.
     const torch::Tensor rows_x = x_rows.to(torch::kFloat32).contiguous();
-    float_rows(variant == "held", run_rows, rows_x.data_ptr<float>(), K, w16, N, out);
+    float_rows(variant == "held", run_rows, rows_x.data_ptr<float>(), K, w16, out);
 #endif
   }
   if (run_rows != rows) y = y.narrow(0, 0, rows);
