@@ -188,22 +188,27 @@ def test_each_float32_output_sums_its_lanes_by_the_halving_tree(rows, variant):
 
 
 @needs_kernel
-@pytest.mark.parametrize("dtype", few_rows.DTYPES, ids=str)
-@pytest.mark.parametrize("rows", [1, 2, 5, 9, 14, 17])
-@pytest.mark.parametrize("variant", ["rows", "held"])
-def test_each_output_is_written_to_its_own_place_whatever_is_held_beside_it(dtype, rows, variant):
-    # 599 outputs: blocks of 1 to 6 weight rows fill the 48 columns held per row of x many times on each of two
-    # threads, and the last few pass one block at a time. Each output, computed with all the others, on one
-    # thread, or in a slice that starts it at another column of the held ones, is the same.
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 9, 14, 17, few_rows.MAX_ROWS])
+@pytest.mark.parametrize(
+    "dtype, variant",
+    [(torch.float32, "rows"), (torch.float32, "held"), (torch.bfloat16, "rows")],
+    ids=["float32-rows", "float32-held", "bfloat16-rows"],
+)
+def test_each_output_is_written_to_its_own_place_whatever_is_staged_beside_it(dtype, variant, rows):
+    # 599 outputs: blocks of 1, 2, 3, 4 or 6 weight rows fill the 48 columns staged per row of x many times on
+    # each of two threads, and the last few pass one weight row at a time. Each output, computed with all the
+    # others, on one thread, or in a slice that starts it at another staged column, is the same.
     torch.manual_seed(rows)
     layer = torch.nn.Linear(40, 599, bias=True).to(dtype)
     hidden = torch.randn(1, rows, 40).to(dtype)
     with torch_threads(2):
         result = few_rows.few_rows_linear(layer, hidden, variant)
     exact = torch.nn.functional.linear(hidden.float(), layer.weight.float(), layer.bias.float())
-    torch.testing.assert_close(
-        result.float(), exact, rtol=BF16_ROUNDING if dtype == torch.bfloat16 else 1e-5, atol=1e-5
-    )
+    if dtype == torch.float32:
+        torch.testing.assert_close(result, exact, rtol=1e-5, atol=1e-5)
+    else:  # one rounding of float32 sums: torch's rounding of them but where a sum is within float32 noise of a tie
+        torch.testing.assert_close(result.float(), exact, rtol=BF16_ROUNDING, atol=1e-5)
+        assert int((result != exact.to(dtype)).sum()) <= 1 + result.numel() // 100
     with torch_threads(1):
         assert torch.equal(result, few_rows.few_rows_linear(layer, hidden, variant))
     for start, stop in ((0, 1), (5, 53), (37, 101), (300, 599), (590, 599)):

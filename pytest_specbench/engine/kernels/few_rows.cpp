@@ -138,50 +138,54 @@ struct Outputs {
 #endif
 };
 
-// The outputs of a thread's run of blocks, held kColumns to a row of x and written 16 at a time (put16) as
-// the tiles write theirs: blocks of 2 to 6 weight rows wrote each output alone, to M rows of y in turn.
-// kColumns is a multiple of every block's weight rows (1, 2, 3, 4, 6), so a run of blocks fills it whole.
-// Where AVX-512 is not, the held outputs are written one at a time.
+// A thread's outputs, staged kColumns to a row of x and stored 16 at a time (put16), as the tiles store
+// theirs: a block of NB weight rows would otherwise make NB scalar stores to each of M rows of y. kColumns is
+// a multiple of every block's weight rows (1, 2, 3, 4 or 6), so a run of blocks fills it whole. Where
+// AVX-512 is not, the staged outputs are stored one at a time.
 template <int M>
 struct StagedOutputs {
   static constexpr int kColumns = 48;
   const Outputs& y;
-  int64_t first = 0;  // the output held in column 0
-  int count = 0;      // columns held
-  alignas(64) float held[M][kColumns];
+  int64_t first = 0;  // the output staged in column 0
+  int count = 0;      // columns staged
+  alignas(64) float staged[M][kColumns];
 
-  // Makes room for NB outputs from n (blocks come in order of n): what is held is written first if full.
+  // staged is left unset (6 KB at 32 rows): each column is put before it is stored
+  explicit StagedOutputs(const Outputs& outputs) : y(outputs) {}
+
+  // Makes room for NB outputs from n: what is staged is stored first if they would not fit, or would not
+  // continue it (blocks_of_rows gives each thread's blocks in order, but a column must never be guessed).
   void begin(int64_t n, int NB) {
-    if (count + NB > kColumns) flush();
+    if (count && (count + NB > kColumns || n != first + count)) flush();
     if (!count) first = n;
     count += NB;
   }
-  void put(int r, int64_t n, float sum) { held[r][n - first] = sum; }
+  void put(int r, int64_t n, float sum) { staged[r][n - first] = sum; }
   void flush() {
     for (int r = 0; r < M; ++r) {
       int c = 0;
 #if defined(__AVX512F__)
-      for (; c + 16 <= count; c += 16) y.put16(r, first + c, _mm512_load_ps(held[r] + c));
+      for (; c + 16 <= count; c += 16) y.put16(r, first + c, _mm512_load_ps(staged[r] + c));
 #endif
-      for (; c < count; ++c) y.put(r, first + c, held[r][c]);
+      for (; c < count; ++c) y.put(r, first + c, staged[r][c]);
     }
     count = 0;
   }
 };
 
 // One block's outputs, from its accumulators: each one's lanes summed, then the columns past the last whole
-// step, in order; the staged outputs' writes add the bias and round.
+// step, in order; the outputs' stores add the bias and round.
 template <int M, int NB, typename Acc, typename X, typename W>
 void write_block(const Acc (&acc)[M][NB], const X* x, int64_t K, int64_t whole, const W* w, int64_t n,
-                 StagedOutputs<M>& y) {
-  y.begin(n, NB);
+                 StagedOutputs<M>& staged) {
+  staged.begin(n, NB);
   float sums[M * NB];
   lane_sums<M * NB>(&acc[0][0], sums);
   for (int r = 0; r < M; ++r)
     for (int j = 0; j < NB; ++j) {
       float sum = sums[r * NB + j];
       for (int64_t t = whole; t < K; ++t) sum += widen(x[r * K + t]) * widen(w[(n + j) * K + t]);
-      y.put(r, n + j, sum);
+      staged.put(r, n + j, sum);
     }
 }
 
