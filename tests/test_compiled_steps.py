@@ -19,6 +19,7 @@ from pytest_specbench import greedy_generate, speculative_generate
 from pytest_specbench.engine.cost_probe import draft_token_cost, verify_costs
 from pytest_specbench.engine.drafters import ModelDrafter
 from pytest_specbench.engine.kv_cache import static_cache
+from pytest_specbench.engine.verify_forms import KernelForms
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -99,15 +100,18 @@ def test_a_model_drafting_for_itself_keeps_two_caches(backend):
 @pytest.mark.slow
 def test_later_runs_reuse_the_graphs_and_the_cache(backend):
     target, draft = pair("llama")
-    speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, compile_steps=True)
-    greedy_generate(target, PROMPT, NEW_TOKENS, compile_steps=True)
+    # One forms object, settled once, as a session keeps per model: "auto" by name settles afresh each call,
+    # by timing, and a one-row form that flips between calls is a new graph.
+    forms = KernelForms(target)
+    speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, compile_steps=True, kernels=forms)
+    greedy_generate(target, PROMPT, NEW_TOKENS, compile_steps=True, kernels=forms)
     graphs, calls = backend.graphs, backend.calls
     for k in (2, 8):
-        speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, compile_steps=True)
-    assert greedy_generate(target, PROMPT[:12], NEW_TOKENS, compile_steps=True).token_ids == list(
+        speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, compile_steps=True, kernels=forms)
+    assert greedy_generate(target, PROMPT[:12], NEW_TOKENS, compile_steps=True, kernels=forms).token_ids == list(
         reference("llama", 12)
     )
-    assert backend.graphs == graphs  # same static shapes: nothing recompiled
+    assert backend.graphs == graphs  # same static shapes and forms: nothing recompiled
     assert backend.calls > calls + NEW_TOKENS  # and the compiled graphs did run
     with torch.inference_mode():
         assert static_cache(target, 40) is static_cache(target, 100)  # both within one 128-position block
