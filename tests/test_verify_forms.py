@@ -109,6 +109,19 @@ def test_the_column_form_computes_the_heads_logits(bias, rows):
 BF16_ROUNDING = 2**-8
 
 
+def _assert_is_linear(result: torch.Tensor, layer: torch.nn.Linear, hidden: torch.Tensor) -> None:
+    """float32: torch's linear. bfloat16: float32 sums of the same values, rounded once: within one rounding of
+    float32's linear, and equal to that linear rounded to bfloat16 but where a sum lies within float32 noise of
+    a tie."""
+    bias = None if layer.bias is None else layer.bias.float()
+    exact = torch.nn.functional.linear(hidden.float(), layer.weight.float(), bias)
+    if result.dtype == torch.float32:
+        torch.testing.assert_close(result, exact, rtol=1e-5, atol=1e-5)
+    else:
+        torch.testing.assert_close(result.float(), exact, rtol=BF16_ROUNDING, atol=1e-5)
+        assert int((result != exact.to(result.dtype)).sum()) <= 1 + result.numel() // 100
+
+
 @needs_kernel
 @pytest.mark.parametrize("variant", ["rows", pytest.param("tiles", marks=needs_tiles)])
 @settings(max_examples=60, deadline=None)
@@ -128,16 +141,7 @@ def test_the_few_rows_kernel_computes_linear_and_each_row_alone(variant, rows, i
     hidden = torch.randn(1, rows, inputs + 3).to(dtype)[..., 3:]  # not contiguous
     result = few_rows.few_rows_linear(layer, hidden, variant)
     assert result.shape == (1, rows, outputs) and result.dtype == dtype
-    if dtype == torch.float32:
-        torch.testing.assert_close(result, layer(hidden), rtol=1e-5, atol=1e-5)
-    else:
-        # float32 sums of the same bfloat16 values, rounded once: within one rounding of float32's linear, and
-        # equal to that linear rounded to bfloat16 but where a sum lies within float32 noise of a tie.
-        exact = torch.nn.functional.linear(
-            hidden.float(), layer.weight.float(), None if layer.bias is None else layer.bias.float()
-        )
-        torch.testing.assert_close(result.float(), exact, rtol=BF16_ROUNDING, atol=1e-5)
-        assert int((result != exact.to(dtype)).sum()) <= 1 + result.numel() // 100
+    _assert_is_linear(result, layer, hidden)
     # One dot product per output in a fixed order: a row's output does not depend on the rows beside it.
     assert torch.equal(result[:, -1:], few_rows.few_rows_linear(layer, hidden[:, -1:], variant))
     assert torch.equal(result[:, :1], few_rows.few_rows_linear(layer, hidden[:, :1], variant))
@@ -203,12 +207,7 @@ def test_each_output_is_written_to_its_own_place_whatever_is_staged_beside_it(dt
     hidden = torch.randn(1, rows, 40).to(dtype)
     with torch_threads(2):
         result = few_rows.few_rows_linear(layer, hidden, variant)
-    exact = torch.nn.functional.linear(hidden.float(), layer.weight.float(), layer.bias.float())
-    if dtype == torch.float32:
-        torch.testing.assert_close(result, exact, rtol=1e-5, atol=1e-5)
-    else:  # one rounding of float32 sums: torch's rounding of them but where a sum is within float32 noise of a tie
-        torch.testing.assert_close(result.float(), exact, rtol=BF16_ROUNDING, atol=1e-5)
-        assert int((result != exact.to(dtype)).sum()) <= 1 + result.numel() // 100
+    _assert_is_linear(result, layer, hidden)
     with torch_threads(1):
         assert torch.equal(result, few_rows.few_rows_linear(layer, hidden, variant))
     for start, stop in ((0, 1), (5, 53), (37, 101), (300, 599), (590, 599)):
