@@ -12,7 +12,7 @@ import time
 import torch
 
 from pytest_specbench.engine import few_rows
-from pytest_specbench.engine.cost_probe import _prefilled
+from pytest_specbench.engine.cost_probe import prefilled_cache
 from pytest_specbench.engine.kv_cache import cache_length, crop_to
 from pytest_specbench.engine.verify_forms import KernelForms
 from pytest_specbench.models.loading import load_model
@@ -34,7 +34,7 @@ def main() -> None:
     forms, times = KernelForms(model, "auto"), {}
     with torch.inference_mode():
         forms.settle(9)
-        cache = _prefilled(model, ids)
+        cache = prefilled_cache(model, ids)
         length = cache_length(cache)
         with forms.applied():
             for round_index in range(8):  # the first round warms up and is not kept

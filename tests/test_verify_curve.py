@@ -100,6 +100,12 @@ def test_the_tiny_run_prints_every_m_and_dtype(tmp_path: Path, capsys) -> None:
     for split in document["one_row_split"].values():
         assert 0 < split["linear_s"] < split["step_s"] and split["linear_bytes"] > 0
     assert any(line.startswith("one-row step, float32 engine: ") for line in lines)
+    # The widest pass (m = 17) split as the step is, its linear layers' time at least the step's.
+    widest = document["widest_split"]
+    assert widest["m"] == 17 and set(widest["passes"]) == set(document["one_row_split"])
+    for split in widest["passes"].values():
+        assert 0 <= split["head_s"] <= split["linear_s"] < split["step_s"]
+    assert any(line.startswith("17-position pass, bfloat16 own: ") for line in lines)
     assert set(document["floors"]) == set(dtypes)
     for floor in document["floors"].values():
         ratios = [floor["ratio"][str(m)] for m in positions]
@@ -107,14 +113,17 @@ def test_the_tiny_run_prints_every_m_and_dtype(tmp_path: Path, capsys) -> None:
     assert any(line.startswith("floors' v(m)/v(1), bfloat16: ") for line in lines)
 
 
-def test_the_split_counts_the_time_inside_every_linear_layer(monkeypatch) -> None:
+def test_the_splits_count_the_time_inside_every_linear_layer_and_the_head_apart(monkeypatch) -> None:
     model = tiny_model("llama")
     linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
     ticks = iter(range(10**6))
     # A clock that advances one second per read: each linear layer's call spans exactly one second.
     monkeypatch.setattr(measure.DeviceClock, "now", lambda self: float(next(ticks)))
-    split = measure.one_row_split(model, torch.tensor([[5, 17, 33, 9]]), "own", repeats=1)
-    assert split["linear_s"] == len(linears)
-    assert split["step_s"] == 2 * len(linears) + 1  # the step's own two reads around the layers' pairs
+    passes = measure.pass_splits(model, torch.tensor([[5, 17, 33, 9]]), "own", widest=3, repeats=1)
+    assert set(passes) == {1, 3}
     tied = {id(layer.weight): layer.weight for layer in linears}.values()
-    assert split["linear_bytes"] == sum(weight.numel() * weight.element_size() for weight in tied)
+    for split in passes.values():
+        assert split["linear_s"] == len(linears)
+        assert split["head_s"] == 1  # the output head, one of them
+        assert split["step_s"] == 2 * len(linears) + 1  # the pass's own two reads around the layers' pairs
+        assert split["linear_bytes"] == sum(weight.numel() * weight.element_size() for weight in tied)

@@ -10,6 +10,7 @@ static caches of that size, the draft's step compiled.
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel
@@ -21,17 +22,32 @@ from .timing import DeviceClock
 from .verify_forms import KernelForms, kernel_forms
 
 
-def _prefilled(model: PreTrainedModel, input_ids: torch.Tensor, static_length: int | None = None, role: str = "target"):
+def prefilled_cache(
+    model: PreTrainedModel, input_ids: torch.Tensor, static_length: int | None = None, role: str = "target"
+) -> Any:
+    """A cache holding ``input_ids``' prefill (static, of ``static_length``, where given), ready to roll back."""
     cache = new_cache(model) if static_length is None else static_cache(model, static_length, role)
     model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
     enable_rollback(cache)
     return cache
 
 
-def _filler(input_ids: torch.Tensor, m: int) -> torch.Tensor:
-    # Real tokens from the prompt, repeated as needed: the cost does not depend on their values.
+def filler_block(input_ids: torch.Tensor, m: int) -> torch.Tensor:
+    """m real tokens from the prompt, repeated as needed: a pass's cost does not depend on their values."""
     ids = input_ids[0]
     return ids.repeat(m // ids.numel() + 1)[:m].unsqueeze(0)
+
+
+def timed_pass(
+    model: PreTrainedModel, cache: Any, input_ids: torch.Tensor, m: int, prompt_length: int, clock: DeviceClock
+) -> float:
+    """Seconds of one pass over m positions after the prompt on ``cache``, cropped back to ``prompt_length``."""
+    block = filler_block(input_ids, m)
+    start = clock.now()
+    model(input_ids=block, cache=cache, use_cache=True, logits_to_keep=m)
+    elapsed = clock.now() - start
+    crop_to(cache, prompt_length)
+    return elapsed
 
 
 @torch.inference_mode()
@@ -52,18 +68,14 @@ def verify_costs(
     forms = kernel_forms(model, kernels)
     clock = DeviceClock(model.device)
     static_length = None if compile_length is None else max(compile_length, input_ids.shape[1] + max_positions)
-    cache = _prefilled(model, input_ids, static_length)
+    cache = prefilled_cache(model, input_ids, static_length)
     prompt_length = cache_length(cache)
     samples: dict[int, list[float]] = {m: [] for m in range(1, max_positions + 1)}
     forms.settle(max_positions)
     with forms.applied():
         for repeat in range(repeats + 1):  # the first sweep warms up and is not kept
             for m in samples:
-                block = _filler(input_ids, m)
-                start = clock.now()
-                model(input_ids=block, cache=cache, use_cache=True, logits_to_keep=m)
-                elapsed = clock.now() - start
-                crop_to(cache, prompt_length)
+                elapsed = timed_pass(model, cache, input_ids, m, prompt_length, clock)
                 if repeat:
                     samples[m].append(elapsed)
     return [statistics.median(samples[m]) for m in samples]
@@ -112,7 +124,7 @@ def own_kernel_step_costs(
     forms = kernel_forms(model, kernels)
     own = KernelForms(model, "linear")
     clock = DeviceClock(model.device)
-    cache = _prefilled(model, input_ids)
+    cache = prefilled_cache(model, input_ids)
     prompt_length = cache_length(cache)
     forms.settle(1)
     samples: dict[bool, list[float]] = {True: [], False: []}
@@ -142,7 +154,7 @@ def draft_token_cost(
     if not drafter.compiles:
         compile_length = None
     static_length = None if compile_length is None else max(compile_length, ids.shape[1] + 1)
-    cache = _prefilled(model, ids, static_length, role="draft")
+    cache = prefilled_cache(model, ids, static_length, role="draft")
     step = model if compile_length is None else one_token_step(model)
     prompt_length = cache_length(cache)
     samples = []

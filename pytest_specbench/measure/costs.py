@@ -22,9 +22,9 @@ from ..engine.cost_model import (
     predict_steps,
     recommended_k_for,
 )
-from ..engine.cost_probe import own_kernel_step_costs, verify_costs
+from ..engine.cost_probe import own_kernel_step_costs, prefilled_cache, verify_costs
 from ..engine.drafters import Drafter
-from ..engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
+from ..engine.kv_cache import cache_length, crop_to
 from ..engine.stats import GenerationResult
 from ..engine.timing import DeviceClock
 from ..engine.verify_forms import KernelForms, kernel_forms
@@ -105,13 +105,6 @@ def probe_positions(longest_k: int, new_tokens: int | None = None, room: int | N
     return max(positions, 1)
 
 
-def _prefilled_cache(model, input_ids: torch.Tensor, static_length: int | None, role: str):
-    cache = new_cache(model) if static_length is None else static_cache(model, static_length, role)
-    model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
-    enable_rollback(cache)
-    return cache
-
-
 @torch.inference_mode()
 def draft_pass_costs(
     target_model,
@@ -143,8 +136,8 @@ def draft_pass_costs(
     # A draft that does not compile (another tokenizer) runs eager on a dynamic cache, whatever --specbench-compile
     # says: time it so.
     draft_static = static if drafter.compiles else None
-    target_cache = _prefilled_cache(target_model, target_ids, static, "target")
-    draft_cache = _prefilled_cache(draft, draft_ids, draft_static, "draft")
+    target_cache = prefilled_cache(target_model, target_ids, static, "target")
+    draft_cache = prefilled_cache(draft, draft_ids, draft_static, "draft")
     target_length, draft_length = cache_length(target_cache), cache_length(draft_cache)
     step = draft if draft_static is None else one_token_step(draft)
     pair = draft_ids[0].repeat(2)[-2:].unsqueeze(0)  # two real tokens, even from a one-token prompt

@@ -371,9 +371,11 @@ bool tiles_permitted() {
 // Whether the tiles variant runs here: built for AMX (this branch), and the system lets this process use its tiles.
 bool tiles_available() { return tiles_permitted(); }
 
-// Outputs [n0, n1) of all M rows: tile 0 accumulates 16 weight rows by M rows of x, tile 1 takes the
-// weights, tile 2 the pairs of x. Each weight row's line is fetched kPrefetchBytes ahead, and the same line
-// of the next block's rows into the level-2 cache, as in weight_rows.
+// Outputs [n0, n1) of all M rows: tile 0 accumulates 16 weight rows by M rows of x; steps of 32 columns take
+// the weights and the pairs of x into tiles 1 and 2, and 3 and 4, in turn: tiles are not renamed, so with one
+// pair the next step's loads waited on the multiply before them (docs/results/2026-12-06-paired-tiles.md).
+// Same sums in the same order. Each weight row's line is fetched kPrefetchBytes ahead, and the same line of
+// the next block's rows into the level-2 cache, as in weight_rows.
 void tile_rows(const uint16_t* pairs, const uint16_t* x, int M, int64_t K, const uint16_t* w, int64_t n0,
                int64_t n1, const Outputs& y) {
   constexpr int64_t ahead = kPrefetchBytes / sizeof(uint16_t);
@@ -382,6 +384,8 @@ void tile_rows(const uint16_t* pairs, const uint16_t* x, int M, int64_t K, const
   config.rows[0] = kTileRows, config.colsb[0] = M * 4;
   config.rows[1] = kTileRows, config.colsb[1] = 64;
   config.rows[2] = 16, config.colsb[2] = M * 4;
+  config.rows[3] = kTileRows, config.colsb[3] = 64;
+  config.rows[4] = 16, config.colsb[4] = M * 4;
   _tile_loadconfig(&config);
   alignas(64) float out[kTileRows * kTileRows];
   const __m512i column = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -389,11 +393,25 @@ void tile_rows(const uint16_t* pairs, const uint16_t* x, int M, int64_t K, const
   for (int64_t n = n0; n + kTileRows <= n1; n += kTileRows) {
     _tile_zero(0);
     const uint16_t* block = w + n * K;
-    for (int64_t k = 0; k < whole; k += 32) {
+    const auto fetch = [&](int64_t k) {
       for (int j = 0; j < kTileRows; ++j) {
         __builtin_prefetch(block + j * K + k + ahead, 0, 3);
         __builtin_prefetch(block + (kTileRows + j) * K + k, 0, 2);
       }
+    };
+    int64_t k = 0;
+    for (; k + 64 <= whole; k += 64) {
+      fetch(k);
+      fetch(k + 32);
+      _tile_loadd(2, pairs + k * M, M * 4);
+      _tile_loadd(1, block + k, K * 2);
+      _tile_loadd(4, pairs + (k + 32) * M, M * 4);
+      _tile_loadd(3, block + k + 32, K * 2);
+      _tile_dpbf16ps(0, 1, 2);
+      _tile_dpbf16ps(0, 3, 4);
+    }
+    if (k < whole) {
+      fetch(k);
       _tile_loadd(2, pairs + k * M, M * 4);
       _tile_loadd(1, block + k, K * 2);
       _tile_dpbf16ps(0, 1, 2);

@@ -15,7 +15,7 @@ the target's weight bytes over v(m), printed beside this process's memory read b
 - ``engine``: the native engine's forms (``engine.verify_forms``, ``auto``): per layer shape and
   row count (one row included: the greedy baseline's steps), the fastest of the model's own
   ``linear``, the few-rows kernel and (the head) ``weight @ hidden.T``, settled before the rounds
-  (one ``KernelForms`` per dtype's model and form, kept for every round and the one-row split).
+  (one ``KernelForms`` per dtype's model and form, kept for every round and the splits below).
 - ``rows``: the few-rows kernel (``engine.few_rows``) in every layer it serves (float32 on CPU).
 - ``column``: the head as ``weight @ hidden.T`` at every row count.
 
@@ -24,13 +24,17 @@ them alike and ratios compare things run side by side. A sweep's first pass over
 warm-up and is not kept. v(m)/v(1) is the median over rounds of each round's own ratio, with the
 lowest and highest of them beside it. Not a test: run it alone, on a quiet machine.
 
+Then one decode step and a pass over the largest m, alternated, each split into the time inside the
+linear layers (the output head apart) and outside them: where the one-row step's layers stream near the
+read bandwidth, the rest bounds its share; what the wider pass adds in each part is where v(m)/v(1) goes.
+
 Last, per dtype, the ratio of the linear layers' floors (``engine.arithmetic``): a pass reads the weights
 once at the read bandwidth or multiplies each of them m times at torch's own matmul rate, whichever takes
 longer. Where it passes 1, a kernel at the memory limit at one row and at torch's rate at m rows costs more at m.
 
 """
 
-# This module: the command line, and the run's course (load, time, print the table, the one-row splits and the
+# This module: the command line, and the run's course (load, time, print the table, the passes' splits and the
 # engine's forms, write the JSON). It imports torch only when it runs, so registering the subcommand costs nothing.
 
 from __future__ import annotations
@@ -129,7 +133,7 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
     from ...engine.bandwidth import MAX_BUFFER_BYTES, memory_read_gbps, weight_bytes
     from ...engine.native_dtypes import native_dtype_facts, native_dtypes
     from ...models.weight_pages import pages_of
-    from .measure import kernel_forms_of, load_targets, measure, one_row_split
+    from .measure import kernel_forms_of, load_targets, measure, pass_splits
 
     native = native_dtypes(args.device)
     print(
@@ -159,17 +163,26 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
         )
     )
     print(table(points))
-    splits = {
-        f"{dtype} {form}": one_row_split(models[dtype], input_ids, form, kernels=kernels[dtype, form])
+    widest = max(ms)
+    passes = {
+        f"{dtype} {form}": pass_splits(models[dtype], input_ids, form, widest, kernels=kernels[dtype, form])
         for dtype in models
         for form in forms
     }
+    splits = {name: both[1] for name, both in passes.items()}
     for name, split in splits.items():
         share = split["linear_s"] / split["step_s"]
         gbps = split["linear_bytes"] / split["linear_s"] / 1e9
         print(
             f"one-row step, {name}: {1000 * split['step_s']:.1f} ms, {share:.0%} of it in linear layers, which "
             f"stream their {split['linear_bytes'] / 1e9:.2f} GB at {gbps:.1f} GB/s ({gbps / read_gbps:.0%} of read)"
+        )
+    for name, both in passes.items() if widest > 1 else ():
+        extra = {part: 1000 * (both[widest][part] - both[1][part]) for part in ("step_s", "linear_s", "head_s")}
+        print(
+            f"{widest}-position pass, {name}: {1000 * both[widest]['step_s']:.1f} ms, {extra['step_s']:+.1f} on "
+            f"the one-row step: {extra['linear_s'] - extra['head_s']:+.1f} in the layers' linear layers, "
+            f"{extra['head_s']:+.1f} in the output head, {extra['step_s'] - extra['linear_s']:+.1f} outside them"
         )
     floors = _floors(models, splits, ms, read_gbps)
     for dtype, floor in floors.items():
@@ -201,6 +214,7 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
             "curves": [point.to_json() for point in points],
             "engine_forms": chosen,
             "one_row_split": splits,
+            "widest_split": {"m": widest, "passes": {name: both[widest] for name, both in passes.items()}},
             "floors": floors,
             "few_rows_kernel": state,
             "weight_pages": pages,

@@ -1,5 +1,6 @@
 """Loading the target and timing its verify passes: the rounds of :func:`verify_costs` per (dtype, form), and
-one decode step split into its linear layers and the rest. The verify-curve tool's only torch module."""
+one decode step and the widest pass split into their linear layers and the rest. The verify-curve tool's only
+torch module."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 
 import torch
 
-from ...engine.cost_probe import verify_costs
-from ...engine.kv_cache import cache_length, crop_to, enable_rollback, new_cache
+from ...engine.cost_probe import prefilled_cache, timed_pass, verify_costs
+from ...engine.kv_cache import cache_length
 from ...engine.timing import DeviceClock
 from ...engine.verify_forms import KernelForms
 from .curve import FORMS
@@ -70,40 +71,52 @@ def measure(
     return samples
 
 
-def one_row_split(
-    model: Any, input_ids: torch.Tensor, form: str, repeats: int = 5, kernels: KernelForms | None = None
-) -> dict[str, float]:
-    """One decode step split into its linear layers and the rest (medians of ``repeats`` steps): a step
-    whose linear layers stream at the memory limit is bounded by what runs between them. ``kernels``: the model's
-    forms of ``form`` (default: new ones, settled for the step)."""
+def pass_splits(
+    model: Any,
+    input_ids: torch.Tensor,
+    form: str,
+    widest: int = 1,
+    repeats: int = 5,
+    kernels: KernelForms | None = None,
+) -> dict[int, dict[str, float]]:
+    """One decode step, and with ``widest`` > 1 a pass over that many positions, each split into its linear
+    layers (the output head apart) and the rest: medians of ``repeats`` of each, the two alternated so drift
+    hits both. A step whose linear layers stream at the memory limit is bounded by what runs between them; what
+    a wider pass adds shows where v(m)/v(1) goes. ``kernels``: the model's forms of ``form`` (default: new ones,
+    settled for these passes)."""
     kernels = kernels if kernels is not None else KernelForms(model, FORMS[form])
-    kernels.settle(1)
+    kernels.settle(widest)
     linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
-    clock, inside, started = DeviceClock(model.device), [0.0], [0.0]
+    head = model.get_output_embeddings()
+    clock, started = DeviceClock(model.device), [0.0]
+    inside = {"linear": 0.0, "head": 0.0}
+
+    def stop(part: str) -> Any:
+        return lambda *_: inside.__setitem__(part, inside[part] + clock.now() - started[0])
+
     hooks = [layer.register_forward_pre_hook(lambda *_: started.__setitem__(0, clock.now())) for layer in linears]
-    hooks += [
-        layer.register_forward_hook(lambda *_: inside.__setitem__(0, inside[0] + clock.now() - started[0]))
-        for layer in linears
-    ]
-    cache = new_cache(model)
-    model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
-    enable_rollback(cache)
+    hooks += [layer.register_forward_hook(stop("head" if layer is head else "linear")) for layer in linears]
+    cache = prefilled_cache(model, input_ids)
     length = cache_length(cache)
-    steps, in_linear = [], []
+    widths = sorted({1, widest})
+    kept: dict[int, dict[str, list[float]]] = {m: {"step_s": [], "linear_s": [], "head_s": []} for m in widths}
     try:
         with kernels.applied():
-            for repeat in range(repeats + 1):  # the first step warms up and is not kept
-                inside[0] = 0.0
-                start = clock.now()
-                model(input_ids=input_ids[:, -1:], cache=cache, use_cache=True, logits_to_keep=1)
-                if repeat:
-                    steps.append(clock.now() - start)
-                    in_linear.append(inside[0])
-                crop_to(cache, length)
+            for repeat in range(repeats + 1):  # the first of each warms up and is not kept
+                for m in widths if repeat % 2 else widths[::-1]:
+                    inside.update(linear=0.0, head=0.0)
+                    elapsed = timed_pass(model, cache, input_ids, m, length, clock)
+                    if repeat:
+                        kept[m]["step_s"].append(elapsed)
+                        kept[m]["linear_s"].append(inside["linear"] + inside["head"])
+                        kept[m]["head_s"].append(inside["head"])
     finally:
         for hook in hooks:
             hook.remove()
     linear_bytes = sum(
         layer.weight.numel() * layer.weight.element_size() for layer in {id(x.weight): x for x in linears}.values()
     )
-    return {"step_s": statistics.median(steps), "linear_s": statistics.median(in_linear), "linear_bytes": linear_bytes}
+    return {
+        m: {**{name: statistics.median(values) for name, values in parts.items()}, "linear_bytes": linear_bytes}
+        for m, parts in kept.items()
+    }
