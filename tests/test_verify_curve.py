@@ -4,6 +4,7 @@ form, on a tiny model (its points, its table, its JSON), run through the command
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -100,12 +101,17 @@ def test_the_tiny_run_prints_every_m_and_dtype(tmp_path: Path, capsys) -> None:
     for split in document["one_row_split"].values():
         assert 0 < split["linear_s"] < split["step_s"] and split["linear_bytes"] > 0
     assert any(line.startswith("one-row step, float32 engine: ") for line in lines)
-    # The widest pass (m = 17) split as the step is, its linear layers' time at least the step's.
+    # The widest pass (m = 17) split as the step is: the head within the linear layers, they within the pass;
+    # the printed parts add up to what the pass adds.
     widest = document["widest_split"]
     assert widest["m"] == 17 and set(widest["passes"]) == set(document["one_row_split"])
     for split in widest["passes"].values():
-        assert 0 <= split["head_s"] <= split["linear_s"] < split["step_s"]
-    assert any(line.startswith("17-position pass, bfloat16 own: ") for line in lines)
+        assert 0 < split["head_s"] < split["linear_s"] < split["step_s"]
+    added = [line for line in lines if line.startswith("17-position pass, ")]
+    assert len(added) == len(dtypes) * len(forms)
+    for line in added:
+        total, *parts = (float(value) for value in re.findall(r"([+-]\d+\.\d) ", line.partition(" ms, ")[2]))
+        assert len(parts) == 3 and abs(sum(parts) - total) <= 0.2
     assert set(document["floors"]) == set(dtypes)
     for floor in document["floors"].values():
         ratios = [floor["ratio"][str(m)] for m in positions]
@@ -113,13 +119,16 @@ def test_the_tiny_run_prints_every_m_and_dtype(tmp_path: Path, capsys) -> None:
     assert any(line.startswith("floors' v(m)/v(1), bfloat16: ") for line in lines)
 
 
-def test_the_splits_count_the_time_inside_every_linear_layer_and_the_head_apart(monkeypatch) -> None:
-    model = tiny_model("llama")
+@pytest.mark.parametrize("tied", [False, True])
+def test_the_splits_count_the_time_inside_every_linear_layer_and_the_head_apart(monkeypatch, tied: bool) -> None:
+    model = tiny_model("llama", tie_word_embeddings=tied)
     linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
     ticks = iter(range(10**6))
     # A clock that advances one second per read: each linear layer's call spans exactly one second.
     monkeypatch.setattr(measure.DeviceClock, "now", lambda self: float(next(ticks)))
-    passes = measure.pass_splits(model, torch.tensor([[5, 17, 33, 9]]), "own", widest=3, repeats=1)
+    ids = torch.tensor([[5, 17, 33, 9]])
+    assert set(measure.pass_splits(model, ids, "own", widest=1, repeats=1)) == {1}
+    passes = measure.pass_splits(model, ids, "own", widest=3, repeats=1)
     assert set(passes) == {1, 3}
     tied = {id(layer.weight): layer.weight for layer in linears}.values()
     for split in passes.values():

@@ -233,10 +233,11 @@ def test_the_tiles_variant_serves_bfloat16_of_1_to_16_rows_where_amx_runs():
 
 @needs_tiles
 def test_the_tiles_variant_computes_linear_over_many_blocks_on_every_thread():
-    # enough blocks of 16 weight rows for each thread to take some, each configuring and releasing its tiles
+    # enough blocks of 16 weight rows for each thread to take some, each configuring and releasing its tiles;
+    # 165 columns: two pairs of 32-column steps, one step alone and 5 past the last
     torch.manual_seed(0)
-    layer = torch.nn.Linear(96, 16 * 40 + 5, bias=True).to(torch.bfloat16)
-    hidden = torch.randn(1, 9, 96).to(torch.bfloat16)
+    layer = torch.nn.Linear(165, 16 * 40 + 5, bias=True).to(torch.bfloat16)
+    hidden = torch.randn(1, 9, 165).to(torch.bfloat16)
     exact = torch.nn.functional.linear(hidden.float(), layer.weight.float(), layer.bias.float())
     with torch_threads(2):
         result = few_rows.few_rows_linear(layer, hidden, "tiles")

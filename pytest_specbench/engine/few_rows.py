@@ -91,7 +91,8 @@ def identity() -> str:
 def _computes_linear(module: Any) -> bool:
     """A loaded build computes ``linear`` as torch does on a small case (a damaged binary may load and not)."""
     generator = torch.Generator().manual_seed(0)
-    hidden, weight = torch.randn(3, 64, generator=generator), torch.randn(40, 64, generator=generator)
+    # 96 columns: the tiles' paired steps and the step alone after them
+    hidden, weight = torch.randn(3, 96, generator=generator), torch.randn(40, 96, generator=generator)
     bias = torch.randn(40, generator=generator)
     expected = torch.nn.functional.linear(hidden, weight, bias)
     if not torch.allclose(module.linear(hidden, weight, bias), expected, atol=1e-4):

@@ -24,9 +24,10 @@ them alike and ratios compare things run side by side. A sweep's first pass over
 warm-up and is not kept. v(m)/v(1) is the median over rounds of each round's own ratio, with the
 lowest and highest of them beside it. Not a test: run it alone, on a quiet machine.
 
-Then one decode step and a pass over the largest m, alternated, each split into the time inside the
-linear layers (the output head apart) and outside them: where the one-row step's layers stream near the
-read bandwidth, the rest bounds its share; what the wider pass adds in each part is where v(m)/v(1) goes.
+Then one decode step and (where m > 1) a pass over the largest m, alternated, each split into the time
+inside the linear layers, the output head's apart, and outside them: where the one-row step's layers stream
+near the read bandwidth, the rest bounds its share; what the wider pass adds in each part is where
+v(m)/v(1) goes.
 
 Last, per dtype, the ratio of the linear layers' floors (``engine.arithmetic``): a pass reads the weights
 once at the read bandwidth or multiplies each of them m times at torch's own matmul rate, whichever takes
@@ -214,7 +215,9 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
             "curves": [point.to_json() for point in points],
             "engine_forms": chosen,
             "one_row_split": splits,
-            "widest_split": {"m": widest, "passes": {name: both[widest] for name, both in passes.items()}},
+            "widest_split": {"m": widest, "passes": {name: both[widest] for name, both in passes.items()}}
+            if widest > 1
+            else None,
             "floors": floors,
             "few_rows_kernel": state,
             "weight_pages": pages,

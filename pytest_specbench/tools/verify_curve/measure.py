@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -79,11 +79,12 @@ def pass_splits(
     repeats: int = 5,
     kernels: KernelForms | None = None,
 ) -> dict[int, dict[str, float]]:
-    """One decode step, and with ``widest`` > 1 a pass over that many positions, each split into its linear
-    layers (the output head apart) and the rest: medians of ``repeats`` of each, the two alternated so drift
-    hits both. A step whose linear layers stream at the memory limit is bounded by what runs between them; what
-    a wider pass adds shows where v(m)/v(1) goes. ``kernels``: the model's forms of ``form`` (default: new ones,
-    settled for these passes)."""
+    """Per m in {1, ``widest``}: ``step_s``, the pass's seconds; ``linear_s``, those inside its linear layers,
+    the output head included; ``head_s``, inside the head alone; ``linear_bytes``, their weights' bytes. Each a
+    median of ``repeats`` passes (the outside time is a difference of medians), the two widths alternated so
+    drift hits both. A step whose linear layers stream at the memory limit is bounded by what runs between
+    them; what a wider pass adds shows where v(m)/v(1) goes. ``kernels``: the model's forms of ``form``
+    (default: new ones, settled for these passes)."""
     kernels = kernels if kernels is not None else KernelForms(model, FORMS[form])
     kernels.settle(widest)
     linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
@@ -91,7 +92,7 @@ def pass_splits(
     clock, started = DeviceClock(model.device), [0.0]
     inside = {"linear": 0.0, "head": 0.0}
 
-    def stop(part: str) -> Any:
+    def stop(part: str) -> Callable[..., None]:
         return lambda *_: inside.__setitem__(part, inside[part] + clock.now() - started[0])
 
     hooks = [layer.register_forward_pre_hook(lambda *_: started.__setitem__(0, clock.now())) for layer in linears]
