@@ -120,6 +120,17 @@ def test_the_tiny_run_prints_every_m_and_dtype(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("tied", [False, True])
+def test_one_m_alone_splits_the_step_and_no_wider_pass(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "curve.json"
+    arguments = ["verify-curve", "--tiny", "--repeats", "1", "--dtype", "float32", "--forms", "own", "--m", "1"]
+    assert cli.main([*arguments, "--json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    document = json.loads(out.read_text(encoding="utf-8"))
+    assert set(document["one_row_split"]) == {"float32 own"} and document["widest_split"] is None
+    assert any(line.startswith("one-row step, float32 own: ") for line in lines)
+    assert not any("-position pass, " in line for line in lines)
+
+
 def test_the_splits_count_the_time_inside_every_linear_layer_and_the_head_apart(monkeypatch, tied: bool) -> None:
     model = tiny_model("llama", tie_word_embeddings=tied)
     linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
@@ -130,9 +141,9 @@ def test_the_splits_count_the_time_inside_every_linear_layer_and_the_head_apart(
     assert set(measure.pass_splits(model, ids, "own", widest=1, repeats=1)) == {1}
     passes = measure.pass_splits(model, ids, "own", widest=3, repeats=1)
     assert set(passes) == {1, 3}
-    tied = {id(layer.weight): layer.weight for layer in linears}.values()
+    weights = {id(layer.weight): layer.weight for layer in linears}.values()
     for split in passes.values():
         assert split["linear_s"] == len(linears)
         assert split["head_s"] == 1  # the output head, one of them
         assert split["step_s"] == 2 * len(linears) + 1  # the pass's own two reads around the layers' pairs
-        assert split["linear_bytes"] == sum(weight.numel() * weight.element_size() for weight in tied)
+        assert split["linear_bytes"] == sum(weight.numel() * weight.element_size() for weight in weights)

@@ -24,7 +24,7 @@ them alike and ratios compare things run side by side. A sweep's first pass over
 warm-up and is not kept. v(m)/v(1) is the median over rounds of each round's own ratio, with the
 lowest and highest of them beside it. Not a test: run it alone, on a quiet machine.
 
-Then one decode step and (where m > 1) a pass over the largest m, alternated, each split into the time
+Then one decode step and (where the largest m is above 1) a pass over it, alternated, each split into the time
 inside the linear layers, the output head's apart, and outside them: where the one-row step's layers stream
 near the read bandwidth, the rest bounds its share; what the wider pass adds in each part is where
 v(m)/v(1) goes.
