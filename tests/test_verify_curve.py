@@ -119,7 +119,6 @@ def test_the_tiny_run_prints_every_m_and_dtype(tmp_path: Path, capsys) -> None:
     assert any(line.startswith("floors' v(m)/v(1), bfloat16: ") for line in lines)
 
 
-@pytest.mark.parametrize("tied", [False, True])
 def test_one_m_alone_splits_the_step_and_no_wider_pass(tmp_path: Path, capsys) -> None:
     out = tmp_path / "curve.json"
     arguments = ["verify-curve", "--tiny", "--repeats", "1", "--dtype", "float32", "--forms", "own", "--m", "1"]
@@ -131,6 +130,7 @@ def test_one_m_alone_splits_the_step_and_no_wider_pass(tmp_path: Path, capsys) -
     assert not any("-position pass, " in line for line in lines)
 
 
+@pytest.mark.parametrize("tied", [False, True])
 def test_the_splits_count_the_time_inside_every_linear_layer_and_the_head_apart(monkeypatch, tied: bool) -> None:
     model = tiny_model("llama", tie_word_embeddings=tied)
     linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
