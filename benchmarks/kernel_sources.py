@@ -2,12 +2,13 @@
 
 Both builds run on the same weights of each shape (float32 or bfloat16), at each row count, in alternating
 order over the rounds (the first round warms up and is not kept); each shape has as many copies as fit in 800 MB (at
-least one), taken in turn, so that every call reads its weights from memory. Prints each build's median
+least one), taken in turn, so that every call reads its weights from memory; with --huge-pages in 2 MB pages,
+as the engine loads a model's weights where the system gives them. Prints each build's median
 time and the per-round ratio, now over then (median and range). The two must give equal results: the
 script stops if they do not.
 Run alone, from the repository root, in the project's environment:
     python benchmarks/kernel_sources.py 90ef0e0 --shapes 262144x640,2048x640 --rows 1,9
-    python benchmarks/kernel_sources.py b78c935 --dtype bfloat16 --variant tiles --rows 1,9
+    python benchmarks/kernel_sources.py b78c935 --dtype bfloat16 --variant tiles --rows 1,9 --huge-pages
 """
 
 import argparse
@@ -21,6 +22,7 @@ import torch
 from torch.utils.cpp_extension import load
 
 from pytest_specbench.engine import few_rows
+from pytest_specbench.models.weight_pages import huge_page_copy
 
 
 def build(source: Path, label: str):
@@ -37,6 +39,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--variant", default="rows", choices=["rows", "held", "tiles"])
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--huge-pages", action="store_true", help="weights in 2 MB pages, as a model's are loaded")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
@@ -55,14 +58,17 @@ def main() -> None:
         builds = {"then": build(then_source, then), "now": build(few_rows.SOURCE, "now")}
 
     print(
-        f"{args.threads} threads, {args.dtype}, variant {args.variant}, {args.rounds} rounds; "
+        f"{args.threads} threads, {args.dtype}, variant {args.variant}, {args.rounds} rounds, "
+        f"{'2 MB pages where given' if args.huge_pages else 'pages as allocated'}; "
         f"then {then}, now {now.stdout.strip()}"
     )
     for shape in args.shapes.split(","):
         outputs, inputs = (int(v) for v in shape.split("x"))
         size = dtype.itemsize
+        paged = huge_page_copy if args.huge_pages else (lambda tensor: tensor)
         copies = [
-            torch.randn(outputs, inputs).to(dtype) for _ in range(max(1, int(800e6 // (outputs * inputs * size))))
+            paged(torch.randn(outputs, inputs).to(dtype))
+            for _ in range(max(1, int(800e6 // (outputs * inputs * size))))
         ]
         for m in (int(v) for v in args.rows.split(",")):
             x = torch.randn(m, inputs).to(dtype)

@@ -371,6 +371,30 @@ bool tiles_permitted() {
 // Whether the tiles variant runs here: built for AMX (this branch), and the system lets this process use its tiles.
 bool tiles_available() { return tiles_permitted(); }
 
+// The 16 x 16 floats at o (row i at o + 16 * i) as columns: t[c] lane i = o[16 * i + c], by unpacks and lane
+// shuffles. Nine gathers of 16 took a 9-row pass over Gemma's head an eighth of its time
+// (docs/results/2026-12-06-tile-outputs.md).
+inline void transpose16(const float* o, __m512 (&t)[16]) {
+  __m512 a[16], b[16];
+  for (int i = 0; i < 16; i += 2) {
+    const __m512 lo = _mm512_load_ps(o + 16 * i), hi = _mm512_load_ps(o + 16 * (i + 1));
+    a[i] = _mm512_unpacklo_ps(lo, hi), a[i + 1] = _mm512_unpackhi_ps(lo, hi);  // pairs of rows i, i + 1
+  }
+  for (int g = 0; g < 16; g += 4) {  // fours of rows g to g + 3, one column per 128-bit lane
+    const __m512d t0 = _mm512_castps_pd(a[g]), t1 = _mm512_castps_pd(a[g + 1]);
+    const __m512d t2 = _mm512_castps_pd(a[g + 2]), t3 = _mm512_castps_pd(a[g + 3]);
+    b[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2)), b[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    b[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3)), b[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  for (int c = 0; c < 4; ++c) {  // column 4q + c: lane q of b[c], b[4 + c], b[8 + c], b[12 + c]
+    const __m512 x01 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0x44), x23 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0xEE);
+    const __m512 y01 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0x44);
+    const __m512 y23 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0xEE);
+    t[c] = _mm512_shuffle_f32x4(x01, y01, 0x88), t[4 + c] = _mm512_shuffle_f32x4(x01, y01, 0xDD);
+    t[8 + c] = _mm512_shuffle_f32x4(x23, y23, 0x88), t[12 + c] = _mm512_shuffle_f32x4(x23, y23, 0xDD);
+  }
+}
+
 // Outputs [n0, n1) of all M rows: tile 0 accumulates 16 weight rows by M rows of x; steps of 32 columns take
 // the weights and the pairs of x into tiles 1 and 2, and 3 and 4, in turn: tiles are not renamed, so with one
 // pair the next step's loads waited on the multiply before them (docs/results/2026-12-06-paired-tiles.md).
@@ -387,9 +411,19 @@ void tile_rows(const uint16_t* pairs, const uint16_t* x, int M, int64_t K, const
   config.rows[3] = kTileRows, config.colsb[3] = 64;
   config.rows[4] = 16, config.colsb[4] = M * 4;
   _tile_loadconfig(&config);
-  alignas(64) float out[kTileRows * kTileRows];
-  const __m512i column = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(kTileRows));
+  // A block's outputs are read back after the next block's tile store: read at once, they waited on their own.
+  alignas(64) float out[2][kTileRows * kTileRows] = {};  // weight row i's outputs at [16 * i], one per row of x
+  const auto put_block = [&](float* o, int64_t n) {
+    if (whole < K)
+      for (int i = 0; i < kTileRows; ++i)
+        for (int r = 0; r < M; ++r)
+          for (int64_t c = whole; c < K; ++c) o[i * kTileRows + r] += widen(x[r * K + c]) * widen(w[(n + i) * K + c]);
+    __m512 sums[kTileRows];
+    transpose16(o, sums);
+    for (int r = 0; r < M; ++r) y.put16(r, n, sums[r]);
+  };
+  int64_t held = -1;  // the first weight row of the block whose outputs wait in out[half ^ 1]
+  int half = 0;
   for (int64_t n = n0; n + kTileRows <= n1; n += kTileRows) {
     _tile_zero(0);
     const uint16_t* block = w + n * K;
@@ -416,13 +450,11 @@ void tile_rows(const uint16_t* pairs, const uint16_t* x, int M, int64_t K, const
       _tile_loadd(1, block + k, K * 2);
       _tile_dpbf16ps(0, 1, 2);
     }
-    _tile_stored(0, out, kTileRows * 4);  // weight row i's outputs at out[16 * i], one per row of x
-    if (whole < K)
-      for (int i = 0; i < kTileRows; ++i)
-        for (int r = 0; r < M; ++r)
-          for (int64_t c = whole; c < K; ++c) out[i * kTileRows + r] += widen(x[r * K + c]) * widen(w[(n + i) * K + c]);
-    for (int r = 0; r < M; ++r) y.put16(r, n, _mm512_i32gather_ps(column, out + r, 4));
+    _tile_stored(0, out[half], kTileRows * 4);
+    if (held >= 0) put_block(out[half ^ 1], held);
+    held = n, half ^= 1;
   }
+  if (held >= 0) put_block(out[half ^ 1], held);
   _tile_release();
 }
 
