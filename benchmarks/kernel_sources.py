@@ -2,8 +2,8 @@
 
 Both builds run on the same weights of each shape (float32 or bfloat16), at each row count, in alternating
 order over the rounds (the first round warms up and is not kept); each shape has as many copies as fit in 800 MB (at
-least one), taken in turn, so that every call reads its weights from memory; with --huge-pages in 2 MB pages,
-as the engine loads a model's weights where the system gives them. Prints each build's median
+least one), taken in turn, so that every call reads its weights from memory; with --huge-pages moved into 2 MB
+pages as the engine moves a model's (those of 2 MB or more, where the system gives them; it prints what it got). Prints each build's median
 time and the per-round ratio, now over then (median and range). The two must give equal results: the
 script stops if they do not.
 Run alone, from the repository root, in the project's environment:
@@ -22,12 +22,21 @@ import torch
 from torch.utils.cpp_extension import load
 
 from pytest_specbench.engine import few_rows
-from pytest_specbench.models.weight_pages import huge_page_copy
+from pytest_specbench.models.weight_pages import into_huge_pages
 
 
 def build(source: Path, label: str):
     flags = few_rows.compile_flags()
     return load(f"kernel_sources_{label}", [str(source)], extra_cflags=flags, extra_ldflags=["-fopenmp"])
+
+
+def paged_as_the_engine_does(shape: str, copies: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The copies moved by the engine's own rule (``into_huge_pages``), and what the system gave, printed."""
+    holder = torch.nn.Module()
+    for index, weight in enumerate(copies):
+        holder.register_buffer(f"copy{index}", weight)
+    print(f"{shape:>11s}: {into_huge_pages(holder)}")
+    return [getattr(holder, f"copy{index}") for index in range(len(copies))]
 
 
 def main() -> None:
@@ -39,7 +48,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--variant", default="rows", choices=["rows", "held", "tiles"])
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--huge-pages", action="store_true", help="weights in 2 MB pages, as a model's are loaded")
+    parser.add_argument(
+        "--huge-pages", action="store_true", help="weights into 2 MB pages as the engine moves a model's"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
@@ -59,17 +70,17 @@ def main() -> None:
 
     print(
         f"{args.threads} threads, {args.dtype}, variant {args.variant}, {args.rounds} rounds, "
-        f"{'2 MB pages where given' if args.huge_pages else 'pages as allocated'}; "
+        f"{'2 MB pages as the engine asks for them' if args.huge_pages else 'pages as allocated'}; "
         f"then {then}, now {now.stdout.strip()}"
     )
     for shape in args.shapes.split(","):
         outputs, inputs = (int(v) for v in shape.split("x"))
         size = dtype.itemsize
-        paged = huge_page_copy if args.huge_pages else (lambda tensor: tensor)
         copies = [
-            paged(torch.randn(outputs, inputs).to(dtype))
-            for _ in range(max(1, int(800e6 // (outputs * inputs * size))))
+            torch.randn(outputs, inputs).to(dtype) for _ in range(max(1, int(800e6 // (outputs * inputs * size))))
         ]
+        if args.huge_pages:
+            copies = paged_as_the_engine_does(shape, copies)
         for m in (int(v) for v in args.rows.split(",")):
             x = torch.randn(m, inputs).to(dtype)
             results = [b.linear(x, copies[0], None, args.variant) for b in builds.values()]

@@ -248,12 +248,13 @@ def test_the_tiles_variant_computes_linear_over_many_blocks_on_every_thread():
 @needs_tiles
 @pytest.mark.parametrize("outputs", [16, 17, 32])
 @pytest.mark.parametrize("rows", [1, 9, 16])
-def test_the_tiles_put_the_last_block_whose_outputs_wait_for_the_next(outputs, rows):
-    # a block's outputs are read back after the next block's store: one block, one and a remainder, and two
-    # must each put their last block after the loop
+def test_the_tiles_put_a_threads_last_block_after_its_loop(outputs, rows):
+    # a block's outputs are put after the next block's store, so the last block's after the loop: one block
+    # alone (with one weight row past it, or not) and two; 69 columns, 5 past the last step, added to the
+    # block put late
     torch.manual_seed(outputs * rows)
-    layer = torch.nn.Linear(64, outputs, bias=True).to(torch.bfloat16)
-    hidden = torch.randn(1, rows, 64).to(torch.bfloat16)
+    layer = torch.nn.Linear(69, outputs, bias=True).to(torch.bfloat16)
+    hidden = torch.randn(1, rows, 69).to(torch.bfloat16)
     _assert_is_linear(few_rows.few_rows_linear(layer, hidden, "tiles"), layer, hidden)
 
 

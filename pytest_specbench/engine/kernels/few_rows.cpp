@@ -372,8 +372,7 @@ bool tiles_permitted() {
 bool tiles_available() { return tiles_permitted(); }
 
 // The 16 x 16 floats at o (row i at o + 16 * i) as columns: t[c] lane i = o[16 * i + c], by unpacks and lane
-// shuffles. Nine gathers of 16 took a 9-row pass over Gemma's head an eighth of its time
-// (docs/results/2026-12-06-tile-outputs.md).
+// shuffles: faster than a gather per row of x (docs/results/2026-12-06-tile-outputs.md).
 inline void transpose16(const float* o, __m512 (&t)[16]) {
   __m512 a[16], b[16];
   for (int i = 0; i < 16; i += 2) {
@@ -411,7 +410,7 @@ void tile_rows(const uint16_t* pairs, const uint16_t* x, int M, int64_t K, const
   config.rows[3] = kTileRows, config.colsb[3] = 64;
   config.rows[4] = 16, config.colsb[4] = M * 4;
   _tile_loadconfig(&config);
-  // A block's outputs are read back after the next block's tile store: read at once, they waited on their own.
+  // A block's outputs are read after the next block's tile store: read right after their own, the loads waited for it.
   alignas(64) float out[2][kTileRows * kTileRows] = {};  // weight row i's outputs at [16 * i], one per row of x
   const auto put_block = [&](float* o, int64_t n) {
     if (whole < K)
