@@ -3,9 +3,9 @@
 Both builds run on the same weights of each shape (float32 or bfloat16), at each row count, in alternating
 order over the rounds (the first round warms up and is not kept); each shape has as many copies as fit in 800 MB (at
 least one), taken in turn, so that every call reads its weights from memory; with --huge-pages moved into 2 MB
-pages as the engine moves a model's (those of 2 MB or more, where the system gives them; it prints what it got). Prints each build's median
-time and the per-round ratio, now over then (median and range). The two must give equal results: the
-script stops if they do not.
+pages as the engine moves a model's (those of 2 MB or more, where the system gives them; it prints what it
+got). Prints each build's median time and the per-round ratio, now over then (median and range). The two
+must give equal results: the script stops if they do not.
 Run alone, from the repository root, in the project's environment:
     python benchmarks/kernel_sources.py 90ef0e0 --shapes 262144x640,2048x640 --rows 1,9
     python benchmarks/kernel_sources.py b78c935 --dtype bfloat16 --variant tiles --rows 1,9 --huge-pages
