@@ -601,14 +601,62 @@ def test_a_setting_by_name_settles_the_blocks_of_its_call(monkeypatch):
     monkeypatch.setattr(
         KernelForms, "settle", lambda self, rows: settled.append((self.kernel, rows)) or real(self, rows)
     )
-    speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS)  # blocks of up to k + 1 rows
+    # blocks of up to k + 1 rows; the draft model's passes of one or two rows, in the same setting
+    speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS)
     speculative_generate(target, draft, PROMPT, 4, 3, kernels="column")  # never more rows than new tokens
     greedy_generate(target, PROMPT, 3, kernels="auto")  # its one-row steps
-    assert settled == [("auto", 5), ("column", 3), ("auto", 1)]
-    forms = KernelForms(target)
+    assert settled == [("auto", 5), ("auto", 2), ("column", 3), ("column", 2), ("auto", 1)]
+    forms, draft_forms = KernelForms(target), KernelForms(draft)
     settled.clear()
     speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, kernels=forms)  # its owner settles it, not the run
+    assert settled == [("auto", 2)]  # the draft's, of this call alone
+    settled.clear()
+    speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, kernels=forms, draft_kernels=draft_forms)
     assert settled == []
+
+
+@pytest.mark.parametrize("kernel", ["column", "rows", "linear"])
+def test_the_draft_model_runs_the_same_setting_in_its_own_forms(kernel, monkeypatch):
+    """Every model in the loop on one kernel setting: the draft model's passes run its forms, and only while the
+    run lasts; ``--specbench-kernels=linear`` keeps both on their own kernels."""
+    target, draft = pair("llama")
+    seen: list[tuple[str, str, int]] = []  # (model, form, rows) of each call through a form
+    owners = {id(module): name for name, model in (("target", target), ("draft", draft)) for module in model.modules()}
+    real = verify_forms_module._call
+
+    def call(form, layer, hidden, own):
+        seen.append((owners[id(layer)], form, hidden.numel() // hidden.shape[-1]))
+        return real(form, layer, hidden, own)
+
+    monkeypatch.setattr(verify_forms_module, "_call", call)
+    result = speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, kernels=kernel)
+    assert result.token_ids == list(reference("llama"))
+    assert not any("forward" in vars(module) for module in draft.modules())
+    draft_calls = [(form, rows) for model, form, rows in seen if model == "draft"]
+    if kernel == "linear":
+        assert seen == []
+        return
+    built = few_rows.kernel() is not None
+    forced = "column" if kernel == "column" else ("rows" if built else "own")
+    one_row_forms = {form for form, rows in draft_calls if rows == 1}
+    assert forced in one_row_forms  # its one-token steps
+    assert {rows for _, rows in draft_calls} >= {1}
+    # and the draft's own forms stay its own: given apart, "linear" keeps them off
+    seen.clear()
+    speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, kernels=kernel, draft_kernels="linear")
+    assert [model for model, _, _ in seen] and {model for model, _, _ in seen} == {"target"}
+
+
+def test_a_dynamic_int8_copy_says_its_layers_ran_their_own_kernels():
+    from pytest_specbench.engine.derived_models import int8_copy
+
+    target, _ = pair("llama")
+    forms = KernelForms(int8_copy(target), "auto")
+    forms.settle(2)
+    assert forms.described(1).startswith("own: no plain float linear layer (") and "Linear" in forms.described(1)
+    assert KernelForms(target, "linear").described(1).startswith("own: --specbench-kernels=linear")
+    plain = KernelForms(target, "column")
+    assert plain.described(1).endswith("column: head") and "own: " in plain.described(1)
 
 
 def test_the_earlier_keyword_still_works_and_says_it_is_deprecated(calls):
@@ -652,7 +700,9 @@ def test_every_kernel_is_lossless(arch, kernel, k, calls):
     forms.settle(k + 1)
     calls["column"].clear()
     calls["rows"].clear()
-    result = speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, kernels=forms)
+    # The draft model on its own kernels here, so that every call counted is the target's (the draft's forms:
+    # test_the_draft_model_runs_the_same_setting_in_its_own_forms).
+    result = speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, kernels=forms, draft_kernels="linear")
     assert result.token_ids == list(reference(arch))
     assert not any("forward" in vars(module) for module in target.modules())
     passes = result.stats.target_forward_passes
@@ -767,7 +817,10 @@ def test_an_interleaved_baseline_between_steps_runs_the_runs_forms(calls):
             baseline.step()  # the prefill's head and each step's: one row, through the column form
             seen.append((patched, calls["column"][before:]))
 
-    result = speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, kernels="column", between_steps=between_steps)
+    # The draft on its own kernels, so that every head call counted is the target's.
+    result = speculative_generate(
+        target, draft, PROMPT, 4, NEW_TOKENS, kernels="column", between_steps=between_steps, draft_kernels="linear"
+    )
     assert result.token_ids == list(reference("llama"))
     assert seen and all(patched and rows == [1] for patched, rows in seen)
     # The baseline's tokens so far are the reference's first ones: equal kernels, still lossless.

@@ -14,6 +14,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+#: the lowest v(m)/v(1) a probe may report: at equal kernels more rows never cost less, so a wider pass well below a
+#: one-row step is the probe's noise or an unequal kernel, not a cost
+CURVE_FLOOR = 0.9
+
+
+def lowest_ratio(verify_costs: Sequence[float], longest: int | None = None) -> tuple[int, float]:
+    """The m in 2 .. ``longest`` (all: None) whose v(m)/v(1) is lowest, and that ratio; (1, 1.0) for a curve of one
+    point. ``verify_costs[m - 1]`` is v(m)."""
+    last = len(verify_costs) if longest is None else min(longest, len(verify_costs))
+    ratios = [(m, verify_costs[m - 1] / verify_costs[0]) for m in range(2, last + 1) if verify_costs[0] > 0]
+    return min(ratios, key=lambda pair: pair[1], default=(1, 1.0))
+
+
+def curve_dip(verify_costs: Sequence[float], longest: int | None = None, floor: float = CURVE_FLOOR) -> str:
+    """Why the curve up to v(``longest``) is no cost (its lowest v(m)/v(1) below ``floor``), in words with the figure;
+    "" where it is one."""
+    m, ratio = lowest_ratio(verify_costs, longest)
+    if ratio >= floor:
+        return ""
+    return f"v({m})/v(1) = {ratio:.2f}, below {floor:.2f}: a {m}-row pass cheaper than a one-row step"
+
 
 def _decode_steps(drafted_per_step: Sequence[int], accepted_per_step: Sequence[int]) -> list[tuple[int, int]]:
     # Index 0 is the prefill (0 drafted); steps that drafted nothing carry no acceptance information.

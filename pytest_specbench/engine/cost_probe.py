@@ -143,12 +143,19 @@ def own_kernel_step_costs(
 
 @torch.inference_mode()
 def draft_token_cost(
-    drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5, compile_length: int | None = None
+    drafter: Drafter,
+    input_ids: torch.Tensor,
+    repeats: int = 5,
+    compile_length: int | None = None,
+    kernels: KernelForms | str = "linear",
 ) -> float:
-    """Seconds of one drafted token: a draft model's one-token step on the prompt's cache; 0 without a model."""
+    """Seconds of one drafted token: a draft model's one-token step on the prompt's cache, its linear layers in
+    ``kernels`` (its model's forms, or a setting), settled first; 0 without a model."""
     model = drafter.model
     if model is None:
         return 0.0  # prompt lookup and other model-free drafters: microseconds of tensor search
+    forms = kernel_forms(model, kernels)
+    forms.settle(1)
     clock = DeviceClock(model.device)
     ids = drafter.draft_ids_for(input_ids).to(model.device)
     if not drafter.compiles:
@@ -159,9 +166,10 @@ def draft_token_cost(
     prompt_length = cache_length(cache)
     samples = []
     for repeat in range(repeats + 1):  # the first repeat warms up (and compiles) and is not kept
-        start = clock.now()
-        step(input_ids=ids[:, -1:], cache=cache, use_cache=True, logits_to_keep=1)
-        elapsed = clock.now() - start
+        with forms.applied():
+            start = clock.now()
+            step(input_ids=ids[:, -1:], cache=cache, use_cache=True, logits_to_keep=1)
+            elapsed = clock.now() - start
         crop_to(cache, prompt_length)
         if repeat:
             samples.append(elapsed)

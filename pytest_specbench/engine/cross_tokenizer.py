@@ -141,6 +141,8 @@ class CrossTokenizerDrafter(Drafter):
 
     drafts_sampled = False
     assisted_by = "universal"
+    # re-tokenised text feeds a few ids a step, most often one to three; a longer feed runs the model's own kernels
+    pass_rows = 4
 
     def __init__(
         self,

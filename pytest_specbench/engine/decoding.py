@@ -13,6 +13,7 @@ distributed as the target's samples. Usage: docs/library.md; sampling: docs/samp
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,17 @@ def _longest_block(schedule: DraftSchedule, max_new_tokens: int) -> int:
     kernel's most; never more than the new tokens."""
     longest = schedule.k + 1 if isinstance(schedule, ConstantSchedule) else few_rows.MAX_ROWS
     return max(1, min(longest, max_new_tokens))
+
+
+def _draft_forms(drafter: Drafter, kernels: KernelForms | str) -> KernelForms | None:
+    """The draft model's forms under ``kernels`` (settled here, before the clock starts, where they are this call's
+    own), or None for a drafter without a model."""
+    if drafter.model is None:
+        return None
+    forms = kernel_forms(drafter.model, kernels)
+    if forms is not kernels:
+        forms.settle(drafter.pass_rows)
+    return forms
 
 
 def _target_cache(model: PreTrainedModel, length: int, compile_steps: bool) -> Cache:
@@ -379,6 +391,7 @@ def speculative_generate(
     compile_steps: bool = False,
     between_steps: Callable[[float], None] | None = None,
     head_kernel: str | None = None,
+    draft_kernels: KernelForms | str | None = None,
 ) -> GenerationResult:
     """Speculative decoding: greedy, equal to the target's greedy output, or sampled, distributed as its samples.
 
@@ -392,6 +405,8 @@ def speculative_generate(
     :class:`~.verify_forms.KernelForms`, run as settled, or a setting (``"auto"``, ``"rows"``, ``"column"``,
     ``"linear"``) for forms of this call alone, ``auto``'s settled first for every block the run can verify
     (``head_kernel=`` is the deprecated earlier name of ``kernels=``);
+    ``draft_kernels``: the draft model's forms, likewise (its :class:`~.verify_forms.KernelForms`, or a setting);
+    None: the target's setting, so that every model in the loop runs one kernel setting;
     ``compile_steps=True``: static caches and compiled draft steps (:mod:`~pytest_specbench.engine.compiled_steps`);
     ``between_steps(seconds)`` runs after the prefill and each step, untimed (the interleaved baseline runs there,
     with the target's linear layers in the same forms).
@@ -405,8 +420,12 @@ def speculative_generate(
     forms = kernel_forms(target, given)
     if forms is not given:  # this call's own forms: settled here, before the clock starts
         forms.settle(_longest_block(run.schedule, max_new_tokens))
+    draft_forms = _draft_forms(run.drafter, forms.kernel if draft_kernels is None else draft_kernels)
     # An interleaved baseline's steps run in between, under the same forms: equal kernels on both sides.
-    with forms.applied():
+    with contextlib.ExitStack() as applied:
+        applied.enter_context(forms.applied())
+        if draft_forms is not None:
+            applied.enter_context(draft_forms.applied())
         start = run.clock.now()
         ids, paused = _decode(run, ids, prompt_length + max_new_tokens, start, between_steps)
     stats = run.stats

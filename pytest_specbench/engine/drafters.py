@@ -41,6 +41,9 @@ class Drafter(ABC):
     drafts_sampled: bool = True
     #: its draft model's one-token steps run compiled under :meth:`compile_steps`
     compiles: bool = False
+    #: the most positions one pass of its draft model reads after the prefill: the row counts its model's kernel forms
+    #: are settled for (:mod:`.verify_forms`; a wider pass runs the model's own kernels)
+    pass_rows: int = 1
     #: how transformers' ``generate()`` runs it: ``"assistant_model"``, ``"prompt_lookup"``, ``"universal"``
     #: (universal assisted generation, another tokenizer), or None where it has no such method
     assisted_by: str | None = None
@@ -177,6 +180,7 @@ class ModelDrafter(Drafter):
     drafts_batches = True
     compiles = True
     assisted_by = "assistant_model"
+    pass_rows = 2  # one token, or after a block accepted whole its own last one and the target's bonus token
 
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model

@@ -64,6 +64,11 @@ def _patchable(module: torch.nn.Module | None) -> bool:
     return type(module) is torch.nn.Linear and module.weight.is_floating_point() and "forward" not in vars(module)
 
 
+def _linear_like(module: torch.nn.Module) -> bool:
+    # A layer that computes linear in some other form: a quantised copy's, a wrapper's.
+    return "Linear" in type(module).__name__ and not _patchable(module)
+
+
 def _layers(model: torch.nn.Module) -> dict[_Group, list[torch.nn.Linear]]:
     """The model's patchable linear layers, grouped by (weight shape, dtype, is the head)."""
     head = model.get_output_embeddings()
@@ -158,6 +163,30 @@ class KernelForms:
             }
             for group, layers in _layers(self.model).items()
         }
+
+    def described(self, rows: int = 1) -> str:
+        """The forms its linear layers run at ``rows`` rows, as a row records them (``"rows: 168 layers; column:
+        head"``), or why none is the engine's: the setting keeps the model's own, or no layer is a plain float
+        ``torch.nn.Linear`` (a dynamic int8 copy's are quantised: they run torch's int8 kernels)."""
+        if self.kernel == LINEAR:
+            return "own: --specbench-kernels=linear keeps the model's own kernels"
+        counts: dict[str, int] = {}
+        head: str | None = None
+        for group, layers in _layers(self.model).items():
+            form = self._form(group, layers[0], rows)
+            if group[2]:
+                head = form
+            else:
+                counts[form] = counts.get(form, 0) + len(layers)
+        if not counts and head is None:
+            kinds = sorted({type(module).__name__ for module in self.model.modules() if _linear_like(module)})
+            held = f" ({', '.join(kinds)})" if kinds else ""
+            return f"own: no plain float linear layer{held}, so its layers ran their own kernels"
+        parts = [f"{form}: {count} layers" for form, count in sorted(counts.items())]
+        if head:
+            parts.append(f"{head}: head")
+        fallback = self.few_rows_fallback()
+        return "; ".join(parts) + (f" (few-rows kernel not built: {fallback})" if fallback else "")
 
     def _rows_using(self, max_rows: int, forms_used: tuple[str, ...], head_only: bool) -> list[int]:
         chosen = self.choices(max_rows)

@@ -106,11 +106,14 @@ class CostEstimator:
 
     def _draft_ratio(self, case: Case, step_s: float, tokenizer) -> float:
         store = self._context.store
-        key = (case.pair.name, store.dtype_for(case))
+        key = (case.pair.name, store.dtype_for(case), case.engine)
         if key not in self._draft_ratios:
             drafter = store.drafter(case.pair, store.dtype_for(case))
             ids = prompt_input_ids(tokenizer, case.prompt, self._context.all_prompts, None, store.device)
-            self._draft_ratios[key] = draft_token_cost(drafter, ids, repeats=2) / step_s
+            # the draft in the forms its runs use, as the target's step above: its store's, or the model's own
+            forms = store.draft_kernel_forms(drafter, self._context.config.kernels)
+            kernels = ENGINES[case.engine].baseline_kernels(forms) if forms is not None else "linear"
+            self._draft_ratios[key] = draft_token_cost(drafter, ids, repeats=2, kernels=kernels) / step_s
         return self._draft_ratios[key]
 
     def steps_s(self) -> dict[str, float]:

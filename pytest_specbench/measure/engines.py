@@ -45,6 +45,7 @@ class RunInputs:
     generator: torch.Generator | None = None
     kernels: KernelForms | str = "auto"  # the target's forms (its store's), or a setting for forms of each run
     compile_steps: bool = False
+    draft_kernels: KernelForms | str | None = None  # the draft model's forms (its store's); None: the target's setting
 
 
 def sampling_params(config: SpecbenchConfig) -> SamplingParams:
@@ -76,6 +77,7 @@ def _native(case: Case, run: RunInputs) -> SpeculativeRun:
         eos_token_id=run.eos_token_id,
         generator=run.generator,
         kernels=run.kernels,
+        draft_kernels=run.draft_kernels,
         compile_steps=run.compile_steps,
         between_steps=between_steps,
         **sampling_kwargs(run.sampling),

@@ -267,7 +267,13 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         target_load_s=measurement.target_load_s,  # includes a GGUF conversion on a first run
         target_load_source=measurement.target_load_source,
         **cost_model_fields(
-            case.k, drafted, accepted, measurement.costs, speed["decode_speedup"], other_time_s=other_time_s
+            case.k,
+            drafted,
+            accepted,
+            measurement.costs,
+            speed["decode_speedup"],
+            other_time_s=other_time_s,
+            tau=steps.get("tau"),
         ),
         **bandwidth_fields(case.engine, measurement.costs, case.k),
         column_head_rows=case_block_rows(

@@ -113,9 +113,12 @@ class SequenceRun(CaseRun):
             "pair", "dtype", longest=longest, head_rows=head_rows, kernel=config.kernels, compiled=compile_length
         )
         forms = store.kernel_forms(target, config.kernels)
+        draft_forms = store.draft_kernel_forms(drafter, config.kernels)
         costs = shared.costs(
             costs_key,
-            lambda: measure_costs(target.model, drafter, input_ids, longest + 1, forms, compile_length, head_rows),
+            lambda: measure_costs(
+                target.model, drafter, input_ids, longest + 1, forms, compile_length, head_rows, draft_forms
+            ),
         )
         self.setup = SequenceSetup(target, drafter, input_ids, n, eos, sampling, reference, costs, costs_key)
 
@@ -132,6 +135,11 @@ class SequenceRun(CaseRun):
     def kernels(self) -> KernelForms:
         """The target's kernel forms under ``--specbench-kernels``: its store's, one object per loaded target."""
         return self.context.store.kernel_forms(self.setup.target, self.context.config.kernels)
+
+    @property
+    def draft_kernels(self) -> KernelForms | None:
+        """The draft model's kernel forms under ``--specbench-kernels`` (its store's), None without a model."""
+        return self.context.store.draft_kernel_forms(self.setup.drafter, self.context.config.kernels)
 
     def reference_key(self, max_new_tokens: int, eos_token_id: int | None) -> tuple:
         """Its reference's key: the target's greedy tokens for this input, shared by every pair of the target."""
@@ -151,6 +159,7 @@ class SequenceRun(CaseRun):
             torch.Generator().manual_seed(config.seed + 1),
             self.kernels,
             config.compile_steps,
+            self.draft_kernels,
         )
         return speculative_runner(self.case, inputs)
 

@@ -73,15 +73,21 @@ class ModelStore:
     def target(self, pair: PairSpec, dtype: str | None = None) -> LoadedModel:
         return self.model(pair.target, pair.revision, self.pair_dtype(pair, dtype))
 
-    def kernel_forms(self, loaded: LoadedModel, kernel: str) -> KernelForms:
-        """The kernel forms of a model this store loaded (a target) under ``kernel`` (``--specbench-kernels``): one
-        object per loaded model and setting, kept with the model for the session, so that what the cost probe
-        settles (measure/costs.py, before any timed run) serves every case of that model, and no other model's."""
-        key = (id(loaded.model), kernel)
+    def kernel_forms(self, loaded: LoadedModel | torch.nn.Module, kernel: str) -> KernelForms:
+        """The kernel forms of a model this store holds (a target, a draft model, or a drafter's model derived from
+        the target) under ``kernel`` (``--specbench-kernels``): one object per model and setting, kept with the model
+        for the session, so that what the cost probe settles (measure/costs.py, before any timed run) serves every
+        case of that model, and no other model's."""
+        model = loaded.model if isinstance(loaded, LoadedModel) else loaded
+        key = (id(model), kernel)
         forms = self._kernel_forms.get(key)
-        if forms is None or forms.model is not loaded.model:
-            forms = self._kernel_forms[key] = KernelForms(loaded.model, kernel)
+        if forms is None or forms.model is not model:
+            forms = self._kernel_forms[key] = KernelForms(model, kernel)
         return forms
+
+    def draft_kernel_forms(self, drafter: Drafter, kernel: str) -> KernelForms | None:
+        """The forms of the drafter's model under ``kernel`` (:meth:`kernel_forms`), or None without a model."""
+        return None if drafter.model is None else self.kernel_forms(drafter.model, kernel)
 
     def drafter(self, pair: PairSpec, dtype: str | None = None) -> Drafter:
         """The pair's drafter in ``dtype`` (see :meth:`pair_dtype`); a drafter derived from the target (int8,

@@ -23,6 +23,9 @@ def _dtype_line(dtype: str, rows: Sequence[CaseResult]) -> str | None:
     read = median(reads) if reads else None
     parts = [f"memory read {read:.1f} GB/s" if read else "memory read not measured"]
     parts.append(f"one-row step {_share(median(steps), read)}")
+    drafts = [row.draft_one_row_gbps for row in rows if row.draft_one_row_gbps]
+    if drafts:
+        parts.append(f"draft model's one-row step {_share(median(drafts), read)}")
     by_k: dict[int, list[float]] = {}
     for row in rows:
         if isinstance(row.k, int) and row.verify_pass_gbps:
@@ -55,6 +58,8 @@ def bandwidth_lines(rows: Sequence[CaseResult]) -> list[str]:
     recorded = {row.few_rows_kernel for row in native}
     missing = sorted(reason for reason in recorded if reason and not few_rows_built(reason))
     lines += [f"few-rows kernel not used: {reason}; torch's own kernels ran" for reason in missing]
+    own_drafts = sorted({row.draft_kernel_forms for row in native if row.draft_kernel_forms.startswith("own: ")})
+    lines += [f"draft model's layers: {forms.removeprefix('own: ')}" for forms in own_drafts]
     without_tiles = sorted({state.partition(", ")[2] for state in recorded if f", {WITHOUT_TILES}: " in state})
     lines += [f"few-rows kernel ran {reason}; its dot products ran in their place" for reason in without_tiles]
     small_pages = sorted({row.weight_pages for row in native if row.weight_pages.startswith("4 KB")})

@@ -234,7 +234,25 @@ def _closing_lines(results: Sequence[CaseResult], ci_target: float) -> list[str]
             "Try a quieter machine, fewer xdist workers, a fixed --specbench-threads"
             f"{f' (ran with {threads[0]})' if len(threads) == 1 else ''}, or a longer --specbench-budget."
         )
-    return lines + _suspect_lines(results)
+    return lines + _suspect_lines(results) + _prediction_fault_lines(results)
+
+
+#: the flagged predictions named one by one, at most; the rest counted
+FAULTS_NAMED = 5
+
+
+def _prediction_fault_lines(results: Sequence[CaseResult]) -> list[str]:
+    """The cases whose predicted speedup is no figure (measure/costs.py ``prediction_fault``): counted, the first
+    few named with their cause."""
+    flagged = [row for row in results if row.prediction_fault]
+    if not flagged:
+        return []
+    more = len(flagged) - FAULTS_NAMED
+    return [
+        f"{len(flagged)} prediction(s) flagged: a probe fault, not a figure (no predicted speedup, no efficiency):",
+        *(f"  {row.case}: {row.prediction_fault}" for row in flagged[:FAULTS_NAMED]),
+        *([f"  and {more} more (the JSON's prediction_fault)"] if more > 0 else []),
+    ]
 
 
 def _suspect_lines(results: Sequence[CaseResult]) -> list[str]:

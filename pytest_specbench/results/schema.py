@@ -499,6 +499,13 @@ class CaseResult:
     efficiency: float | None = _field(
         "measured decode_speedup / predicted_speedup", COST_MODEL, default=None, summary=("efficiency", ".2f")
     )
+    prediction_fault: str | None = _field(
+        "why the prediction is not a figure, in words with the figures: the probe's v(m)/v(1) below 0.9 up to the "
+        "run's widest pass (a wider pass cheaper than a one-row step, after 3 probes), or a predicted speedup above "
+        "the run's tau, which equal kernels forbid; predicted_speedup and efficiency are then null (null: none)",
+        COST_MODEL,
+        default=None,
+    )
     recommended_k: int | None = _field(
         "the k maximising that per-step prediction over the drafter's proposal "
         "lengths capped at k (for every drafter), over every k whose verify cost was "
@@ -584,6 +591,19 @@ class CaseResult:
     )
     verify_pass_gbps: float | None = _field(
         "the target's weight bytes over v(k + 1), the case's full verify pass", COST_MODEL, default=None
+    )
+    draft_kernel_forms: str = _field(
+        "native engine: the draft model's linear layers' forms at one row under the run's kernel setting, by form "
+        "and layer count ('rows: 168 layers; rows: head'), or why they ran their own kernels (a dynamic int8 copy's "
+        "layers are quantised); empty without a draft model",
+        COST_MODEL,
+        default="",
+    )
+    draft_one_row_gbps: float | None = _field(
+        "native engine: the draft model's weight bytes over its one-position pass in the cost probe: its effective "
+        "bandwidth, to set beside memory_read_gbps as one_row_gbps is",
+        COST_MODEL,
+        default=None,
     )
 
     # --- memory and size
