@@ -130,6 +130,31 @@ def test_one_m_alone_splits_the_step_and_no_wider_pass(tmp_path: Path, capsys) -
     assert not any("-position pass, " in line for line in lines)
 
 
+def test_a_draft_is_timed_after_the_target_in_the_same_dtypes_and_forms(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "curve.json"
+    arguments = ["verify-curve", "--tiny", "--draft", "tiny:gemma3", "--repeats", "1", "--m", "1", "--forms"]
+    assert cli.main([*arguments, "own,engine", "--dtype", "float32", "--json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    draft = json.loads(out.read_text(encoding="utf-8"))["draft"]
+    assert draft["model"] == "tiny:gemma3" and draft["memory_read_gbps"] > 0 and draft["weight_bytes"]["float32"] > 0
+    # its one-row step (a drafted token) and its two-row catch-up, per form, each with its share of the read
+    assert {(row["form"], row["m"]) for row in draft["curves"]} == {
+        ("own", 1),
+        ("own", 2),
+        ("engine", 1),
+        ("engine", 2),
+    }
+    assert all(row["v_s"] > 0 and row["gbps"] > 0 for row in draft["curves"])
+    assert set(draft["engine_forms"]) == {"float32"}
+    at = lines.index(next(line for line in lines if line.startswith("draft tiny:gemma3: memory read ")))
+    assert any(line.split()[:3] == ["float32", "engine", "1"] for line in lines[at:])
+
+
+def test_a_draft_that_cannot_load_is_named_before_any_load(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no-such-draft"):
+        cli.main(["verify-curve", "--tiny", "--draft", str(tmp_path / "no-such-draft")])
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_the_splits_count_the_time_inside_every_linear_layer_and_the_head_apart(monkeypatch, tied: bool) -> None:
     model = tiny_model("llama", tie_word_embeddings=tied)

@@ -3,6 +3,7 @@
     python -m pytest_specbench verify-curve embedded:gemma3-270m --dtype float32,bfloat16 --json curve.json
     python -m pytest_specbench verify-curve path/to/checkpoint --m 1,2,3,5,9,17 --repeats 7
     python -m pytest_specbench verify-curve --tiny --repeats 1     # a tiny random model: a quick check of the tool
+    python -m pytest_specbench verify-curve embedded:qwen2.5-coder-1.5b --draft embedded:qwen2.5-coder-0.5b
 
 v(m) is the median seconds of one target forward pass over m new positions after a prompt, on a
 warm KV cache, as a verify pass of m - 1 drafted tokens runs (m = 1: a decode step); it is measured
@@ -28,6 +29,9 @@ Then one decode step and (where the largest m is above 1) a pass over it, altern
 inside the linear layers, the output head's apart, and outside them: where the one-row step's layers stream
 near the read bandwidth, the rest bounds its share; what the wider pass adds in each part is where
 v(m)/v(1) goes.
+
+With ``--draft``, a draft model's one-row step (a drafted token) and two-row catch-up are timed the same way
+after the target's models are freed, in the same dtypes and forms, against a fresh read of memory.
 
 Last, per dtype, the ratio of the linear layers' floors (``engine.arithmetic``): a pass reads the weights
 once at the read bandwidth or multiplies each of them m times at torch's own matmul rate, whichever takes
@@ -107,6 +111,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--m", default=",".join(map(str, DEFAULT_POSITIONS)), help="comma list of m (positions)")
     parser.add_argument("--repeats", type=_rounds, default=7, help="rounds; v(m) is their median")
     parser.add_argument("--prompt", default="list_items", help="prompt category of the shipped suite")
+    parser.add_argument(
+        "--draft",
+        help="a draft model to time after the target (its one-row step and two-row catch-up in the same dtypes and "
+        "forms, against a fresh read of memory), the target's models freed first",
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", type=Path, help="also write the curves and the machine's facts here")
     parser.set_defaults(run=run)
@@ -123,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     target = TINY_TARGET if args.tiny else args.target
     if not args.tiny:
         check_target(target)
+    if args.draft and args.draft != TINY_TARGET:
+        check_target(args.draft)
     with torch.inference_mode():
         return _course(args, target, *chosen)
 
@@ -200,6 +211,11 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
         print(f"note: {few_rows.unavailable_reason()}")
     elif few_rows.tiles_unavailable_reason():
         print(f"note: the few-rows kernel runs {state.partition(', ')[2]}")
+    widest_split = None
+    if widest > 1:
+        widest_split = {"m": widest, "passes": {name: both[widest] for name, both in passes.items()}}
+    del models, kernels, passes  # the draft is timed without the target's weights in memory
+    draft = _draft_course(args, dtypes, forms) if args.draft else None
     if args.json:
         document = {
             "target": target,
@@ -215,15 +231,47 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
             "curves": [point.to_json() for point in points],
             "engine_forms": chosen,
             "one_row_split": splits,
-            "widest_split": {"m": widest, "passes": {name: both[widest] for name, both in passes.items()}}
-            if widest > 1
-            else None,
+            "widest_split": widest_split,
             "floors": floors,
             "few_rows_kernel": state,
             "weight_pages": pages,
+            "draft": draft,
         }
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+#: the draft's passes timed: its one-token step and its catch-up (its own last token and the target's bonus token)
+DRAFT_POSITIONS = [1, 2]
+
+
+def _draft_course(args: argparse.Namespace, dtypes: list[str], forms: list[str]) -> dict[str, Any]:
+    """The draft model's one-row step and two-row catch-up per (dtype, form), timed as the target's passes are, with
+    its share of a fresh read of memory: what a drafted token costs against its floor. Printed and returned."""
+    import gc
+
+    from ...engine.bandwidth import memory_read_gbps, weight_bytes
+    from .measure import kernel_forms_of, load_targets, measure
+
+    gc.collect()
+    models, input_ids = load_targets(args.draft, dtypes, args.device, args.prompt)
+    nbytes = {dtype: weight_bytes(model) for dtype, model in models.items()}
+    read_gbps = memory_read_gbps(args.device, max(nbytes.values()), fresh=True)
+    kernels = kernel_forms_of(models, forms)
+    samples = measure(models, input_ids, forms, DRAFT_POSITIONS, args.repeats, kernels)
+    points = curve_rows(samples, DRAFT_POSITIONS, nbytes, read_gbps)
+    print(f"draft {args.draft}: memory read {read_gbps:.1f} GB/s before its rounds; its passes (v(1): a drafted token)")
+    print(table(points))
+    chosen = engine_forms({dtype: kernels[dtype, "engine"] for dtype in models}, 2) if "engine" in forms else {}
+    for dtype, layers in chosen.items():
+        print(f"draft engine forms, {dtype}: " + "; ".join(f"{layer}: {text}" for layer, text in layers.items()))
+    return {
+        "model": args.draft,
+        "memory_read_gbps": read_gbps,
+        "weight_bytes": nbytes,
+        "curves": [point.to_json() for point in points],
+        "engine_forms": chosen,
+    }
 
 
 def _floors(models: dict, splits: dict, ms: list[int], read_gbps: float) -> dict[str, dict]:
