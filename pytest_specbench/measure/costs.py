@@ -431,7 +431,7 @@ def cost_model_fields(
         overhead = overhead_s / curve[0]
         run = predict_steps(alpha, drafted_per_step, c, curve, c2, overhead)
         predicted = run.speedup
-        fault = prediction_fault(predicted, tau, curve, max(drafted_per_step, default=0) + 1)
+        fault = prediction_fault(predicted, tau, curve, max(drafted_per_step, default=0) + 1, run.tau)
         fields.update(
             predicted_tau=run.tau,
             # A prediction the bound forbids is the probe's fault, not a figure: kept in the cause only.
@@ -445,16 +445,29 @@ def cost_model_fields(
     return fields
 
 
-def prediction_fault(predicted: float, tau: float | None, curve: Sequence[float], longest: int) -> str | None:
+def prediction_fault(
+    predicted: float, tau: float | None, curve: Sequence[float], longest: int, predicted_tau: float | None = None
+) -> str | None:
     """Why a row's predicted speedup is no figure, in words with the figures, or None: the probe's curve up to the
     run's widest pass dips below :data:`~..engine.cost_model.CURVE_FLOOR`, or the prediction exceeds the run's tau
-    (speedup <= tau binds a prediction as it binds a measurement: results/invariants.py)."""
+    (speedup <= tau binds a prediction as it binds a measurement: results/invariants.py). Past the run's tau, the
+    cause named is the probe where the prediction passes its own tokens per step (a step priced below v(1)), else
+    alpha's i.i.d. model, whose tokens per step (``predicted_tau``) passed the run's."""
     causes = []
     dip = curve_dip(curve, longest)
     if dip:
         causes.append(f"the probe's {dip}")
     if tau and predicted > tau:
         m, ratio = lowest_ratio(curve, longest)
-        low = f"; the probe's lowest v(m)/v(1) is v({m})/v(1) = {ratio:.2f}" if m > 1 else ""
-        causes.append(f"predicted speedup {predicted:.2f} above the run's tau {tau:.2f}{low}")
+        probe = f"the probe's lowest v(m)/v(1) up to v({longest}) is v({m})/v(1) = {ratio:.2f}" if m > 1 else ""
+        if predicted_tau and predicted > predicted_tau:
+            cause = "a step priced below a one-row step" + (f" ({probe})" if probe else "")
+        elif predicted_tau:
+            cause = f"alpha's i.i.d. model puts {predicted_tau:.2f} tokens in a step, the run {tau:.2f}" + (
+                f"; {probe}" if probe else ""
+            )
+        else:
+            cause = probe
+        above = f"predicted speedup {predicted:.2f} above the run's tau {tau:.2f}"
+        causes.append(above + (f": {cause}" if cause else ""))
     return "; ".join(causes) or None

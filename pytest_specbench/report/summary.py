@@ -249,7 +249,8 @@ def _prediction_fault_lines(results: Sequence[CaseResult]) -> list[str]:
         return []
     more = len(flagged) - FAULTS_NAMED
     return [
-        f"{len(flagged)} prediction(s) flagged: a probe fault, not a figure (no predicted speedup, no efficiency):",
+        f"{len(flagged)} prediction(s) flagged, not figures (no predicted speedup, no efficiency): above the run's "
+        "tau, which equal kernels forbid, or from a probe whose v(m)/v(1) fell below 0.9:",
         *(f"  {row.case}: {row.prediction_fault}" for row in flagged[:FAULTS_NAMED]),
         *([f"  and {more} more (the JSON's prediction_fault)"] if more > 0 else []),
     ]

@@ -1,0 +1,130 @@
+"""Every model in the loop on one kernel setting, and predictions held to the bound speedup <= tau (issue 67): the
+draft model's forms in the cost probe and in a row, its share of the read bandwidth in the summary, a probe curve
+that dips probed again, and a prediction the bound forbids flagged with its cause, not kept as a figure."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from factory import case_result, tiny_model
+
+from pytest_specbench.engine.cost_model import CURVE_FLOOR, curve_dip, lowest_ratio
+from pytest_specbench.engine.derived_models import int8_copy
+from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter
+from pytest_specbench.measure import costs as costs_module
+from pytest_specbench.measure.costs import (
+    PROBE_TRIES,
+    CostProfile,
+    bandwidth_fields,
+    cost_model_fields,
+    measure_costs,
+    prediction_fault,
+)
+from pytest_specbench.report.bandwidth import bandwidth_lines
+from pytest_specbench.report.summary import FAULTS_NAMED, _prediction_fault_lines
+
+PROMPT = torch.tensor([[5, 17, 33, 9, 60]])
+
+
+def test_the_lowest_ratio_and_the_dip_name_the_pass_and_its_figure():
+    assert lowest_ratio([10.0, 11.0, 9.5, 12.0]) == (3, pytest.approx(0.95))
+    assert lowest_ratio([10.0, 11.0, 9.5, 12.0], longest=2) == (2, pytest.approx(1.1))
+    assert lowest_ratio([10.0]) == (1, 1.0)
+    assert curve_dip([10.0, 11.0, 9.5]) == ""  # 0.95: noise within the floor
+    dip = curve_dip([10.0, 8.0, 12.0])
+    assert "v(2)/v(1) = 0.80" in dip and f"{CURVE_FLOOR:.2f}" in dip and "2-row pass cheaper" in dip
+    assert curve_dip([10.0, 12.0, 8.0], longest=2) == ""  # past the run's widest pass: not its fault
+
+
+def test_a_prediction_the_bound_forbids_is_flagged_with_its_cause():
+    honest = [10.0, 10.5, 11.0, 11.5]
+    assert prediction_fault(2.5, 2.8, honest, 4, 2.9) is None
+    # A curve that dips: the probe's fault, whatever the prediction.
+    dipping = [10.0, 7.0, 11.0, 11.5]
+    assert "the probe's v(2)/v(1) = 0.70" in prediction_fault(2.5, 2.8, dipping, 4, 2.9)
+    # Above the run's tau and above its own tokens per step: a step priced below v(1).
+    cause = prediction_fault(3.0, 2.8, [10.0, 9.5, 11.0], 3, 2.9)
+    assert "predicted speedup 3.00 above the run's tau 2.80: a step priced below a one-row step" in cause
+    assert "v(2)/v(1) = 0.95" in cause
+    # Above the run's tau, within its own: alpha's model put more tokens in a step than the run committed.
+    cause = prediction_fault(1.64, 1.63, honest, 3, 1.70)
+    assert "alpha's i.i.d. model puts 1.70 tokens in a step, the run 1.63" in cause
+
+
+def test_a_flagged_prediction_keeps_no_predicted_speedup_and_no_efficiency():
+    drafted, accepted = [0, 2, 2, 2], [0, 2, 2, 2]  # alpha 1: tau 3 every step
+    honest = cost_model_fields(2, drafted, accepted, CostProfile([0.010, 0.011, 0.012], 0.0, []), 2.4, tau=3.0)
+    assert honest["prediction_fault"] is None and honest["predicted_speedup"] == pytest.approx(3 / 1.2)
+    assert honest["efficiency"] == pytest.approx(2.4 / (3 / 1.2))
+    # A planted probe fault: the 3-row pass measured at 0.6 of the one-row step.
+    faulty = cost_model_fields(2, drafted, accepted, CostProfile([0.010, 0.011, 0.006], 0.0, []), 2.4, tau=3.0)
+    assert faulty["predicted_speedup"] is None and faulty["efficiency"] is None
+    assert "v(3)/v(1) = 0.60" in faulty["prediction_fault"] and "above the run's tau 3.00" in faulty["prediction_fault"]
+    assert faulty["predicted_tau"] == pytest.approx(3.0)  # what the model said stays, apart from the figure
+
+
+def test_a_curve_that_dips_is_probed_again_and_kept_with_its_fault_when_it_always_does(monkeypatch):
+    target = tiny_model("llama")
+    curves = iter([[0.010, 0.007], [0.010, 0.0105]])
+    calls = []
+
+    def probe(*args, **kwargs):
+        calls.append(1)
+        return next(curves)
+
+    monkeypatch.setattr(costs_module, "verify_costs", probe)
+    profile = measure_costs(target, PromptLookupDrafter(), PROMPT, 2, kernels="linear")
+    assert len(calls) == 2 and profile.verify_costs_s == [0.010, 0.0105] and profile.probe_fault == ""
+    calls.clear()
+    always = iter([[0.010, 0.006], [0.010, 0.008], [0.010, 0.007]])
+    monkeypatch.setattr(costs_module, "verify_costs", lambda *a, **k: calls.append(1) or next(always))
+    profile = measure_costs(target, PromptLookupDrafter(), PROMPT, 2, kernels="linear")
+    assert len(calls) == PROBE_TRIES and profile.verify_costs_s == [0.010, 0.008]  # the try that dipped least
+    dip = "v(2)/v(1) = 0.80, below 0.90: a 2-row pass cheaper than a one-row step"
+    assert profile.probe_fault == f"{dip} in each of {PROBE_TRIES} probes"
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_probe_records_the_draft_models_forms_and_its_bytes():
+    target, draft = tiny_model("llama"), tiny_model("llama", seed=1)
+    profile = measure_costs(target, ModelDrafter(draft), PROMPT, 2, kernels="column")
+    assert profile.draft_forms.endswith("column: head") and profile.draft_weight_bytes > 0
+    fields = bandwidth_fields("native", profile, 1)
+    assert fields["draft_kernel_forms"] == profile.draft_forms
+    assert fields["draft_one_row_gbps"] == pytest.approx(profile.draft_weight_bytes / profile.draft_token_s / 1e9)
+    assert measure_costs(target, PromptLookupDrafter(), PROMPT, 2, kernels="column").draft_forms == ""
+    # A dynamic int8 copy: no layer the engine's forms serve, and the row says so.
+    quantised = measure_costs(target, ModelDrafter(int8_copy(target)), PROMPT, 2, kernels="auto")
+    assert quantised.draft_forms.startswith("own: no plain float linear layer (")
+    # --specbench-kernels=linear: both models on their own kernels.
+    assert measure_costs(target, ModelDrafter(draft), PROMPT, 2, kernels="linear").draft_forms.startswith(
+        "own: --specbench-kernels=linear"
+    )
+
+
+def test_the_summary_sets_the_drafts_step_beside_the_targets_and_names_a_draft_on_its_own_kernels():
+    rows = [
+        case_result(engine="native", memory_read_gbps=40.0, one_row_gbps=32.0, draft_one_row_gbps=30.0),
+        case_result(
+            engine="native",
+            memory_read_gbps=40.0,
+            one_row_gbps=32.0,
+            draft_kernel_forms="own: no plain float linear layer (DynamicQuantizedLinear), so its layers ran their "
+            "own kernels",
+        ),
+    ]
+    lines = bandwidth_lines(rows)
+    assert "one-row step 32.0 GB/s (80%); draft model's one-row step 30.0 GB/s (75%)" in lines[1]
+    named = "draft model's layers: no plain float linear layer (DynamicQuantizedLinear)"
+    assert any(line.startswith(named) for line in lines)
+    # No draft figure: no draft part (prompt lookup, or a row from before the draft had forms).
+    assert "draft model" not in bandwidth_lines(rows[1:2])[1]
+
+
+def test_the_summary_counts_the_flagged_predictions_and_names_the_first():
+    assert _prediction_fault_lines([case_result(prediction_fault=None)]) == []
+    flagged = [case_result(case=f"p-k{k}-natural", prediction_fault=f"cause {k}") for k in range(FAULTS_NAMED + 2)]
+    lines = _prediction_fault_lines(flagged)
+    assert lines[0].startswith(f"{FAULTS_NAMED + 2} prediction(s) flagged, not figures")
+    assert lines[1] == "  p-k0-natural: cause 0" and len(lines) == 1 + FAULTS_NAMED + 1
+    assert lines[-1] == "  and 2 more (the JSON's prediction_fault)"
