@@ -128,3 +128,27 @@ def test_the_summary_counts_the_flagged_predictions_and_names_the_first():
     assert lines[0].startswith(f"{FAULTS_NAMED + 2} prediction(s) flagged, not figures")
     assert lines[1] == "  p-k0-natural: cause 0" and len(lines) == 1 + FAULTS_NAMED + 1
     assert lines[-1] == "  and 2 more (the JSON's prediction_fault)"
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_row_records_the_few_rows_build_a_draft_ran_where_its_target_had_no_use_for_it():
+    from pytest_specbench.engine import few_rows
+
+    target, draft = tiny_model("llama").to(torch.float16), tiny_model("llama", seed=1)  # the kernel: no float16
+    profile = measure_costs(target, ModelDrafter(draft), PROMPT, 2, kernels="auto")
+    assert profile.few_rows_kernel == few_rows.recorded_state()  # resume and compare then check the draft's build
+    assert measure_costs(target, PromptLookupDrafter(), PROMPT, 2, kernels="auto").few_rows_kernel == ""
+
+
+def test_a_truncated_draft_is_moved_into_the_pages_its_target_is_in():
+    from pytest_specbench.measure.drafter_kinds import KINDS
+    from pytest_specbench.models.loading import LoadedModel
+    from pytest_specbench.models.weight_pages import pages_of
+
+    class Pair:
+        name, target, draft, drafter, drafter_options, cross_tokenizer = "p", "t", None, "truncated", (), False
+        options = {"num_layers": 1}
+
+    target = LoadedModel(tiny_model("llama"), None, "t", 0.0, "local")
+    drafter = KINDS["truncated"].build(Pair(), target, None)
+    assert pages_of(drafter.model) != ""  # asked for: 2 MB pages, or why 4 KB ones

@@ -97,8 +97,13 @@ def _truncated(pair: PairSpec, target: LoadedModel, draft: LoadedModel | None) -
     from ..engine import derived_models
     from ..engine.drafters import ModelDrafter
 
+    from ..models.weight_pages import into_huge_pages
+
     layers = pair.options.get("num_layers", DEFAULT_TRUNCATED_LAYERS)
-    return ModelDrafter(derived_models.truncated_copy(target.model, layers))
+    draft = derived_models.truncated_copy(target.model, layers)
+    if draft.device.type == "cpu":
+        into_huge_pages(draft)  # its weights in the pages the target's are in: one page size on both sides
+    return ModelDrafter(draft)
 
 
 def _int8(pair: PairSpec, target: LoadedModel, draft: LoadedModel | None) -> Drafter:
