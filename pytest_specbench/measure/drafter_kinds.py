@@ -96,7 +96,6 @@ def _cross(pair: PairSpec, target: LoadedModel, draft: LoadedModel | None) -> Dr
 def _truncated(pair: PairSpec, target: LoadedModel, draft: LoadedModel | None) -> Drafter:
     from ..engine import derived_models
     from ..engine.drafters import ModelDrafter
-
     from ..models.weight_pages import into_huge_pages
 
     layers = pair.options.get("num_layers", DEFAULT_TRUNCATED_LAYERS)
