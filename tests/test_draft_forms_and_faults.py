@@ -152,3 +152,15 @@ def test_a_truncated_draft_is_moved_into_the_pages_its_target_is_in():
     target = LoadedModel(tiny_model("llama"), None, "t", 0.0, "local")
     drafter = KINDS["truncated"].build(Pair(), target, None)
     assert pages_of(drafter.model) != ""  # asked for: 2 MB pages, or why 4 KB ones
+
+
+def test_a_dynamic_int8_copys_packed_weights_count_one_byte_each():
+    from pytest_specbench.engine.bandwidth import weight_bytes
+
+    target = tiny_model("llama")
+    linears = [module for module in target.modules() if isinstance(module, torch.nn.Linear)]
+    packed = sum(layer.weight.numel() for layer in linears)  # int8: a byte a weight
+    quantised = int8_copy(target)
+    floats = weight_bytes(target) - sum(layer.weight.numel() * 4 for layer in linears)  # norms, biases, the rest
+    assert weight_bytes(quantised) >= packed + floats - 4 * sum(layer.out_features for layer in linears)
+    assert weight_bytes(quantised) < weight_bytes(target)

@@ -36,7 +36,21 @@ def weight_bytes(model: torch.nn.Module) -> int:
     )
     if embeddings is not None and embeddings is not head:
         tensors.pop(id(embeddings), None)
-    return sum(t.numel() * t.element_size() for t in tensors.values())
+    return sum(t.numel() * t.element_size() for t in tensors.values()) + _packed_bytes(model)
+
+
+def _packed_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the weights a dynamically quantised linear keeps packed, outside its parameters and buffers (one
+    byte a weight in int8), and of their biases."""
+    total = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if callable(weight) and not isinstance(weight, torch.nn.Module):  # torch.ao's dynamic quantised Linear
+            packed = weight()
+            total += packed.numel() * packed.element_size()
+            bias = module.bias() if callable(getattr(module, "bias", None)) else None
+            total += 0 if bias is None else bias.numel() * bias.element_size()
+    return total
 
 
 def _embedding_weight(model: torch.nn.Module, getter: str) -> torch.Tensor | None:

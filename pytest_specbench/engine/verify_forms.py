@@ -65,8 +65,9 @@ def _patchable(module: torch.nn.Module | None) -> bool:
 
 
 def _linear_like(module: torch.nn.Module) -> bool:
-    # A layer that computes linear in some other form: a quantised copy's, a wrapper's.
-    return "Linear" in type(module).__name__ and not _patchable(module)
+    # A layer that computes linear in some other form: a quantised copy's, a wrapper's (not its packed weights).
+    name = type(module).__name__
+    return "Linear" in name and "Packed" not in name and not _patchable(module)
 
 
 def _layers(model: torch.nn.Module) -> dict[_Group, list[torch.nn.Linear]]:
@@ -179,8 +180,12 @@ class KernelForms:
             else:
                 counts[form] = counts.get(form, 0) + len(layers)
         if not counts and head is None:
-            kinds = sorted({type(module).__name__ for module in self.model.modules() if _linear_like(module)})
-            held = f" ({', '.join(kinds)})" if kinds else ""
+            kinds: dict[str, int] = {}
+            for module in self.model.modules():
+                if _linear_like(module):
+                    name = f"{type(module).__module__.split('.modules')[0]} {type(module).__name__}"
+                    kinds[name] = kinds.get(name, 0) + 1
+            held = f" ({', '.join(f'{name} x {count}' for name, count in sorted(kinds.items()))})" if kinds else ""
             return f"own: no plain float linear layer{held}, so its layers ran their own kernels"
         parts = [f"{form}: {count} layers" for form, count in sorted(counts.items())]
         if head:

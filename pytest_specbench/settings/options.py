@@ -593,8 +593,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "kernels",
         "kernels",
-        "how the native engine computes every linear layer of the target's passes (verify blocks and one-row "
-        "steps, its greedy baseline's included): auto (per layer shape and row count, the fastest of the model's "
+        "how the native engine computes every linear layer of the models in its loop: the target's passes (verify "
+        "blocks and one-row steps, its greedy baseline's included) and a draft model's, each model in forms of its "
+        "own: auto (per layer shape and row count, the fastest of the model's "
         "own, the few-rows kernel and, for the output head, weight @ hidden.T, measured before timing), rows (the "
         "few-rows kernel, float32 and bfloat16 on CPU), column (the head as weight @ hidden.T) or linear (the "
         "model's own) (default auto). Its earlier name, --specbench-head-kernel (ini specbench_head_kernel), "
