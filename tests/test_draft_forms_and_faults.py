@@ -88,7 +88,7 @@ def test_a_curve_that_dips_is_probed_again_and_kept_with_its_fault_when_it_alway
 def test_the_probe_records_the_draft_models_forms_and_its_bytes():
     target, draft = tiny_model("llama"), tiny_model("llama", seed=1)
     profile = measure_costs(target, ModelDrafter(draft), PROMPT, 2, kernels="column")
-    assert profile.draft_forms.endswith("column: head") and profile.draft_weight_bytes > 0
+    assert profile.draft_forms.endswith("column in the head") and profile.draft_weight_bytes > 0
     fields = bandwidth_fields("native", profile, 1)
     assert fields["draft_kernel_forms"] == profile.draft_forms
     assert fields["draft_one_row_gbps"] == pytest.approx(profile.draft_weight_bytes / profile.draft_token_s / 1e9)

@@ -656,7 +656,7 @@ def test_a_dynamic_int8_copy_says_its_layers_ran_their_own_kernels():
     assert forms.described(1).startswith("own: no plain float linear layer (") and "Linear" in forms.described(1)
     assert KernelForms(target, "linear").described(1).startswith("own: --specbench-kernels=linear")
     plain = KernelForms(target, "column")
-    assert plain.described(1).endswith("column: head") and "own: " in plain.described(1)
+    assert plain.described(1).endswith("column in the head") and "own in " in plain.described(1)
 
 
 def test_the_earlier_keyword_still_works_and_says_it_is_deprecated(calls):

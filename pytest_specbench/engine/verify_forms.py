@@ -166,9 +166,10 @@ class KernelForms:
         }
 
     def described(self, rows: int = 1) -> str:
-        """The forms its linear layers run at ``rows`` rows, as a row records them (``"rows: 168 layers; column:
-        head"``), or why none is the engine's: the setting keeps the model's own, or no layer is a plain float
-        ``torch.nn.Linear`` (a dynamic int8 copy's are quantised: they run torch's int8 kernels)."""
+        """The forms its linear layers run at ``rows`` rows, as a row records them (``"rows in 168 layers; column in
+        the head"``), or, after ``"own: "``, why none can be the engine's: the setting keeps the model's own, or no
+        layer is a plain float ``torch.nn.Linear`` (a dynamic int8 copy's are quantised: they run torch's int8
+        kernels)."""
         if self.kernel == LINEAR:
             return "own: --specbench-kernels=linear keeps the model's own kernels"
         counts: dict[str, int] = {}
@@ -187,9 +188,9 @@ class KernelForms:
                     kinds[name] = kinds.get(name, 0) + 1
             held = f" ({', '.join(f'{name} x {count}' for name, count in sorted(kinds.items()))})" if kinds else ""
             return f"own: no plain float linear layer{held}, so its layers ran their own kernels"
-        parts = [f"{form}: {count} layers" for form, count in sorted(counts.items())]
+        parts = [f"{form} in {count} layers" for form, count in sorted(counts.items())]
         if head:
-            parts.append(f"{head}: head")
+            parts.append(f"{head} in the head")
         fallback = self.few_rows_fallback()
         return "; ".join(parts) + (f" (few-rows kernel not built: {fallback})" if fallback else "")
 

@@ -58,7 +58,8 @@ def bandwidth_lines(rows: Sequence[CaseResult]) -> list[str]:
     recorded = {row.few_rows_kernel for row in native}
     missing = sorted(reason for reason in recorded if reason and not few_rows_built(reason))
     lines += [f"few-rows kernel not used: {reason}; torch's own kernels ran" for reason in missing]
-    own_drafts = sorted({row.draft_kernel_forms for row in native if row.draft_kernel_forms.startswith("own: ")})
+    # a draft none of whose layers the engine's forms serve (not one kept on its own kernels by the setting)
+    own_drafts = sorted({row.draft_kernel_forms for row in native if row.draft_kernel_forms.startswith("own: no ")})
     lines += [f"draft model's layers: {forms.removeprefix('own: ')}" for forms in own_drafts]
     without_tiles = sorted({state.partition(", ")[2] for state in recorded if f", {WITHOUT_TILES}: " in state})
     lines += [f"few-rows kernel ran {reason}; its dot products ran in their place" for reason in without_tiles]

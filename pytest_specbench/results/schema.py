@@ -594,8 +594,8 @@ class CaseResult:
     )
     draft_kernel_forms: str = _field(
         "native engine: the draft model's linear layers' forms at one row under the run's kernel setting, by form "
-        "and layer count ('rows: 168 layers; rows: head'), or why they ran their own kernels (a dynamic int8 copy's "
-        "layers are quantised); empty without a draft model",
+        "and layer count ('rows in 168 layers; rows in the head'), or after 'own: ' why they ran their own kernels "
+        "(a dynamic int8 copy's layers are quantised); empty without a draft model",
         COST_MODEL,
         default="",
     )
