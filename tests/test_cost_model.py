@@ -151,12 +151,16 @@ def test_the_row_fields_on_hand_computed_values():
     fields = cost_model_fields(2, drafted, accepted, CostProfile([0.010, 0.012, 0.015], 0.001, []), decode_speedup=1.7)
     assert fields["alpha"] == pytest.approx(0.8)
     assert fields["cost_ratio"] == pytest.approx(0.1) and fields["verify_cost_ratio"] == pytest.approx(1.5)
-    # The steps as they ran: tau(2) = 2.44 twice and tau(1) = 1.8, for v(3) + 2c = 1.7 twice and v(2) + c = 1.3
-    # (no catch-up pass measured: no dearer than one position).
+    # The steps as they ran: tau(2) = 2.44 twice and tau(1) = 1.8 by alpha's model, for v(3) + 2c = 1.7 twice and
+    # v(2) + c = 1.3 (no catch-up pass measured: no dearer than one position). The prediction counts the 7 tokens
+    # the steps committed (2 + 3 + 2) over that time: a prediction of the time, held by speedup <= tau.
     assert fields["predicted_tau"] == pytest.approx((2.44 + 2.44 + 1.8) / 3)
-    assert fields["predicted_speedup"] == pytest.approx((2.44 + 2.44 + 1.8) / (1.7 + 1.7 + 1.3))  # 1.421
-    # Not the textbook's 2.44 / 1.7 = 1.435: the shortened last block takes its share.
-    assert fields["predicted_speedup"] < predicted_speedup(0.8, 2, 0.1, [1.0, 1.2, 1.5])
+    assert fields["predicted_speedup"] == pytest.approx(7 / (1.7 + 1.7 + 1.3))  # 1.489
+    # With the run's tau given, its tokens are tau times the steps: the same 7 here.
+    given = cost_model_fields(2, drafted, accepted, CostProfile([0.010, 0.012, 0.015], 0.001, []), 1.7, tau=7 / 3)
+    assert given["predicted_speedup"] == pytest.approx(fields["predicted_speedup"])
+    # Not the textbook's 2.44 / 1.7 = 1.435 per block of 2 (k every step): the shortened last block takes its share.
+    assert fields["predicted_speedup"] != pytest.approx(predicted_speedup(0.8, 2, 0.1, [1.0, 1.2, 1.5]))
     assert fields["efficiency"] == pytest.approx(1.7 / fields["predicted_speedup"])
     assert fields["recommended_k"] == 2  # a draft model, k every step: k=1: 1.8 / 1.3 = 1.385 < 2.44 / 1.7 = 1.435
     assert fields["verify_costs_ms"] == pytest.approx([10.0, 12.0, 15.0]) and fields["draft_token_ms"] == 1.0

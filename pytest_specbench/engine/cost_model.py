@@ -27,6 +27,13 @@ def lowest_ratio(verify_costs: Sequence[float], longest: int | None = None) -> t
     return min(ratios, key=lambda pair: pair[1], default=(1, 1.0))
 
 
+def bounded_curve(verify_costs: Sequence[float]) -> list[float]:
+    """The curve priced: each v(m) at least v(1). At equal kernels more rows never cost less; a wider pass measured a
+    little below a one-row step (within :data:`CURVE_FLOOR`: the probe's noise) is priced as one, so that a step never
+    costs less than the greedy token it replaces. A dip past the floor is a fault, flagged (:func:`curve_dip`)."""
+    return [max(v, verify_costs[0]) for v in verify_costs]
+
+
 def curve_dip(verify_costs: Sequence[float], longest: int | None = None, floor: float = CURVE_FLOOR) -> str:
     """Why the curve up to v(``longest``) is no cost (its lowest v(m)/v(1) below ``floor``), in words with the figure;
     "" where it is one."""

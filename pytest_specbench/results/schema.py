@@ -489,9 +489,9 @@ class CaseResult:
         default=None,
     )
     predicted_speedup: float | None = _field(
-        "predicted decode speedup: sum tau(d) / sum (o + v(d+1)/v(1) + d c + "
-        "alpha^(d before) (c2 - c)) over the steps as they ran (d drafted, o the "
-        "step overhead, c2 the draft's catch-up pass)",
+        "predicted decode speedup: the tokens the decode steps committed (tau times the steps) / sum (o + "
+        "v(d+1)/v(1) + d c + alpha^(d before) (c2 - c)) over the steps as they ran (d drafted, o the step "
+        "overhead, c2 the draft's catch-up pass, no v(m) priced below v(1)); null where prediction_fault says why",
         COST_MODEL,
         default=None,
         summary=("predicted", ".2f"),
