@@ -640,7 +640,6 @@ def test_the_draft_model_runs_the_same_setting_in_its_own_forms(kernel, monkeypa
     forced = "column" if kernel == "column" else ("rows" if built else "own")
     one_row_forms = {form for form, rows in draft_calls if rows == 1}
     assert forced in one_row_forms  # its one-token steps
-    assert {rows for _, rows in draft_calls} >= {1}
     # and the draft's own forms stay its own: given apart, "linear" keeps them off
     seen.clear()
     speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, kernels=kernel, draft_kernels="linear")

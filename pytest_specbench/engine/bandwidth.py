@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
 from .timing import DeviceClock
 
-__all__ = ["MAX_BUFFER_BYTES", "effective_gbps", "memory_read_gbps", "weight_bytes"]
+__all__ = ["MAX_BUFFER_BYTES", "effective_gbps", "memory_read_gbps", "packed_linears", "weight_bytes"]
 
 #: the largest buffer the read is timed on: well past any cache, and small beside the models
 MAX_BUFFER_BYTES = 1 << 30
@@ -27,8 +27,9 @@ _REPEATS = 7
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the model's parameters and buffers (tied weights once) that a one-row pass reads: all but an
-    input embedding the output head does not share, of which a pass reads only its tokens' rows."""
+    """Bytes of the model's parameters and buffers (tied weights once), and of the weights a quantised linear keeps
+    packed, that a one-row pass reads: all but an input embedding the output head does not share, of which a pass
+    reads only its tokens' rows."""
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
     embeddings, head = (
         _embedding_weight(model, "get_input_embeddings"),
@@ -39,18 +40,22 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values()) + _packed_bytes(model)
 
 
-def _packed_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the weights a dynamically quantised linear keeps packed, outside its parameters and buffers (one
-    byte a weight in int8), and of their biases."""
-    total = 0
+def packed_linears(model: torch.nn.Module) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+    """(weight, bias) of each dynamically quantised linear of ``model`` (torch.ao's), which keeps them packed,
+    outside its parameters and buffers."""
     for module in model.modules():
         weight = getattr(module, "weight", None)
-        if callable(weight) and not isinstance(weight, torch.nn.Module):  # torch.ao's dynamic quantised Linear
-            packed = weight()
-            total += packed.numel() * packed.element_size()
-            bias = module.bias() if callable(getattr(module, "bias", None)) else None
-            total += 0 if bias is None else bias.numel() * bias.element_size()
-    return total
+        if callable(weight) and not isinstance(weight, torch.nn.Module):
+            bias = getattr(module, "bias", None)
+            yield weight(), bias() if callable(bias) else None
+
+
+def _packed_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the weights dynamically quantised linears keep packed (a byte a weight in int8), and their biases."""
+    return sum(
+        weight.numel() * weight.element_size() + (0 if bias is None else bias.numel() * bias.element_size())
+        for weight, bias in packed_linears(model)
+    )
 
 
 def _embedding_weight(model: torch.nn.Module, getter: str) -> torch.Tensor | None:

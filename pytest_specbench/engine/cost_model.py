@@ -17,6 +17,8 @@ from dataclasses import dataclass
 #: the lowest v(m)/v(1) a probe may report: at equal kernels more rows never cost less, so a wider pass well below a
 #: one-row step is the probe's noise or an unequal kernel, not a cost
 CURVE_FLOOR = 0.9
+#: tries of the cost probe's curve while it dips below the floor (measure/costs.py)
+PROBE_TRIES = 3
 
 
 def lowest_ratio(verify_costs: Sequence[float], longest: int | None = None) -> tuple[int, float]:

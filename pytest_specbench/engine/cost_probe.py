@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from .bandwidth import packed_linears
 from .compiled_steps import one_token_step
 from .drafters import Drafter
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
@@ -165,14 +166,14 @@ def draft_token_cost(
     step = model if compile_length is None else one_token_step(model)
     prompt_length = cache_length(cache)
     samples = []
-    for repeat in range(repeats + 1):  # the first repeat warms up (and compiles) and is not kept
-        with forms.applied():
+    with forms.applied():
+        for repeat in range(repeats + 1):  # the first repeat warms up (and compiles) and is not kept
             start = clock.now()
             step(input_ids=ids[:, -1:], cache=cache, use_cache=True, logits_to_keep=1)
             elapsed = clock.now() - start
-        crop_to(cache, prompt_length)
-        if repeat:
-            samples.append(elapsed)
+            crop_to(cache, prompt_length)
+            if repeat:
+                samples.append(elapsed)
     return statistics.median(samples)
 
 
@@ -185,12 +186,8 @@ def parameter_count(model: torch.nn.Module | None) -> int:
     if model is None:
         return 0
     total = sum(p.numel() for p in model.parameters())
+    total += sum(weight.numel() + (0 if bias is None else bias.numel()) for weight, bias in packed_linears(model))
     for module in model.modules():
-        weight = getattr(module, "weight", None)
-        if callable(weight) and not isinstance(weight, torch.nn.Module):  # torch.ao dynamic quantised Linear
-            total += weight().numel() + (
-                module.bias().numel() if callable(getattr(module, "bias", None)) and module.bias() is not None else 0
-            )
-        elif hasattr(module, "qweight") and isinstance(module.qweight, torch.Tensor):
+        if hasattr(module, "qweight") and isinstance(module.qweight, torch.Tensor):
             total += module.qweight.numel() + (module.bias.numel() if isinstance(module.bias, torch.Tensor) else 0)
     return total

@@ -31,7 +31,7 @@ from .sampling import GREEDY, SamplingParams, accept_draft, next_token, sampling
 from .schedules import ConstantSchedule, DraftSchedule
 from .stats import DecodeStats, GenerationResult, record_step, record_step_times, record_verify_step
 from .timing import DeviceClock
-from .verify_forms import KernelForms, kernel_forms
+from .verify_forms import KernelForms, draft_kernel_forms, kernel_forms
 
 __all__ = ["GreedyStepper", "greedy_generate", "speculative_generate"]
 
@@ -61,17 +61,6 @@ def _longest_block(schedule: DraftSchedule, max_new_tokens: int) -> int:
     kernel's most; never more than the new tokens."""
     longest = schedule.k + 1 if isinstance(schedule, ConstantSchedule) else few_rows.MAX_ROWS
     return max(1, min(longest, max_new_tokens))
-
-
-def _draft_forms(drafter: Drafter, kernels: KernelForms | str) -> KernelForms | None:
-    """The draft model's forms under ``kernels`` (settled here, before the clock starts, where they are this call's
-    own), or None for a drafter without a model."""
-    if drafter.model is None:
-        return None
-    forms = kernel_forms(drafter.model, kernels)
-    if forms is not kernels:
-        forms.settle(drafter.pass_rows)
-    return forms
 
 
 def _target_cache(model: PreTrainedModel, length: int, compile_steps: bool) -> Cache:
@@ -420,7 +409,7 @@ def speculative_generate(
     forms = kernel_forms(target, given)
     if forms is not given:  # this call's own forms: settled here, before the clock starts
         forms.settle(_longest_block(run.schedule, max_new_tokens))
-    draft_forms = _draft_forms(run.drafter, forms.kernel if draft_kernels is None else draft_kernels)
+    draft_forms = draft_kernel_forms(run.drafter.model, draft_kernels, forms, run.drafter.pass_rows)
     # An interleaved baseline's steps run in between, under the same forms: equal kernels on both sides.
     with contextlib.ExitStack() as applied:
         applied.enter_context(forms.applied())

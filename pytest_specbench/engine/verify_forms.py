@@ -39,7 +39,7 @@ from .names import KERNELS
 from .output_head import column_logits
 from .timing import DeviceClock
 
-__all__ = ["KERNELS", "KernelForms", "kernel_forms"]
+__all__ = ["KERNELS", "KernelForms", "draft_kernel_forms", "kernel_forms"]
 
 OWN, ROWS, HELD, TILES, COLUMN = "own", "rows", "rows_held", "rows_tiles", "column"
 #: the few-rows kernel's forms, and the variant of the kernel each runs
@@ -293,3 +293,20 @@ def kernel_forms(model: torch.nn.Module, kernels: KernelForms | str) -> KernelFo
             )
         return kernels
     return KernelForms(model, kernels)
+
+
+def draft_kernel_forms(
+    draft_model: torch.nn.Module | None, kernels: KernelForms | str | None, target_forms: KernelForms, rows: int
+) -> KernelForms | None:
+    """A draft model's forms beside its target's: ``kernels`` (its own :class:`KernelForms`, or a setting; None: the
+    target's setting, so that every model in the loop runs one), ``target_forms`` itself where the draft is the
+    target, forms made here settled for ``rows`` (the most its passes read); None without a draft model."""
+    if draft_model is None:
+        return None
+    if draft_model is target_forms.model:
+        return target_forms  # one model, one set of forms: its layers are patched once
+    given = target_forms.kernel if kernels is None else kernels
+    forms = kernel_forms(draft_model, given)
+    if forms is not given:
+        forms.settle(rows)
+    return forms

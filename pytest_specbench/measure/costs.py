@@ -14,6 +14,7 @@ from transformers import PreTrainedModel
 from ..engine.bandwidth import effective_gbps, memory_read_gbps, weight_bytes
 from ..engine.compiled_steps import one_token_step
 from ..engine.cost_model import (
+    PROBE_TRIES,
     accepted_length_histogram,
     alpha_mle,
     bounded_curve,
@@ -31,7 +32,7 @@ from ..engine.drafters import Drafter
 from ..engine.kv_cache import cache_length, crop_to
 from ..engine.stats import GenerationResult
 from ..engine.timing import DeviceClock
-from ..engine.verify_forms import KernelForms, kernel_forms
+from ..engine.verify_forms import KernelForms, draft_kernel_forms, kernel_forms
 from ..models.weight_pages import pages_of
 
 #: the longest k the cost probe covers when a schedule chooses k (auto, heuristic)
@@ -73,8 +74,6 @@ class CostProfile:
     # and its weight bytes, for its one-row step's share of the read bandwidth.
     draft_forms: str = ""
     draft_weight_bytes: int | None = None
-    # Why the probe's curve is not a cost (a wider pass cheaper than a one-row step after every try), "" where it is.
-    probe_fault: str = ""
 
     @property
     def _draft_unit(self) -> float:
@@ -163,7 +162,8 @@ def draft_pass_costs(
     }
     samples: dict[str, list[float]] = {name: [] for name in passes}
     target_forms = kernel_forms(target_model, kernels)
-    draft_forms = settled_draft_forms(drafter, target_forms.kernel if draft_kernels is None else draft_kernels)
+    draft_forms = draft_kernel_forms(draft, draft_kernels, target_forms, drafter.pass_rows)
+    draft_forms.settle(drafter.pass_rows)  # its owner's forms too, before the first repeat
     # Both models' linear layers in the engine's forms, as in a run (the target's one-row step is the unit of c).
     with target_forms.applied(), draft_forms.applied():
         for repeat in range(repeats + 1):  # the first round warms up (and compiles) and is not kept
@@ -178,36 +178,25 @@ def draft_pass_costs(
     return (statistics.median(samples["one"]), statistics.median(samples["two"]), statistics.median(samples["target"]))
 
 
-def settled_draft_forms(drafter: Drafter, kernels: KernelForms | str) -> KernelForms:
-    """The drafter's model's forms under ``kernels``, settled for the row counts its passes read
-    (``Drafter.pass_rows``); the drafter must have a model."""
-    forms = kernel_forms(drafter.model, kernels)
-    forms.settle(drafter.pass_rows)
-    return forms
-
-
-#: tries of the verify-cost curve before a dip below v(1) is recorded as the probe's fault
-PROBE_TRIES = 3
-
-
 def _probed_curve(
     target_model: PreTrainedModel,
     input_ids: torch.Tensor,
     max_positions: int,
     forms: KernelForms,
     compile_length: int | None,
-) -> tuple[list[float], str]:
+) -> list[float]:
     """v(1) .. v(max_positions), probed again while some v(m)/v(1) is below :data:`.cost_model.CURVE_FLOOR` (a wider
-    pass cheaper than a one-row step: at equal kernels only noise does that), :data:`PROBE_TRIES` tries at most;
-    the try whose lowest ratio is highest, and why it is still no cost ("" where it is one)."""
+    pass cheaper than a one-row step: at equal kernels only noise does that), :data:`PROBE_TRIES` tries at most: the
+    try whose lowest ratio is highest. A curve that still dips flags the rows priced on it
+    (:func:`prediction_fault`)."""
     best: list[float] = []
     for _ in range(PROBE_TRIES):
         curve = verify_costs(target_model, input_ids, max_positions, kernels=forms, compile_length=compile_length)
         if not best or lowest_ratio(curve)[1] > lowest_ratio(best)[1]:
             best = curve
         if not curve_dip(best):
-            return best, ""
-    return best, f"{curve_dip(best)} in each of {PROBE_TRIES} probes"
+            break
+    return best
 
 
 def measure_costs(
@@ -230,12 +219,12 @@ def measure_costs(
     forms = kernel_forms(target_model, kernels)
     head_rows = max(head_rows or 0, max_positions)
     forms.settle(head_rows)
-    curve, probe_fault = _probed_curve(target_model, input_ids, max_positions, forms, compile_length)
-    draft_setting = forms.kernel if draft_kernels is None else draft_kernels
+    curve = _probed_curve(target_model, input_ids, max_positions, forms, compile_length)
+    # the draft's forms made once: the probe settles and times them, the row describes them
+    draft_forms = draft_kernel_forms(drafter.model, draft_kernels, forms, drafter.pass_rows)
     one, two, reference = draft_pass_costs(
-        target_model, drafter, input_ids, compile_length=compile_length, kernels=forms, draft_kernels=draft_setting
+        target_model, drafter, input_ids, compile_length=compile_length, kernels=forms, draft_kernels=draft_forms
     )
-    draft_forms = None if drafter.model is None else kernel_forms(drafter.model, draft_setting)
     engine_step = own_step = None
     if forms.kernel != "linear":  # otherwise both are the model's own
         engine_step, own_step = own_kernel_step_costs(target_model, input_ids, forms)
@@ -255,7 +244,6 @@ def measure_costs(
         weight_pages=pages_of(target_model),
         draft_forms=draft_forms.described(1) if draft_forms else "",
         draft_weight_bytes=weight_bytes(drafter.model) if draft_forms else None,
-        probe_fault=probe_fault,
     )
 
 
@@ -462,7 +450,7 @@ def prediction_fault(predicted: float, tau: float | None, curve: Sequence[float]
     dip = curve_dip(curve, longest)
     if dip:
         causes.append(f"the probe's {dip}")
-    if tau and predicted > tau * (1 + 1e-9):
+    if tau and predicted > tau * (1 + 1e-9):  # a guard: priced on bounded_curve, a prediction keeps the bound
         m, ratio = lowest_ratio(curve, longest)
         low = f": the probe's lowest v(m)/v(1) up to v({longest}) is v({m})/v(1) = {ratio:.2f}" if m > 1 else ""
         causes.append(f"predicted speedup {predicted:.2f} above the run's tau {tau:.2f}{low}")

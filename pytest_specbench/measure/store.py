@@ -86,7 +86,8 @@ class ModelStore:
         return forms
 
     def draft_kernel_forms(self, drafter: Drafter, kernel: str) -> KernelForms | None:
-        """The forms of the drafter's model under ``kernel`` (:meth:`kernel_forms`), or None without a model."""
+        """The forms of the drafter's model under ``kernel`` (:meth:`kernel_forms`: the target's own object where the
+        draft is the target), or None without a model."""
         return None if drafter.model is None else self.kernel_forms(drafter.model, kernel)
 
     def drafter(self, pair: PairSpec, dtype: str | None = None) -> Drafter:

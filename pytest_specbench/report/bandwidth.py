@@ -23,9 +23,12 @@ def _dtype_line(dtype: str, rows: Sequence[CaseResult]) -> str | None:
     read = median(reads) if reads else None
     parts = [f"memory read {read:.1f} GB/s" if read else "memory read not measured"]
     parts.append(f"one-row step {_share(median(steps), read)}")
-    drafts = [row.draft_one_row_gbps for row in rows if row.draft_one_row_gbps]
-    if drafts:
-        parts.append(f"draft model's one-row step {_share(median(drafts), read)}")
+    drafts: dict[str, list[float]] = {}
+    for row in rows:
+        if row.draft_one_row_gbps:
+            drafts.setdefault(row.pair, []).append(row.draft_one_row_gbps)
+    for pair, figures in drafts.items():  # each pair's draft apart: a copy of the target and a model differ
+        parts.append(f"{pair}'s draft model's one-row step {_share(median(figures), read)}")
     by_k: dict[int, list[float]] = {}
     for row in rows:
         if isinstance(row.k, int) and row.verify_pass_gbps:
@@ -45,8 +48,10 @@ def _dtype_line(dtype: str, rows: Sequence[CaseResult]) -> str | None:
 
 def bandwidth_lines(rows: Sequence[CaseResult]) -> list[str]:
     """Per dtype of the native engine's rows: the bandwidth of the target's passes (weight bytes over v(1) and
-    v(k + 1)) as shares of the memory read bandwidth; a line naming why the few-rows kernel did not run, one why
-    its AMX tiles did not on a CPU that has them, and one naming why the weights are in 4 KB pages."""
+    v(k + 1)) and of each pair's draft model's one-row step, as shares of the memory read bandwidth; a line naming
+    why the few-rows kernel did not run, one per draft model whose layers the engine's forms cannot serve (a dynamic
+    int8 copy's), one why its AMX tiles did not on a CPU that has them, and one naming why the weights are in 4 KB
+    pages."""
     native = [row for row in rows if row.engine == "native"]
     lines = []
     for dtype in dtype_order([row.dtype for row in native]):

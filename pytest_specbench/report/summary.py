@@ -10,6 +10,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from ..engine.cost_model import CURVE_FLOOR
 from ..results.schema import CaseResult, csv_columns, summary_columns
 from .analysis import (
     constant_k_rows,
@@ -249,8 +250,9 @@ def _prediction_fault_lines(results: Sequence[CaseResult]) -> list[str]:
         return []
     more = len(flagged) - FAULTS_NAMED
     return [
-        f"{len(flagged)} prediction(s) flagged, not figures (no predicted speedup, no efficiency): above the run's "
-        "tau, which equal kernels forbid, or from a probe whose v(m)/v(1) fell below 0.9:",
+        f"{len(flagged)} prediction(s) flagged, not figures (no predicted speedup, no efficiency): priced on a probe "
+        f"curve whose v(m)/v(1) fell below {CURVE_FLOOR} (or, a guard, above the run's tau, which equal kernels "
+        "forbid):",
         *(f"  {row.case}: {row.prediction_fault}" for row in flagged[:FAULTS_NAMED]),
         *([f"  and {more} more (the JSON's prediction_fault)"] if more > 0 else []),
     ]

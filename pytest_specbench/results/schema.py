@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.cost_model import CURVE_FLOOR, PROBE_TRIES
+
 IDENTITY, TIMING, ACCEPTANCE, VERDICT, ENVIRONMENT = "case identity", "timing", "acceptance", "verdict", "environment"
 COST_MODEL, MEMORY = "cost model", "memory and size"
 
@@ -500,9 +502,10 @@ class CaseResult:
         "measured decode_speedup / predicted_speedup", COST_MODEL, default=None, summary=("efficiency", ".2f")
     )
     prediction_fault: str | None = _field(
-        "why the prediction is not a figure, in words with the figures: the probe's v(m)/v(1) below 0.9 up to the "
-        "run's widest pass (a wider pass cheaper than a one-row step, after 3 probes), or a predicted speedup above "
-        "the run's tau, which equal kernels forbid; predicted_speedup and efficiency are then null (null: none)",
+        f"why the prediction is not a figure, in words with the figures: the probe's v(m)/v(1) below {CURVE_FLOOR} "
+        f"up to the run's widest pass (a wider pass cheaper than a one-row step; at batch 1 after {PROBE_TRIES} "
+        "probes), or (a guard) a predicted speedup above the run's tau, which equal kernels forbid; "
+        "predicted_speedup and efficiency are then null (null: none)",
         COST_MODEL,
         default=None,
     )
