@@ -156,9 +156,10 @@ def test_the_row_fields_on_hand_computed_values():
     # the steps committed (2 + 3 + 2) over that time: a prediction of the time, held by speedup <= tau.
     assert fields["predicted_tau"] == pytest.approx((2.44 + 2.44 + 1.8) / 3)
     assert fields["predicted_speedup"] == pytest.approx(7 / (1.7 + 1.7 + 1.3))  # 1.489
-    # With the run's tau given, its tokens are tau times the steps: the same 7 here.
+    # The run's tau only holds the prediction to its bound: the tokens are counted over the steps priced.
     given = cost_model_fields(2, drafted, accepted, CostProfile([0.010, 0.012, 0.015], 0.001, []), 1.7, tau=7 / 3)
     assert given["predicted_speedup"] == pytest.approx(fields["predicted_speedup"])
+    assert given["prediction_fault"] is None
     # Not the textbook's 2.44 / 1.7 = 1.435 per block of 2 (k every step): the shortened last block takes its share.
     assert fields["predicted_speedup"] != pytest.approx(predicted_speedup(0.8, 2, 0.1, [1.0, 1.2, 1.5]))
     assert fields["efficiency"] == pytest.approx(1.7 / fields["predicted_speedup"])

@@ -207,3 +207,12 @@ def test_a_dynamic_int8_copys_packed_weights_count_one_byte_each():
     floats = weight_bytes(target) - sum(layer.weight.numel() * 4 for layer in linears)  # norms, biases, the rest
     assert weight_bytes(quantised) >= packed + floats - 4 * sum(layer.out_features for layer in linears)
     assert weight_bytes(quantised) < weight_bytes(target)
+
+
+def test_a_conversations_later_prefill_counts_one_token_as_it_is_priced_one_plain_step():
+    # Two turns: the second turn's prefill sits in the step lists as a step that drafted nothing (0, 0). The run's
+    # tau (9 tokens over 3 decode steps) leaves it out; the prediction prices it as a plain step and counts the one
+    # token it is priced for, not tau's 3: 10 tokens over 4 steps of v(1) each.
+    drafted, accepted = [0, 2, 2, 0, 2], [0, 2, 2, 0, 2]
+    fields = cost_model_fields(2, drafted, accepted, CostProfile([0.010, 0.010, 0.010], 0.0, []), 2.4, tau=3.0)
+    assert fields["predicted_speedup"] == pytest.approx(10 / 4) and fields["prediction_fault"] is None

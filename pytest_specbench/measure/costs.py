@@ -423,9 +423,10 @@ def cost_model_fields(
         overhead = overhead_s / curve[0]
         priced = bounded_curve(curve)
         run = predict_steps(alpha, drafted_per_step, c, priced, c2, overhead)
-        # The tokens the run committed, over the time its steps cost on the probe's curve: a prediction of the time,
-        # which the bound speedup <= tau holds; alpha's i.i.d. tokens per step stay in predicted_tau.
-        tokens = tau * steps if tau else decode_tokens_of_steps(accepted_per_step)  # tau: the run's, EOS included
+        # The tokens the steps committed, counted over the same steps whose time is priced (a later turn's prefill
+        # entry: one token, one plain step), over that time: a prediction of the time, which the bound speedup <= tau
+        # holds; alpha's i.i.d. tokens per step stay in predicted_tau.
+        tokens = decode_tokens_of_steps(accepted_per_step)
         predicted = tokens / run.time if run.time > 0 else 0.0
         fault = prediction_fault(predicted, tau, curve, max(drafted_per_step, default=0) + 1)
         fields.update(
