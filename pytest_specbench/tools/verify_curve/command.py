@@ -142,10 +142,10 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
     import torch
 
     from ...engine import few_rows
-    from ...engine.bandwidth import MAX_BUFFER_BYTES, memory_read_gbps, weight_bytes
+    from ...engine.bandwidth import MAX_BUFFER_BYTES, memory_read_gbps
     from ...engine.native_dtypes import native_dtype_facts, native_dtypes
     from ...models.weight_pages import pages_of
-    from .measure import kernel_forms_of, load_targets, measure, pass_splits
+    from .measure import pass_splits
 
     native = native_dtypes(args.device)
     print(
@@ -155,13 +155,8 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
     for dtype in dtypes:
         if dtype not in native:
             print(f"note: {dtype} is not native on {args.device}: its v(m) times an emulation")
-    models, input_ids = load_targets(target, dtypes, args.device, args.prompt)
-    nbytes = {dtype: weight_bytes(model) for dtype, model in models.items()}
-    read_gbps = memory_read_gbps(args.device, max(nbytes.values()))
-    kernels = kernel_forms_of(models, forms)
-    samples = measure(models, input_ids, forms, ms, args.repeats, kernels)
+    models, input_ids, nbytes, read_gbps, kernels, points = _timed(args, target, dtypes, forms, ms, fresh_read=False)
     read_after = memory_read_gbps(args.device, max(nbytes.values()), fresh=True)
-    points = curve_rows(samples, ms, nbytes, read_gbps)
     print(f"prompt {input_ids.shape[1]} tokens, median of {args.repeats} round(s); form 'own' is also the hf engine's")
     pages = {dtype: pages_of(model) for dtype, model in models.items()}
     print(
@@ -203,9 +198,7 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
             f"that read at {floor['read_gbps']:.1f} GB/s at one row and multiply at that rate at m rows give "
             + ", ".join(f"m = {m}: {ratio:.2f}" for m, ratio in floor["ratio"].items())
         )
-    chosen = engine_forms({dtype: kernels[dtype, "engine"] for dtype in models}, max(ms)) if "engine" in forms else {}
-    for dtype, layers in chosen.items():
-        print(f"engine forms, {dtype}: " + "; ".join(f"{layer}: {forms_text}" for layer, forms_text in layers.items()))
+    chosen = _print_engine_forms("engine forms", kernels, forms, max(ms))
     state = few_rows.recorded_state()
     if few_rows.unavailable_reason():
         print(f"note: {few_rows.unavailable_reason()}")
@@ -241,6 +234,33 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
     return 0
 
 
+def _timed(
+    args: argparse.Namespace, source: str, dtypes: list[str], forms: list[str], ms: list[int], fresh_read: bool
+) -> tuple[dict[str, Any], Any, dict[str, int], float, dict, list]:
+    """``source`` loaded in each dtype and timed: its models, the prompt's ids, their weight bytes, the memory read
+    bandwidth before the rounds (``fresh_read``: read again, not the process's first reading), their kernel forms and
+    the curve's rows."""
+    from ...engine.bandwidth import memory_read_gbps, weight_bytes
+    from .measure import kernel_forms_of, load_targets, measure
+
+    models, input_ids = load_targets(source, dtypes, args.device, args.prompt)
+    nbytes = {dtype: weight_bytes(model) for dtype, model in models.items()}
+    read_gbps = memory_read_gbps(args.device, max(nbytes.values()), fresh=fresh_read)
+    kernels = kernel_forms_of(models, forms)
+    samples = measure(models, input_ids, forms, ms, args.repeats, kernels)
+    return models, input_ids, nbytes, read_gbps, kernels, curve_rows(samples, ms, nbytes, read_gbps)
+
+
+def _print_engine_forms(label: str, kernels: dict, forms: list[str], rows: int) -> dict[str, dict[str, str]]:
+    """The engine forms settled per dtype (none where the ``engine`` form was not timed), printed and returned."""
+    if "engine" not in forms:
+        return {}
+    chosen = engine_forms({dtype: forms_of for (dtype, form), forms_of in kernels.items() if form == "engine"}, rows)
+    for dtype, layers in chosen.items():
+        print(f"{label}, {dtype}: " + "; ".join(f"{layer}: {text}" for layer, text in layers.items()))
+    return chosen
+
+
 #: the draft's passes timed: its one-token step and its catch-up (its own last token and the target's bonus token)
 DRAFT_POSITIONS = [1, 2]
 
@@ -250,21 +270,11 @@ def _draft_course(args: argparse.Namespace, dtypes: list[str], forms: list[str])
     its share of a fresh read of memory: what a drafted token costs against its floor. Printed and returned."""
     import gc
 
-    from ...engine.bandwidth import memory_read_gbps, weight_bytes
-    from .measure import kernel_forms_of, load_targets, measure
-
     gc.collect()
-    models, input_ids = load_targets(args.draft, dtypes, args.device, args.prompt)
-    nbytes = {dtype: weight_bytes(model) for dtype, model in models.items()}
-    read_gbps = memory_read_gbps(args.device, max(nbytes.values()), fresh=True)
-    kernels = kernel_forms_of(models, forms)
-    samples = measure(models, input_ids, forms, DRAFT_POSITIONS, args.repeats, kernels)
-    points = curve_rows(samples, DRAFT_POSITIONS, nbytes, read_gbps)
+    _, _, nbytes, read_gbps, kernels, points = _timed(args, args.draft, dtypes, forms, DRAFT_POSITIONS, fresh_read=True)
     print(f"draft {args.draft}: memory read {read_gbps:.1f} GB/s before its rounds; its passes (v(1): a drafted token)")
     print(table(points))
-    chosen = engine_forms({dtype: kernels[dtype, "engine"] for dtype in models}, 2) if "engine" in forms else {}
-    for dtype, layers in chosen.items():
-        print(f"draft engine forms, {dtype}: " + "; ".join(f"{layer}: {text}" for layer, text in layers.items()))
+    chosen = _print_engine_forms("draft engine forms", kernels, forms, max(DRAFT_POSITIONS))
     return {
         "model": args.draft,
         "memory_read_gbps": read_gbps,
