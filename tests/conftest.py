@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -18,9 +19,38 @@ from pathlib import Path
 import pytest
 import torch
 from factory import NEW_TOKENS, REPETITIVE_PROMPT, hf_generate, torch_threads, word_gpt2, write_tiny_pair
+from torch.utils.cpp_extension import _get_build_directory
 from transformers import GPT2LMHeadModel
 
 BENCH_MODULE = Path(__file__).resolve().parents[1] / "bench_cases" / "test_speculative.py"
+
+# pytester gives each test's child processes a HOME of their own, where torch would build the few-rows kernel
+# again (minutes, once per test): they build into this process's folder, so the kernel is built once per machine.
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", _get_build_directory("", verbose=False))
+
+
+# --- the suite on every core --------------------------------------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config):
+    """``pytest tests`` runs on one pytest-xdist worker a core (``-n auto``, tests shared by work stealing) unless
+    the command names ``-n`` (``-n 0``: one process), or runs without xdist (``-p no:xdist``) or under ``--pdb``
+    (xdist itself then runs one process). Every test passes beside another (docs/testing.md)."""
+    if getattr(config.option, "numprocesses", "absent") is None and not hasattr(config, "workerinput"):
+        config.option.numprocesses = "auto"
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"
+    return (yield)
+
+
+@pytest.fixture(autouse=True)
+def inner_runs_are_runs_of_their_own(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pytester run inside an xdist worker is a plain run: the worker's ``PYTEST_XDIST_*`` variables, which
+    pytest-benchmark reads to switch itself off on workers, are not passed on to it."""
+    if "pytester" in request.fixturenames:
+        for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+            monkeypatch.delenv(name, raising=False)
 
 
 # --- the plugin through pytester ---------------------------------------------------------------

@@ -313,7 +313,9 @@ def test_a_batched_block_is_lossless_in_every_row_against_both_references(tiny_b
         assert row.batch_new_tokens == [12] * 3 and max(row.drafted_per_step) <= case.k
         positions = [position for position, _, _ in pooled_position_acceptance([row])]
         assert positions and max(positions) <= case.k  # per sequence: none past k
-        assert len(row.verify_costs_ms) >= 2 and row.predicted_speedup is not None
+        assert len(row.verify_costs_ms) >= 2
+        # a prediction, or the probe's fault that withheld it (a curve that dips under load), never neither
+        assert (row.predicted_speedup is None) == bool(row.prediction_fault)
 
 
 @pytest.mark.slow

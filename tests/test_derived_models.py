@@ -124,6 +124,21 @@ def test_int8_copy_quantises_every_linear_on_cpu(gpt2_target, repetitive_prompt)
     assert close.min() > 0.9
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_copy_holds_the_targets_float32_weights_once_and_leaves_the_target_as_it_was(dtype, repetitive_prompt):
+    target = word_gpt2().to(dtype)
+    before = {name: parameter.detach().clone() for name, parameter in target.named_parameters()}
+    draft = int8_copy(target)
+    embedding, target_embedding = draft.transformer.wte.weight, target.transformer.wte.weight
+    assert embedding.dtype == torch.float32 and target_embedding.dtype == dtype
+    # one tensor where the target's is float32 already; a float32 copy of another dtype's
+    assert (embedding.data_ptr() == target_embedding.data_ptr()) == (dtype == torch.float32)
+    for name, parameter in target.named_parameters():
+        assert parameter.dtype == dtype and torch.equal(parameter, before[name]), name
+    with torch.no_grad():
+        draft(repetitive_prompt)  # runs: float32 activations throughout
+
+
 @pytest.mark.slow
 def test_int8_copy_falls_back_to_weight_only_without_quantize_dynamic(
     gpt2_target, repetitive_prompt, gpt2_reference, monkeypatch

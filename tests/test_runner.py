@@ -160,6 +160,8 @@ def test_rows_carry_intervals_prefill_split_and_the_fingerprint(bench, pytester:
         # The spread pooled over the block's cases, or the case's own where their spreads differ.
         assert row["interval_dof"] >= row["rounds"] - 1
         assert row["round_log_sd"] is None or row["round_log_sd"] > 0
+        assert row["peak_memory_mb"] > row["weights_held_mb"] > 0  # the process holds more than its weights
+    result.stdout.fnmatch_lines(["memory: peak resident memory * GiB, *x the * GiB of weights its models held at once"])
     csv_header = (Path(pytester.path) / "spec_results.csv").read_text().splitlines()[0].split(",")
     for column in (
         "ttft_ms",

@@ -1,11 +1,20 @@
-"""ModelStore through the plugin: a draft that does not fit its target fails its cases with the reason."""
+"""ModelStore: a draft that does not fit its target fails its cases with the reason; what no later case needs is
+freed; a model larger than the memory available is refused before it loads."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import pytest
 from factory import write_tiny_pair
+
+from pytest_specbench.measure import store as store_module
+from pytest_specbench.measure.pairs import PairSpec
+from pytest_specbench.measure.store import ModelStore
+from pytest_specbench.models.base import UnrunnableCase
+from pytest_specbench.models.loading import parameter_count
 
 
 @pytest.fixture(scope="module")
@@ -26,3 +35,46 @@ def test_a_draft_vocabulary_larger_than_the_targets_fails_naming_both(
             "at most 257",
         ]
     )
+
+
+@pytest.fixture(scope="module")
+def tiny_pair_spec(tmp_path_factory: pytest.TempPathFactory) -> PairSpec:
+    folder = write_tiny_pair(tmp_path_factory.mktemp("store_pair")).parent
+    return PairSpec("tiny", str(folder / "target"), str(folder / "draft"))
+
+
+def test_a_dtypes_models_are_freed_when_no_later_case_needs_them_and_one_tokenizer_serves_every_dtype(
+    tiny_pair_spec: PairSpec,
+) -> None:
+    store = ModelStore("cpu")
+    single, half = store.target(tiny_pair_spec, "float32"), store.target(tiny_pair_spec, "bfloat16")
+    store.drafter(tiny_pair_spec, "float32"), store.drafter(tiny_pair_spec, "bfloat16")
+    assert single.tokenizer is half.tokenizer
+    assert store.weights_held_peak_bytes > 0
+    freed = weakref.ref(single.model)
+    store.release([(tiny_pair_spec, "bfloat16")])
+    del single
+    gc.collect()
+    assert freed() is None  # nothing else holds the float32 target
+    assert store.target(tiny_pair_spec, "bfloat16") is half  # the dtype still needed stays
+    store.target(tiny_pair_spec, "float32")  # needed again: loaded again
+    assert store.load_counts[f"{tiny_pair_spec.target} (float32)"] == 2
+    assert store.load_counts[f"{tiny_pair_spec.target} (bfloat16)"] == 1
+
+
+def test_a_model_larger_than_the_memory_available_is_refused_before_it_loads(
+    tiny_pair_spec: PairSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    count = parameter_count(tiny_pair_spec.target)
+    assert count == sum(parameter.numel() for parameter in ModelStore("cpu").target(tiny_pair_spec).model.parameters())
+    monkeypatch.setattr(store_module, "available_memory_bytes", lambda: count * 4 - 1)  # a byte short in float32
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("loaded a model the memory cannot hold")
+
+    monkeypatch.setattr(store_module, "load_model", loaded)
+    with pytest.raises(UnrunnableCase, match=r"target in float32 needs .* GB .* available .*--specbench-dtype"):
+        ModelStore("cpu").target(tiny_pair_spec, "float32")
+    monkeypatch.setattr(store_module, "available_memory_bytes", lambda: count * 4)
+    with pytest.raises(AssertionError, match="loaded a model"):  # it fits: the load goes ahead
+        ModelStore("cpu").target(tiny_pair_spec, "float32")

@@ -44,17 +44,42 @@ def test_tied_weights_large_enough_to_move_stay_one_tensor() -> None:
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
 
-def test_without_transparent_huge_pages_the_weights_stay_and_the_reason_is_kept(
+def test_without_transparent_huge_pages_the_weights_keep_small_pages_and_the_reason_is_kept(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     setting = tmp_path / "enabled"
     setting.write_text("always madvise [never]\n")
     monkeypatch.setattr(weight_pages, "_SETTING", setting)
     model = _tied_model()
-    where = model.big.data_ptr()
+    values = model.big.clone()
     report = weight_pages.into_huge_pages(model)
-    assert report.moved_bytes == 0 and model.big.data_ptr() == where
+    assert report.moved_bytes == 0 and torch.equal(model.big, values)  # copied into memory of its own, not moved
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     assert weight_pages.pages_of(model) == f"4 KB pages: transparent huge pages are never on this system ({setting})"
+
+
+def test_no_tensor_stays_in_the_checkpoints_file_mapping(tmp_path: Path) -> None:
+    """A float32 checkpoint loads as views of its file: every tensor leaves it, small ones too (one left there
+    would keep the whole file mapped and resident)."""
+    from safetensors.torch import load_file, save_file
+
+    model = _tied_model()
+    save_file(
+        {name: tensor.contiguous() for name, tensor in model.state_dict().items() if "lm_head" not in name},
+        tmp_path / "weights.safetensors",
+    )
+    mapped = load_file(tmp_path / "weights.safetensors")
+    model.load_state_dict(mapped, strict=False, assign=True)
+    model.lm_head.weight = model.model.embed_tokens.weight
+    storages = {tensor.untyped_storage().data_ptr() for tensor in mapped.values()}
+    weight_pages.into_huge_pages(model)
+    left = [
+        name
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]
+        if tensor.untyped_storage().data_ptr() in storages
+    ]
+    assert left == []
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
 
 def test_a_model_never_asked_has_no_pages_to_report() -> None:

@@ -152,9 +152,16 @@ def _weight_only_int8_(model: nn.Module) -> None:
 
 
 def _dynamic_int8(model: PreTrainedModel) -> nn.Module:
-    draft = copy.deepcopy(model)
-    if draft.dtype != torch.float32:
-        draft = draft.float()  # the dynamic int8 kernels take float32 activations
+    # The copy takes the target's float32 parameters as they are, not copies: quantisation gives the linear layers
+    # int8 weights of their own, and what stays float (embeddings, norms) is only read; a copy would hold the
+    # target's weights twice. Another dtype's parameters are copied to float32 (the int8 kernels take float32).
+    memo = {
+        id(parameter): parameter
+        if parameter.dtype == torch.float32
+        else nn.Parameter(parameter.detach().float(), requires_grad=False)
+        for parameter in model.parameters()
+    }
+    draft = copy.deepcopy(model, memo).float()  # float buffers too: the dynamic int8 kernels take float32
     _conv1d_to_linear(draft)
     quantize_dynamic = getattr(getattr(torch, "ao", None), "quantization", None)
     quantize_dynamic = getattr(quantize_dynamic, "quantize_dynamic", None)

@@ -55,7 +55,7 @@ class Measurement:
     costs: CostProfile | None = None
     sizes: dict[str, int] | None = None
     sampling: SamplingParams | None = None
-    peak_memory: tuple[float, str] | None = None
+    peak_memory: tuple[float, str, float] | None = None  # peak MiB, its kind, weights held MiB
     draft_label: str | None = None  # the drafter as it ran (CaseRun.draft_label); absent: the pair's own label
     block: BlockRecord | None = None
     batch_prompt_ids: list[str] | None = None  # a batch's: each row's prompt id (None for a single sequence)
@@ -283,7 +283,7 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
             case.engine, case.k, measurement.costs.few_rows_rows if measurement.costs else []
         ),
         **(measurement.sizes or {}),
-        **(dict(zip(("peak_memory_mb", "peak_memory_kind"), memory)) if memory else {}),
+        **(dict(zip(("peak_memory_mb", "peak_memory_kind", "weights_held_mb"), memory)) if memory else {}),
     )
     # A speedup the bound speedup <= tau does not allow: the two runs' kernels differed (results/invariants.py).
     return replace(row, **suspect_fields(row))

@@ -69,7 +69,7 @@ def _prepared(
 
 
 def _measurement(
-    case_run: CaseRun, member: TimedCase, block: BlockTiming, pairing: Pairing, memory: tuple[float, str] | None
+    case_run: CaseRun, member: TimedCase, block: BlockTiming, pairing: Pairing, memory: tuple[float, str, float] | None
 ) -> Measurement:
     """What timing the case gave, judged: its runs, its paired baselines, its verdict and what its row needs."""
     case = case_run.case
@@ -138,7 +138,7 @@ def measure_block(
     block = time_block(
         timed, baseline, context.config, share.seconds, share.reason, plan.after_round, pairing, new_interleaved
     )
-    memory = peak_memory_mb(context.store.device)
+    memory = (*peak_memory_mb(context.store.device), context.store.weights_held_peak_bytes / 2**20)
     for case_run, member in zip(ready, timed):
         outcome[case_run.case.id] = _measurement(case_run, member, block, pairing, memory)
     return {case.id: outcome[case.id] for case in cases if case.id in outcome}

@@ -3,17 +3,21 @@ once per dtype."""
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
 from ..engine.drafters import Drafter
 from ..engine.verify_forms import KernelForms
-from ..models.loading import LoadedModel, load_model
+from ..models.base import UnrunnableCase
+from ..models.loading import LoadedModel, load_model, parameter_count, resolve_dtype
 from ..served.pool import ServerPool
 from .drafter_kinds import kind_of
 from .matrix import Case
+from .memory import available_memory_bytes, held_weight_bytes
 from .pairs import PairSpec
 from .verdicts import reference_tokens
 
@@ -37,6 +41,7 @@ class ModelStore:
         self._references: dict[tuple, list[int]] = {}
         self._kernel_forms: dict[tuple[int, str], KernelForms] = {}  # by (id of a loaded model, kernel setting)
         self._servers: ServerPool | None = None
+        self.weights_held_peak_bytes = 0  # the most weight bytes its models and drafters held at once
 
     def servers(self) -> ServerPool:
         """The served engines' servers, started on first use and kept for the session (:meth:`close` stops them);
@@ -64,11 +69,65 @@ class ModelStore:
         dtype = dtype or self.dtype
         key = (source, revision, dtype, self.device)
         if key not in self._models:
-            self._models[key] = load_model(
-                source, device=self.device, dtype=dtype, revision=revision, cache_dir=self.cache_dir
-            )
+            self._check_room(source, revision, dtype)
+            loaded = load_model(source, device=self.device, dtype=dtype, revision=revision, cache_dir=self.cache_dir)
+            # Every dtype of a model tokenizes alike: one tokenizer (a large vocabulary's is hundreds of MB).
+            same = next((held for other, held in self._models.items() if other[:2] == key[:2]), None)
+            if same is not None:
+                loaded.tokenizer = same.tokenizer
+            self._models[key] = loaded
             self.load_counts[f"{source} ({dtype})"] += 1
+            self._note_held()
         return self._models[key]
+
+    def _held_models(self) -> list[torch.nn.Module]:
+        drafts = [drafter.model for drafter in self._drafters.values() if drafter.model is not None]
+        return [loaded.model for loaded in self._models.values()] + drafts
+
+    def _note_held(self) -> None:
+        self.weights_held_peak_bytes = max(self.weights_held_peak_bytes, held_weight_bytes(self._held_models()))
+
+    def _check_room(self, source: str, revision: str | None, dtype: str) -> None:
+        """Refuse, before loading, a model whose weights alone exceed the memory the device has available."""
+        count = parameter_count(source, revision=revision, cache_dir=self.cache_dir)
+        if count is None:
+            return
+        if self.device.startswith("cuda"):
+            available: int | None = torch.cuda.mem_get_info(self.device)[0]
+        else:
+            available = available_memory_bytes()
+        needed = count * resolve_dtype(dtype).itemsize
+        if available is None or needed <= available:
+            return
+        held = ", ".join(f"{key[0]} ({key[2]})" for key in self._models) or "nothing yet"
+        raise UnrunnableCase(
+            f"{source} in {dtype} needs {needed / 1e9:.1f} GB for its {count / 1e6:.0f}M weights, and {self.device} "
+            f"has {available / 1e9:.1f} GB available (this run holds {held}); nothing more was loaded. Drop what "
+            "the run holds at once: fewer dtypes (--specbench-dtype; bfloat16 holds half of float32's bytes) or "
+            "fewer pairs (--specbench-pairs)"
+        )
+
+    def release(self, needed: Iterable[tuple[PairSpec, str]]) -> None:
+        """Free the models, drafters and kernel forms that no (pair, dtype) in ``needed`` uses: a dtype's models
+        after its last block. A later case that needs one loads it again."""
+        needed = list(needed)
+        names = {(pair.name, dtype) for pair, dtype in needed}
+        sources = set()
+        for pair, dtype in needed:
+            sources.add((pair.target, pair.revision, dtype))
+            if pair.draft is not None:
+                sources.add((pair.draft, None, dtype))
+        dropped_models = [key for key in self._models if key[:3] not in sources]
+        dropped_drafters = [key for key in self._drafters if key not in names]
+        if not dropped_models and not dropped_drafters:
+            return
+        for key in dropped_models:
+            del self._models[key]
+        for key in dropped_drafters:
+            del self._drafters[key]
+        kept = {id(model) for model in self._held_models()}
+        self._kernel_forms = {key: forms for key, forms in self._kernel_forms.items() if key[0] in kept}
+        gc.collect()
 
     def target(self, pair: PairSpec, dtype: str | None = None) -> LoadedModel:
         return self.model(pair.target, pair.revision, self.pair_dtype(pair, dtype))
@@ -97,6 +156,7 @@ class ModelStore:
         key = (pair.name, self.pair_dtype(pair, dtype))
         if key not in self._drafters:
             self._drafters[key] = self._build_drafter(pair, key[1])
+            self._note_held()
         return self._drafters[key]
 
     def _build_drafter(self, pair: PairSpec, dtype: str) -> Drafter:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import socket
 import threading
@@ -413,6 +414,37 @@ def load_model(
     return LoadedModel(
         model=model, tokenizer=tokenizer, name=source, load_time_s=time.perf_counter() - start, source=kind
     )
+
+
+def parameter_count(source: str, *, revision: str | None = None, cache_dir: Path | None = None) -> int | None:
+    """How many weights ``source`` holds, read from its files' headers without loading it (a GGUF's tensor table, a
+    safetensors checkpoint's header); None where they cannot tell (a hub id not in the cache, ``.bin`` weights)."""
+    try:
+        if _is_embedded(source):
+            path: Path | None = _embedded(source).gguf_path(resolve_cache_dir(cache_dir))
+        else:
+            path = Path(source).expanduser()
+            if not path.exists():
+                path = None if _looks_like_path(source) else _cached_snapshot(source, revision)[0]
+        if path is None:
+            return None
+        if path.is_file():
+            from gguf import GGUFReader
+
+            return sum(int(tensor.n_elements) for tensor in GGUFReader(path).tensors)
+        from safetensors import safe_open
+
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            return None
+        count = 0
+        for file in files:
+            with safe_open(file, framework="pt") as weights:
+                for name in weights.keys():
+                    count += math.prod(weights.get_slice(name).get_shape())
+        return count
+    except Exception:  # noqa: BLE001 - a count is a courtesy; the load itself reports what is wrong
+        return None
 
 
 def model_folder(source: str, *, revision: str | None = None, cache_dir: Path | None = None) -> Path:

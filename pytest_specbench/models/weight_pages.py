@@ -8,6 +8,10 @@ model reads the same weights, so the baseline and the speculative run gain alike
 Moving is a copy into an anonymous mapping with ``madvise(MADV_HUGEPAGE)``, one tensor at a time (the memory
 held at once grows by the largest tensor only). Where the kernel gives no 2 MB pages (another system,
 transparent huge pages ``never``), the weights stay where they are and :func:`pages_of` says why.
+
+Every other tensor is then copied into memory of its own: a float32 checkpoint loads as views of its file's
+mapping, and one small tensor left there (a norm's weight) would keep the whole file mapped and resident, as
+much again as the weights (measured in docs/results/2026-12-07-test-time-and-memory.md).
 """
 
 from __future__ import annotations
@@ -83,35 +87,54 @@ def huge_page_copy(tensor: torch.Tensor) -> torch.Tensor:
 def into_huge_pages(model: torch.nn.Module) -> WeightPages:
     """Move ``model``'s contiguous CPU parameters and buffers of 2 MB or more into 2 MB pages where the system
     gives them (see the module notes); what it did is kept with the model (:func:`pages_of`)."""
-    report = _move(model)
+    moved: set[int] = set()
+    report = _move(model, moved)
+    _copy_the_rest(model, moved)
     setattr(model, _ATTRIBUTE, report)
     return report
 
 
-def _move(model: torch.nn.Module) -> WeightPages:
+def _by_storage(model: torch.nn.Module) -> dict[int, list[torch.Tensor]]:
+    """The model's CPU parameters and buffers by the storage they share (tied weights share one)."""
+    groups: dict[int, list[torch.Tensor]] = {}
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if tensor.device.type == "cpu":
+            groups.setdefault(tensor.untyped_storage().data_ptr(), []).append(tensor)
+    return groups
+
+
+def _copy_the_rest(model: torch.nn.Module, moved: set[int]) -> None:
+    """Copy each tensor not in ``moved`` (storage addresses) into memory of its own, sharing kept."""
+    for address, tensors in _by_storage(model).items():
+        first = tensors[0]
+        if address in moved or not first.is_contiguous():
+            continue
+        if any(t.data_ptr() != first.data_ptr() or t.shape != first.shape for t in tensors):
+            continue  # views of one storage in other shapes: left as they are
+        copy = first.data.clone()
+        for tensor in tensors:
+            tensor.data = copy
+
+
+def _move(model: torch.nn.Module, moved: set[int]) -> WeightPages:
     if not sys.platform.startswith("linux"):
         return WeightPages(reason=f"2 MB pages are asked for on Linux only, this is {sys.platform}")
     setting = _setting()
     if setting not in ("always", "madvise"):
         return WeightPages(reason=f"transparent huge pages are {setting or 'not offered'} on this system ({_SETTING})")
     # Tensors sharing storage (tied weights) move once and stay shared.
-    by_storage: dict[int, list[torch.Tensor]] = {}
-    for tensor in [*model.parameters(), *model.buffers()]:
-        if (
-            tensor.device.type == "cpu"
-            and tensor.is_contiguous()
-            and tensor.numel() * tensor.element_size() >= HUGE_PAGE
-        ):
-            by_storage.setdefault(tensor.untyped_storage().data_ptr(), []).append(tensor)
     before, moved_bytes = _anon_huge_bytes(), 0
     try:
-        for tensors in by_storage.values():
+        for tensors in _by_storage(model).values():
             first = tensors[0]
+            if not first.is_contiguous() or first.numel() * first.element_size() < HUGE_PAGE:
+                continue
             if any(t.data_ptr() != first.data_ptr() or t.shape != first.shape for t in tensors):
                 continue  # views of one storage in other shapes: left as they are
-            moved = huge_page_copy(first.data)
+            copy = huge_page_copy(first.data)
             for tensor in tensors:
-                tensor.data = moved
+                tensor.data = copy
+            moved.add(copy.untyped_storage().data_ptr())
             moved_bytes += first.numel() * first.element_size()
     except OSError as error:
         return WeightPages(moved_bytes=moved_bytes, reason=f"the system refused 2 MB pages ({error})")

@@ -56,6 +56,7 @@ class BlockRuns:
         self._clock = clock
         self._plan: RunPlan | None = None
         self.left_out: dict[str, str] = {}  # case id: why the plan left it out
+        self._timed: set[str] = set()  # cases whose block this process timed
 
     def _pending(self) -> list[Case]:
         session = self._session
@@ -107,7 +108,13 @@ class BlockRuns:
                 pytest.exit(str(error), returncode=pytest.ExitCode.USAGE_ERROR)
             if case.id in self.left_out:
                 raise NotApplicable(self.left_out[case.id])
-            self._outcomes.update(self._time(self.members(case), context, plan))
+            members = self.members(case)
+            self._outcomes.update(self._time(members, context, plan))
+            self._timed.update(member.id for member in members)
+            # What no later block needs is freed: a dtype's models after its last block.
+            store.release(
+                (later.pair, store.dtype_for(later)) for later in self._pending() if later.id not in self._timed
+            )
         outcome = self._outcomes.pop(case.id)
         if isinstance(outcome, BaseException):
             raise outcome

@@ -235,7 +235,21 @@ def _closing_lines(results: Sequence[CaseResult], ci_target: float) -> list[str]
             "Try a quieter machine, fewer xdist workers, a fixed --specbench-threads"
             f"{f' (ran with {threads[0]})' if len(threads) == 1 else ''}, or a longer --specbench-budget."
         )
-    return lines + _suspect_lines(results) + _prediction_fault_lines(results)
+    return lines + _memory_lines(results) + _suspect_lines(results) + _prediction_fault_lines(results)
+
+
+def _memory_lines(results: Sequence[CaseResult]) -> list[str]:
+    """The run's peak memory beside the most bytes of weights its models held at once (per worker, the largest)."""
+    rows = [row for row in results if row.peak_memory_mb and row.weights_held_mb]
+    if not rows:
+        return []
+    peak = max(rows, key=lambda row: row.peak_memory_mb or 0.0)
+    held = max(row.weights_held_mb or 0.0 for row in rows if row.worker == peak.worker)
+    what = "peak resident memory" if peak.peak_memory_kind == "process_rss" else "peak memory allocated"
+    return [
+        f"memory: {what} {peak.peak_memory_mb / 1024:.2f} GiB, {peak.peak_memory_mb / held:.1f}x the "
+        f"{held / 1024:.2f} GiB of weights its models held at once"
+    ]
 
 
 #: the flagged predictions named one by one, at most; the rest counted

@@ -619,6 +619,12 @@ class CaseResult:
         default=None,
     )
     peak_memory_kind: str = _field("cuda_allocated or process_rss", MEMORY, default="")
+    weights_held_mb: float | None = _field(
+        "the most bytes of weights the run's models and drafters held at once so far (shared tensors once), MiB: "
+        "what peak_memory_mb compares with",
+        MEMORY,
+        default=None,
+    )
 
     # --- verdict
     quality_score: float | None = _field(
