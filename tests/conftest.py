@@ -44,6 +44,22 @@ def pytest_cmdline_main(config: pytest.Config):
     return (yield)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any worker starts: build the few-rows kernel where this machine has no build yet, saying so (it takes
+    a minute or two, and the workers would wait on it in silence)."""
+    from pytest_specbench.engine import few_rows
+
+    if hasattr(config, "workerinput") or few_rows.build_cached():
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    say = reporter.write_line if reporter is not None else print
+    say("tests/conftest.py: building the engine's few-rows kernel for this CPU, once per machine (a minute or two)")
+    started = time.monotonic()
+    reason = few_rows.unavailable_reason()
+    say(f"  built in {time.monotonic() - started:.0f} s" if reason is None else f"  not built: {reason}")
+
+
 @pytest.fixture(autouse=True)
 def inner_runs_are_runs_of_their_own(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pytester run inside an xdist worker is a plain run: the worker's ``PYTEST_XDIST_*`` variables, which

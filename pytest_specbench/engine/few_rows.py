@@ -42,6 +42,7 @@ __all__ = [
     "applies_to",
     "MAX_ROWS",
     "SOURCE",
+    "build_cached",
     "compile_flags",
     "few_rows_linear",
     "identity",
@@ -111,6 +112,14 @@ def _load() -> Any:
     if not _computes_linear(module):
         raise RuntimeError("the built kernel computes linear wrongly")
     return module
+
+
+def build_cached() -> bool:
+    """Whether this machine's build is in torch's extensions folder already, so that using it builds nothing."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    name = _extension_name(compile_flags())
+    return (Path(_get_build_directory(name, verbose=False)) / f"{name}.so").exists()
 
 
 def _remove_build() -> bool:

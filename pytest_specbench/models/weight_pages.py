@@ -11,7 +11,9 @@ transparent huge pages ``never``), the weights stay where they are and :func:`pa
 
 Every other tensor is then copied into memory of its own: a float32 checkpoint loads as views of its file's
 mapping, and one small tensor left there (a norm's weight) would keep the whole file mapped and resident, as
-much again as the weights (measured in docs/results/2026-12-07-test-time-and-memory.md).
+much again as the weights. The file's pages under a tensor just copied are let go at once (``MADV_DONTNEED``;
+the file still holds them), so the load never holds the weights twice (measured in
+docs/results/2026-12-07-test-time-and-memory.md).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ __all__ = ["WeightPages", "huge_page_copy", "into_huge_pages", "pages_of"]
 
 HUGE_PAGE = 2 << 20
 _MADV_HUGEPAGE = 14
+_MADV_DONTNEED = 4
+_PAGE = mmap.PAGESIZE
 _SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 _ATTRIBUTE = "_specbench_weight_pages"
 
@@ -67,6 +71,33 @@ def _anon_huge_bytes() -> int | None:
     return None
 
 
+def _file_mappings() -> list[tuple[int, int]]:
+    """The address ranges of this process's mappings of files (an inode, a path), from ``/proc/self/maps``."""
+    ranges = []
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[4] != "0" and fields[5].startswith("/"):
+            start, end = (int(part, 16) for part in fields[0].split("-"))
+            ranges.append((start, end))
+    return ranges
+
+
+def _let_go_of_file_pages(tensor: torch.Tensor, files: list[tuple[int, int]]) -> None:
+    """Drop from this process the whole pages of a file mapping under ``tensor`` (copied already): the file keeps
+    their bytes, and memory the process does not hold any more is not counted as resident."""
+    start = tensor.data_ptr()
+    end = start + tensor.numel() * tensor.element_size()
+    if not any(low <= start and end <= high for low, high in files):
+        return  # not a file's pages: anonymous memory would be lost
+    first, last = -(-start // _PAGE) * _PAGE, end // _PAGE * _PAGE
+    if last > first:
+        ctypes.CDLL(None).madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), _MADV_DONTNEED)
+
+
 def huge_page_copy(tensor: torch.Tensor) -> torch.Tensor:
     """A copy of contiguous ``tensor`` in an anonymous mapping aligned to 2 MB and advised into 2 MB pages."""
     nbytes = tensor.numel() * tensor.element_size()
@@ -88,8 +119,9 @@ def into_huge_pages(model: torch.nn.Module) -> WeightPages:
     """Move ``model``'s contiguous CPU parameters and buffers of 2 MB or more into 2 MB pages where the system
     gives them (see the module notes); what it did is kept with the model (:func:`pages_of`)."""
     moved: set[int] = set()
-    report = _move(model, moved)
-    _copy_the_rest(model, moved)
+    files = _file_mappings()
+    report = _move(model, moved, files)
+    _copy_the_rest(model, moved, files)
     setattr(model, _ATTRIBUTE, report)
     return report
 
@@ -103,7 +135,7 @@ def _by_storage(model: torch.nn.Module) -> dict[int, list[torch.Tensor]]:
     return groups
 
 
-def _copy_the_rest(model: torch.nn.Module, moved: set[int]) -> None:
+def _copy_the_rest(model: torch.nn.Module, moved: set[int], files: list[tuple[int, int]]) -> None:
     """Copy each tensor not in ``moved`` (storage addresses) into memory of its own, sharing kept."""
     for address, tensors in _by_storage(model).items():
         first = tensors[0]
@@ -111,12 +143,14 @@ def _copy_the_rest(model: torch.nn.Module, moved: set[int]) -> None:
             continue
         if any(t.data_ptr() != first.data_ptr() or t.shape != first.shape for t in tensors):
             continue  # views of one storage in other shapes: left as they are
-        copy = first.data.clone()
+        source = first.data
+        copy = source.clone()
         for tensor in tensors:
             tensor.data = copy
+        _let_go_of_file_pages(source, files)
 
 
-def _move(model: torch.nn.Module, moved: set[int]) -> WeightPages:
+def _move(model: torch.nn.Module, moved: set[int], files: list[tuple[int, int]]) -> WeightPages:
     if not sys.platform.startswith("linux"):
         return WeightPages(reason=f"2 MB pages are asked for on Linux only, this is {sys.platform}")
     setting = _setting()
@@ -131,9 +165,11 @@ def _move(model: torch.nn.Module, moved: set[int]) -> WeightPages:
                 continue
             if any(t.data_ptr() != first.data_ptr() or t.shape != first.shape for t in tensors):
                 continue  # views of one storage in other shapes: left as they are
-            copy = huge_page_copy(first.data)
+            source = first.data
+            copy = huge_page_copy(source)
             for tensor in tensors:
                 tensor.data = copy
+            _let_go_of_file_pages(source, files)
             moved.add(copy.untyped_storage().data_ptr())
             moved_bytes += first.numel() * first.element_size()
     except OSError as error:

@@ -32,9 +32,13 @@ def load_targets(target: str, dtypes: Sequence[str], device: str, prompt: str) -
         return models, torch.arange(3, 3 + TINY_PROMPT_TOKENS, device=device).unsqueeze(0)
     from ...measure.inputs import prompt_input_ids
     from ...measure.prompts import load_prompts, select_prompts
-    from ...models.loading import load_model
+    from ...models.loading import load_model, resolve_dtype
 
-    loaded = {dtype: load_model(target, device=device, dtype=dtype) for dtype in dtypes}
+    # The smaller dtype loads first: a conversion's load maps the whole checkpoint file for a while, which then
+    # comes before the larger model is held, not beside it.
+    smaller_first = sorted(dtypes, key=lambda dtype: resolve_dtype(dtype).itemsize)
+    loaded = {dtype: load_model(target, device=device, dtype=dtype) for dtype in smaller_first}
+    loaded = {dtype: loaded[dtype] for dtype in dtypes}
     suite = load_prompts()
     chosen = select_prompts(suite, [prompt], 1)
     if not chosen:
