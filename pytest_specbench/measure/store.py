@@ -107,6 +107,18 @@ class ModelStore:
             "fewer pairs (--specbench-pairs)"
         )
 
+    def load_smaller_dtypes_first(self, needs: Iterable[tuple[PairSpec, str]]) -> None:
+        """Load the targets and drafters of ``needs`` (pair, dtype), the dtypes of fewer bytes first: a load that
+        converts, and a drafter derived in another dtype, hold a copy for a while, which then comes before the larger
+        models are held, not beside them. What cannot load is left for the case's own preparation to report."""
+        needs = list(dict.fromkeys((pair, dtype) for pair, dtype in needs))
+        for pair, dtype in sorted(needs, key=lambda need: resolve_dtype(need[1]).itemsize):
+            try:
+                self.target(pair, dtype)
+                self.drafter(pair, dtype)
+            except Exception:  # noqa: BLE001 - reported by the case that needs it, in its words
+                continue
+
     def release(self, needed: Iterable[tuple[PairSpec, str]]) -> None:
         """Free the models, drafters and kernel forms that no (pair, dtype) in ``needed`` uses: a dtype's models
         after its last block. A later case that needs one loads it again."""

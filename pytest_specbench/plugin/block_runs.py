@@ -81,6 +81,8 @@ class BlockRuns:
         and probes the models the run needs); raises :class:`BudgetCannotFit` where even the minimum overruns."""
         if self._plan is None:
             config = self._session.config
+            store = context.store
+            store.load_smaller_dtypes_first((case.pair, store.dtype_for(case)) for case in self._pending())
             estimates = estimate_blocks(self._pending(), context)
             self._plan = RunPlan(
                 config.run_budget,
