@@ -102,12 +102,14 @@ def test_later_runs_reuse_the_graphs_and_the_cache(backend):
     target, draft = pair("llama")
     # One forms object, settled once, as a session keeps per model: "auto" by name settles afresh each call,
     # by timing, and a one-row form that flips between calls is a new graph.
-    forms = KernelForms(target)
-    speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, compile_steps=True, kernels=forms)
+    # The draft model's too: forms of its own, kept with it as a session's store keeps them.
+    forms, draft_forms = KernelForms(target), KernelForms(draft)
+    run = dict(compile_steps=True, kernels=forms, draft_kernels=draft_forms)
+    speculative_generate(target, draft, PROMPT, 4, NEW_TOKENS, **run)
     greedy_generate(target, PROMPT, NEW_TOKENS, compile_steps=True, kernels=forms)
     graphs, calls = backend.graphs, backend.calls
     for k in (2, 8):
-        speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, compile_steps=True, kernels=forms)
+        speculative_generate(target, draft, PROMPT, k, NEW_TOKENS, **run)
     assert greedy_generate(target, PROMPT[:12], NEW_TOKENS, compile_steps=True, kernels=forms).token_ids == list(
         reference("llama", 12)
     )
