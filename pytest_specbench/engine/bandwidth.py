@@ -19,7 +19,7 @@ import torch
 
 from .timing import DeviceClock
 
-__all__ = ["MAX_BUFFER_BYTES", "effective_gbps", "memory_read_gbps", "packed_linears", "weight_bytes"]
+__all__ = ["MAX_BUFFER_BYTES", "effective_gbps", "memory_read_gbps", "packed_bytes", "packed_linears", "weight_bytes"]
 
 #: the largest buffer the read is timed on: well past any cache, and small beside the models
 MAX_BUFFER_BYTES = 1 << 30
@@ -37,7 +37,7 @@ def weight_bytes(model: torch.nn.Module) -> int:
     )
     if embeddings is not None and embeddings is not head:
         tensors.pop(id(embeddings), None)
-    return sum(t.numel() * t.element_size() for t in tensors.values()) + _packed_bytes(model)
+    return sum(t.numel() * t.element_size() for t in tensors.values()) + packed_bytes(model)
 
 
 def packed_linears(model: torch.nn.Module) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
@@ -50,7 +50,7 @@ def packed_linears(model: torch.nn.Module) -> Iterator[tuple[torch.Tensor, torch
             yield weight(), bias() if callable(bias) else None
 
 
-def _packed_bytes(model: torch.nn.Module) -> int:
+def packed_bytes(model: torch.nn.Module) -> int:
     """Bytes of the weights dynamically quantised linears keep packed (a byte a weight in int8), and their biases."""
     return sum(
         weight.numel() * weight.element_size() + (0 if bias is None else bias.numel() * bias.element_size())

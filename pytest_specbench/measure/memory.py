@@ -4,7 +4,6 @@ set of models holds, and the memory a machine has free."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 import torch
 
@@ -29,7 +28,7 @@ def peak_memory_mb(device: str) -> tuple[float, str]:
 def held_weight_bytes(models: Iterable[torch.nn.Module]) -> int:
     """Bytes of the models' parameters, buffers and packed quantised weights, each storage once (a draft that shares
     its target's tensors adds only its own)."""
-    from ..engine.bandwidth import packed_linears
+    from ..engine.bandwidth import packed_bytes
 
     storages: dict[int, int] = {}
     packed = 0
@@ -37,19 +36,12 @@ def held_weight_bytes(models: Iterable[torch.nn.Module]) -> int:
         for tensor in (*model.parameters(), *model.buffers()):
             storage = tensor.untyped_storage()
             storages[storage.data_ptr()] = storage.nbytes()
-        for weight, bias in packed_linears(model):
-            packed += weight.numel() * weight.element_size() + (
-                0 if bias is None else bias.numel() * bias.element_size()
-            )
+        packed += packed_bytes(model)
     return sum(storages.values()) + packed
 
 
 def available_memory_bytes() -> int | None:
     """The memory the system says it can give without swapping (Linux ``MemAvailable``), or None where unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    from ..models.weight_pages import proc_field_bytes
+
+    return proc_field_bytes("/proc/meminfo", "MemAvailable")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["WeightPages", "huge_page_copy", "into_huge_pages", "pages_of"]
+__all__ = ["WeightPages", "huge_page_copy", "into_huge_pages", "pages_of", "proc_field_bytes"]
 
 HUGE_PAGE = 2 << 20
 _MADV_HUGEPAGE = 14
@@ -61,14 +61,19 @@ def _setting() -> str | None:
     return text[text.index("[") + 1 : text.index("]")] if "[" in text else None
 
 
-def _anon_huge_bytes() -> int | None:
+def proc_field_bytes(path: str, field: str) -> int | None:
+    """A ``field: N kB`` line of a Linux ``/proc`` file, in bytes, or None where there is none."""
     try:
-        for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
-            if line.startswith("AnonHugePages:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _anon_huge_bytes() -> int | None:
+    return proc_field_bytes("/proc/self/smaps_rollup", "AnonHugePages")
 
 
 def _file_mappings() -> list[tuple[int, int]]:
