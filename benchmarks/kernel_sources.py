@@ -25,9 +25,9 @@ from pytest_specbench.engine import few_rows
 from pytest_specbench.models.weight_pages import into_huge_pages
 
 
-def build(source: Path, label: str):
+def build(sources: list[Path], label: str):
     flags = few_rows.compile_flags()
-    return load(f"kernel_sources_{label}", [str(source)], extra_cflags=flags, extra_ldflags=["-fopenmp"])
+    return load(f"kernel_sources_{label}", [str(s) for s in sources], extra_cflags=flags, extra_ldflags=["-fopenmp"])
 
 
 def paged_as_the_engine_does(shape: str, copies: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -57,16 +57,22 @@ def main() -> None:
     if args.variant == "tiles" and dtype != torch.bfloat16:
         parser.error("--variant tiles takes --dtype bfloat16")
 
-    relative = few_rows.SOURCE.relative_to(Path.cwd())
+    kernels = few_rows.SOURCES[0].parent.relative_to(Path.cwd())
     git = ["git", "-C", str(Path.cwd())]
     commit = subprocess.run([*git, "rev-parse", "--short", args.commit], capture_output=True, text=True, check=True)
     then = commit.stdout.strip()
     now = subprocess.run([*git, "describe", "--always", "--dirty"], capture_output=True, text=True, check=True)
-    text = subprocess.run([*git, "show", f"{then}:{relative}"], capture_output=True, text=True, check=True)
+    listed = subprocess.run([*git, "ls-tree", "--name-only", f"{then}:{kernels}"], capture_output=True, text=True)
     with tempfile.TemporaryDirectory() as folder:
-        then_source = Path(folder) / "few_rows.cpp"
-        then_source.write_text(text.stdout)
-        builds = {"then": build(then_source, then), "now": build(few_rows.SOURCE, "now")}
+        then_sources = []
+        for name in listed.stdout.split():  # the kernel's files then: one source, or a binding and its parts
+            text = subprocess.run(
+                [*git, "show", f"{then}:{kernels}/{name}"], capture_output=True, text=True, check=True
+            )
+            (Path(folder) / name).write_text(text.stdout)
+            if name.endswith(".cpp"):
+                then_sources.append(Path(folder) / name)
+        builds = {"then": build(then_sources, then), "now": build(list(few_rows.SOURCES), "now")}
 
     print(
         f"{args.threads} threads, {args.dtype}, variant {args.variant}, {args.rounds} rounds, "

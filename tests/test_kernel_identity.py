@@ -102,13 +102,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear", &linear, pybind11::arg("x"), pybind11::arg("weight"), pybind11::arg("bias"),
         pybind11::arg("variant") = "rows");
   m.def("tiles_available", &tiles_available);
+  m.attr("tiles_built") = false;
 }
 """
 
 _STATE = """
 import pathlib, sys
 from pytest_specbench.engine import few_rows
-few_rows.SOURCE = pathlib.Path(sys.argv[1])
+few_rows.SOURCES = (pathlib.Path(sys.argv[1]),)
 print(few_rows.recorded_state())
 """
 

@@ -3,7 +3,7 @@ memory speed.
 
 torch's float32 ``linear`` over 4 to 32 rows of a large weight costs two to three one-row passes on
 some CPUs, and its one-row passes stream the weights at about half the machine's read bandwidth
-(docs/engines.md, "The verify pass's kernels"). The kernel in ``kernels/few_rows.cpp`` reads each
+(docs/engines.md, "The verify pass's kernels"). The kernel in ``kernels/`` (:data:`SOURCES`) reads each
 block of weight rows once and multiplies it with every row of ``x`` while it is in registers,
 fetching ahead. bfloat16 multiplies with AVX512_BF16 dot products where the CPU has them (denormal
 inputs then count as zero), and otherwise widens to float32 in registers; its ``tiles`` variant multiplies
@@ -41,7 +41,8 @@ __all__ = [
     "DTYPES",
     "applies_to",
     "MAX_ROWS",
-    "SOURCE",
+    "HEADERS",
+    "SOURCES",
     "build_cached",
     "compile_flags",
     "few_rows_linear",
@@ -57,7 +58,11 @@ __all__ = [
     "unavailable_reason",
 ]
 
-SOURCE = Path(__file__).with_name("kernels") / "few_rows.cpp"
+_KERNELS = Path(__file__).with_name("kernels")
+#: the binding, then the loops' parts: compiled apart, on every core (the binding's torch headers alone take about
+#: as long as each part)
+SOURCES = tuple(_KERNELS / name for name in ("few_rows.cpp", "float32_rows.cpp", "bfloat16_rows.cpp", "tiles.cpp"))
+HEADERS = (_KERNELS / "few_rows.h", _KERNELS / "loops.h")
 #: the most rows one call takes (``kMaxRows`` in the source), and the most the ``tiles`` variant takes
 MAX_ROWS = 32
 TILE_ROWS = 16
@@ -76,8 +81,10 @@ def compile_flags() -> list[str]:
 
 
 def _extension_name(flags: list[str]) -> str:
-    # -march=native ties the binary to this CPU: its flags are part of the name, as are the source and torch.
-    digest = hashlib.sha256(SOURCE.read_bytes())
+    # -march=native ties the binary to this CPU: its flags are part of the name, as are the sources and torch.
+    digest = hashlib.sha256()
+    for path in (*SOURCES, *HEADERS):
+        digest.update(path.read_bytes())
     digest.update(" ".join(sorted(cpu_flags(read_cpuinfo()))).encode())
     digest.update(f"{torch.__version__} {' '.join(flags)}".encode())
     return f"specbench_few_rows_{digest.hexdigest()[:16]}"
@@ -108,7 +115,7 @@ def _load() -> Any:
     from torch.utils.cpp_extension import load
 
     flags = compile_flags()
-    module = load(_extension_name(flags), [str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"])
+    module = load(_extension_name(flags), [str(p) for p in SOURCES], extra_cflags=flags, extra_ldflags=["-fopenmp"])
     if not _computes_linear(module):
         raise RuntimeError("the built kernel computes linear wrongly")
     return module
