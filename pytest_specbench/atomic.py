@@ -67,4 +67,11 @@ def unwritable_reason(path: str | os.PathLike[str], folder_name: str = "its fold
     except OSError as error:
         return f"no file can be written in {folder_name} {folder} ({error.strerror or error})"
     probe.unlink()
+    target = target_path(path)
+    # An existing file that refuses writes (read-only, or chattr +i or +a): found now, not after the run.
+    if target.is_file():
+        try:
+            os.close(os.open(target, os.O_WRONLY))  # opened, not truncated, not written
+        except OSError as error:
+            return f"{target} exists and cannot be written ({error.strerror or error})"
     return None

@@ -34,12 +34,8 @@ from .tools import gpu_check, verify_curve
 #: --specbench-gpu is result-changing, but it names devices of the shard's own machine: one sweep over the GPUs
 #: of a machine gives each shard its own (cuda:0, cuda:1). So only the kinds must agree (cpu, cuda, mps).
 DEVICE_OPTION = "specbench_gpu"
-#: The k list sets how far the cost probe measures v(m) (measure/costs.probed_k), hence every row's recommended
-#: k and what k=auto may choose, though the option table does not mark it ``changes_results`` (yet).
-ALSO_COMPARED = ("specbench_k",)
-COMPARED_OPTIONS: tuple[Option, ...] = tuple(
-    option for option in OPTIONS if option.changes_results or option.dest in ALSO_COMPARED
-)
+COMPARED_OPTIONS: tuple[Option, ...] = tuple(option for option in OPTIONS if option.changes_results)
+_K_OPTION = next(option for option in OPTIONS if option.dest == "specbench_k")
 
 
 class MergeError(ValueError):
@@ -382,6 +378,11 @@ def comparison_header(
         refusals.append(f"their speedups were timed on different machines ({'; '.join(machines)})")
     settings = check_comparable([old, new], [old_name, new_name], "compare", force, refusals)
     lines = [f"settings differ (compared anyway: --force): {difference}" for difference in settings]
+    lines += [
+        f"k lists differ ({difference}): they choose the cases, and each case's k is in its id; how far each run's "
+        "cost probe measured, which the list sets, is in its rows (a recommended k, a schedule's range)"
+        for difference in setting_differences(old, new, old_name, new_name, [_K_OPTION])
+    ]
     lines += [f"machines differ: {difference}" for difference in machines]
     lines += [f"compared anyway (--force): {refusal}" for refusal in refusals]
     return (lines or ["same settings and machine: every result-changing option and the fingerprint agree"]) + [""]
@@ -487,9 +488,40 @@ def compared_runs(names: Sequence[str], last: bool, history_dir: Path) -> tuple[
         raise MergeError(str(error)) from None
 
 
+def last_readable_runs(history_dir: Path) -> tuple[list[tuple[Path, dict[str, Any]]], list[str]]:
+    """``compare --last``: the two latest runs of the history whose JSON reads, oldest first, and a line for each
+    later one that does not (a damaged entry must not stop every later comparison). Raises MergeError."""
+    from .results import history
+
+    try:
+        history.last_runs(history_dir)  # fewer than two runs: its message
+        jsons = history.run_jsons(history_dir)
+    except history.HistoryError as error:
+        raise MergeError(str(error)) from None
+    found: list[tuple[Path, dict[str, Any]]] = []
+    skipped: list[str] = []
+    for path in reversed(jsons):
+        try:
+            found.insert(0, (path, load_run(path)))
+        except MergeError as error:
+            skipped.append(f"skipped {history.number_of(path.parent):04d}: {error}")
+        if len(found) == 2:
+            return found, skipped
+    raise MergeError(
+        f"the history {history_dir} holds fewer than 2 readable runs ({'; '.join(skipped)}); name two runs to "
+        "compare by number or path"
+    )
+
+
 def _compare(args: argparse.Namespace) -> int:
-    old_path, new_path = compared_runs(args.runs, args.last, args.history)
-    old, new = load_run(old_path), load_run(new_path)
+    if args.last and not args.runs:
+        runs, skipped = last_readable_runs(args.history)
+        (old_path, old), (new_path, new) = runs
+        for line in skipped:
+            print(f"{line}; compared the latest readable runs (name two runs by number to choose others)")
+    else:
+        old_path, new_path = compared_runs(args.runs, args.last, args.history)
+        old, new = load_run(old_path), load_run(new_path)
     print(f"old: {old_path}\nnew: {new_path}")
     header = comparison_header(old, new, str(old_path), str(new_path), force=getattr(args, "force", False))
     print("\n".join(header + compare_lines(run_results(old), run_results(new), incomparable(old, new))))

@@ -30,21 +30,28 @@ def test_the_probe_stops_at_k_plus_one_the_new_tokens_and_the_window() -> None:
     assert probe_positions(8, new_tokens=1, room=1) == 1
 
 
-@pytest.mark.slow
-def test_a_huge_k_runs_capped_without_an_index_error(bench) -> None:
-    result = bench("--specbench-k=100000", "-k", "natural", "--specbench-log=")
-    result.assert_outcomes(passed=1, deselected=1)
-    assert "IndexError" not in result.stdout.str() and "Traceback" not in result.stdout.str()
+def test_a_k_no_step_can_draft_is_a_usage_error_naming_the_longest_that_can() -> None:
+    # Before: k=1000 with 8 new tokens ran as k=7 and the answer called k=1000 best.
+    with pytest.raises(
+        ConfigError,
+        match=r"--specbench-k=1,1000: no step drafts more than 7 token\(s\) with --specbench-max-new-tokens=8 .*"
+        r"k=1000 would run as k=7; accepted: k up to 7, or more new tokens",
+    ):
+        parse_settings({"k": ("1,1000", "--specbench-k"), "max-new-tokens": ("8", "--specbench-max-new-tokens")})
+    config = parse_settings({"k": ("7,auto", "--specbench-k"), "max-new-tokens": ("8", "--specbench-max-new-tokens")})
+    assert config.ks == (7, "auto")  # a schedule chooses within the new tokens by itself
 
 
 @pytest.mark.slow
-def test_k_past_a_short_window_with_few_new_tokens_runs(bench, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_a_schedule_past_a_short_window_with_few_new_tokens_runs(
+    bench, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     from factory import write_tiny_pair
 
     short = write_tiny_pair(tmp_path_factory.mktemp("window_64"), target_config={"n_positions": 64})
-    # 20 + 65 positions would pass the 64-position window: the probe must stop at the 4 new tokens.
+    # A schedule's probe measures to k=16: with 4 new tokens it must stop at them.
     result = bench(
-        "--specbench-k=64",
+        "--specbench-k=auto",
         "--specbench-context-tokens=20",
         "--specbench-max-new-tokens=4",
         "-k",
@@ -68,7 +75,13 @@ def test_a_huge_k_is_a_usage_error_stating_the_bound() -> None:
         rf"{MAX_POSITIONS}\)",
     ):
         _parse("k", "1,100000000000000000000000")
-    assert _parse("k", f"{MAX_POSITIONS - 1}").ks == (MAX_POSITIONS - 1,)
+    longest = parse_settings(
+        {
+            "k": (f"{MAX_POSITIONS - 2}", "--specbench-k"),
+            "max-new-tokens": (f"{MAX_POSITIONS - 1}", "--specbench-max-new-tokens"),
+        }
+    )
+    assert longest.ks == (MAX_POSITIONS - 2,)  # the most new tokens leave room for this k, one token fewer
 
 
 def test_a_huge_k_stops_pytest_before_any_model_loads(bench) -> None:

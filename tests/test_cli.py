@@ -122,17 +122,48 @@ DIFFERING = {
     "top-k": ("0", "50"),
     "seed": ("0", "1"),
     "sampling-check-draws": ("20000", "1000"),
-    "k": ("1,4", "1,2"),
+    "engine": ("native", "hf"),
     "batch": ("1", "1,4"),
     "vllm-args": ("", "--tensor-parallel-size 2"),
     "vllm-endpoints": (None, "baseline=http://node:8000,k4=http://node:8001"),
 }
 
 
-def test_merge_compares_every_result_changing_option_and_the_k_list():
+#: every option that does not change what a case measures, and why: a new option fails the test below until it is
+#: put here or marked ``changes_results`` (and given two values in DIFFERING)
+NOT_RESULT_CHANGING = {
+    "pairs": "selects cases (each row names its pair)",
+    "pairs-file": "declares pairs; what a pair is, is in its rows (models, drafter, options)",
+    "prompts": "selects cases (each row names its prompt, whose text is digested)",
+    "prompts-per-category": "selects cases",
+    "category-groups": "selects cases",
+    "vllm-python": "which interpreter starts vLLM: each served row records vLLM's version and arguments",
+    "budget": "how long the run may take: rounds that ran are in each row",
+    "csv": "an output",
+    "json": "an output",
+    "log": "an output",
+    "history": "an output",
+    "resume": "replays rows whose settings agree",
+    "cache-dir": "where models are kept",
+    "save-baseline": "an output",
+    "baseline": "what the gate compares against",
+    "max-acceptance-drop": "the gate's bound",
+    "max-speedup-drop": "the gate's bound",
+    "allow-missing": "the gate's rule",
+    "gate-differing": "the gate's rule",
+    "plots": "an output",
+    "report": "an output",
+    "shard": "selects cases",
+    "k": "selects cases; how far the probe measured, which the list sets, each row records (verify_costs_ms)",
+}
+
+
+def test_every_option_is_compared_or_says_why_not():
     compared = {option.name for option in COMPARED_OPTIONS}
-    assert compared == {option.name for option in OPTIONS if option.changes_results} | {"k"}
+    assert compared == {option.name for option in OPTIONS if option.changes_results}
     assert compared == set(DIFFERING)  # a new result-changing option needs two values above
+    assert {option.name for option in OPTIONS if not option.changes_results} == set(NOT_RESULT_CHANGING)
+    assert "engine" in compared  # one engine's run has the same case ids as another's
 
 
 @pytest.mark.parametrize("option", COMPARED_OPTIONS, ids=lambda option: option.name)
@@ -151,8 +182,8 @@ def test_merge_joins_shards_that_differ_only_in_what_may_differ():
     merged = merge_runs([first, second], ["a", "b"])
     assert [row["case"] for row in merged["results"]] == ["p-k1-x", "q-k1-x"]
     assert [source["shard"] for source in merged["merged_from"]] == ["shard-1", "shard-2"]
-    # The merged record keeps the options the runs share, not one run's value of those that differ.
-    assert merged["options"] == {"specbench_k": "1,4", "specbench_max_new_tokens": "32"}
+    # The merged record keeps the options the runs share, not one run's value of those that differ (the k list).
+    assert merged["options"] == {"specbench_max_new_tokens": "32"}
 
 
 def test_merge_compares_what_a_value_means_not_how_it_is_written():
@@ -196,9 +227,9 @@ def test_merge_refuses_runs_whose_options_make_numbers_incomparable():
 def test_merge_exits_2_with_the_reason(tmp_path, capsys):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(_run(["p-k1-x"])))
-    b.write_text(json.dumps(_run(["q-k1-x"], specbench_k="1,2")))
+    b.write_text(json.dumps(_run(["q-k1-x"], specbench_max_new_tokens="8")))
     assert main(["merge", str(a), str(b)]) == 2
-    assert "not comparable (specbench_k" in capsys.readouterr().err
+    assert "not comparable (specbench_max_new_tokens" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["compare", "merge"])
@@ -298,6 +329,16 @@ def test_compare_says_when_nothing_differs(tmp_path, capsys):
     )
 
 
+def test_compare_and_merge_take_runs_of_other_k_lists_and_compare_says_so(tmp_path, capsys):
+    old = _write(tmp_path, "old.json", {**_run(["p-k1-x", "p-k4-x"], specbench_k="1,4"), "fingerprint": _machine("X")})
+    new = _write(tmp_path, "new.json", {**_run(["p-k1-x", "p-k2-x"], specbench_k="1,2"), "fingerprint": _machine("X")})
+    assert main(["compare", old, new]) == 0
+    header = _header(capsys.readouterr().out)
+    assert header[0].startswith(f"k lists differ (specbench_k: {old} has '1,4', {new} has '1,2'): they choose")
+    merged = merge_runs([_run(["p-k4-x"], specbench_k="1,4"), _run(["q-k2-x"], specbench_k="2,1")], ["a", "b"])
+    assert len(merged["results"]) == 2
+
+
 def test_compare_refuses_greedy_against_sampled_unless_forced(tmp_path, capsys):
     old = _write(tmp_path, "old.json", _run(["p-k1-x"], specbench_temperature="0"))
     new = _write(tmp_path, "new.json", _run(["p-k1-x"], specbench_temperature="1.0"))
@@ -341,6 +382,23 @@ def test_compare_refuses_runs_of_other_dtypes_as_merge_does_and_marks_each_line_
     assert len(compared) == 3 and all(line.endswith("not comparable: specbench_dtype") for line in compared)
     [added] = [line for line in lines if line.startswith("p-k8-x ")]
     assert "new case" in added and "not comparable" not in added  # nothing of the old run set beside it
+
+
+def test_compare_and_merge_refuse_runs_of_other_engines_whose_case_ids_agree(tmp_path, capsys):
+    # A run of one engine leaves the engine out of its case ids: a native run's tiny-k2-natural and an hf run's
+    # are not one case.
+    native = _run(["tiny-k2-natural"], specbench_engine="native")
+    hf = _run(["tiny-k2-natural"], specbench_engine="hf")
+    hf["results"][0]["engine"] = "hf"
+    old, new = _write(tmp_path, "native.json", native), _write(tmp_path, "hf.json", hf)
+    differs = f"specbench_engine: {old} has 'native', {new} has 'hf'"
+    assert main(["compare", old, new]) == 2
+    assert f"cannot compare {new} with {old}: the numbers are not comparable ({differs})" in capsys.readouterr().err
+    assert main(["merge", old, new, "--json", str(tmp_path / "all.json")]) == 2
+    assert differs in capsys.readouterr().err
+    # the same engines in another order are the same setting
+    both = [_run(["a-k2-x"], specbench_engine="native,hf"), _run(["b-k2-x"], specbench_engine="hf,native")]
+    assert len(merge_runs(both, ["a", "b"])["results"]) == 2
 
 
 def _with_kernel(document: dict, few_rows_kernel: str) -> dict:

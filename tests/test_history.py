@@ -95,6 +95,19 @@ def test_compare_takes_the_last_two_runs_or_run_numbers(
     assert main(["compare", str(entries[0]), str(entries[1] / history.JSON)]) == 0  # a folder, a file
     assert "+0.100" in capsys.readouterr().out
 
+    # A damaged latest run: --last compares the two latest readable ones and says which it skipped and why.
+    (entries[2] / history.JSON).write_text("{not json")
+    assert main(["compare", "--last"]) == 0
+    out = capsys.readouterr().out
+    damaged = Path(".specbench/runs") / entries[2].name / history.JSON
+    assert f"skipped 0003: {damaged}: not a readable specbench JSON" in out
+    assert "name two runs by number to choose others" in out and "+0.100" in out
+    assert entries[0].name in out and entries[1].name in out
+    (entries[1] / history.JSON).write_text("[]")
+    assert main(["compare", "--last"]) == 2
+    assert "fewer than 2 readable runs" in capsys.readouterr().err
+    (entries[1] / history.JSON).write_text(json.dumps(_document(0.6)))
+
     assert main(["compare", "0001", "0009"]) == 2
     assert "no run 0009 in the history" in capsys.readouterr().err
     assert main(["compare", "--last", "--history", str(tmp_path / "none")]) == 2

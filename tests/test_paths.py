@@ -52,6 +52,26 @@ def test_the_probe_of_a_symlinked_output_checks_the_targets_folder(tmp_path: Pat
     assert link.is_symlink() and (tmp_path / "elsewhere" / "results.json").read_text() == "{}"
 
 
+def test_an_existing_output_that_refuses_writes_is_found_before_the_run(tmp_path: Path, monkeypatch) -> None:
+    # chattr +i (or +a) refuses every open for writing, even root's; this process may not set it, so os.open
+    # refuses as such a file does. Before: the run measured everything, then failed to write the log.
+    log = tmp_path / "spec_results.jsonl"
+    log.write_text("kept\n")
+    real_open = os.open
+
+    def immutable(path, flags, *args):
+        if Path(path) == log and flags & (os.O_WRONLY | os.O_RDWR):
+            raise PermissionError(1, "Operation not permitted")
+        return real_open(path, flags, *args)
+
+    assert unwritable_reason(log) is None
+    monkeypatch.setattr(os, "open", immutable)
+    assert unwritable_reason(log) == f"{log} exists and cannot be written (Operation not permitted)"
+    with pytest.raises(ConfigError, match=r"--specbench-log.*exists and cannot be written \(Operation not permitted\)"):
+        check_files(_files(log=str(log)))
+    assert log.read_text() == "kept\n"
+
+
 def test_two_links_to_one_file_are_two_outputs_on_one_file(tmp_path: Path) -> None:
     (tmp_path / "a.csv").symlink_to(tmp_path / "same")
     (tmp_path / "b.json").symlink_to(tmp_path / "same")

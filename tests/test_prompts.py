@@ -265,6 +265,18 @@ def test_first_line_error_is_line_1(tmp_path):
         load_prompts(path)
 
 
+def test_a_raw_control_character_is_named_with_its_column_and_how_to_write_it(tmp_path):
+    # Before: "invalid JSON (Invalid control character at at column 28)".
+    path = tmp_path / "nul.jsonl"
+    path.write_bytes(b'{"category": "c", "text": "a\x00b"}\n')
+    with pytest.raises(PromptFileError) as info:
+        load_prompts(path)
+    assert str(info.value) == (
+        f"{path}:1: invalid JSON (a raw control character, U+0000, at column 29); JSON strings hold control "
+        'characters escaped ("\\u0000"); write it so, or leave it out'
+    )
+
+
 def test_invalid_utf8_names_the_line(tmp_path):
     path = tmp_path / "latin1.jsonl"
     path.write_bytes((GOOD + "\n").encode() + '{"category": "c", "text": "caf\xe9"}\n'.encode("latin-1"))

@@ -141,6 +141,31 @@ def test_a_slow_first_block_leaves_less_to_the_others_and_they_still_get_their_m
     assert clock.now <= 300.0 + 3 * 10.0
 
 
+def test_a_probe_that_misjudged_the_speed_leaves_untimed_the_blocks_that_would_overrun_the_budget():
+    # The run: a probe on a busy moment read a step 6x faster than the blocks ran; the plan said about 12 s
+    # of a 20 s budget, and four blocks at their minimum rounds took 72 s.
+    clock = FakeClock()
+    plan = _plan([_block(name, 1.0) for name in "abcd"], 20.0, clock)
+    assert plan.minimum_s() == 12.0 and plan.fits()
+    assert plan.overrun_if_timed("a") is None  # nothing timed yet: the plan's estimate stands
+    timed, reasons = [], {}
+    for name in list(plan.blocks):
+        reason = plan.overrun_if_timed(name)
+        if reason:
+            reasons[name] = reason
+            continue
+        clock.now += 3 * 6.0  # its minimum rounds, each 6 s
+        plan.record(name, 0.0, 6.0)
+        timed.append(name)
+    assert timed == ["a", "b"] and clock.now == 36.0  # within the budget plus one block's minimum rounds (18 s)
+    assert not plan.blocks
+    assert reasons["c"].startswith("not timed: the run's budget (20 s) would be overrun: 36 s spent, and this block")
+    assert (
+        "needs about 18 s at its 3 minimum rounds (the blocks timed so far ran 6.0x their estimated rounds)"
+        in (reasons["c"])
+    )
+
+
 # --- the budget holds -------------------------------------------------------------------------------------
 
 

@@ -75,6 +75,30 @@ def test_what_vllm_cannot_run_is_refused_with_the_reason_before_any_model_loads(
     assert reason in (ENGINES["vllm"].refusal(case, temperature=temperature) or "")
 
 
+@pytest.mark.parametrize(
+    ("case", "endpoints", "reason"),
+    [
+        (_case(PairSpec("q", "./m", drafter="int8")), (), "vllm has no method for an int8"),
+        (_case(PairSpec("t", "./m", drafter="truncated")), (), "vllm has no method for the target's first layers"),
+        (_case(PLD, "auto"), (), "no draft-length schedule"),
+        # with endpoints: the engine's reason, not "names no endpoint for k=auto"
+        (_case(PLD, "auto"), (("baseline", "http://a:1"), ("k4", "http://a:2")), "no draft-length schedule"),
+    ],
+)
+def test_a_case_vllm_cannot_run_is_skipped_before_any_server_starts(monkeypatch, case, endpoints, reason):
+    from types import SimpleNamespace
+
+    from pytest_specbench.models.base import NotApplicable
+
+    def no_servers(self):
+        raise AssertionError("a server was started or connected to for a case the engine refuses")
+
+    monkeypatch.setattr(served_case.ServedSequenceRun, "_servers", no_servers)
+    context = SimpleNamespace(config=SimpleNamespace(temperature=0.0, vllm_endpoints=endpoints), store=None)
+    with pytest.raises(NotApplicable, match=reason):
+        served_case.ServedSequenceRun(case, context)
+
+
 def test_a_prompt_lookup_or_draft_model_case_runs():
     assert ENGINES["vllm"].refusal(_case(PLD)) is None
     assert ENGINES["vllm"].refusal(_case(DRAFT)) is None
@@ -243,11 +267,18 @@ def test_the_vllm_engine_needs_vllms_interpreter_before_any_model_loads(tmp_path
         parse_settings(
             {"engine": ("vllm", "--specbench-engine"), "vllm-python": (str(tmp_path), "--specbench-vllm-python")}
         )
+    with pytest.raises(ConfigError, match=r"--specbench-vllm-python=/bin/false: /bin/false has no vLLM: exit status 1"):
+        parse_settings(
+            {"engine": ("vllm", "--specbench-engine"), "vllm-python": ("/bin/false", "--specbench-vllm-python")}
+        )
     python = tmp_path / ".venv-vllm" / "bin" / "python"
     python.parent.mkdir(parents=True)
-    python.write_text("#!/bin/sh\n")
+    python.write_text("#!/bin/sh\n")  # runs, says nothing: no vLLM
     python.chmod(0o755)
     monkeypatch.delenv("SPECBENCH_VLLM_PYTHON")
+    with pytest.raises(ConfigError, match="has no vLLM: exit status 0, no output"):
+        parse_settings({"engine": ("vllm", "--specbench-engine")})
+    python.write_text("#!/bin/sh\necho vllm 0.0.0\n")  # answers the version query as vLLM's interpreter does
     config = parse_settings(
         {"engine": ("vllm", "--specbench-engine"), "vllm-args": ("--tensor-parallel-size 8", "--specbench-vllm-args")}
     )
@@ -262,6 +293,8 @@ def test_the_vllm_engine_needs_vllms_interpreter_before_any_model_loads(tmp_path
         ("baseline=http://node:8000", "needs a baseline and at least one k<K>"),
         ("baseline=http://node:8000,kfour=http://node:8001", "'kfour=http://node:8001' is no NAME=URL"),
         ("baseline=node:8000,k4=http://node:8001", "'node:8000' \\(baseline\\) is no server URL"),
+        ("baseline=http://node:99999,k4=http://node:8001", "'http://node:99999' \\(baseline\\) is no server URL.*PORT"),
+        ("baseline=http://node:0,k4=http://node:8001", "'http://node:0' \\(baseline\\) is no server URL"),
         ("baseline=http://a:1,k4=http://a:2,k4=http://a:3", "a name is given twice"),
     ],
 )
@@ -376,3 +409,20 @@ def test_the_pool_keeps_at_most_a_baseline_and_a_speculative_server(tmp_path, mo
     assert live == [spec("b", None), spec("b", 4)]
     servers.stop_all()
     assert live == []
+
+
+@pytest.mark.slow
+def test_an_endpoint_that_does_not_answer_fails_its_case_naming_its_url_without_a_traceback(bench):
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on once this socket closes
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    result = bench(
+        "-k", "k1 and natural", "--specbench-engine=vllm", f"--specbench-vllm-endpoints=baseline={url},k1={url}"
+    )
+    result.assert_outcomes(failed=1, deselected=3)
+    out = result.stdout.str()
+    assert f"{url}/v1/models could not be read" in out
+    assert "Traceback" not in out and "direct cause" not in out and "During handling" not in out

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
+#: how the reason of a case left untimed by :meth:`RunPlan.overrun_if_timed` begins (the summary counts them)
+NOT_TIMED_FOR_BUDGET = "not timed: the run's budget"
 #: the per-round standard deviation of the log decode ratio assumed before any block is timed (pooled over a
 #: block's cases: 0.019 to 0.040 on the default CPU run, docs/results/2026-12-04-default-run-c8b3786.md)
 ROUND_NOISE_PRIOR = 0.03
@@ -191,6 +193,27 @@ class RunPlan:
             own_extra = expected[id(own)] - minimum[id(own)]
             return minimum[id(own)] + (left - sum(minimum.values())) * (own_extra / extra if extra > 0 else 0.0)
         return max(left - sum(minimum[id(cost)] for cost in others), 0.0)
+
+    def overrun_if_timed(self, block: str) -> str | None:
+        """Why ``block`` is not timed, or None: timed at its minimum rounds, at the speed the blocks timed so far
+        ran at, it would end the run past its budget by more than one block's minimum rounds. A probe that misjudged
+        the machine's speed (a busy moment) is caught once a block has run; before one has, the plan's own check
+        stands. The block then leaves the plan."""
+        cost = self.blocks.get(block)
+        if self.budget_s is None or cost is None or not self.timed:
+            return None
+        own_s = cost.setup_s * self.setup_scale + self.min_rounds * cost.round_s * self.round_scale
+        allowed_s = max(self.min_rounds * other.round_s * self.round_scale for other in self.blocks.values())
+        spent_s = self.elapsed_s()
+        if spent_s + own_s <= self.budget_s + allowed_s:
+            return None
+        del self.blocks[block]
+        return (
+            f"{NOT_TIMED_FOR_BUDGET} ({describe_duration(self.budget_s)[6:]}) would be overrun: {spent_s:.0f} s "
+            f"spent, and this block needs about {own_s:.0f} s at its {self.min_rounds} minimum rounds (the blocks "
+            f"timed so far ran {self.round_scale:.1f}x their estimated rounds); a longer --specbench-budget (or "
+            "none), or --specbench-resume with this run's log, times it"
+        )
 
     # --- what would fit where the minimum does not
 

@@ -187,6 +187,14 @@ def _parse_line(path: Path, lineno: int, line: str) -> dict[str, object]:
     try:
         obj = json.loads(line, object_pairs_hook=_reject_duplicate_keys)
     except json.JSONDecodeError as exc:
+        if exc.msg.startswith("Invalid control character"):  # its message ends "at", then the column
+            code = ord(line[exc.pos]) if exc.pos < len(line) else 0
+            raise PromptFileError(
+                path,
+                lineno,
+                f"invalid JSON (a raw control character, U+{code:04X}, at column {exc.colno})",
+                f'JSON strings hold control characters escaped ("\\u{code:04x}"); write it so, or leave it out',
+            ) from None
         raise PromptFileError(path, lineno, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
     except ValueError as exc:  # from _reject_duplicate_keys
         raise PromptFileError(path, lineno, str(exc)) from None

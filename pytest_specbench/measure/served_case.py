@@ -27,7 +27,7 @@ from ..served.metrics import SpecCounters, read_spec_counters
 from ..served.vllm_server import ServerSpec, installed_version
 from .case_run import BaselineRun, Judgement, NewInterleaved
 from .drafter_kinds import VLLM_DRAFT_MODEL, VLLM_NGRAM, peer_method
-from .engines import SpeculativeRun
+from .engines import ENGINES, SpeculativeRun
 from .matrix import Case
 from .sequence import SequenceRun
 from .verdicts import divergence_verdict, first_divergence
@@ -204,7 +204,12 @@ class ServedSequenceRun(SequenceRun):
     shares_block_baseline = False
 
     def prepare(self) -> None:
-        speculative, baseline, server = self._servers()  # first: a wrong endpoint fails before this case loads
+        # What the engine cannot run is skipped first, before any server starts (docs/served.md); then a wrong
+        # endpoint fails before this case loads.
+        refusal = ENGINES[self.case.engine].refusal(self.case, temperature=self.context.config.temperature)
+        if refusal:
+            raise NotApplicable(refusal)
+        speculative, baseline, server = self._servers()
         super().prepare()  # the target's input, generate() reference and costs, as for every case
         reference = _naming_server_log(
             baseline,

@@ -111,6 +111,10 @@ class BlockRuns:
             if case.id in self.left_out:
                 raise NotApplicable(self.left_out[case.id])
             members = self.members(case)
+            overrun = plan.overrun_if_timed(case.block)
+            if overrun:
+                self.left_out.update((member.id, overrun) for member in members)
+                raise NotApplicable(overrun)
             self._outcomes.update(self._time(members, context, plan))
             self._timed.update(member.id for member in members)
             # What no later block needs is freed: a dtype's models after its last block.

@@ -117,6 +117,9 @@ class CaseFixture:
         from ..measure.row import build_result
         from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase
         from ..results.schema import extra_info_fields
+        from ..served.client import ServedRequestError
+        from ..served.endpoint import EndpointMismatch
+        from ..served.vllm_server import ServerDied
 
         replayed = self._session.replay(case.id)
         if replayed is not None:  # finished in the run being resumed: its row again, nothing measured
@@ -131,8 +134,9 @@ class CaseFixture:
             raise pytest.fail.Exception(f"{case.pair.name}: {error}", pytrace=False) from None
         except NotApplicable as error:
             pytest.skip(str(error))
-        except UnrunnableCase as error:
-            # The message says what to change; a chained traceback into torch would only hide it.
+        except (UnrunnableCase, ServedRequestError, EndpointMismatch, ServerDied) as error:
+            # The message says what to change, or names the server, its URL or its log; a chained traceback into
+            # torch or urllib would only hide it.
             raise pytest.fail.Exception(str(error), pytrace=False) from None
         result = build_result(
             case, measurement, self._store.device, self._store.dtype_for(case), self._session.config.ci_target

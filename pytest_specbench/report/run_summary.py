@@ -167,18 +167,29 @@ def _left_out_lines(run: RunSnapshot) -> list[str]:
 def _budget_lines(run: RunSnapshot) -> list[str]:
     """A line when the run's budget was spent before every block ran as long as it needed."""
     from ..measure.blocks import RUN_BUDGET
-    from ..measure.budget import describe_duration
+    from ..measure.budget import NOT_TIMED_FOR_BUDGET, describe_duration
 
     config = run.config
-    short = [row for row in run.results if row.timing_stop == RUN_BUDGET]
-    if not short or config.run_budget is None:
+    if config.run_budget is None:
         return []
-    blocks = len({row.block for row in short})
-    return [
-        f"the run's budget (--specbench-budget, {describe_duration(config.run_budget)[6:]}) was spent: "
-        f"{len(short)} case(s) in {blocks} block(s) ran only their {config.min_rounds} minimum rounds; "
-        "a longer --specbench-budget (or off) times them to the interval target"
-    ]
+    budget = describe_duration(config.run_budget)[6:]
+    lines = []
+    short = [row for row in run.results if row.timing_stop == RUN_BUDGET]
+    if short:
+        blocks = len({row.block for row in short})
+        lines.append(
+            f"the run's budget (--specbench-budget, {budget}) was spent: {len(short)} case(s) in {blocks} block(s) "
+            f"ran only their {config.min_rounds} minimum rounds; a longer --specbench-budget (or off) times them to "
+            "the interval target"
+        )
+    untimed = [case for case, reason in run.tally.skipped.items() if reason.startswith(NOT_TIMED_FOR_BUDGET)]
+    if untimed:
+        lines.append(
+            f"the run's budget (--specbench-budget, {budget}) would have been overrun: {len(untimed)} case(s) were "
+            "not timed, as the blocks before them ran slower than the plan estimated (each skipped case says by how "
+            "much); a longer --specbench-budget (or none), or --specbench-resume with this run's log, times them"
+        )
+    return lines
 
 
 def _skipped_pair_lines(run: RunSnapshot) -> list[str]:

@@ -129,15 +129,20 @@ def find_run(history: Path, name: str) -> Path:
     return _json_of(matches[0])
 
 
+def run_jsons(history: Path) -> list[Path]:
+    """The JSON of every run of ``history`` that has one, oldest first."""
+    return [entry / JSON for entry in entries(history) if (entry / JSON).is_file()]
+
+
 def last_runs(history: Path, count: int = 2) -> list[Path]:
     """The JSON of the ``count`` latest runs, oldest first."""
-    runs = [entry for entry in entries(history) if (entry / JSON).is_file()]
+    runs = run_jsons(history)
     if len(runs) < count:
         raise HistoryError(
             f"the history {history} holds {len(runs)} run(s) with a JSON, fewer than {count}; "
             "each pytest run that measures a case adds one (--specbench-history)"
         )
-    return [entry / JSON for entry in runs[-count:]]
+    return runs[-count:]
 
 
 def _json_of(entry: Path) -> Path:

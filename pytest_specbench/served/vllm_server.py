@@ -90,9 +90,11 @@ def installed_version(python: Path) -> str:
         done = subprocess.run([str(python), "-c", _VERSION_QUERY], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise ServerDied(f"{python} could not be run to read vLLM's version: {error}") from error
-    if done.returncode != 0:
-        raise ServerDied(f"{python} has no vLLM: {(done.stderr or done.stdout).strip()[-500:]}")
-    return done.stdout.strip()
+    version = done.stdout.strip()
+    if done.returncode != 0 or not version.startswith("vllm"):
+        said = (done.stderr or done.stdout).strip()[-500:] or f"exit status {done.returncode}, no output"
+        raise ServerDied(f"{python} has no vLLM: {said}")
+    return version
 
 
 def free_port() -> int:

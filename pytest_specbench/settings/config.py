@@ -142,6 +142,15 @@ def parse_settings(
             f"{fields['max_new_tokens']} need more positions than any context window holds "
             f"({MAX_POSITIONS}); accepted: prompt tokens + new tokens <= {MAX_POSITIONS}"
         )
+    longest = fields["max_new_tokens"] - 1  # a step's block (its drafts and the target's token) fits the new tokens
+    too_long = [k for k in fields["ks"] if isinstance(k, int) and k > max(longest, 1)]
+    if too_long:
+        raise ConfigError(
+            f"{values['k'][1]}={values['k'][0]}: no step drafts more than {max(longest, 1)} token(s) with "
+            f"--specbench-max-new-tokens={fields['max_new_tokens']} (a step's block is cut to the new tokens left), "
+            f"so k={too_long[0]} would run as k={max(longest, 1)}; accepted: k up to {max(longest, 1)}, or more new "
+            "tokens"
+        )
     if fields["vllm_endpoints"] and "vllm" not in fields["engines"]:
         raise ConfigError(
             "--specbench-vllm-endpoints names servers for the vllm engine, which this run does not run; accepted: "
@@ -156,6 +165,7 @@ def parse_settings(
     if "vllm" in fields["engines"]:
         if not fields["vllm_endpoints"]:  # endpoints need no interpreter: this run starts no server
             fields["vllm_python"] = vllm_interpreter(fields["vllm_python"])
+            check_vllm_installed(fields["vllm_python"])
         if importlib.util.find_spec("prometheus_client") is None:
             raise ConfigError(
                 "--specbench-engine=vllm reads the server's counters with prometheus-client, which is not "
@@ -198,6 +208,20 @@ def vllm_interpreter(given: Path | None) -> Path:
         "--specbench-vllm-python=PATH, $SPECBENCH_VLLM_PYTHON, or scripts/make-vllm-env.sh cpu (or cuda) to make "
         f"{VLLM_VENV_PYTHON}"
     )
+
+
+def check_vllm_installed(python: Path) -> None:
+    """A usage error, before any model loads, where ``python`` does not run or has no vLLM (``/bin/false``, another
+    environment's Python): each case would otherwise fail when its server starts."""
+    from ..served.vllm_server import ServerDied, installed_version
+
+    try:
+        installed_version(python)
+    except ServerDied as error:
+        raise ConfigError(
+            f"--specbench-vllm-python={python}: {error}; accepted: the Python interpreter of an environment with "
+            "vLLM (scripts/make-vllm-env.sh cpu, or cuda, makes .venv-vllm)"
+        ) from None
 
 
 def resolve_auto_dtypes(devices: tuple[str, ...], on_gpu: bool) -> tuple[str, ...]:

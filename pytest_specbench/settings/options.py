@@ -181,8 +181,14 @@ def _endpoints(raw: str) -> tuple[tuple[str, str], ...]:
         if not equals or not (name == "baseline" or re.fullmatch(r"k[1-9][0-9]*", name)):
             raise ValueError(f"{item!r} is no NAME=URL; accepted: {_ENDPOINTS_ACCEPTED}")
         parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-            raise ValueError(f"{url!r} ({name}) is no server URL; accepted: http(s)://HOST[:PORT][/PATH]")
+        try:
+            port_ok = parts.port != 0  # reading a port past 65535 raises
+        except ValueError:
+            port_ok = False
+        if not port_ok or parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ValueError(
+                f"{url!r} ({name}) is no server URL; accepted: http(s)://HOST[:PORT][/PATH], PORT in 1 to 65535"
+            )
         pairs.append((name, url.rstrip("/")))
     names = [name for name, _ in pairs]
     if len(set(names)) < len(names):
@@ -535,6 +541,9 @@ OPTIONS: tuple[Option, ...] = (
         _ks,
         DEFAULT_KS,
         metavar="LIST",
+        # Chooses cases, as the pairs and prompts do (each case's k is in its id): not result-changing. What the
+        # list sets beyond them, how far the cost probe measures v(m) (measure/costs.probed_k), hence a row's
+        # recommended k and a schedule's range, each row records (verify_costs_ms).
     ),
     Option(
         "batch",
@@ -559,6 +568,9 @@ OPTIONS: tuple[Option, ...] = (
         _engines,
         "native",
         metavar="ENGINES",
+        # A run of one engine leaves it out of the case ids: another engine's run has the same ids.
+        changes_results=True,
+        order_free=True,
     ),
     Option(
         "vllm-python",
