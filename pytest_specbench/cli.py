@@ -393,7 +393,15 @@ def incomparable(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     settings, and ``machine`` when the speedups were timed on different machines."""
     machine = ["machine"] if machine_differences([old, new], ["old", "new"]) else []
     kernel = ["few_rows_kernel"] if kernel_differences(old, new, "old", "new") else []
-    return [option.dest for option in differing_options(old, new)] + kernel + machine
+    return [option.dest for option in differing_options(old, new)] + kernel + _forms_differ(old, new) + machine
+
+
+def _forms_differ(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``["kernel_forms"]`` where a case of both runs ran other forms in each (other bits: tokens and acceptance
+    may differ for that alone)."""
+    before = {row.case: row.kernel_forms for row in run_results(old) if row.kernel_forms}
+    after = {row.case: row.kernel_forms for row in run_results(new) if row.kernel_forms}
+    return ["kernel_forms"] if any(before[case] != after[case] for case in before.keys() & after.keys()) else []
 
 
 _OUTPUTS = (("--json", "json"), ("--csv", "csv"), ("--report", "report"), ("--plots", "plots"))

@@ -8,6 +8,7 @@ it: the pairs are written here, in the parent process, and passed by path.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -67,6 +68,19 @@ def inner_runs_are_runs_of_their_own(request: pytest.FixtureRequest, monkeypatch
     if "pytester" in request.fixturenames:
         for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
             monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def forms_settled_per_test(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Each test settles its models' kernel forms in a folder of its own (engine/settled_forms.py), shared by the
+    runs inside it, so that a form a test plants is the one it gets, whatever another test settled for the same
+    shapes. Created only where a test settles forms."""
+    from pytest_specbench.engine.settled_forms import FORMS_DIR_VARIABLE
+
+    test = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
+    monkeypatch.setenv(FORMS_DIR_VARIABLE, str(tmp_path_factory.getbasetemp() / "kernel-forms" / test))
 
 
 # --- the plugin through pytester ---------------------------------------------------------------

@@ -134,7 +134,8 @@ def test_the_rows_bandwidth_fields_come_from_the_probe():
     bare = bandwidth_fields(
         "native", _costs(weight_bytes=None, own_step_s=None, engine_step_s=None, few_rows_kernel=""), 2
     )
-    assert bare == {"memory_read_gbps": 40.0, "few_rows_kernel": "", "weight_pages": ""}
+    assert bare == {"memory_read_gbps": 40.0, "few_rows_kernel": "", "weight_pages": "", "kernel_forms": ""}
+    assert bandwidth_fields("native", _costs(forms_digest="0123456789ab/-"), 2)["kernel_forms"] == "0123456789ab/-"
     assert bandwidth_fields("native", _costs(weight_pages="2 MB pages: 1.00 of 1.00 GB"), 2)["weight_pages"] == (
         "2 MB pages: 1.00 of 1.00 GB"
     )

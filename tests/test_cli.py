@@ -421,6 +421,20 @@ def test_compare_and_merge_refuse_a_run_whose_rows_ran_the_few_rows_kernel_besid
     assert main(["compare", old, same]) == 0  # the same build on both sides
 
 
+def test_compare_marks_a_case_whose_runs_ran_other_kernel_forms(tmp_path, capsys):
+    def with_forms(document: dict, forms: str) -> dict:
+        return {**document, "results": [{**row, "kernel_forms": forms} for row in document["results"]]}
+
+    old = _write(tmp_path, "old.json", with_forms(_run(["p-k1-x"]), "0123456789ab/-"))
+    new = _write(tmp_path, "new.json", with_forms(_run(["p-k1-x"]), "ba9876543210/-"))
+    assert main(["compare", old, new]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("p-k1-x ")]
+    assert line.endswith("not comparable: kernel_forms")
+    assert main(["compare", old, old]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("p-k1-x ")]
+    assert "not comparable" not in line
+
+
 def test_compare_looks_at_every_machine_of_a_merged_run(tmp_path, capsys):
     merged = {
         **_run(["p-k1-x"]),

@@ -519,7 +519,7 @@ def _twins() -> tuple[_Model, _Model]:
     )
 
 
-def test_each_model_has_its_own_forms_settled_on_their_own(monkeypatch):
+def test_each_model_has_its_own_forms_and_a_shape_settles_once_per_machine(monkeypatch):
     first, second = _twins()
     measured = []
 
@@ -532,11 +532,14 @@ def test_each_model_has_its_own_forms_settled_on_their_own(monkeypatch):
     forms_a, forms_b = KernelForms(first), KernelForms(second)
     forms_a.settle(3)
     assert forms_a.column_head_rows(3) == [1, 2, 3]
-    # Settling one model measured that model only, and changed nothing of the other's (same shapes).
+    # Settling one model measured that model only, and changed nothing of the other's object (same shapes).
     assert {id(layer) for layer in measured} == {id(first.head), id(first.hidden)}
     assert forms_b.column_head_rows(3) == [] and KernelForms(second).column_head_rows(3) == []
+    # Settling the other takes what this machine settled for the same shapes (engine/settled_forms.py): the same
+    # forms, nothing timed again, so the two compute the same bits.
     forms_b.settle(3)
-    assert forms_a.column_head_rows(3) == [1, 2, 3] and forms_b.column_head_rows(3) == []
+    assert forms_a.column_head_rows(3) == [1, 2, 3] and forms_b.column_head_rows(3) == [1, 2, 3]
+    assert {id(layer) for layer in measured} == {id(first.head), id(first.hidden)}
     # A new object of the first model starts unsettled: the choices are its object's, not the model's or the module's.
     assert KernelForms(first).column_head_rows(3) == []
     with forms_a.applied(), forms_b.applied():

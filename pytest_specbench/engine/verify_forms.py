@@ -19,8 +19,9 @@ may pass one to :func:`~.decoding.greedy_generate` and :func:`~.decoding.specula
 name for forms of that call alone). It holds its choices; nothing is kept at module level, so settling one model
 never changes another's forms. ``"auto"`` uses, per (weight shape, dtype, row count), the form measured fastest by
 :meth:`KernelForms.settle`, before any timed run: each applicable form runs over every layer of that shape (so
-weights come from memory, as in a pass), interleaved, median of 3 after a warm-up. A row count not settled keeps
-``own``. ``"rows"`` and ``"column"`` force their form where it applies, ``"linear"`` keeps the model's own kernels.
+weights come from memory, as in a pass), interleaved, median of 3 after a warm-up, once per machine: the choice is
+kept (:mod:`.settled_forms`), so every later run computes the same bits. A row count not settled keeps ``own``.
+``"rows"`` and ``"column"`` force their form where it applies, ``"linear"`` keeps the model's own kernels.
 
 One-row calls settle and run exactly as multi-row calls do, so the greedy baseline's steps and the
 speculative run's passes use the same kernels: a speedup then measures speculation, not a kernel.
@@ -29,6 +30,9 @@ speculative run's passes use the same kernels: a speedup then measures speculati
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
+import json
 import statistics
 from collections.abc import Callable, Iterator
 
@@ -37,6 +41,7 @@ import torch
 from . import few_rows
 from .names import KERNELS
 from .output_head import column_logits
+from .settled_forms import settled, settled_path
 from .timing import DeviceClock
 
 __all__ = ["KERNELS", "KernelForms", "draft_kernel_forms", "kernel_forms"]
@@ -102,6 +107,12 @@ def _call(form: str, layer: torch.nn.Linear, hidden: torch.Tensor, own: Callable
     return own(hidden)
 
 
+def _settled_key(group: _Group, rows: int) -> str:
+    """``"896x4864 bfloat16 layer, 1 row"``: a (layer group, row count) as the machine's file keeps it."""
+    shape, dtype, head = group
+    return f"{'x'.join(map(str, shape))} {str(dtype).removeprefix('torch.')} {'head' if head else 'layer'}, {rows} row"
+
+
 def _fastest(layers: list[torch.nn.Linear], forms: list[str], rows: int) -> str:
     """The form whose pass over every layer of the group is fastest (median of interleaved repeats)."""
     if len(forms) == 1:
@@ -141,14 +152,29 @@ class KernelForms:
 
     @torch.inference_mode()
     def settle(self, max_rows: int) -> None:
-        """Under ``auto``, measure every (layer group, row count 1 .. ``max_rows``) not measured yet, so that no
-        timed run measures one; any other setting has nothing to measure."""
+        """Under ``auto``, settle every (layer group, row count 1 .. ``max_rows``) not settled yet, so that no
+        timed run measures one: as this machine settled it before (:mod:`.settled_forms`), else measured now and
+        kept for later runs; any other setting has nothing to settle."""
         if self.kernel != AUTO:
             return
+        wanted: dict[str, tuple[_Group, int, list[torch.nn.Linear]]] = {}
         for group, layers in _layers(self.model).items():
             for rows in range(1, max_rows + 1):
                 if (group, rows) not in self._chosen:
-                    self._chosen[group, rows] = _fastest(layers, _applicable(group, layers[0], rows), rows)
+                    wanted[_settled_key(group, rows)] = (group, rows, layers)
+        if not wanted:
+            return
+        device = next(iter(wanted.values()))[2][0].weight.device
+        forms = settled(
+            settled_path(device),
+            {
+                key: functools.partial(_fastest, layers, _applicable(group, layers[0], rows), rows)
+                for key, (group, rows, layers) in wanted.items()
+            },
+            lambda key, form: form in _applicable(wanted[key][0], wanted[key][2][0], wanted[key][1]),
+        )
+        for key, (group, rows, _) in wanted.items():
+            self._chosen[group, rows] = forms[key]
 
     def _form(self, group: _Group, layer: torch.nn.Linear, rows: int) -> str:
         if self.kernel == AUTO:
@@ -164,6 +190,12 @@ class KernelForms:
             }
             for group, layers in _layers(self.model).items()
         }
+
+    def digest(self, max_rows: int) -> str:
+        """Its forms at 1 .. ``max_rows`` rows as a short digest (12 hex digits): two runs whose digests agree ran
+        the same forms, so the same bits."""
+        text = json.dumps(sorted((repr(group), rows) for group, rows in self.choices(max_rows).items()))
+        return hashlib.sha256(f"{self.kernel} {text}".encode()).hexdigest()[:12]
 
     def described(self, rows: int = 1) -> str:
         """The forms its linear layers run at ``rows`` rows, as a row records them (``"rows in 168 layers; column in

@@ -74,6 +74,8 @@ class CostProfile:
     # and its weight bytes, for its one-row step's share of the read bandwidth.
     draft_forms: str = ""
     draft_weight_bytes: int | None = None
+    # the target's and the draft's forms as digests, "target/draft" (the row's kernel_forms)
+    forms_digest: str = ""
 
     @property
     def _draft_unit(self) -> float:
@@ -244,6 +246,7 @@ def measure_costs(
         weight_pages=pages_of(target_model),
         draft_forms=draft_forms.described(1) if draft_forms else "",
         draft_weight_bytes=weight_bytes(drafter.model) if draft_forms else None,
+        forms_digest=f"{forms.digest(head_rows)}/{draft_forms.digest(drafter.pass_rows) if draft_forms else '-'}",
     )
 
 
@@ -357,6 +360,7 @@ def bandwidth_fields(engine: str, costs: CostProfile | None, k: int | str) -> di
         "memory_read_gbps": costs.memory_read_gbps,
         "few_rows_kernel": costs.few_rows_kernel,
         "weight_pages": costs.weight_pages,
+        "kernel_forms": costs.forms_digest,
     }
     if nbytes:
         fields["one_row_gbps"] = effective_gbps(nbytes, curve[0])

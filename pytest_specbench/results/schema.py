@@ -567,6 +567,13 @@ class CaseResult:
         COST_MODEL,
         default="",
     )
+    kernel_forms: str = _field(
+        "native engine: the forms the target's and the draft's linear layers ran, per layer shape and row count, as "
+        "two digests, 'target/draft' ('-': no draft model); under --specbench-kernels=auto settled once per machine "
+        "and kept (engine/settled_forms.py), so runs of one machine agree; compare names rows whose forms differ",
+        COST_MODEL,
+        default="",
+    )
     weight_pages: str = _field(
         "native engine on a CPU: the pages holding the target's weights: '2 MB pages: X of Y GB' (fewer "
         "address translations while a pass streams them), or why 4 KB pages; empty where not asked",

@@ -142,8 +142,9 @@ def parse_settings(
             f"{fields['max_new_tokens']} need more positions than any context window holds "
             f"({MAX_POSITIONS}); accepted: prompt tokens + new tokens <= {MAX_POSITIONS}"
         )
-    longest = fields["max_new_tokens"] - 1  # a step's block (its drafts and the target's token) fits the new tokens
-    too_long = [k for k in fields["ks"] if isinstance(k, int) and k > max(longest, 1)]
+    # A step's block (its drafts and the target's token) fits the new tokens; a k list given asks for more than that.
+    longest = fields["max_new_tokens"] - 1
+    too_long = [k for k in fields["ks"] if isinstance(k, int) and k > max(longest, 1)] if "k" in given else []
     if too_long:
         raise ConfigError(
             f"{values['k'][1]}={values['k'][0]}: no step drafts more than {max(longest, 1)} token(s) with "
