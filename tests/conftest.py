@@ -46,6 +46,13 @@ def pytest_cmdline_main(config: pytest.Config):
 
 
 @pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slow tests first, in their order, then the rest (every process sorts alike): on every core, the long
+    tests start early and the short ones fill the cores at the end, where a long one started last would run
+    alone while the others wait."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Before any worker starts: build the few-rows kernel where this machine has no build yet, saying so (it takes
     a minute or two, and the workers would wait on it in silence)."""

@@ -166,6 +166,25 @@ def test_a_probe_that_misjudged_the_speed_leaves_untimed_the_blocks_that_would_o
     )
 
 
+def test_the_summary_counts_the_cases_left_untimed_for_the_budget():
+    from types import SimpleNamespace
+
+    from pytest_specbench.measure.budget import NOT_TIMED_FOR_BUDGET
+    from pytest_specbench.report.run_summary import _budget_lines
+
+    reason = f"Skipped: {NOT_TIMED_FOR_BUDGET} (20 s) would be overrun: ..."  # as pytest reports a skip
+    run = SimpleNamespace(
+        config=SimpleNamespace(run_budget=20.0, min_rounds=2),
+        results=[],
+        tally=SimpleNamespace(skipped={"p-k2-x": reason, "p-k4-x": reason, "q-k2-x": "Skipped: model missing"}),
+    )
+    assert _budget_lines(run) == [
+        "the run's budget (--specbench-budget, 20 s) would have been overrun: 2 case(s) were not timed, as the "
+        "blocks before them ran slower than the plan estimated (each skipped case says by how much); a longer "
+        "--specbench-budget (or none), or --specbench-resume with this run's log, times them"
+    ]
+
+
 # --- the budget holds -------------------------------------------------------------------------------------
 
 

@@ -68,8 +68,14 @@ def test_an_interval_above_tau_beyond_the_tolerance_is_suspect_and_names_the_fig
     assert fields["suspect"]
     assert fields["suspect_cause"] == (
         "decode speedup 8.86 [8.50, 9.20] exceeds tau 6.20 by more than 5%: a verify pass cost 0.48 of a "
-        "baseline step; the cost probe put v(k+1)/v(1) at 1.30, so the two runs' kernels differ and the speedup "
-        "credits speculation with a kernel's gain"
+        "baseline step; the cost probe put v(k+1)/v(1) at 1.30, so the two runs' kernels differ, or the machine's "
+        "load changed between them, and the speedup is not speculation's alone"
+    )
+    # On a peer engine both runs keep its own kernels: the cause says only what that leaves.
+    peer = suspect_fields(_checked_row(8.86, 8.50, 9.20, engine="hf"))["suspect_cause"]
+    assert peer.endswith(
+        "yet both runs kept the hf engine's own kernels, so the machine's load changed between them, and the "
+        "speedup is not speculation's alone"
     )
 
 
@@ -137,11 +143,12 @@ def test_the_answer_never_names_a_suspect_k_best_or_recommended_and_says_why():
     assert answer.recommended_k == 2  # the model's favourite, 4, is suspect
     cells, headers = prompt_table([answer], engines=False)
     not_ranked = cells[0][headers.index("not ranked")]
-    assert not_ranked == "4 (suspect: a decode speedup above tau, the two runs' kernels differed)"
+    assert not_ranked == "4 (suspect: a decode speedup above tau, which equal kernels on a steady machine forbid)"
     (pair,) = pair_answers([answer])
     assert pair.k == 2 and pair.suspect == (SuspectCount(4, 1),)
     sentence = pair_sentence(pair, engines=False)
-    assert "; not ranked (suspect: a decode speedup above tau, the two runs' kernels differed): k=4 on 1" in sentence
+    suspect = "suspect: a decode speedup above tau, which equal kernels on a steady machine forbid"
+    assert f"; not ranked ({suspect}): k=4 on 1" in sentence
 
 
 def test_a_prompt_whose_every_k_is_suspect_has_no_best():

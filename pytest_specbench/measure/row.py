@@ -285,5 +285,6 @@ def build_result(case: Case, measurement: Measurement, device: str, dtype: str, 
         **(measurement.sizes or {}),
         **(dict(zip(("peak_memory_mb", "peak_memory_kind", "weights_held_mb"), memory)) if memory else {}),
     )
-    # A speedup the bound speedup <= tau does not allow: the two runs' kernels differed (results/invariants.py).
+    # A speedup the bound speedup <= tau does not allow: the runs' kernels or the machine's load differed
+    # (results/invariants.py).
     return replace(row, **suspect_fields(row))

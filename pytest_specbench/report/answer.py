@@ -68,7 +68,7 @@ NO_ROUND_DATA = "no round data"
 TOO_FEW_ROUNDS = "too few rounds in common: a tie needs 2 or more (--specbench-min-rounds)"
 OWN_BLOCKS = "timed in blocks of their own, while other k shared the best's: rerun them in one block"
 #: why a k was not ranked although it ran: its decode speedup broke the bound speedup <= tau
-SUSPECT_SPEEDUP = "suspect: a decode speedup above tau, the two runs' kernels differed"
+SUSPECT_SPEEDUP = "suspect: a decode speedup above tau, which equal kernels on a steady machine forbid"
 
 
 @dataclass(frozen=True)

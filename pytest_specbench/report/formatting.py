@@ -7,7 +7,7 @@ from typing import Protocol
 
 from ..results.schema import CaseResult
 
-#: beside a suspect decode speedup (results/invariants.py): above tau, so the two runs' kernels differed
+#: beside a suspect decode speedup (results/invariants.py): above tau, which equal kernels on a steady machine forbid
 SUSPECT_MARK = ">tau"
 
 

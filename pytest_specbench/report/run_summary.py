@@ -182,7 +182,11 @@ def _budget_lines(run: RunSnapshot) -> list[str]:
             f"ran only their {config.min_rounds} minimum rounds; a longer --specbench-budget (or off) times them to "
             "the interval target"
         )
-    untimed = [case for case, reason in run.tally.skipped.items() if reason.startswith(NOT_TIMED_FOR_BUDGET)]
+    untimed = [
+        case
+        for case, reason in run.tally.skipped.items()
+        if reason.removeprefix("Skipped: ").startswith(NOT_TIMED_FOR_BUDGET)
+    ]
     if untimed:
         lines.append(
             f"the run's budget (--specbench-budget, {budget}) would have been overrun: {len(untimed)} case(s) were "

@@ -73,9 +73,16 @@ def _found(row: CaseResult) -> str:
     if share is None:
         return f"the row has no verify time per pass to set against a baseline step{probed}"
     if share < 1:
+        # Only what was measured: on the native engine the runs share one object of forms, kept per machine, so the
+        # kernels differ only where a pass's rows ran another form; a peer engine's runs both keep its own kernels.
+        why = (
+            "so the two runs' kernels differ, or the machine's load changed between them"
+            if row.engine == "native"
+            else f"yet both runs kept the {row.engine} engine's own kernels, so the machine's load changed between them"
+        )
         return (
-            f"a verify pass cost {share:.2f} of a baseline step{probed}, so the two runs' kernels differ and "
-            "the speedup credits speculation with a kernel's gain"
+            f"a verify pass cost {share:.2f} of a baseline step{probed}, {why}, and the speedup is not "
+            "speculation's alone"
         )
     return (
         f"yet a verify pass cost {share:.2f} of a baseline step in the median runs{probed}: the rounds' "
