@@ -468,16 +468,13 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def compared_runs(names: Sequence[str], last: bool, history_dir: Path) -> tuple[Path, Path]:
-    """The JSON files ``compare`` reads: ``--last`` (the two latest runs of the history), or two names, each a
-    JSON file, a run folder, or a run number of the history (``3``, ``0003``). Raises MergeError."""
+    """The JSON files of the two runs ``compare`` names, each a JSON file, a run folder, or a run number of the
+    history (``3``, ``0003``); ``--last`` alone is :func:`last_readable_runs`'. Raises MergeError."""
     from .results import history
 
     try:
         if last:
-            if names:
-                raise MergeError("give --last or two runs, not both")
-            old, new = history.last_runs(history_dir)
-            return old, new
+            raise MergeError("give --last or two runs, not both")
         if len(names) != 2:
             raise MergeError(
                 f"give two runs to compare (JSON files, run folders or run numbers of the history "
