@@ -251,10 +251,73 @@ def test_sigterm_mid_block_keeps_the_finished_blocks_and_names_the_cases_the_blo
     assert process.wait(held_run.PATIENCE_S) == pytest.ExitCode.INTERRUPTED, held_run.output()
     lost = ["tiny-k1-dialogue", "tiny-k4-dialogue"]
     output = held_run.output()
-    assert f"it stopped mid-block: {', '.join(lost)} are timed together and finish together" in output
+    together = f"it stopped mid-block: {', '.join(lost)} are timed together and finish together"
+    assert f"{together}; none of its rounds had finished" in output
     assert held_run.logged_cases() == held_run.FINISHED
     records = [json.loads(line) for line in (pytester.path / "spec_results.jsonl").read_text().splitlines()]
     assert records[-1]["lost_mid_block"] == lost and records[-1]["interrupted"] == "SIGTERM"
     document = json.loads((pytester.path / "spec_results.json").read_text())
     assert [row["case"] for row in document["results"]] == held_run.FINISHED
     assert document["lost_mid_block"] == lost and document["missing_cases"] == held_run.UNFINISHED
+
+
+ROUND_HOLD_CONFTEST = """
+    import pathlib
+    import time
+
+    from pytest_specbench.measure import blocks
+
+    fits = blocks.round_fits
+
+
+    def held(elapsed_s, rounds, budget_s, min_rounds):
+        # Each round this process starts is noted; before a third, it waits while the file hold exists.
+        with open("rounds_started", "a") as noted:
+            noted.write(f"{rounds} ")
+        if rounds == 2:
+            pathlib.Path("in_round").touch()
+            while pathlib.Path("hold").exists():
+                time.sleep(0.05)
+        return fits(elapsed_s, rounds, budget_s, min_rounds)
+
+
+    blocks.round_fits = held
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_after_two_rounds_of_a_block_keeps_them_and_resume_goes_on_from_the_third(
+    held_run, pytester, bench_process, bench
+) -> None:
+    pytester.makeconftest(ROUND_HOLD_CONFTEST)
+    rounds = ("--specbench-min-rounds=4", "--specbench-max-rounds=4")
+    (pytester.path / "hold").touch()
+    process = bench_process(*rounds, prompts="dialogue")
+    held_run.wait_for(lambda: (pytester.path / "in_round").exists() or process.poll() is not None, "round 2")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(held_run.PATIENCE_S) == pytest.ExitCode.INTERRUPTED, held_run.output()
+    output = held_run.output()
+    said = "its 2 rounds that finished are kept in spec_results.jsonl.rounds, and --specbench-resume goes on from them"
+    assert said in output, output
+    kept = (pytester.path / "spec_results.jsonl.rounds").read_text().splitlines()
+    assert [json.loads(line)["round"] for line in kept] == [0, 1]
+    assert (pytester.path / "rounds_started").read_text().split() == ["0", "1", "2"]
+
+    (pytester.path / "rounds_started").unlink()
+    (pytester.path / "hold").unlink()
+    refused = bench(*rounds, prompts="dialogue")  # a new run would lose the kept rounds
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(
+        ["*did not finish (2 finished round(s) of the block it was timing are kept in *spec_results.jsonl.rounds)*"]
+    )
+    resumed = bench_process(*rounds, "--specbench-resume=spec_results.jsonl", prompts="dialogue")
+    assert resumed.wait(held_run.PATIENCE_S) == pytest.ExitCode.OK, held_run.output()
+    assert (pytester.path / "rounds_started").read_text().split() == ["2", "3"]  # rounds 0 and 1 were kept
+    document = json.loads((pytester.path / "spec_results.json").read_text())
+    rows = {row["case"]: row for row in document["results"]}
+    assert sorted(rows) == ["tiny-k1-dialogue", "tiny-k4-dialogue"]
+    for case, row in rows.items():
+        assert (row["resumed_rounds"], row["block_rounds"], row["rounds_retimed"]) == (2, [0, 1, 2, 3], "")
+        kept_walls = [json.loads(line)["runs"][case]["run"]["stats"]["wall_time_s"] for line in kept]
+        assert row["round_wall_s"][:2] == kept_walls  # the kept rounds' own runs, not new ones
+    assert not (pytester.path / "spec_results.jsonl.rounds").exists()  # every case has its row: nothing to go on from

@@ -161,6 +161,7 @@ class BlockTiming:
     baselines: dict[int, list[GenerationResult]] = field(default_factory=dict)
     rounds: int = 0
     seconds: float = 0.0
+    resumed_rounds: int = 0  # the first rounds, which a stopped run timed and this one continued from
 
     @property
     def paired(self) -> bool:
@@ -175,6 +176,16 @@ class BlockTiming:
         if not self.paired:
             return NO_SPREADS
         return block_spreads([(self.case_baselines(timed), timed.runs) for timed in self.cases])
+
+
+@dataclass(frozen=True)
+class RestoredRound:
+    """A round a stopped run finished (:mod:`.kept_rounds`): by case id its run and paired baseline (None where
+    its rounds pair none), the round's baseline runs, and its seconds."""
+
+    runs: dict[str, tuple[GenerationResult, GenerationResult | None]]
+    baselines: list[GenerationResult]
+    seconds: float
 
 
 #: whole baselines between the cases: what a block runs when nothing else is asked
@@ -195,15 +206,19 @@ def time_block(
     after_round: Callable[[int, float], None] | None = None,
     pairing: Pairing = WHOLE_ROUNDS,
     new_interleaved: Callable[[], InterleavedBaseline] | None = None,
+    restored: Sequence[RestoredRound] = (),
+    keep_round: Callable[[BlockTiming, int, float], None] | None = None,
 ) -> BlockTiming:
     """Time the block's rounds; ``budget_s`` is its share of the run's budget (None: no limit).
 
     ``after_round(round index, seconds it took)`` is called after each round (the run's estimate uses the first).
     ``pairing`` says how the baseline is timed (:func:`round_strategy`); ``run_baseline`` None: each case's own
-    (:attr:`TimedCase.baseline`).
+    (:attr:`TimedCase.baseline`). The block goes on from the ``restored`` rounds of a stopped run, their seconds
+    counted in its share; ``keep_round(block, index, seconds)`` hears each round this call finishes.
     """
     block = BlockTiming(list(cases), round_strategy(pairing, run_baseline, config, new_interleaved))
-    start = time.perf_counter()
+    _restore(block, restored, config)
+    start = time.perf_counter() - sum(restored_round.seconds for restored_round in restored[: block.rounds])
     while True:
         active = [timed for timed in block.cases if timed.stop is None]
         if not active:
@@ -219,13 +234,42 @@ def time_block(
         round_start = time.perf_counter()
         block.strategy.run_round(block, index, _rotated(active, index))
         block.rounds += 1
+        seconds = time.perf_counter() - round_start
+        if keep_round is not None:
+            keep_round(block, index, seconds)
         if after_round is not None:
-            after_round(index, time.perf_counter() - round_start)
-        if block.rounds >= config.min_rounds:
-            _settle(block, config)
-        _race_at_looks(block, config)
+            after_round(index, seconds)
+        _after_round(block, config)
     block.seconds = time.perf_counter() - start
     return block
+
+
+def _after_round(block: BlockTiming, config: SpecbenchConfig) -> None:
+    if block.rounds >= config.min_rounds:
+        _settle(block, config)
+    _race_at_looks(block, config)
+
+
+def _restore(block: BlockTiming, restored: Sequence[RestoredRound], config: SpecbenchConfig) -> None:
+    """Replay ``restored`` rounds into ``block`` as they ran, the stop rules after each; a round whose cases are
+    not the ones still timed at that point (stop rules that changed) ends the replay there."""
+    by_id = {timed.case.id: timed for timed in block.cases}
+    for restored_round in restored:
+        active = {timed.case.id for timed in block.cases if timed.stop is None}
+        if set(restored_round.runs) != active or block.rounds >= config.max_rounds:
+            return
+        index = block.rounds
+        for case_id, (run, paired) in restored_round.runs.items():
+            timed = by_id[case_id]
+            timed.runs.append(run)
+            timed.rounds.append(index)
+            if paired is not None:
+                timed.paired_baselines.append(paired)
+        if restored_round.baselines:
+            block.baselines[index] = list(restored_round.baselines)
+        block.rounds += 1
+        block.resumed_rounds += 1
+        _after_round(block, config)
 
 
 def round_fits(elapsed_s: float, rounds: int, budget_s: float | None, min_rounds: int) -> bool:

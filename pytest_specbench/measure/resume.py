@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..results.log import ResumedLog, read_log, settings_differences
+from ..results.round_log import LoggedBlock, read_rounds, rounds_path
 from ..results.schema import CaseResult
 from ..settings.config import SpecbenchConfig, result_settings
 from .case_inputs import replayable
@@ -22,6 +23,8 @@ class Resume:
     log: ResumedLog | None = None  # the log read
     # rows another machine, library or kernel build measured: never replayed, carried where their case does not run
     stale: dict[str, CaseResult] = field(default_factory=dict)
+    # by block, the rounds a run stopped mid-block logged (:mod:`.kept_rounds` continues them)
+    rounds: dict[str, LoggedBlock] = field(default_factory=dict)
 
     def carried(self, selected: Collection[str]) -> dict[str, CaseResult]:
         """The logged rows the new log keeps: those replayed, and the stale ones of cases this run does not run
@@ -90,7 +93,7 @@ def load_resume(config: SpecbenchConfig, cases: Sequence[Case], prompts: Sequenc
     # and libraries, with the same kernel.
     rows, rerun = replayable(log.rows, cases, config, prompts)
     stale = _measured_otherwise(log, rows, {case.id for case in cases}, rerun)
-    return Resume(rows=rows, rerun=rerun, log=log, stale=stale)
+    return Resume(rows=rows, rerun=rerun, log=log, stale=stale, rounds=read_rounds(rounds_path(config.resume)))
 
 
 def _measured_otherwise(

@@ -33,6 +33,8 @@ class BlockRecord:
     eliminated_by: int | str | None
     stop: str  # blocks.TIGHT, ELIMINATED, ...
     block_rounds: int  # rounds the whole block ran
+    resumed_rounds: int = 0  # its first rounds, which a stopped run timed and this one continued from
+    retimed_why: str = ""  # why a stopped run's logged rounds of the block were timed again
 
 
 #: (its last run, the speed fields, the step fields, the median run's other time) -> (its fields, the other time)
@@ -151,6 +153,8 @@ def _block_fields(block: BlockRecord | None, pairing: Pairing | None) -> dict[st
         eliminated_by=block.eliminated_by,
         timing_stop=block.stop,
         block_round_count=block.block_rounds,
+        resumed_rounds=block.resumed_rounds,
+        rounds_retimed=block.retimed_why,
     )
 
 

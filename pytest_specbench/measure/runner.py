@@ -16,6 +16,7 @@ from .batches import BatchRun
 from .blocks import BLOCK_BUDGET, MAX_ROUNDS, BlockTiming, TimedCase, time_block
 from .case_run import BaselineRun, CaseRun, MeasureContext, NewInterleaved
 from .engines import ENGINES
+from .kept_rounds import BlockKeeping, RoundKeeper
 from .matrix import Case
 from .memory import peak_memory_mb, reset_peak_memory
 from .pairing import Pairing, choose_pairing
@@ -40,6 +41,7 @@ class BlockPlan:
 
     share: Callable[[], BlockShare] = BlockShare
     after_round: Callable[[int, float], None] | None = None
+    keeper: RoundKeeper | None = None  # logs each round, and offers the rounds a stopped run logged
 
 
 def case_run_for(case: Case, context: MeasureContext) -> CaseRun:
@@ -69,7 +71,12 @@ def _prepared(
 
 
 def _measurement(
-    case_run: CaseRun, member: TimedCase, block: BlockTiming, pairing: Pairing, memory: tuple[float, str, float] | None
+    case_run: CaseRun,
+    member: TimedCase,
+    block: BlockTiming,
+    pairing: Pairing,
+    memory: tuple[float, str, float] | None,
+    retimed_why: str,
 ) -> Measurement:
     """What timing the case gave, judged: its runs, its paired baselines, its verdict and what its row needs."""
     case = case_run.case
@@ -92,7 +99,9 @@ def _measurement(
         draft_label=case_run.draft_label,
         vocabulary_overlap=case_run.context.store.vocabulary_overlap(case.pair, case_run.dtype),
         sampling=case_run.sampling,
-        block=BlockRecord(case.block, list(member.rounds), member.eliminated_by, stop, block.rounds),
+        block=BlockRecord(
+            case.block, list(member.rounds), member.eliminated_by, stop, block.rounds, block.resumed_rounds, retimed_why
+        ),
         batch_prompt_ids=case_run.batch_prompt_ids,
         kind_fields=case_run.row_fields,
         pairing=pairing,
@@ -133,12 +142,26 @@ def measure_block(
         TimedCase(case_run.case, case_run.run, baseline=None if baseline is not None else case_run.baseline())
         for case_run in ready
     ]
+    keeping = (
+        plan.keeper.begin(ready[0].case.block, {run.case.id: run.costs.forms_digest for run in ready}, pairing.kind)
+        if plan.keeper is not None
+        else BlockKeeping()
+    )
     share = plan.share()
     reset_peak_memory(context.store.device)
     block = time_block(
-        timed, baseline, context.config, share.seconds, share.reason, plan.after_round, pairing, new_interleaved
+        timed,
+        baseline,
+        context.config,
+        share.seconds,
+        share.reason,
+        plan.after_round,
+        pairing,
+        new_interleaved,
+        keeping.restored,
+        keeping.keep,
     )
     memory = (*peak_memory_mb(context.store.device), context.store.weights_held_peak_bytes / 2**20)
     for case_run, member in zip(ready, timed):
-        outcome[case_run.case.id] = _measurement(case_run, member, block, pairing, memory)
+        outcome[case_run.case.id] = _measurement(case_run, member, block, pairing, memory, keeping.retimed_why)
     return {case.id: outcome[case.id] for case in cases if case.id in outcome}

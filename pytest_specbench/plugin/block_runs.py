@@ -21,10 +21,13 @@ from ..measure.blocks import BLOCK_BUDGET, RUN_BUDGET
 from ..measure.budget import RunPlan, describe_duration, fitting_options
 from ..measure.case_run import MeasureContext
 from ..measure.cost_estimate import ASSUMED_ACCEPTANCE, estimate_blocks
+from ..measure.kept_rounds import RoundKeeper
 from ..measure.matrix import Case
 from ..measure.row import Measurement
 from ..measure.runner import BlockPlan, BlockShare, measure_block
 from ..models.base import NotApplicable
+from ..results.round_log import rounds_path
+from ..settings.config import result_settings
 from .session import SpecbenchSession
 
 #: the share of the budget the default matrix keeps beyond its minimum rounds, for the blocks whose noise needs
@@ -57,6 +60,7 @@ class BlockRuns:
         self._plan: RunPlan | None = None
         self.left_out: dict[str, str] = {}  # case id: why the plan left it out
         self._timed: set[str] = set()  # cases whose block this process timed
+        self._keeper: RoundKeeper | None = None
 
     def _pending(self) -> list[Case]:
         session = self._session
@@ -145,10 +149,13 @@ class BlockRuns:
 
         outcomes: dict[str, Measurement | BaseException] = {}
         try:
-            outcomes = measure_block(cases, context, BlockPlan(share=share, after_round=after_round))
+            outcomes = measure_block(
+                cases, context, BlockPlan(share=share, after_round=after_round, keeper=self._round_keeper())
+            )
             return outcomes
         except KeyboardInterrupt:  # a signal mid-block: its cases finish together, so none of them finished
             self._session.ending.lost_mid_block = tuple(case.id for case in cases)
+            self._session.ending.kept_rounds = self._round_keeper().kept.get(block, 0)
             raise
         finally:
             plan.record(
@@ -157,6 +164,15 @@ class BlockRuns:
                 first_round[0] if first_round else None,
                 _noise(outcomes.values()),
             )
+
+    def _round_keeper(self) -> RoundKeeper:
+        """Each finished round to the log's rounds file; the rounds of the log being resumed, offered."""
+        if self._keeper is None:
+            config, resume = self._session.config, self._session.resume
+            path = rounds_path(config.log_path) if config.log_path is not None else None
+            source = rounds_path(config.resume) if config.resume is not None else None
+            self._keeper = RoundKeeper(path, result_settings(config), resume.rounds, source)
+        return self._keeper
 
     # --- what the plan says and chooses
 

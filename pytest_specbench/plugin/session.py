@@ -99,8 +99,10 @@ class SpecbenchSession:
             # Once a case began, the files describe this run, even with no result: never an earlier run's files.
             # A run that measured nothing (every case skipped, none selected) writes nothing and replaces nothing.
             if not self.tally.measured_nothing(self.rows.by_case):
-                if self.rows.by_case:
-                    self._start_log()  # only resumed rows: the new log holds them, so it alone can resume this run
+                if self.rows.by_case or self.ending.kept_rounds:
+                    # Only resumed rows, or only a stopped block's rounds: the new log holds them (the rounds in its
+                    # rounds file), so it alone can resume this run.
+                    self._start_log()
                 missing = self.tally.missing(self.rows.by_case)
                 self.files.end_log(missing, self.ending.interrupted, self.ending.lost_mid_block)
                 failed |= self._write_files()

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..results.round_log import rounds_path
 from ..results.run_files import RunFiles
 from ..results.schema import CaseResult
 from ..results.tally import CaseRows, CaseTally, RunEnding
@@ -107,15 +108,20 @@ def _ending(run: RunSnapshot) -> list[Line]:
                 True,
             )
         )
-    lost = run.ending.lost_mid_block
+    lost, kept = run.ending.lost_mid_block, run.ending.kept_rounds
     if lost:
-        lines.append(
-            (
-                f"it stopped mid-block: {', '.join(lost)} are timed together and finish together, so their rounds "
-                "so far are lost",
-                True,
+        together = f"it stopped mid-block: {', '.join(lost)} are timed together and finish together"
+        if kept and run.config.log_path is not None:
+            rounds = f"{kept} round{'s' if kept > 1 else ''}"
+            together += (
+                f"; its {rounds} that finished are kept in {rounds_path(run.config.log_path)}, and "
+                "--specbench-resume goes on from them"
             )
-        )
+        elif run.config.log_path is None:
+            together += ", so their rounds so far are lost (no results log, --specbench-log, keeps them)"
+        else:
+            together += "; none of its rounds had finished"
+        lines.append((together, True))
     missing = run.missing
     if missing:
         lines.append((f"no result for {len(missing)} case(s): {', '.join(missing)}", bool(interrupted)))

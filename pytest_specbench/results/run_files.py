@@ -22,6 +22,7 @@ from ..settings.options import OPTIONS
 from .fingerprint import machine_fingerprint
 from .lock import LockedByAnotherRun, RunLock, describe_holder
 from .log import ResultsLog, ResultsLogError, read_log, unfinished_reason
+from .round_log import read_rounds, remove_rounds, rounds_path
 from .schema import CaseResult
 
 
@@ -71,6 +72,15 @@ def write_each(
         except (OSError, ValueError, ImportError) as error:
             errors.append(failure.format(path=output.path, error=error))
     return written, errors
+
+
+def _kept_rounds_reason(log_path: Path) -> str | None:
+    """Why the log's rounds file holds what a new log would lose: a stopped block's finished rounds."""
+    blocks = read_rounds(rounds_path(log_path))
+    if not blocks:
+        return None
+    count = sum(len(block.rounds) for block in blocks.values())
+    return f"{count} finished round(s) of the block it was timing are kept in {rounds_path(log_path)}"
 
 
 class RunFiles:
@@ -123,6 +133,7 @@ class RunFiles:
                         f"{option.cli}={path}: its lock file cannot be created ({error.strerror or error})"
                     ) from None
             self._refuse_to_replace_an_unfinished_log()
+            self._forget_other_runs_rounds()
         except BaseException:
             self.release()
             raise
@@ -140,7 +151,7 @@ class RunFiles:
             logged = read_log(path)
         except ResultsLogError:
             return  # not a results log this package could resume: nothing in it to lose
-        reason = unfinished_reason(logged)
+        reason = unfinished_reason(logged) or _kept_rounds_reason(path)
         if reason is None:
             return
         command = logged.header.get("command")
@@ -154,6 +165,13 @@ class RunFiles:
             f"replace it; this run was not started. Finish that run: {how}. Or start afresh with "
             f"another --specbench-log=PATH, or after moving {path} away"
         )
+
+    def _forget_other_runs_rounds(self) -> None:
+        """The rounds file beside the log holds the rounds of the run that wrote the log: a run that does not go on
+        from that log removes it, so no later resume takes another run's rounds."""
+        path, resume = self.config.log_path, self.config.resume
+        if path is not None and (resume is None or os.path.realpath(resume) != os.path.realpath(path)):
+            remove_rounds(rounds_path(path))
 
     def release(self) -> None:
         """Let the files' locks go (the run's end, also after a failure or a signal). Safe to call twice."""
@@ -195,6 +213,8 @@ class RunFiles:
             return
         if self._log_safely(lambda: log.end(missing, interrupted, lost_mid_block)):
             self.written.append(log.path)
+            if not missing and not interrupted:
+                remove_rounds(rounds_path(log.path))  # every case has its row: no round is left to go on from
         if self._log is not None:
             self._log.close()
 

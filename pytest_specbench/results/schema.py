@@ -297,6 +297,18 @@ class CaseResult:
         TIMING,
         default="",
     )
+    resumed_rounds: int = _field(
+        "its block's first rounds, which a run stopped mid-block logged and this run (--specbench-resume) "
+        "continued from; 0 when this run timed every round",
+        TIMING,
+        default=0,
+    )
+    rounds_retimed: str = _field(
+        "why a run stopped mid-block had logged rounds of its block that this run timed again (another machine, "
+        "kernel build, kernel forms, pairing or set of cases); empty otherwise",
+        TIMING,
+        default="",
+    )
     pairing: str = _field(
         "how its baseline was timed: interleaved (between the run's steps), rounds (whole baseline runs "
         "between the cases) or baseline-once; empty in a row of an older version",

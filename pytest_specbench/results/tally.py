@@ -104,7 +104,8 @@ class RunEnding:
 
     interrupted: str | None = None  # a signal, a failure limit (-x, --maxfail), Ctrl-C
     while_writing: bool = False  # the signal came while the files were written (they were completed first)
-    # the cases of the block being timed when the run stopped: a block's cases finish together, so their rounds
-    # so far are lost
+    # the cases of the block being timed when the run stopped: a block's cases finish together, so none has a row;
+    # its finished rounds are in the rounds file (``kept_rounds`` of them), for a resume to go on from
     lost_mid_block: tuple[str, ...] = ()
+    kept_rounds: int = 0
     gate: GateOutcome | None = None  # the comparison with --specbench-baseline, when one was given
