@@ -188,8 +188,9 @@ def test_baseline_once_records_the_pairing_that_ran_and_refuses_an_explicit_pair
     """--specbench-baseline-once times the baseline apart from the runs and compares unpaired: the
     recorded pairing says so (not the default "interleaved"); a pairing given beside it is refused."""
     from pytest_specbench.settings.config import result_settings, result_settings_from_raw
+    from pytest_specbench.settings.options import current_setting_names
 
-    UNPAIRED = "unpaired"
+    UNPAIRED = "baseline-once"  # the rows' name of the design
     once = parse_settings({"baseline-once": (True, "--specbench-baseline-once")})
     assert once.pairing == UNPAIRED
     assert once.raw["specbench_pairing"] == UNPAIRED
@@ -201,6 +202,8 @@ def test_baseline_once_records_the_pairing_that_ran_and_refuses_an_explicit_pair
         ]
         == UNPAIRED
     )
+    # A run that recorded the design under its earlier name compares equal.
+    assert current_setting_names({"--specbench-pairing": "unpaired"}) == {"--specbench-pairing": UNPAIRED}
     assert parse_settings({}).pairing == "interleaved"
     for pairing in ("interleaved", "rounds"):
         with pytest.raises(

@@ -50,7 +50,7 @@ def test_rounds_asked_runs_rounds_with_its_reason_and_no_row_reason():
 
 
 def test_baseline_once_runs_unpaired_with_its_reason_and_no_row_reason():
-    config = _config(baseline_once=True, pairing="unpaired")  # as the config records it
+    config = _config(baseline_once=True, pairing="baseline-once")  # as the config records it
     chosen = choose_pairing(config, [None])
     assert chosen.kind == "baseline-once" and not chosen.paired and not chosen.interleaved
     assert chosen.reasons == (pairing.BASELINE_ONCE_ASKED,) and chosen.reason == ""
@@ -63,5 +63,13 @@ def test_calibration_interleaves_a_case_that_can_unless_the_settings_forbid_it()
 
 
 def test_every_kind_is_listed():
-    assert pairing.PAIRING_KINDS == ("interleaved", "rounds", "baseline-once")
+    assert pairing.PAIRING_KINDS == ("interleaved", "rounds", "baseline-once", "own-baseline")
     assert Pairing().kind in pairing.PAIRING_KINDS
+
+
+@pytest.mark.parametrize("asked", [dict(), dict(pairing="rounds"), dict(baseline_once=True, pairing="baseline-once")])
+def test_a_block_of_cases_on_different_inputs_records_the_own_baseline_pairing_it_runs(asked):
+    # A served engine's block: whatever was asked, each case's run follows a baseline of its own input.
+    chosen = choose_pairing(_config(**asked), [pairing.SERVED_WHOLE_RUNS], shared_input=False)
+    assert chosen.kind == "own-baseline" and chosen.paired and not chosen.interleaved
+    assert chosen.reason.endswith(pairing.OWN_INPUTS)

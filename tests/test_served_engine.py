@@ -15,7 +15,7 @@ from pytest_specbench.measure import served_case
 from pytest_specbench.measure.blocks import OwnBaselineRounds, TimedCase, time_block
 from pytest_specbench.measure.engines import ENGINES
 from pytest_specbench.measure.matrix import Case, build_matrix
-from pytest_specbench.measure.pairing import Pairing
+from pytest_specbench.measure.pairing import OWN_BASELINE, Pairing
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.measure.served_case import (
@@ -247,7 +247,7 @@ def test_each_case_of_a_served_block_pairs_with_its_own_prompts_baseline():
         TimedCase(_case(PLD, 4, prompt), runner(prompt.id, 1.0), baseline=runner(f"base {prompt.id}", 2.0 + i))
         for i, prompt in enumerate((NATURAL, CODE))
     ]
-    block = time_block(cases, None, config, None, pairing=Pairing())
+    block = time_block(cases, None, config, None, pairing=Pairing(OWN_BASELINE))
     assert isinstance(block.strategy, OwnBaselineRounds) and block.rounds == config.min_rounds
     assert calls[:4] == ["base natural-01", "natural-01", "base code-01", "code-01"]
     assert calls[4:8] == ["base code-01", "code-01", "base natural-01", "natural-01"]  # the order rotates

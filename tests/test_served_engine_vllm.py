@@ -119,7 +119,7 @@ def test_prompt_lookup_runs_on_vllm_beside_the_native_engine_lossless_and_counte
         assert row["server"].split(": ", 1)[1].startswith(f"--model {row['target']} --dtype float32")  # its source
         assert f'"num_speculative_tokens": {row["k"]}' in row["server"]
         assert row["new_tokens"] == sum(row["accepted_per_step"]) + row["target_forward_passes"]
-        assert row["pairing"] == "rounds" and "served engine" in row["pairing_reason"]
+        assert row["pairing"] == "own-baseline" and "served engine" in row["pairing_reason"]
         assert row["predicted_speedup"] is None  # the cost probe times this package's passes, not the server's
         assert row["inputs_fingerprint"]["server"]
     # One block per k holds both prompts: each ran the block's rounds.

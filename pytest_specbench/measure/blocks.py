@@ -26,7 +26,7 @@ from ..engine.stats import GenerationResult
 from ..results.racing import eliminations
 from ..settings.config import SpecbenchConfig
 from .matrix import Case
-from .pairing import Pairing
+from .pairing import OWN_BASELINE, Pairing
 from .speedup_intervals import NO_SPREADS, Spreads, block_spreads, precision
 
 #: the race's family-wise false-elimination rate within one (pair, engine, prompt), over all its looks
@@ -139,10 +139,12 @@ def round_strategy(
     new_interleaved: Callable[[], InterleavedBaseline] | None = None,
 ) -> RoundStrategy:
     """The strategy of ``pairing``'s kind; an interleaved one takes ``new_interleaved``, a fresh interleaved
-    baseline per call. ``run_baseline`` None: each case has its own (:class:`OwnBaselineRounds`), whatever was
-    asked."""
-    if run_baseline is None:
+    baseline per call; every kind but ``own-baseline`` (each case's :attr:`TimedCase.baseline`) takes
+    ``run_baseline``, the block's."""
+    if pairing.kind == OWN_BASELINE:
         return OwnBaselineRounds()
+    if run_baseline is None:
+        raise ValueError(f"a block of pairing {pairing.kind} needs run_baseline, its cases' shared baseline")
     if pairing.interleaved:
         if new_interleaved is None:
             raise ValueError("an interleaved pairing needs new_interleaved, a fresh interleaved baseline per call")

@@ -2,7 +2,9 @@
 
 - ``interleaved``: each run carries its own baseline, stepped between the run's steps (:mod:`..engine.interleave`);
 - ``rounds``: whole baseline runs between the cases, each run paired with the baseline interpolated in time;
-- ``baseline-once``: a baseline in the first rounds only, compared unpaired (``--specbench-baseline-once``).
+- ``baseline-once``: a baseline in the first rounds only, compared unpaired (``--specbench-baseline-once``);
+- ``own-baseline``: each case's run right after a baseline run of its own input, where a block's cases decode
+  different prompts (a served engine's block), so no baseline serves them all.
 
 A block interleaves only when asked to and when every case of it can; otherwise it runs rounds, and the strategy
 names each cause (see docs/measuring.md, "Timing").
@@ -14,10 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..settings.config import SpecbenchConfig
-from ..settings.options import INTERLEAVED, ROUNDS
+from ..settings.options import BASELINE_ONCE, INTERLEAVED, ROUNDS
 
-BASELINE_ONCE = "baseline-once"
-PAIRING_KINDS = (INTERLEAVED, ROUNDS, BASELINE_ONCE)
+OWN_BASELINE = "own-baseline"
+PAIRING_KINDS = (INTERLEAVED, ROUNDS, BASELINE_ONCE, OWN_BASELINE)
 
 #: why a block does not interleave, one reason per cause
 HF_WHOLE_RUNS = "the hf engine: transformers' generate runs whole, with no place for a baseline between its steps"
@@ -32,6 +34,10 @@ COMPILED_STEPS = (
 MULTI_TURN_RUNS = (
     "a multi-turn prompt: each turn's run starts from its own input, and a baseline between its steps would "
     "cross from one turn's to the next"
+)
+OWN_INPUTS = (
+    "the block's cases decode different prompts (a served engine's block), so each case's run follows a baseline "
+    "run of its own input"
 )
 ROUNDS_ASKED = "--specbench-pairing=rounds asked"
 BASELINE_ONCE_ASKED = "--specbench-baseline-once asked"
@@ -73,8 +79,9 @@ class Pairing:
         return not self.settings_reasons and refusal is None
 
 
-def choose_pairing(config: SpecbenchConfig, case_refusals: Iterable[str | None]) -> Pairing:
-    """The block's pairing from the run's options and each case's reason not to interleave (None: it can)."""
+def choose_pairing(config: SpecbenchConfig, case_refusals: Iterable[str | None], shared_input: bool = True) -> Pairing:
+    """The block's pairing from the run's options and each case's reason not to interleave (None: it can);
+    ``shared_input`` False: the block's cases decode different inputs, and each has a baseline of its own."""
     settings: list[str] = []
     if config.baseline_once:
         settings.append(BASELINE_ONCE_ASKED)
@@ -84,5 +91,7 @@ def choose_pairing(config: SpecbenchConfig, case_refusals: Iterable[str | None])
         settings.append(COMPILED_STEPS)
     cases = tuple(dict.fromkeys(refusal for refusal in case_refusals if refusal))
     asked = BASELINE_ONCE if config.baseline_once else config.pairing
+    if not shared_input:
+        return Pairing(OWN_BASELINE, asked, tuple(settings), (*cases, OWN_INPUTS))
     kind = asked if asked != INTERLEAVED else (ROUNDS if settings or cases else INTERLEAVED)
     return Pairing(kind, asked, tuple(settings), cases)

@@ -19,7 +19,7 @@ from .engines import ENGINES
 from .kept_rounds import BlockKeeping, RoundKeeper
 from .matrix import Case
 from .memory import peak_memory_mb, reset_peak_memory
-from .pairing import Pairing, choose_pairing
+from .pairing import OWN_BASELINE, Pairing, choose_pairing
 from .row import BlockRecord, Measurement
 from .sequence import SequenceRun
 from .served_case import ServedSequenceRun
@@ -112,8 +112,7 @@ def _warmed_up(ready: list[CaseRun], pairing: Pairing) -> tuple[BaselineRun | No
     """The block's baseline (the first case's: a block holds one batch size, so its cases share it; None where they
     do not share an input, and each case has its own) and, where a case interleaves, its fresh interleaved
     baselines; every case warmed up and its timed runs started on its latest costs."""
-    shared = all(case_run.shares_block_baseline for case_run in ready)
-    baseline = ready[0].baseline() if shared else None
+    baseline = ready[0].baseline() if pairing.kind != OWN_BASELINE else None
     interleaving = any(pairing.interleaves(case_run.interleave_refusal) for case_run in ready)
     new_interleaved = ready[0].interleaved_baseline() if interleaving else None
     for case_run in ready:
@@ -136,7 +135,8 @@ def measure_block(
     ready, outcome = _prepared(cases, context)
     if not ready:
         return outcome
-    pairing = choose_pairing(context.config, [case_run.interleave_refusal for case_run in ready])
+    shared = all(case_run.shares_block_baseline for case_run in ready)
+    pairing = choose_pairing(context.config, [case_run.interleave_refusal for case_run in ready], shared)
     baseline, new_interleaved = _warmed_up(ready, pairing)
     timed = [
         TimedCase(case_run.case, case_run.run, baseline=None if baseline is not None else case_run.baseline())

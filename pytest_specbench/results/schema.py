@@ -311,7 +311,8 @@ class CaseResult:
     )
     pairing: str = _field(
         "how its baseline was timed: interleaved (between the run's steps), rounds (whole baseline runs "
-        "between the cases) or baseline-once; empty in a row of an older version",
+        "between the cases), baseline-once (in the first rounds only, compared unpaired) or own-baseline (each "
+        "run after a baseline run of its own input: a served engine's block); empty in a row of an older version",
         TIMING,
         default="",
     )

@@ -391,15 +391,17 @@ GATE_DIFFERING = ("refuse", "compare-matching")
 INTERLEAVED, ROUNDS = "interleaved", "rounds"
 PAIRINGS = (INTERLEAVED, ROUNDS)
 #: the pairing recorded under --specbench-baseline-once, whose baseline is timed apart from the runs
-#: (no option value: the flag chooses it)
-UNPAIRED = "unpaired"
+#: (no option value: the flag chooses it); the rows name the design alike
+BASELINE_ONCE = "baseline-once"
+#: what runs recorded for it before it had the rows' name
+_BASELINE_ONCE_BEFORE = "unpaired"
 
 
 def pairing_that_runs(pairing: str, baseline_once: bool) -> str:
-    """The pairing a run records: :data:`UNPAIRED` under --specbench-baseline-once, which times the
+    """The pairing a run records: :data:`BASELINE_ONCE` under --specbench-baseline-once, which times the
     baseline in a block's first rounds only and compares unpaired, whatever --specbench-pairing says; else
     ``pairing``."""
-    return UNPAIRED if baseline_once else pairing
+    return BASELINE_ONCE if baseline_once else pairing
 
 
 def _pairing(raw: str) -> str:
@@ -825,7 +827,7 @@ OPTIONS: tuple[Option, ...] = (
         "baseline_once",
         "time the target-only baseline only in a block's first "
         "--specbench-min-rounds rounds instead of in every round (speedups then compare unpaired, and the "
-        "run records its pairing as unpaired; refused beside --specbench-pairing)",
+        "run and its rows record the pairing as baseline-once; refused beside --specbench-pairing)",
         changes_results=True,
     ),
     Option(
@@ -1040,11 +1042,15 @@ def current_setting_names(recorded: Mapping[str, Any]) -> dict[str, Any]:
     JSON ``options``, by ``specbench_*`` dest) under each option's name now: a value stored under an earlier name
     (:attr:`Option.aliases`) reads as the option's, so a run recorded before a rename compares equal to one after.
     Where both names are recorded, the current one's value stands."""
-    return {
+    current = {
         RENAMED.get(name, name): value
         for name, value in recorded.items()
         if not (name in RENAMED and RENAMED[name] in recorded)
     }
+    for name in ("--specbench-pairing", "specbench_pairing"):  # a value renamed: the design's one name
+        if current.get(name) == _BASELINE_ONCE_BEFORE:
+            current[name] = BASELINE_ONCE
+    return current
 
 
 def default_of(field: str) -> str | None:
