@@ -132,3 +132,23 @@ def test_importing_the_plugin_does_not_import_torch():
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
         == "False"
     )
+
+
+def test_no_engine_name_is_compared_outside_the_engines_declarations():
+    # An engine's traits are declared once (measure/engines.py, settings/engine_names.py); code elsewhere asks them, so a
+    # new engine is not a hunt for string comparisons. (``march != "native"`` is a compiler flag, not an engine.)
+    import re
+
+    from pytest_specbench.settings.engine_names import ENGINE_NAMES
+
+    names = "|".join(ENGINE_NAMES)
+    compared = re.compile(rf"""[=!]=\s*["']({names})["']|["']({names})["']\s*(?:[=!]=|in\b)""")
+    declared = {"measure/engines.py", "settings/engine_names.py"}
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if str(path.relative_to(PACKAGE)) not in declared
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if compared.search(line) and "march" not in line
+    ]
+    assert found == []

@@ -299,6 +299,7 @@ def test_sigterm_after_two_rounds_of_a_block_keeps_them_and_resume_goes_on_from_
     output = held_run.output()
     said = "its 2 rounds that finished are kept in spec_results.jsonl.rounds, and --specbench-resume goes on from them"
     assert said in output, output
+    assert "to run only those: the same command with --specbench-resume=spec_results.jsonl" in output
     kept = (pytester.path / "spec_results.jsonl.rounds").read_text().splitlines()
     assert [json.loads(line)["round"] for line in kept] == [0, 1]
     assert (pytester.path / "rounds_started").read_text().split() == ["0", "1", "2"]

@@ -21,7 +21,7 @@ from typing import Any
 from ..results.schema import CaseResult
 from ..settings.axes import fingerprint_values
 from ..settings.config import SpecbenchConfig
-from ..settings.options import SERVED_ENGINES
+from ..settings.engine_names import SERVED_ENGINES
 from .drafter_kinds import kind_of
 from .matrix import Case
 from .prompts import Prompt, filler_text

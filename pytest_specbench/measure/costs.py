@@ -34,6 +34,7 @@ from ..engine.stats import GenerationResult
 from ..engine.timing import DeviceClock
 from ..engine.verify_forms import KernelForms, draft_kernel_forms, kernel_forms
 from ..models.weight_pages import pages_of
+from ..settings.engine_names import runs_own_loop
 
 #: the longest k the cost probe covers when a schedule chooses k (auto, heuristic)
 SCHEDULE_MAX_K = 16
@@ -344,7 +345,7 @@ def calibrated_costs(costs: CostProfile, pairs: Sequence[tuple[GenerationResult,
 def case_block_rows(engine: str, k: int | str, rows: list[int]) -> list[int]:
     """Of the verify block sizes ``rows`` (a :class:`CostProfile` list), those a case ran: native engine only,
     and at a constant k only blocks of k + 1 rows or fewer."""
-    if engine != "native":
+    if not runs_own_loop(engine):
         return []
     return [m for m in rows if m <= k + 1] if isinstance(k, int) else list(rows)
 
@@ -353,7 +354,7 @@ def bandwidth_fields(engine: str, costs: CostProfile | None, k: int | str) -> di
     """The row's kernel and memory figures from the probe, for the native engine's passes only: the read
     bandwidth, the one-row step's and the case's verify pass's effective bandwidth (weight bytes over v(1)
     and v(k + 1)), and what the engine's one-row step gains over transformers' own."""
-    if engine != "native" or costs is None:
+    if not runs_own_loop(engine) or costs is None:
         return {}
     curve, nbytes = costs.verify_costs_s, costs.weight_bytes
     fields: dict[str, Any] = {

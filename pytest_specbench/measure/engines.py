@@ -22,7 +22,7 @@ from ..engine.schedules import CostModelSchedule, DraftSchedule, HeuristicSchedu
 from ..engine.stats import GenerationResult
 from ..engine.verify_forms import KernelForms
 from ..settings.config import SpecbenchConfig
-from ..settings.options import ENGINE_NAMES, SERVED_ENGINES
+from ..settings.engine_names import ENGINE_NAMES, SERVED_ENGINES
 from .costs import CostProfile
 from .drafter_kinds import kind_of, kind_refusal, peer_method
 from .matrix import Case

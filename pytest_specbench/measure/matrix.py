@@ -8,7 +8,7 @@ from typing import Any
 
 from ..settings import axes
 from ..settings.axes import DTYPE_ID_SUFFIXES
-from ..settings.options import SERVED_ENGINES
+from ..settings.engine_names import SERVED_ENGINES, runs_own_loop
 from .pairs import PairSpec
 from .prompts import Prompt, case_label
 
@@ -72,7 +72,7 @@ class Case:
         one (target, dtype, pair, k) over its prompts instead: its server fixes the speculative config when it
         starts (measure/served_case.py), and each case pairs with its own prompt's baseline."""
         dtype = "" if self.dtype == "float32" else f"/{self.dtype}"
-        engine = "" if self.engine == "native" else f"/{self.engine}"
+        engine = "" if runs_own_loop(self.engine) else f"/{self.engine}"
         if self.engine in SERVED_ENGINES:  # one server per speculative config: its prompts share a block
             return f"{target_of(self.pair)}{dtype}:{self.pair.name}/k{self.k}" + engine
         return f"{target_of(self.pair)}{dtype}:{self.prompt.id}" + (f"/b{self.batch}" if self.batched else "") + engine

@@ -19,6 +19,7 @@ from ..engine.timing import DeviceClock
 from ..engine.verify_forms import KernelForms
 from ..models.base import NotApplicable, context_window
 from ..models.loading import LoadedModel
+from ..settings.engine_names import runs_own_loop
 from .blocks import interleaved_pair
 from .case_run import BaselineRun, CaseRun, Judgement, MeasureContext, NewInterleaved
 from .costs import CostProfile, calibrated_costs, measure_costs, probed_k
@@ -205,7 +206,7 @@ class SequenceRun(CaseRun):
         pair's draft costs in the engine's own loop, and every case on that profile reads the new one (see
         :func:`.costs.calibrated_costs`). Interleaved where the block interleaves: the ratio of two runs timed
         apart moves with the machine's speed."""
-        if self.case.engine != "native" or self.setup.drafter.model is None:
+        if not runs_own_loop(self.case.engine) or self.setup.drafter.model is None:
             return
         pairs = [
             interleaved_pair(self.run, new_interleaved) if new_interleaved else (baseline(), self.run())

@@ -17,6 +17,7 @@ from ..engine.sampling import (
     expected_acceptance,
     sampling_distribution,
 )
+from ..settings.engine_names import OWN_SAMPLING_ENGINES
 
 
 def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None) -> list[int]:
@@ -190,6 +191,6 @@ def sampling_verdict(engine: str, check: dict[str, Any]) -> dict[str, Any]:
         "sampling_check_draws": check["draws"],
         "expected_alpha": check["expected_alpha"],
     }
-    if engine == "hf":
+    if engine in OWN_SAMPLING_ENGINES:
         return {"verdict": "not-checked", **fields}
     return {"verdict": "lossless" if check["passed"] else "diverged", **fields}

@@ -13,6 +13,7 @@ from ..measure.prompts import DEFAULT_PROMPT_FILE, Prompt, load_prompts, sample_
 from ..measure.resume import load_resume
 from ..results.run_files import RunFiles
 from ..settings.config import SpecbenchConfig
+from ..settings.engine_names import runs_own_loop
 from .availability import PairAvailability
 from .session import SpecbenchSession
 from .signals import SignalStop
@@ -50,7 +51,7 @@ def check_forced_kernel(config: SpecbenchConfig, cases: Sequence[Case]) -> None:
     """ValueError (a usage error, before any model loads) where ``--specbench-kernels=rows`` asks for the
     few-rows kernel, a native case runs on the CPU, and the kernel cannot be built here (building it if need be)."""
     on_cpu = "cpu" in config.devices or (not config.devices and not config.on_gpu)
-    if config.kernels != "rows" or not on_cpu or not any(case.engine == "native" for case in cases):
+    if config.kernels != "rows" or not on_cpu or not any(runs_own_loop(case.engine) for case in cases):
         return
     from ..engine import few_rows
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..engine.cost_model import alpha_mle, observed_proposals, position_counts, predict_proposals, proposals_at
 from ..results.schema import CaseResult
+from ..settings.engine_names import runs_own_loop
 
 #: the per-pair figures, in report order: ``<figure>_<pair>.png``; plus ``speedup_by_category.png``
 FIGURES = ("speedup_vs_k", "acceptance_heatmap", "tau_vs_k", "position_acceptance", "verify_cost")
@@ -72,7 +73,7 @@ def speedup_left_out(row: CaseResult, *, lossless_only: bool = False) -> str | N
 
 def constant_k_rows(rows: Sequence[CaseResult]) -> list[CaseResult]:
     """The rows the k sweep and the cost model read: this package's engine at a constant k."""
-    return [row for row in rows if isinstance(row.k, int) and row.engine == "native"]
+    return [row for row in rows if isinstance(row.k, int) and runs_own_loop(row.engine)]
 
 
 def geometric_mean(values: Sequence[float | None]) -> float | None:

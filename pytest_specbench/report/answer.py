@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 from ..results.racing import SLOWER, TIED, UNKNOWN, rank_against_best
 from ..results.schema import CaseResult
+from ..settings.engine_names import runs_own_loop
 from .analysis import SUSPECT, k_order, predicted_curve, recommended_among, speedup_left_out
 from .answer_types import (
     K,
@@ -239,7 +240,7 @@ def prompt_answers(results: Sequence[CaseResult]) -> list[PromptAnswer]:
 def _against_hf(answer: PromptAnswer, groups: dict[tuple[str, str, str, str], list[CaseResult]]) -> AgainstHf | None:
     """For the native engine's answer: its k=auto against the hf engine's k=auto (transformers' default schedule)
     on the same prompt and dtype, end to end (:func:`.regret.ratio_to_hf`); None where either did not run."""
-    if answer.engine != "native":
+    if not runs_own_loop(answer.engine):
         return None
     pair, prompt, dtype = answer.pair, answer.prompt, answer.dtype
     native = [row for row in groups[pair, "native", prompt, dtype] if row.k == AUTO and _listed(row)]

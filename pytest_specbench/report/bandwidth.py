@@ -8,6 +8,7 @@ from statistics import median
 
 from ..engine.names import WITHOUT_TILES, few_rows_built
 from ..results.schema import CaseResult
+from ..settings.engine_names import runs_own_loop
 from .dtype_view import dtype_order
 
 
@@ -52,7 +53,7 @@ def bandwidth_lines(rows: Sequence[CaseResult]) -> list[str]:
     why the few-rows kernel did not run, one per draft model whose layers the engine's forms cannot serve (a dynamic
     int8 copy's), one why its AMX tiles did not on a CPU that has them, and one naming why the weights are in 4 KB
     pages."""
-    native = [row for row in rows if row.engine == "native"]
+    native = [row for row in rows if runs_own_loop(row.engine)]
     lines = []
     for dtype in dtype_order([row.dtype for row in native]):
         line = _dtype_line(dtype, [row for row in native if row.dtype == dtype])

@@ -15,6 +15,7 @@ from typing import Any
 from tabulate import tabulate
 
 from ..results.schema import CaseResult
+from ..settings.engine_names import runs_own_loop
 from .analysis import (
     FIGURES,
     PromptAnalysis,
@@ -77,7 +78,7 @@ def _schedule_findings(analyses: Sequence[PromptAnalysis], rows: Sequence[CaseRe
     best = {a.prompt: a.best_row.decode_speedup for a in analyses}
     sentences = []
     for k in dict.fromkeys(row.k for row in rows if isinstance(row.k, str)):
-        scheduled = [row for row in rows if row.k == k and row.engine == "native" and row.prompt in best]
+        scheduled = [row for row in rows if row.k == k and runs_own_loop(row.engine) and row.prompt in best]
         if scheduled:
             steps = [row.k_per_step[1:] for row in scheduled]
             mean_k = [sum(chosen) / max(len(chosen), 1) for chosen in steps]

@@ -125,7 +125,7 @@ def _ending(run: RunSnapshot) -> list[Line]:
     missing = run.missing
     if missing:
         lines.append((f"no result for {len(missing)} case(s): {', '.join(missing)}", bool(interrupted)))
-        if run.config.log_path is not None and finished:
+        if run.config.log_path is not None and (finished or kept):
             lines.append((f"to run only those: the same command with --specbench-resume={run.config.log_path}", False))
     return lines
 

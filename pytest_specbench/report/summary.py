@@ -12,6 +12,7 @@ from tabulate import tabulate
 
 from ..engine.cost_model import CURVE_FLOOR
 from ..results.schema import CaseResult, csv_columns, summary_columns
+from ..settings.engine_names import runs_own_loop
 from .analysis import (
     constant_k_rows,
     geometric_mean,
@@ -138,7 +139,7 @@ def _block_sizes(sizes: set[int]) -> str:
 
 def _kernel_lines(rows: Sequence[CaseResult]) -> list[str]:
     """Why the engines' verify passes cost differently: the kernels the native engine chose."""
-    native = [row for row in rows if row.engine == "native"]
+    native = [row for row in rows if runs_own_loop(row.engine)]
     few_rows = {size for row in native for size in row.few_rows_rows}
     columns = {size for row in native for size in row.column_head_rows}
     return [

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.numbers import is_finite_number
+from ..settings.engine_names import runs_own_loop
 from .schema import CaseResult
 
 #: how far above tau the interval's low end may lie before the row is suspect (a fraction of tau)
@@ -77,7 +78,7 @@ def _found(row: CaseResult) -> str:
         # kernels differ only where a pass's rows ran another form; a peer engine's runs both keep its own kernels.
         why = (
             "so the two runs' kernels differ, or the machine's load changed between them"
-            if row.engine == "native"
+            if runs_own_loop(row.engine)
             else f"yet both runs kept the {row.engine} engine's own kernels, so the machine's load changed between them"
         )
         return (

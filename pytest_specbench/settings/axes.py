@@ -16,6 +16,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .engine_names import runs_own_loop
+
 #: a dtype's part of a case id; float32 shows nothing, so stored float32 ids stay valid when dtypes are added
 DTYPE_ID_SUFFIXES = {"float32": "", "bfloat16": "-bf16", "float16": "-fp16"}
 
@@ -40,7 +42,9 @@ class Axis:
 
 AXES: tuple[Axis, ...] = (
     Axis("pair", str, always_in_id=True, config_part=str, fingerprinted=False),
-    Axis("engine", lambda engine: f"-{engine}", config_part=lambda engine: "" if engine == "native" else f"_{engine}"),
+    Axis(
+        "engine", lambda engine: f"-{engine}", config_part=lambda engine: "" if runs_own_loop(engine) else f"_{engine}"
+    ),
     Axis("k", lambda k: f"-k{k}", always_in_id=True, config_part=lambda k: f"_k{k}", report_group=False),
     Axis("batch", lambda batch: f"-b{batch}", config_part=lambda batch: f"_b{batch}" if batch > 1 else ""),
     Axis("prompt", lambda label: f"-{label}", always_in_id=True, fingerprinted=False),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .engine_names import SERVED_ENGINES
 from .options import (
     AUTO_DTYPES,
     MAX_POSITIONS,
@@ -163,7 +164,7 @@ def parse_settings(
             f"{' and '.join(started_only)} set up servers this run starts, and --specbench-vllm-endpoints names "
             "servers someone else runs, so this run starts none; accepted: one of the two"
         )
-    if "vllm" in fields["engines"]:
+    if set(fields["engines"]) & set(SERVED_ENGINES):
         if not fields["vllm_endpoints"]:  # endpoints need no interpreter: this run starts no server
             fields["vllm_python"] = vllm_interpreter(fields["vllm_python"])
             check_vllm_installed(fields["vllm_python"])

@@ -20,13 +20,9 @@ from ..engine.names import KERNELS
 from ..engine.names import SCHEDULES as SCHEDULE_KS
 from ..models.base import DTYPE_NAMES as DTYPES
 from .axes import DTYPE_ID_SUFFIXES  # noqa: F401 (the dtype axis's id parts; plots read it from here)
+from .engine_names import ENGINE_NAMES
 
 DEFAULT_KS = "1,2,4,8,16"
-#: the decoding engines --specbench-engine accepts; measure/engines.py registers one engine per name
-ENGINE_NAMES: tuple[str, ...] = ("native", "hf", "vllm")
-#: the engines that run on a server: a block of theirs holds every prompt of one (target, dtype, pair, k), so that
-#: one server with that speculative config serves it (measure/served_case.py)
-SERVED_ENGINES: tuple[str, ...] = ("vllm",)
 # On CPU, four categories of the shipped suite keep the default sweep near 15 minutes on 2 cores.
 CPU_PROMPTS = "natural,code_python,repetitive,list_items"
 
