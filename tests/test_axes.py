@@ -43,15 +43,50 @@ def test_the_marker_has_a_keyword_per_axis() -> None:
     assert [values[name] for name in axes.AXIS_NAMES] == ["gpt2_large", "native", 8, 1, "code_python", "float32"]
 
 
-def test_a_cache_key_names_its_axes_so_two_caches_keys_never_meet() -> None:
+def test_a_cache_key_names_its_parts_so_two_caches_keys_never_meet() -> None:
     fp32, bf16 = _cases(dtypes=("float32", "bfloat16"))
-    assert fp32.key("pair", "dtype") != bf16.key("pair", "dtype")
-    assert fp32.key("pair") == bf16.key("pair")  # a cache that does not depend on the dtype is shared
-    assert fp32.key("target", "prompt") == (("prompt", "code_python"), ("target", "gpt2-large"))
-    assert fp32.key("prompt_id") == (("prompt_id", "code_python-1"),)  # the label may be the category
-    assert fp32.key("pair", rows=2) != fp32.key("pair", seed=2)  # settings are named too
-    with pytest.raises(KeyError, match="no axis"):
+    assert fp32.key("costs") != bf16.key("costs")
+    assert fp32.key("sizes") == bf16.key("sizes")  # a cache the dtype does not change is shared
+    assert fp32.key("reference") == ("reference", ("dtype", "float32"), ("target", "gpt2-large"))
+    assert fp32.key("turn_lengths") == ("turn_lengths", ("prompt_id", "code_python-1"))  # the label may be a category
+    assert fp32.key("sizes", rows=2) != fp32.key("sizes", seed=2)  # settings are named too
+    assert fp32.key("sizes") != fp32.key("costs")[:2]
+    with pytest.raises(KeyError, match="no cache"):
         fp32.key("context_length")
+
+
+#: what each cache's key held when the call sites named its axes (a change here changes which cases share a cache)
+KEY_PARTS = {
+    "warm_up": {"pair", "dtype", "engine", "batch"},
+    "served_warm_up": {"pair", "dtype", "engine", "k"},
+    "sizes": {"pair"},
+    "input_ids": {"target", "prompt_id", "dtype"},
+    "costs": {"pair", "dtype"},
+    "reference": {"target", "dtype"},
+    "sampling_check": {"pair", "dtype", "prompt_id"},
+    "turn_lengths": {"prompt_id"},
+    "row_input_ids": {"target"},
+    "batched_reference": {"target", "dtype"},
+    "batched_costs": {"pair", "dtype", "batch", "prompt_id"},
+    "race": {"pair", "engine", "prompt_id"},
+}
+
+
+@pytest.mark.parametrize("cache", list(axes.CACHES))
+def test_each_cache_keys_the_axes_that_change_it(cache) -> None:
+    (case,) = _cases()
+    assert {name for name, _ in case.key(cache)[1:]} == KEY_PARTS[cache]
+
+
+def test_a_new_axis_is_in_every_cache_key_until_it_declares_otherwise(monkeypatch) -> None:
+    # A context length that truncates the prompt, declared with nothing about caches: every cache keeps it apart.
+    monkeypatch.setattr(axes, "AXES", (*axes.AXES, axes.Axis("context", lambda n: f"-c{n}")))
+    for cache in axes.CACHES:
+        short, long = (axes.cache_key({**_cases()[0].axis_values(), "context": n}, cache) for n in (64, 512))
+        assert short != long and ("context", 64) in short
+    quiet = axes.Axis("context", lambda n: f"-c{n}", irrelevant_to=frozenset({"sizes"}))
+    monkeypatch.setattr(axes, "AXES", (*axes.AXES[:-1], quiet))
+    assert ("context", 64) not in axes.cache_key({**_cases()[0].axis_values(), "context": 64}, "sizes")
 
 
 def test_the_fingerprint_holds_every_axis_not_fingerprinted_by_content() -> None:

@@ -135,8 +135,8 @@ def test_importing_the_plugin_does_not_import_torch():
 
 
 def test_no_engine_name_is_compared_outside_the_engines_declarations():
-    # An engine's traits are declared once (measure/engines.py, settings/engine_names.py); code elsewhere asks them, so a
-    # new engine is not a hunt for string comparisons. (``march != "native"`` is a compiler flag, not an engine.)
+    # An engine's traits are declared once (measure/engines.py, settings/engine_names.py); code elsewhere asks them,
+    # so a new engine is not a hunt for string comparisons. (``march != "native"`` is a compiler flag, not an engine.)
     import re
 
     from pytest_specbench.settings.engine_names import ENGINE_NAMES

@@ -119,7 +119,7 @@ def _batch_input(run: BatchRun, prompts: list[Prompt]) -> tuple[list[torch.Tenso
     target = context.store.target(pair, run.dtype)
     row_ids = [
         context.shared.input_ids(
-            run.case.key("target", row_prompt=prompt.id),
+            run.case.key("row_input_ids", row_prompt=prompt.id),
             lambda prompt=prompt: prompt_input_ids(
                 target.tokenizer, prompt, context.all_prompts, context.config.context_tokens, context.store.device
             ),
@@ -162,19 +162,17 @@ class BatchRun(CaseRun):
         # padded width, and so does the batched generate() that is its reference.
         check_context_windows(case, int(ids.shape[1]), n, models)
         references = shared.batched_reference(
-            case.key("target", "dtype", rows=tuple(prompt.id for prompt in prompts), new_tokens=n, eos=eos),
+            case.key("batched_reference", rows=tuple(prompt.id for prompt in prompts), new_tokens=n, eos=eos),
             lambda: batched_reference(target.model, ids, mask, n, eos),
         )
         unbatched = [
-            store.reference(
-                case.key("target", "dtype", input=prompt.id, new_tokens=n, eos=eos), pair, row, n, eos, dtype
-            )
+            store.reference(case.key("reference", input=prompt.id, new_tokens=n, eos=eos), pair, row, n, eos, dtype)
             for prompt, row in zip(prompts, row_ids)
         ]
         window = context_window(target.model.config)
         longest = probed_k(config.ks, n, None if window is None else window[0] - int(ids.shape[1]))
         costs = shared.costs(
-            case.key("pair", "dtype", "batch", "prompt_id", longest=longest),
+            case.key("batched_costs", longest=longest),
             lambda: measure_batched_costs(target.model, drafter, ids, mask, longest + 1),
         )
         prompt_ids = [prompt.id for prompt in prompts]

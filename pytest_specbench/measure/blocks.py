@@ -395,7 +395,7 @@ def _races(cases: Sequence[TimedCase]) -> dict[tuple, list[TimedCase]]:
     for timed in cases:
         case = timed.case
         if isinstance(case.k, int):
-            races[case.key("pair", "engine", "prompt_id")].append(timed)  # k is what the race ranks
+            races[case.key("race")].append(timed)  # k is what the race ranks
     return {key: members for key, members in races.items() if len(members) > 1}
 
 

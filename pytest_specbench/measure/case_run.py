@@ -160,13 +160,13 @@ class CaseRun(ABC):
 
     def warm_up_key(self) -> tuple:
         """What one warm-up serves: every case of its (pair, dtype, engine, batch), which run on the same models."""
-        return self.case.key("pair", "dtype", "engine", "batch")
+        return self.case.key("warm_up")
 
     def sizes(self) -> dict[str, int]:
         """The pair's parameter counts, shared by its cases."""
         model = getattr(self.drafter, "model", None)  # a drafter without a model has no parameters
         return self.context.shared.sizes(
-            self.case.key("pair"),
+            self.case.key("sizes"),
             lambda: {"target_params": parameter_count(self.target.model), "draft_params": parameter_count(model)},
         )
 

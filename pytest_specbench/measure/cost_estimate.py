@@ -99,7 +99,7 @@ class CostEstimator:
         return self._targets[key], loaded
 
     def _lengths(self, case: Case, tokenizer) -> list[int]:
-        key = (id(tokenizer), case.key("prompt_id"))
+        key = (id(tokenizer), case.key("turn_lengths"))
         if key not in self._turn_lengths:
             self._turn_lengths[key] = _turn_lengths(case, self._context, tokenizer)
         return self._turn_lengths[key]
@@ -136,7 +136,7 @@ class CostEstimator:
         baseline_s = prefill_s + decode_s
         round_s = ROUND_OVERHEAD * (baseline_s + prefill_s + decode_s * share)
         setup_s = 0.0
-        first_use = case.key("pair", "dtype", "engine", "batch")
+        first_use = case.key("warm_up")
         if first_use not in self._first_use:
             self._first_use.add(first_use)
             k = _drafted(case, 16, new_tokens)

@@ -57,9 +57,10 @@ class Case:
         """The first seed's config name, e.g. ``gpt2_large_k8``."""
         return axes.config_name(self.axis_values(), self.shown)
 
-    def key(self, *depends_on: str, **settings: Hashable) -> tuple:
-        """A cache's key for this case: its values on the axes the cache ``depends_on``, and ``settings``."""
-        return axes.cache_key(self.axis_values(), depends_on, **settings)
+    def key(self, cache: str, **settings: Hashable) -> tuple:
+        """``cache``'s key for this case (settings/axes.py :data:`~..settings.axes.CACHES`): its values on the axes
+        that change that cache, and ``settings``."""
+        return axes.cache_key(self.axis_values(), cache, **settings)
 
     @property
     def block(self) -> str:

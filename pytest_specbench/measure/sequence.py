@@ -88,7 +88,7 @@ class SequenceRun(CaseRun):
             raise NotApplicable(refusal)
         # A later turn's input holds the answers before it, which depend on the dtype.
         input_ids = shared.input_ids(
-            case.key("target", "prompt_id", "dtype", turn=self.turn),
+            case.key("input_ids", turn=self.turn),
             lambda: prompt_input_ids(
                 target.tokenizer, case.prompt, all_prompts, config.context_tokens, store.device, self.answers
             ),
@@ -111,7 +111,7 @@ class SequenceRun(CaseRun):
         head_rows = max(longest + 1, n if HEURISTIC in config.ks else 0)
         compile_length = int(input_ids.shape[1]) + n if config.compile_steps else None
         costs_key = case.key(
-            "pair", "dtype", longest=longest, head_rows=head_rows, kernel=config.kernels, compiled=compile_length
+            "costs", longest=longest, head_rows=head_rows, kernel=config.kernels, compiled=compile_length
         )
         forms = store.kernel_forms(target, config.kernels)
         draft_forms = store.draft_kernel_forms(drafter, config.kernels)
@@ -144,7 +144,7 @@ class SequenceRun(CaseRun):
 
     def reference_key(self, max_new_tokens: int, eos_token_id: int | None) -> tuple:
         """Its reference's key: the target's greedy tokens for this input, shared by every pair of the target."""
-        return self.case.key("target", "dtype", input=self.prompt_key, new_tokens=max_new_tokens, eos=eos_token_id)
+        return self.case.key("reference", input=self.prompt_key, new_tokens=max_new_tokens, eos=eos_token_id)
 
     def new_runner(self) -> SpeculativeRun:
         setup, config = self.setup, self.context.config
@@ -236,7 +236,7 @@ class SequenceRun(CaseRun):
                 config.tie_tolerance,
             )
         key = case.key(
-            "pair", "dtype", "prompt_id", turn=self.turn, sampling=setup.sampling, draws=config.sampling_check_draws,
+            "sampling_check", turn=self.turn, sampling=setup.sampling, draws=config.sampling_check_draws,
             seed=config.seed,
         )  # fmt: skip
         check = shared.sampling_check(

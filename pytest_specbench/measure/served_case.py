@@ -244,7 +244,7 @@ class ServedSequenceRun(SequenceRun):
 
     def warm_up_key(self) -> tuple:
         """Each k has its own server, whose first requests pay its start-up costs."""
-        return self.case.key("pair", "dtype", "engine", "k")
+        return self.case.key("served_warm_up")
 
     @property
     def costs(self) -> None:

@@ -3,8 +3,9 @@
 A case is one value on every axis. Its declaration here gives everything that follows from an axis: its part of
 the case id (and of the first seed's config name), the ``specbench`` marker's keyword, whether its value enters
 the inputs fingerprint (``--specbench-resume``), the result row's field of the same name (results/schema.py), and
-whether the report groups by it. Cache keys are built from the axes a cache depends on (:func:`cache_key`), never
-by hand, so a new axis cannot collide two cases in a cache.
+whether the report groups by it, and the caches it does not change. A cache's key holds every axis but those that
+declare themselves irrelevant to it (:func:`cache_key`), so a new axis is in every cache's key until its declaration
+says otherwise: it cannot collide two cases in a cache by being forgotten.
 
 To add an axis: declare it in :data:`AXES` (in id order), add its option (settings/options.py) and its row field,
 and read its value where it changes the measurement.
@@ -38,20 +39,61 @@ class Axis:
     fingerprinted: bool = True
     #: the report's tables have one group per value (k is what a table ranks within a group, so it has none)
     report_group: bool = True
+    #: the caches (:data:`CACHES`) whose content its value does not change: their keys leave it out
+    irrelevant_to: frozenset[str] = frozenset()
+
+
+#: the caches keyed by a case, by name, each with the parts derived from the axes it adds to its key
+#: (:data:`DERIVED_KEY_PARTS`); what each holds is measure/'s
+CACHES: dict[str, tuple[str, ...]] = {
+    "warm_up": (),  # a warm-up of a case's models on its engine
+    "served_warm_up": (),  # a served engine's server's first requests
+    "sizes": (),  # the pair's parameter counts
+    "input_ids": ("target", "prompt_id"),  # a prompt's token ids
+    "costs": (),  # the cost probe of a pair's models
+    "reference": ("target",),  # the target's own greedy tokens of one input
+    "sampling_check": ("prompt_id",),  # the sampling check of a pair on one prompt
+    "turn_lengths": ("prompt_id",),  # a conversation's turns' lengths, for the plan
+    "row_input_ids": ("target",),  # one row's token ids in a batch
+    "batched_reference": ("target",),  # the target's batched greedy tokens
+    "batched_costs": ("prompt_id",),  # the cost probe of a batch
+    "race": ("prompt_id",),  # the constant k raced against each other (k is what it ranks)
+}
+_ALL_CACHES = frozenset(CACHES)
+#: the caches whose content depends on the target model, not on which pair holds it
+_BY_TARGET = frozenset({"input_ids", "reference", "turn_lengths", "row_input_ids", "batched_reference"})
 
 
 AXES: tuple[Axis, ...] = (
-    Axis("pair", str, always_in_id=True, config_part=str, fingerprinted=False),
+    Axis("pair", str, always_in_id=True, config_part=str, fingerprinted=False, irrelevant_to=_BY_TARGET),
     Axis(
-        "engine", lambda engine: f"-{engine}", config_part=lambda engine: "" if runs_own_loop(engine) else f"_{engine}"
+        "engine",
+        lambda engine: f"-{engine}",
+        config_part=lambda name: "" if runs_own_loop(name) else f"_{name}",
+        # what is measured of the models and prompts, whatever engine then runs them
+        irrelevant_to=_ALL_CACHES - {"warm_up", "served_warm_up", "race"},
     ),
-    Axis("k", lambda k: f"-k{k}", always_in_id=True, config_part=lambda k: f"_k{k}", report_group=False),
-    Axis("batch", lambda batch: f"-b{batch}", config_part=lambda batch: f"_b{batch}" if batch > 1 else ""),
-    Axis("prompt", lambda label: f"-{label}", always_in_id=True, fingerprinted=False),
+    Axis(
+        "k",
+        lambda k: f"-k{k}",
+        always_in_id=True,
+        config_part=lambda k: f"_k{k}",
+        report_group=False,
+        irrelevant_to=_ALL_CACHES - {"served_warm_up"},  # a served engine starts a server per k
+    ),
+    Axis(
+        "batch",
+        lambda batch: f"-b{batch}",
+        config_part=lambda batch: f"_b{batch}" if batch > 1 else "",
+        irrelevant_to=_ALL_CACHES - {"warm_up", "batched_costs"},
+    ),
+    # Its label may be the category: a cache that depends on the prompt takes its id (``prompt_id``).
+    Axis("prompt", lambda label: f"-{label}", always_in_id=True, fingerprinted=False, irrelevant_to=_ALL_CACHES),
     Axis(
         "dtype",
         lambda dtype: DTYPE_ID_SUFFIXES.get(dtype, f"-{dtype}"),
         config_part=lambda dtype: DTYPE_ID_SUFFIXES.get(dtype, f"-{dtype}").replace("-", "_"),
+        irrelevant_to=frozenset({"sizes", "turn_lengths", "row_input_ids", "race"}),
     ),
 )
 AXIS_NAMES: tuple[str, ...] = tuple(axis.name for axis in AXES)
@@ -89,12 +131,11 @@ def report_groups(exclude: Iterable[str] = ()) -> tuple[str, ...]:
     return tuple(a.name for a in AXES if a.report_group and a.name not in excluded)
 
 
-def cache_key(values: Mapping[str, Any], depends_on: Iterable[str], **settings: Hashable) -> tuple:
-    """A cache's key for one case: its value on each axis the cache ``depends_on`` (checked to be axes), plus
-    the named ``settings`` beyond the axes that change what is cached. The axes are named in the key, so two
-    caches' keys never mean one another's."""
-    names = sorted(depends_on)
-    unknown = [name for name in names if name not in AXIS_NAMES and name not in DERIVED_KEY_PARTS]
-    if unknown:
-        raise KeyError(f"a cache key names {unknown}, no axis; axes: {', '.join(AXIS_NAMES)}, or {DERIVED_KEY_PARTS}")
-    return (*((name, values[name]) for name in names), *sorted(settings.items()))
+def cache_key(values: Mapping[str, Any], cache: str, **settings: Hashable) -> tuple:
+    """``cache``'s key for one case: its value on every axis not declared irrelevant to the cache, the derived
+    parts the cache adds (:data:`CACHES`), and the named ``settings`` beyond the axes that change what is cached.
+    Each part is named, so two caches' keys never mean one another's."""
+    if cache not in CACHES:
+        raise KeyError(f"no cache {cache!r}; caches: {', '.join(CACHES)}")
+    names = sorted([*(a.name for a in AXES if cache not in a.irrelevant_to), *CACHES[cache]])
+    return (cache, *((name, values[name]) for name in names), *sorted(settings.items()))
