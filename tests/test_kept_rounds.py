@@ -18,6 +18,7 @@ from tests.test_blocks import Noise, _block, _config
 STAMP = {"machine": {"cpu_model": "test"}, "few_rows_kernel": "built abc"}
 FORMS = {"p-k1-natural": "t1/d1", "p-k2-natural": "t1/d1", "p-k4-natural": "t1/d1"}
 SPEEDS = {1: 0.50, 2: 0.42, 4: 0.60}  # seconds of a run by k: k=4 is slower than k=2, and the race can drop it
+KEY = "p/natural p-k1-natural,p-k2-natural,p-k4-natural"  # the block, and the cases timed in it
 CONFIG = dict(min_rounds=3, max_rounds=9, ci_target=0.004, race=True, baseline_every=2)
 
 
@@ -55,7 +56,7 @@ def test_a_block_stopped_after_three_rounds_goes_on_from_them_as_if_it_had_never
     with pytest.raises(Stop):
         time_block(cases, baseline, config, None, keep_round=keep_then_stop)
     logged = read_rounds(path)
-    assert [record["round"] for record in logged["p/natural"].rounds] == [0, 1, 2]
+    assert [record["round"] for record in logged[KEY].rounds] == [0, 1, 2]
 
     cases, baseline, calls = _block(SPEEDS, noise)  # the machine goes on where it was
     keeper, keeping = _keeper(path, logged)
@@ -67,14 +68,14 @@ def test_a_block_stopped_after_three_rounds_goes_on_from_them_as_if_it_had_never
     assert sum(1 for call in calls if call != "base") == later_runs  # rounds 0 to 2 were not run again
     assert keeper.kept["p/natural"] == resumed.rounds
     # The file now holds the whole block, in one series: a second stop would lose none of it either.
-    assert [record["round"] for record in read_rounds(path)["p/natural"].rounds] == list(range(resumed.rounds))
+    assert [record["round"] for record in read_rounds(path)[KEY].rounds] == list(range(resumed.rounds))
 
 
 @pytest.mark.parametrize(
     ("forms", "pairing", "said"),
     [
-        ({**FORMS, "p-k2-natural": "t2/d1"}, "rounds", "the kernel forms (p-k2-natural t1/d1 -> t2/d1)"),
-        ({case: FORMS[case] for case in list(FORMS)[:2]}, "rounds", "the block's cases ("),
+        ({**FORMS, "p-k2-natural": "t2/d1"}, "rounds", "the kernel forms or inputs (p-k2-natural t1/d1 -> t2/d1)"),
+        ({case: FORMS[case] for case in list(FORMS)[:2]}, "rounds", "the block's cases differ"),
         (FORMS, "interleaved", "the pairing (rounds -> interleaved)"),
     ],
     ids=["other-forms", "other-cases", "other-pairing"],
@@ -126,3 +127,22 @@ def test_the_rounds_file_gives_each_block_its_latest_series_from_round_0_without
     assert [record["at"] for record in blocks["a"].rounds] == ["s2-0"] and blocks["a"].series == "s2"
     assert [record["round"] for record in blocks["b"].rounds] == [0]
     assert read_rounds(tmp_path / "none") == {}
+
+
+def test_a_round_that_cannot_be_read_is_timed_again_and_says_so(tmp_path) -> None:
+    path = tmp_path / "log.jsonl.rounds"
+    settings = RoundKeeper(None, {"--specbench-k": [1, 2, 4]}).settings
+    stamp = {**STAMP, "settings": settings, "pairing": "rounds", "forms": FORMS}
+    append_round(path, {"block": KEY, "series": "s", "round": 0, "stamp": stamp})  # a round without its runs
+    keeper = RoundKeeper(path, {"--specbench-k": [1, 2, 4]}, read_rounds(path), path, stamp_now=lambda: STAMP)
+    keeping = keeper.begin("p/natural", FORMS, "rounds")
+    assert keeping.restored == [] and "a round that cannot be read (KeyError" in keeping.retimed_why
+
+
+def test_a_rounds_file_that_cannot_be_written_stops_the_keeping_not_the_block(tmp_path) -> None:
+    path = tmp_path / "no such folder" / "log.jsonl.rounds"
+    cases, baseline, _ = _block(SPEEDS)
+    keeper, keeping = _keeper(path)
+    with pytest.warns(UserWarning, match="rounds are no longer kept"):
+        block = time_block(cases, baseline, _config(**{**CONFIG, "max_rounds": 2}), None, keep_round=keeping.keep)
+    assert block.rounds == 2 and keeper.path is None and keeper.kept["p/natural"] == 0

@@ -92,3 +92,21 @@ def test_the_tally_tells_missing_cases_from_skipped_ones() -> None:
     skipped.select(["c"])
     skipped.record("c", "setup", "skipped", True, None)
     assert skipped.all_skipped and skipped.skipped == {"c": "no reason given"} and skipped.missing([]) == []
+
+
+def test_a_run_claims_its_rounds_file_fresh_or_from_the_log_it_resumes(tmp_path: Path) -> None:
+    from pytest_specbench.results.round_log import append_round, read_rounds, rounds_path
+
+    other, mine = tmp_path / "other.jsonl", tmp_path / "r.jsonl"
+    append_round(rounds_path(other), {"block": "b c", "series": "s", "round": 0})
+    append_round(rounds_path(mine), {"block": "old c", "series": "t", "round": 0})
+    # Resuming another log: this log's file starts as that log's rounds (so this log alone resumes the run).
+    files = RunFiles(_config(tmp_path, resume=other), "pytest resume")
+    files.claim()
+    assert list(read_rounds(rounds_path(mine))) == ["b c"] and files.rounds_kept()
+    files.release()
+    # A fresh run: no earlier run's rounds beside its log.
+    files = RunFiles(_config(tmp_path), "pytest fresh")
+    files.claim()
+    assert not rounds_path(mine).exists() and not files.rounds_kept()
+    files.release()

@@ -300,7 +300,7 @@ def test_sigterm_after_two_rounds_of_a_block_keeps_them_and_resume_goes_on_from_
     said = "its 2 rounds that finished are kept in spec_results.jsonl.rounds, and --specbench-resume goes on from them"
     assert said in output, output
     assert "to run only those: the same command with --specbench-resume=spec_results.jsonl" in output
-    kept = (pytester.path / "spec_results.jsonl.rounds").read_text().splitlines()
+    kept = [line for line in (pytester.path / "spec_results.jsonl.rounds").read_text().splitlines() if line]
     assert [json.loads(line)["round"] for line in kept] == [0, 1]
     assert (pytester.path / "rounds_started").read_text().split() == ["0", "1", "2"]
 
@@ -309,7 +309,7 @@ def test_sigterm_after_two_rounds_of_a_block_keeps_them_and_resume_goes_on_from_
     refused = bench(*rounds, prompts="dialogue")  # a new run would lose the kept rounds
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(
-        ["*did not finish (2 finished round(s) of the block it was timing are kept in *spec_results.jsonl.rounds)*"]
+        ["*did not finish (2 finished round(s) of a block it was timing are kept in *spec_results.jsonl.rounds)*"]
     )
     resumed = bench_process(*rounds, "--specbench-resume=spec_results.jsonl", prompts="dialogue")
     assert resumed.wait(held_run.PATIENCE_S) == pytest.ExitCode.OK, held_run.output()

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import secrets
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -108,9 +109,19 @@ class RoundKeeper:
         if self.path is None and block not in self.logged:
             return BlockKeeping()
         stamp = {**self._stamp_now(), "settings": self.settings, "pairing": pairing, "forms": dict(forms)}
-        logged = self.logged.pop(block, None)
-        differences = _differences(logged.rounds[0]["stamp"], stamp) if logged else []
-        restored = [] if logged is None or differences else [restored_round(record) for record in logged.rounds]
+        # Filed under the block and the cases timed: a scheduler that times a block's cases apart keeps each apart.
+        key = f"{block} {','.join(sorted(forms))}"
+        logged = self.logged.pop(key, None)
+        other_cases = [kept for name, kept in self.logged.items() if name.split(" ")[0] == block]
+        differences = _differences(logged.rounds[0].get("stamp") or {}, stamp) if logged else []
+        restored = []
+        if logged is not None and not differences:
+            try:
+                restored = [restored_round(record) for record in logged.rounds]
+            except (KeyError, TypeError, ValueError, AttributeError) as error:  # another version's, or damaged
+                differences = [f"a round that cannot be read ({type(error).__name__}: {error})"]
+        if logged is None and other_cases:
+            logged, differences = other_cases[0], ["the block's cases differ"]
         why = (
             f"{len(logged.rounds)} round(s) a stopped run logged were timed again: {'; '.join(differences)}"
             if logged and differences
@@ -119,22 +130,24 @@ class RoundKeeper:
         if self.path is None:
             return BlockKeeping(restored, why)
         series = logged.series if restored else secrets.token_hex(4)
-        writer = _BlockWriter(self, block, series, stamp, logged.rounds if restored else [])
+        writer = _BlockWriter(self, key, series, stamp, logged.rounds if restored else [])
         if restored and self.source != self.path:
             for record in writer.restored:  # this log's file alone resumes the block, from its first round
                 writer.append(record)
         self.kept[block] = len(writer.restored)
+        writer.counted_as = block
         return BlockKeeping(restored, why, writer.keep)
 
 
 @dataclass
 class _BlockWriter:
     keeper: RoundKeeper
-    block: str
+    block: str  # the rounds file's name of the block: its key and the cases timed
     series: str
     stamp: dict[str, Any]
     restored: list[dict[str, Any]]  # the logged rounds continued, as logged
     _first: bool = True
+    counted_as: str = ""  # the block, as :attr:`RoundKeeper.kept` counts it
 
     def keep(self, block: BlockTiming, index: int, seconds: float) -> None:
         if self._first and block.resumed_rounds < len(self.restored):
@@ -143,11 +156,23 @@ class _BlockWriter:
             for record in self.restored[: block.resumed_rounds]:
                 self.append(record)
         self._first = False
-        self.append(_round_record(block, index, seconds))
-        self.keeper.kept[self.block] = index + 1
+        if self.append(_round_record(block, index, seconds)):
+            self.keeper.kept[self.counted_as] = index + 1
 
-    def append(self, record: dict[str, Any]) -> None:
-        append_round(self.keeper.path, {**record, "block": self.block, "series": self.series, "stamp": self.stamp})
+    def append(self, record: dict[str, Any]) -> bool:
+        """Write one round; a file that cannot be written (a full disk) stops the keeping, not the block."""
+        path = self.keeper.path
+        if path is None:
+            return False
+        try:
+            append_round(path, {**record, "block": self.block, "series": self.series, "stamp": self.stamp})
+            return True
+        except OSError as error:
+            self.keeper.path = None
+            warnings.warn(
+                f"pytest-specbench: rounds are no longer kept, {path} cannot be written: {error}", stacklevel=2
+            )
+            return False
 
 
 def _differences(logged: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
@@ -157,26 +182,39 @@ def _differences(logged: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]
     differences = machine_changes(logged.get("machine") or {}, now["machine"])
     named = (
         ("settings", "the settings"),
+        ("package", "the package version"),
         ("few_rows_kernel", "the few-rows kernel build"),
         ("pairing", "the pairing"),
     )
     for key, words in named:
-        if logged.get(key) != now[key]:
-            differences.append(f"{words} ({logged.get(key)} -> {now[key]})")
+        if logged.get(key) != now.get(key):
+            differences.append(f"{words} ({logged.get(key)} -> {now.get(key)})")
     logged_forms, forms = logged.get("forms") or {}, now["forms"]
-    if set(logged_forms) != set(forms):
+    if not isinstance(logged_forms, dict) or set(logged_forms) != set(forms):
         differences.append(f"the block's cases ({', '.join(sorted(logged_forms))} -> {', '.join(sorted(forms))})")
     else:
         changed = [f"{case} {logged_forms[case]} -> {now}" for case, now in forms.items() if logged_forms[case] != now]
         if changed:
-            differences.append(f"the kernel forms ({'; '.join(changed)})")
+            differences.append(f"the kernel forms or inputs ({'; '.join(changed)})")
     return differences
 
 
-@cache
 def machine_stamp() -> dict[str, Any]:
-    """The machine, libraries and few-rows kernel build this process times on."""
+    """The machine, libraries, package version and few-rows kernel build this process times on (the kernel's
+    state only where this process tried to build it: no build only to say so)."""
     from ..engine import few_rows
+
+    return {**_machine(), "few_rows_kernel": few_rows.state_if_tried()}
+
+
+@cache
+def _machine() -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
     from ..results.fingerprint import machine_fingerprint
 
-    return {"machine": machine_fingerprint(), "few_rows_kernel": few_rows.recorded_state()}
+    try:
+        package = version("pytest-specbench")
+    except PackageNotFoundError:
+        package = None
+    return {"machine": machine_fingerprint(), "package": package}

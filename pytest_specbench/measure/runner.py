@@ -8,12 +8,15 @@ size (:attr:`.matrix.Case.block`), so its cases share one baseline.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase
 from .batches import BatchRun
 from .blocks import BLOCK_BUDGET, MAX_ROUNDS, BlockTiming, TimedCase, time_block
+from .case_inputs import case_inputs
 from .case_run import BaselineRun, CaseRun, MeasureContext, NewInterleaved
 from .engines import ENGINES
 from .kept_rounds import BlockKeeping, RoundKeeper
@@ -108,6 +111,15 @@ def _measurement(
     )
 
 
+def _what_decides(case_run: CaseRun) -> str:
+    """What decides a case's numbers beyond the machine: its kernel forms (none on a served engine) and its inputs'
+    fingerprint (models, drafter, prompt text, server), as a round kept of it records them."""
+    context = case_run.context
+    inputs = case_inputs(case_run.case, context.config, context.all_prompts)
+    forms = getattr(case_run.costs, "forms_digest", "")
+    return f"{forms} {hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]}"
+
+
 def _warmed_up(ready: list[CaseRun], pairing: Pairing) -> tuple[BaselineRun | None, NewInterleaved | None]:
     """The block's baseline (the first case's: a block holds one batch size, so its cases share it; None where they
     do not share an input, and each case has its own) and, where a case interleaves, its fresh interleaved
@@ -143,7 +155,7 @@ def measure_block(
         for case_run in ready
     ]
     keeping = (
-        plan.keeper.begin(ready[0].case.block, {run.case.id: run.costs.forms_digest for run in ready}, pairing.kind)
+        plan.keeper.begin(ready[0].case.block, {run.case.id: _what_decides(run) for run in ready}, pairing.kind)
         if plan.keeper is not None
         else BlockKeeping()
     )

@@ -99,7 +99,7 @@ class SpecbenchSession:
             # Once a case began, the files describe this run, even with no result: never an earlier run's files.
             # A run that measured nothing (every case skipped, none selected) writes nothing and replaces nothing.
             if not self.tally.measured_nothing(self.rows.by_case):
-                if self.rows.by_case or self.ending.kept_rounds:
+                if self.rows.by_case or self.ending.kept_rounds or self.files.rounds_kept():
                     # Only resumed rows, or only a stopped block's rounds: the new log holds them (the rounds in its
                     # rounds file), so it alone can resume this run.
                     self._start_log()

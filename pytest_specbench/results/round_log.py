@@ -26,7 +26,8 @@ def rounds_path(log_path: Path) -> Path:
 
 def append_round(path: Path, record: dict[str, Any]) -> None:
     """Write one round's line and force it to disk; a lock keeps two processes' lines whole."""
-    data = (json.dumps(record, default=str) + "\n").encode("utf-8")
+    # A newline first too: a line a kill cut short ends there, and this one stands whole on its own.
+    data = ("\n" + json.dumps(record, default=str) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -71,7 +72,7 @@ def read_rounds(path: Path) -> dict[str, LoggedBlock]:
             continue
         if not _is_round(record):
             continue
-        block, series = record["block"], record["series"]
+        block, series = record["block"], record["series"]  # the block's key and the cases timed
         latest[block] = series
         series_rounds.setdefault((block, series), {})[record["round"]] = record
     blocks = {}

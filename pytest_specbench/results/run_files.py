@@ -80,7 +80,7 @@ def _kept_rounds_reason(log_path: Path) -> str | None:
     if not blocks:
         return None
     count = sum(len(block.rounds) for block in blocks.values())
-    return f"{count} finished round(s) of the block it was timing are kept in {rounds_path(log_path)}"
+    return f"{count} finished round(s) of a block it was timing are kept in {rounds_path(log_path)}"
 
 
 class RunFiles:
@@ -168,10 +168,18 @@ class RunFiles:
 
     def _forget_other_runs_rounds(self) -> None:
         """The rounds file beside the log holds the rounds of the run that wrote the log: a run that does not go on
-        from that log removes it, so no later resume takes another run's rounds."""
+        from that log removes it, so no later resume takes another run's rounds; one that resumes another log
+        starts from that log's rounds, so its own log alone resumes it."""
         path, resume = self.config.log_path, self.config.resume
-        if path is not None and (resume is None or os.path.realpath(resume) != os.path.realpath(path)):
-            remove_rounds(rounds_path(path))
+        if path is None or (resume is not None and os.path.realpath(resume) == os.path.realpath(path)):
+            return
+        remove_rounds(rounds_path(path))
+        if resume is not None and rounds_path(resume).is_file():
+            shutil.copyfile(rounds_path(resume), rounds_path(path))
+
+    def rounds_kept(self) -> bool:
+        """The log's rounds file holds a round: a block this run stopped in, for a resume to go on from."""
+        return self.config.log_path is not None and bool(read_rounds(rounds_path(self.config.log_path)))
 
     def release(self) -> None:
         """Let the files' locks go (the run's end, also after a failure or a signal). Safe to call twice."""
