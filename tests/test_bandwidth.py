@@ -101,6 +101,35 @@ def test_the_read_is_the_fastest_of_the_reads_timed(monkeypatch: pytest.MonkeyPa
     assert memory_read_gbps("cpu", 1 << 20, fresh=True) == pytest.approx((1 << 20) / 0.05 / 1e9)
 
 
+def _caches(folder, *described: tuple[str, str]):
+    for number, (kind, size) in enumerate(described):
+        (folder / f"index{number}").mkdir()
+        (folder / f"index{number}" / "type").write_text(kind + "\n")
+        (folder / f"index{number}" / "size").write_text(size + "\n")
+    return folder
+
+
+def test_the_last_level_cache_is_the_largest_data_or_unified_one(tmp_path):
+    described = [("Data", "48K"), ("Instruction", "64M"), ("Unified", "1024K"), ("Unified", "32768K")]
+    assert bandwidth.last_level_cache_bytes(_caches(tmp_path, *described)) == 32 << 20
+    assert bandwidth.last_level_cache_bytes(tmp_path / "absent") is None
+
+
+def test_a_cpu_reads_a_buffer_sized_by_its_cache_not_by_the_weights(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    # A buffer as large as the weights doubled a run's peak memory for the second it was read.
+    monkeypatch.setattr(bandwidth, "CPU_CACHES", _caches(tmp_path, ("Unified", "32768K")))
+    assert bandwidth.read_buffer_bytes("cpu", 3 << 30) == 256 << 20  # eight times the cache
+    assert bandwidth.read_buffer_bytes("cpu", 100 << 20) == 100 << 20  # never more than the weights
+    assert bandwidth.read_buffer_bytes("cpu", 1000) == 1 << 20
+    assert bandwidth.read_buffer_bytes("meta", 3 << 30) == bandwidth.MAX_BUFFER_BYTES  # a GPU's memory: as before
+    small = tmp_path / "small"
+    small.mkdir()
+    monkeypatch.setattr(bandwidth, "CPU_CACHES", _caches(small, ("Unified", "2048K")))
+    assert bandwidth.read_buffer_bytes("cpu", 3 << 30) == bandwidth.CPU_MIN_BUFFER_BYTES
+    monkeypatch.setattr(bandwidth, "CPU_CACHES", tmp_path / "absent")  # no description: the largest buffer
+    assert bandwidth.read_buffer_bytes("cpu", 3 << 30) == bandwidth.MAX_BUFFER_BYTES
+
+
 # --- the row fields ------------------------------------------------------------------------------------------
 
 

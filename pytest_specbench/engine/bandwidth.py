@@ -2,7 +2,9 @@
 
 A one-row decode step reads every weight once and does little else, so its floor is the weights' bytes
 over the bandwidth at which this process can read memory. The read is timed on a buffer as large as
-the weights (capped at :data:`MAX_BUFFER_BYTES`, far past any cache), with the threads the run uses, by
+the weights, capped (:func:`read_buffer_bytes`) where a larger one reads no slower: on a CPU at eight times its
+last-level cache (a buffer the size of the weights doubled the run's peak memory for a second), with the threads
+the run uses, by
 three of torch's reductions (its largest float32 element, its sum, its dot product with itself), and the fastest
 is kept: which one reads fastest depends on the CPU (the largest element on an AMD EPYC, the sum on a Xeon; see
 docs/results/2026-12-05-one-row-bounds.md). A pass's effective bandwidth is the target's weight bytes over its
@@ -13,16 +15,34 @@ from __future__ import annotations
 
 import functools
 import statistics
+import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from .timing import DeviceClock
 
-__all__ = ["MAX_BUFFER_BYTES", "effective_gbps", "memory_read_gbps", "packed_bytes", "packed_linears", "weight_bytes"]
+__all__ = [
+    "MAX_BUFFER_BYTES",
+    "PackedLinear",
+    "effective_gbps",
+    "memory_read_gbps",
+    "packed_bytes",
+    "packed_linears",
+    "read_buffer_bytes",
+    "weight_bytes",
+]
 
 #: the largest buffer the read is timed on: well past any cache, and small beside the models
 MAX_BUFFER_BYTES = 1 << 30
+#: a CPU's buffer is this many times its last-level cache, and at least CPU_MIN_BUFFER_BYTES: from 4x on, the
+#: read is within a few percent of a 1 GiB buffer's (docs/results/2026-12-07-epyc-read-buffer.md)
+CACHE_MULTIPLE = 8
+CPU_MIN_BUFFER_BYTES = 256 << 20
+#: where a CPU's caches are described (Linux)
+CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 _REPEATS = 7
 
 
@@ -40,22 +60,42 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values()) + packed_bytes(model)
 
 
-def packed_linears(model: torch.nn.Module) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
-    """(weight, bias) of each dynamically quantised linear of ``model`` (torch.ao's), which keeps them packed,
-    outside its parameters and buffers."""
+@dataclass(frozen=True)
+class PackedLinear:
+    """The sizes of a dynamically quantised linear's packed weight and bias (torch.ao's keeps them outside its
+    parameters and buffers, and hands out a new copy each time they are asked for)."""
+
+    weight_numel: int
+    weight_bytes: int
+    bias_numel: int
+    bias_bytes: int
+
+
+#: each packed linear's sizes, read once: unpacking copies the weight (a 170 MB head's, each time it was asked)
+_PACKED: weakref.WeakKeyDictionary[torch.nn.Module, PackedLinear] = weakref.WeakKeyDictionary()
+
+
+def packed_linears(model: torch.nn.Module) -> Iterator[PackedLinear]:
+    """The packed weight's and bias's sizes of each dynamically quantised linear of ``model`` (torch.ao's)."""
     for module in model.modules():
-        weight = getattr(module, "weight", None)
-        if callable(weight) and not isinstance(weight, torch.nn.Module):
-            bias = getattr(module, "bias", None)
-            yield weight(), bias() if callable(bias) else None
+        unpack = getattr(module, "_weight_bias", None)
+        if not callable(getattr(module, "weight", None)) or isinstance(module.weight, torch.nn.Module):
+            continue
+        if module not in _PACKED:
+            weight, bias = unpack() if callable(unpack) else (module.weight(), module.bias())
+            _PACKED[module] = PackedLinear(
+                weight.numel(),
+                weight.numel() * weight.element_size(),
+                0 if bias is None else bias.numel(),
+                0 if bias is None else bias.numel() * bias.element_size(),
+            )
+            del weight, bias
+        yield _PACKED[module]
 
 
 def packed_bytes(model: torch.nn.Module) -> int:
     """Bytes of the weights dynamically quantised linears keep packed (a byte a weight in int8), and their biases."""
-    return sum(
-        weight.numel() * weight.element_size() + (0 if bias is None else bias.numel() * bias.element_size())
-        for weight, bias in packed_linears(model)
-    )
+    return sum(linear.weight_bytes + linear.bias_bytes for linear in packed_linears(model))
 
 
 def _embedding_weight(model: torch.nn.Module, getter: str) -> torch.Tensor | None:
@@ -68,12 +108,43 @@ def effective_gbps(nbytes: int, seconds: float) -> float | None:
     return nbytes / seconds / 1e9 if seconds > 0 else None
 
 
+def last_level_cache_bytes(caches: Path | None = None) -> int | None:
+    """Bytes of the CPU's largest data or unified cache, from the kernel's description (:data:`CPU_CACHES`); None
+    where there is none."""
+    sizes = []
+    for index in (CPU_CACHES if caches is None else caches).glob("index*"):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if text[-1:] in units and text[:-1].isdigit():
+            sizes.append(int(text[:-1]) * units[text[-1]])
+        elif text.isdigit():
+            sizes.append(int(text))
+    return max(sizes, default=None)
+
+
+def read_buffer_bytes(device: torch.device | str, nbytes: int) -> int:
+    """The buffer the read of ``nbytes`` is timed on: ``nbytes``, at most :data:`MAX_BUFFER_BYTES`, and on a CPU
+    at most :data:`CACHE_MULTIPLE` times its last-level cache (not below :data:`CPU_MIN_BUFFER_BYTES`); 1 MiB or
+    more, a whole number of floats."""
+    cap = MAX_BUFFER_BYTES
+    if torch.device(device).type == "cpu":
+        cache = last_level_cache_bytes()
+        if cache is not None:
+            cap = min(cap, max(CACHE_MULTIPLE * cache, CPU_MIN_BUFFER_BYTES))
+    return max(min(int(nbytes), cap) // 4 * 4, 1 << 20)
+
+
 @torch.inference_mode()
 def memory_read_gbps(device: torch.device | str, nbytes: int, fresh: bool = False) -> float:
-    """GB/s of one read of ``nbytes`` (capped at :data:`MAX_BUFFER_BYTES`) on ``device``: the fastest of the
+    """GB/s of one read of ``nbytes`` (capped: :func:`read_buffer_bytes`) on ``device``: the fastest of the
     reads' medians over several timed rounds after one untimed, with torch's current thread count; measured
     once per (device, size, threads) unless ``fresh``."""
-    size = max(min(int(nbytes), MAX_BUFFER_BYTES) // 4 * 4, 1 << 20)
+    size = read_buffer_bytes(device, nbytes)
     key = (str(torch.device(device)), size, torch.get_num_threads())
     return _time_read(*key) if fresh else _read_gbps(*key)
 

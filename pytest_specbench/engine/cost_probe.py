@@ -186,7 +186,7 @@ def parameter_count(model: torch.nn.Module | None) -> int:
     if model is None:
         return 0
     total = sum(p.numel() for p in model.parameters())
-    total += sum(weight.numel() + (0 if bias is None else bias.numel()) for weight, bias in packed_linears(model))
+    total += sum(linear.weight_numel + linear.bias_numel for linear in packed_linears(model))
     for module in model.modules():
         if hasattr(module, "qweight") and isinstance(module.qweight, torch.Tensor):
             total += module.qweight.numel() + (module.bias.numel() if isinstance(module.bias, torch.Tensor) else 0)

@@ -142,7 +142,7 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
     import torch
 
     from ...engine import few_rows
-    from ...engine.bandwidth import MAX_BUFFER_BYTES, memory_read_gbps
+    from ...engine.bandwidth import memory_read_gbps, read_buffer_bytes
     from ...engine.native_dtypes import native_dtype_facts, native_dtypes
     from ...models.weight_pages import pages_of
     from .measure import pass_splits
@@ -162,7 +162,7 @@ def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: lis
     print(
         f"memory read bandwidth {read_gbps:.1f} GB/s before the rounds, {read_after:.1f} after "
         f"(the fastest of three reads of a float32 buffer of "
-        f"{min(max(nbytes.values()), MAX_BUFFER_BYTES) / 2**30:.2f} GiB, "
+        f"{read_buffer_bytes(args.device, max(nbytes.values())) / 2**30:.2f} GiB, "
         f"{torch.get_num_threads()} threads); weights: "
         + ", ".join(
             f"{dtype} {size / 1e9:.2f} GB" + (f" ({pages[dtype]})" if pages[dtype] else "")
