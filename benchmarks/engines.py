@@ -17,7 +17,7 @@ at k=auto (the cost-model schedule) and
 (e) efficiency: measured decode speedup / the cost model's prediction (engine/cost_model.py);
 (f) what the output head buys: native / native with the model's own head (``kernels="linear"``)
     at equal k, the verify pass's head otherwise computed in the measured-faster form
-    (engine/verify_forms.py: one ``KernelForms`` per target, settled by the cost probe before the rounds).
+    (kernels/verify_forms.py: one ``KernelForms`` per target, settled by the cost probe before the rounds).
 
 Ratios are speeds (> 1: the first is faster), geometric means of the per-round ratios with a 95%
 t-interval on their logs. Pairs: ``gpt2_random`` (a random 12-layer GPT-2-sized target and a 2-layer
@@ -49,7 +49,7 @@ from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter  
 from pytest_specbench.engine.forward_log import ForwardLog  # noqa: E402
 from pytest_specbench.engine.hf_assisted import hf_assisted_generate  # noqa: E402
 from pytest_specbench.engine.schedules import CostModelSchedule  # noqa: E402
-from pytest_specbench.engine.verify_forms import KernelForms  # noqa: E402
+from pytest_specbench.kernels.verify_forms import KernelForms  # noqa: E402
 from pytest_specbench.measure.verdicts import reference_tokens  # noqa: E402
 from pytest_specbench.results.statistics import speedup_interval  # noqa: E402
 

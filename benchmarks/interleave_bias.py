@@ -24,7 +24,7 @@ from pytest_specbench.engine.decoding import GreedyStepper, greedy_generate, spe
 from pytest_specbench.engine.derived_models import int8_copy  # noqa: E402
 from pytest_specbench.engine.drafters import PromptLookupDrafter  # noqa: E402
 from pytest_specbench.engine.interleave import InterleavedBaseline  # noqa: E402
-from pytest_specbench.engine.timing import DeviceClock  # noqa: E402
+from pytest_specbench.kernels.timing import DeviceClock  # noqa: E402
 
 
 def _standard_error(first: np.ndarray, second: np.ndarray) -> float:

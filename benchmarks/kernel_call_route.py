@@ -11,10 +11,10 @@ import time
 
 import torch
 
-from pytest_specbench.engine import few_rows
 from pytest_specbench.engine.cost_probe import prefilled_cache
 from pytest_specbench.engine.kv_cache import cache_length, crop_to
-from pytest_specbench.engine.verify_forms import KernelForms
+from pytest_specbench.kernels import few_rows
+from pytest_specbench.kernels.verify_forms import KernelForms
 from pytest_specbench.models.loading import load_model
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load
 
-from pytest_specbench.engine import few_rows
+from pytest_specbench.kernels import few_rows
 from pytest_specbench.models.weight_pages import into_huge_pages
 
 

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from pytest_specbench.engine import few_rows
+from pytest_specbench.kernels import few_rows
 
 #: (output width, input width, copies) of each model's linear layers, its head last (read off its config)
 MODELS = {

@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pytest_specbench.engine.decoding import GreedyStepper, greedy_generate  # noqa: E402
-from pytest_specbench.engine.timing import DeviceClock  # noqa: E402
+from pytest_specbench.kernels.timing import DeviceClock  # noqa: E402
 
 
 def autocorrelation(values: np.ndarray, lag: int) -> float:

@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pytest_specbench.engine.cost_probe import verify_costs  # noqa: E402
-from pytest_specbench.engine.output_head import column_logits  # noqa: E402
+from pytest_specbench.kernels.output_head import column_logits  # noqa: E402
 
 HEADS = {"gemma3-270m": (262_144, 640), "gpt2": (50_257, 768)}
 ROWS = (1, 2, 3, 5, 9, 17)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch.utils.cpp_extension import load_inline
 
-from pytest_specbench.engine import few_rows
+from pytest_specbench.kernels import few_rows
 
 SOURCE = r"""
 #include <ATen/Parallel.h>

@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from pytest_specbench.engine import few_rows
-from pytest_specbench.engine.bandwidth import memory_read_gbps
+from pytest_specbench.kernels import few_rows
+from pytest_specbench.kernels.bandwidth import memory_read_gbps
 from pytest_specbench.models.weight_pages import huge_page_copy
 
 # (out features, in features, layers): every linear layer of one step, the head last

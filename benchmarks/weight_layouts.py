@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load
 
-from pytest_specbench.engine import few_rows
-from pytest_specbench.engine.bandwidth import memory_read_gbps
+from pytest_specbench.kernels import few_rows
+from pytest_specbench.kernels.bandwidth import memory_read_gbps
 from pytest_specbench.models.weight_pages import huge_page_copy
 
 HERE = Path(__file__).resolve().parent

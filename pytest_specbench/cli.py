@@ -147,7 +147,7 @@ def machine_differences(documents: Sequence[dict[str, Any]], names: Sequence[str
 
 def _few_rows_states(document: dict[str, Any]) -> set[str]:
     """Whether the run's native rows ran the few-rows kernel: ``"ran"``, or each reason it did not."""
-    from .engine.names import few_rows_built
+    from .kernels.names import few_rows_built
 
     recorded = {row.few_rows_kernel for row in run_results(document) if row.few_rows_kernel}
     return {"ran" if few_rows_built(value) else value for value in recorded}

@@ -56,7 +56,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_configure(config: pytest.Config) -> None:
     """Before any worker starts: build the few-rows kernel where this machine has no build yet, saying so (it takes
     a minute or two, and the workers would wait on it in silence)."""
-    from pytest_specbench.engine import few_rows
+    from pytest_specbench.kernels import few_rows
 
     if hasattr(config, "workerinput") or few_rows.build_cached():
         return
@@ -81,10 +81,10 @@ def inner_runs_are_runs_of_their_own(request: pytest.FixtureRequest, monkeypatch
 def forms_settled_per_test(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """Each test settles its models' kernel forms in a folder of its own (engine/settled_forms.py), shared by the
+    """Each test settles its models' kernel forms in a folder of its own (kernels/settled_forms.py), shared by the
     runs inside it, so that a form a test plants is the one it gets, whatever another test settled for the same
     shapes. Created only where a test settles forms."""
-    from pytest_specbench.engine.settled_forms import FORMS_DIR_VARIABLE
+    from pytest_specbench.kernels.settled_forms import FORMS_DIR_VARIABLE
 
     test = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
     monkeypatch.setenv(FORMS_DIR_VARIABLE, str(tmp_path_factory.getbasetemp() / "kernel-forms" / test))

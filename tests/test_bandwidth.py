@@ -1,5 +1,5 @@
 """The target's passes against memory: weight bytes, effective and read bandwidth, the row fields made of them,
-the summary's lines, and the cost probe's figures (engine/bandwidth.py, measure/costs.py, report/bandwidth.py).
+the summary's lines, and the cost probe's figures (kernels/bandwidth.py, measure/costs.py, report/bandwidth.py).
 
 No assertion compares two timings: the measured figures are only checked to be there, positive and finite.
 """
@@ -13,11 +13,11 @@ import pytest
 import torch
 from factory import case_result, tiny_model
 
-import pytest_specbench.engine.verify_forms as verify_forms_module
-from pytest_specbench.engine import bandwidth, few_rows
-from pytest_specbench.engine.bandwidth import effective_gbps, memory_read_gbps, weight_bytes
+import pytest_specbench.kernels.verify_forms as verify_forms_module
 from pytest_specbench.engine.cost_probe import own_kernel_step_costs
 from pytest_specbench.engine.drafters import ModelDrafter
+from pytest_specbench.kernels import bandwidth, few_rows
+from pytest_specbench.kernels.bandwidth import effective_gbps, memory_read_gbps, weight_bytes
 from pytest_specbench.measure.costs import CostProfile, bandwidth_fields, cost_model_fields, measure_costs
 from pytest_specbench.report.bandwidth import bandwidth_lines
 from pytest_specbench.report.summary import summary_lines

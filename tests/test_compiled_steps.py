@@ -19,7 +19,7 @@ from pytest_specbench import greedy_generate, speculative_generate
 from pytest_specbench.engine.cost_probe import draft_token_cost, verify_costs
 from pytest_specbench.engine.drafters import ModelDrafter
 from pytest_specbench.engine.kv_cache import static_cache
-from pytest_specbench.engine.verify_forms import KernelForms
+from pytest_specbench.kernels.verify_forms import KernelForms
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.engine.native_dtypes import native_dtypes
+from pytest_specbench.kernels.native_dtypes import native_dtypes
 from pytest_specbench.settings.config import ConfigError, check_files, parse_settings, read_settings
 
 

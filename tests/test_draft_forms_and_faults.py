@@ -12,7 +12,7 @@ from pytest_specbench.engine.cost_model import CURVE_FLOOR, curve_dip, lowest_ra
 from pytest_specbench.engine.decoding import greedy_generate, speculative_generate
 from pytest_specbench.engine.derived_models import int8_copy
 from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter
-from pytest_specbench.engine.verify_forms import KernelForms, draft_kernel_forms
+from pytest_specbench.kernels.verify_forms import KernelForms, draft_kernel_forms
 from pytest_specbench.measure import costs as costs_module
 from pytest_specbench.measure.costs import (
     PROBE_TRIES,
@@ -103,7 +103,7 @@ def test_a_curve_that_dips_is_probed_again_and_kept_with_its_fault_when_it_alway
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_under_auto_the_row_describes_the_draft_forms_the_probe_settled_and_timed(monkeypatch):
-    from pytest_specbench.engine import verify_forms
+    from pytest_specbench.kernels import verify_forms
 
     # Each group settles on its last applicable form (the head: column), so that an unsettled object would differ.
     monkeypatch.setattr(verify_forms, "_fastest", lambda layers, forms, rows: forms[-1])
@@ -173,7 +173,7 @@ def test_the_summary_counts_the_flagged_predictions_and_names_the_first():
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_row_records_the_few_rows_build_a_draft_ran_where_its_target_had_no_use_for_it():
-    from pytest_specbench.engine import few_rows
+    from pytest_specbench.kernels import few_rows
 
     target, draft = tiny_model("llama").to(torch.float16), tiny_model("llama", seed=1)  # the kernel: no float16
     profile = measure_costs(target, ModelDrafter(draft), PROMPT, 2, kernels="auto")
@@ -198,7 +198,7 @@ def test_a_truncated_draft_is_moved_into_the_pages_its_target_is_in():
 
 
 def test_a_dynamic_int8_copys_packed_weights_count_one_byte_each():
-    from pytest_specbench.engine.bandwidth import weight_bytes
+    from pytest_specbench.kernels.bandwidth import weight_bytes
 
     target = tiny_model("llama")
     linears = [module for module in target.modules() if isinstance(module, torch.nn.Linear)]

@@ -41,7 +41,7 @@ def _dtype(raw: str, **others: str):
 
 
 def test_the_default_is_the_devices_native_dtypes_and_one_dtype_is_recorded_as_before(monkeypatch) -> None:
-    import pytest_specbench.engine.native_dtypes as native
+    import pytest_specbench.kernels.native_dtypes as native
 
     for flags, expected in (("avx2 fma", ("float32",)), ("avx512f amx_bf16", ("float32", "bfloat16"))):
         monkeypatch.setattr(native, "read_cpuinfo", lambda flags=flags: f"flags\t: {flags}\n")
@@ -81,7 +81,7 @@ def native(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         asked.append(str(device))
         return ("float32", "bfloat16") if str(device) == "cpu" else ("float32", "float16", "bfloat16")
 
-    module = types.ModuleType("pytest_specbench.engine.native_dtypes")
+    module = types.ModuleType("pytest_specbench.kernels.native_dtypes")
     module.native_dtypes = native_dtypes
     monkeypatch.setitem(sys.modules, module.__name__, module)
     # no GPU here; by sys.modules, which another test may have refilled since the package's attribute was set

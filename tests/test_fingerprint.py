@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytest_specbench.engine import native_dtypes as nd
+from pytest_specbench.kernels import native_dtypes as nd
 from pytest_specbench.results.fingerprint import fingerprint_differences, machine_fingerprint
 
 

@@ -14,7 +14,7 @@ from factory import hf_generate, tiny_pair
 from pytest_specbench import greedy_generate, speculative_generate
 from pytest_specbench.engine.decoding import GreedyStepper
 from pytest_specbench.engine.interleave import InterleavedBaseline
-from pytest_specbench.engine.timing import DeviceClock
+from pytest_specbench.kernels.timing import DeviceClock
 
 PROMPT = [30, 31, 32, 5, 17]
 NEW_TOKENS = 13

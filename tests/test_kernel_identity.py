@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from factory import tiny_pair
 
-from pytest_specbench.engine import few_rows
-from pytest_specbench.engine.names import few_rows_built
-from pytest_specbench.engine.verify_forms import KernelForms
+from pytest_specbench.kernels import few_rows
+from pytest_specbench.kernels.names import few_rows_built
+from pytest_specbench.kernels.verify_forms import KernelForms
 from pytest_specbench.results.log import read_log
 
 NO_COMPILER = "could not build the few-rows kernel (RuntimeError: no compiler here)"
@@ -107,7 +107,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
 _STATE = """
 import pathlib, sys
-from pytest_specbench.engine import few_rows
+from pytest_specbench.kernels import few_rows
 few_rows.SOURCES = (pathlib.Path(sys.argv[1]),)
 print(few_rows.recorded_state())
 """

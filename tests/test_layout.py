@@ -10,13 +10,29 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_specbench"
-LOWER_LAYERS = ("testing", "engine", "models", "served")
+LOWER_LAYERS = ("testing", "kernels", "engine", "models", "served")
+#: the lower layers each lower layer may use: the engine runs the kernels, the models use both
+LOWER_LAYERS_USED = {"engine": ("kernels",), "models": ("engine", "kernels")}
 # Bottom to top; a module may import its own layer and those before it. plugin, tools and cli are the front
 # ends (pytest's hooks, the tools a user runs, ``python -m pytest_specbench``) and import nothing of each other,
 # but cli registers the tools' subcommands. testing (tiny models for the tests, the tools and the benchmark
-# scripts) is at the bottom: it imports no other package module. served (a serving engine over HTTP) stands beside
-# the engine and the models, for measure to use.
-LAYERS = ("testing", "engine", "models", "served", "settings", "results", "measure", "report", "plugin", "tools", "cli")
+# scripts) is at the bottom: it imports no other package module. kernels (the CPU kernels, the forms they are
+# settled into, the device's clock and facts) is below the engine, which runs its models through them. served
+# (a serving engine over HTTP) stands beside the engine and the models, for measure to use.
+LAYERS = (
+    "testing",
+    "kernels",
+    "engine",
+    "models",
+    "served",
+    "settings",
+    "results",
+    "measure",
+    "report",
+    "plugin",
+    "tools",
+    "cli",
+)
 FRONT_ENDS = {"plugin", "tools", "cli"}
 #: (importer, imported) across the front ends
 FRONT_END_IMPORTS = {("cli", "tools")}
@@ -63,8 +79,8 @@ def test_lower_layers_import_nothing_from_the_pytest_side(name):
         for m in imported
         if m.startswith("pytest_specbench") and m in MODULES and not m.startswith(layer) and m not in LEAVES
     }
-    if layer == "pytest_specbench.models":
-        upward = {m for m in upward if not m.startswith("pytest_specbench.engine")}  # models may use the engine
+    below = LOWER_LAYERS_USED.get(layer.rpartition(".")[2], ())
+    upward = {m for m in upward if _layer(m) not in below}
     assert not upward, f"{name} imports {sorted(upward)} from above its layer"
 
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from factory import tiny_model
 
-from pytest_specbench.engine import native_dtypes as nd
+from pytest_specbench.engine import dtype_step
+from pytest_specbench.kernels import native_dtypes as nd
 
 SAPPHIRE_RAPIDS = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -149,7 +150,7 @@ def test_the_module_imports_without_torch():
     import subprocess
     import sys
 
-    code = "import sys, pytest_specbench.engine.native_dtypes; print('torch' in sys.modules)"
+    code = "import sys, pytest_specbench.kernels.native_dtypes; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
@@ -161,13 +162,13 @@ def test_step_cost_ratio_times_both_dtypes_of_one_model():
         built.append(dtype)
         return copy.deepcopy(model).to(dtype)
 
-    ratio = nd.step_cost_ratio(factory, torch.tensor([[1, 5, 9, 12]]), repeats=1)
+    ratio = dtype_step.step_cost_ratio(factory, torch.tensor([[1, 5, 9, 12]]), repeats=1)
     assert built == [torch.float32, torch.bfloat16]
     assert math.isfinite(ratio) and ratio > 0
     pair = (model, copy.deepcopy(model).to(torch.bfloat16))
-    assert nd.step_cost_ratio(pair, torch.tensor([[1, 5, 9]]), repeats=2) > 0
+    assert dtype_step.step_cost_ratio(pair, torch.tensor([[1, 5, 9]]), repeats=2) > 0
 
 
 def test_step_cost_ratio_refuses_a_one_token_prompt():
     with pytest.raises(ValueError, match="at least 2 tokens"):
-        nd.step_cost_ratio(lambda dtype: None, torch.tensor([[1]]), repeats=1)
+        dtype_step.step_cost_ratio(lambda dtype: None, torch.tensor([[1]]), repeats=1)

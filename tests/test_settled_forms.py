@@ -1,4 +1,4 @@
-"""The kernel forms a machine settles are kept (engine/settled_forms.py): a later run, or a process beside it,
+"""The kernel forms a machine settles are kept (kernels/settled_forms.py): a later run, or a process beside it,
 reads them and runs the same forms, so greedy tokens do not depend on what a timing saw."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 import torch
 from factory import tiny_pair
 
-import pytest_specbench.engine.verify_forms as verify_forms_module
+import pytest_specbench.kernels.verify_forms as verify_forms_module
 from pytest_specbench import greedy_generate
-from pytest_specbench.engine import few_rows
-from pytest_specbench.engine.settled_forms import FORMS_DIR_VARIABLE, settled, settled_path
-from pytest_specbench.engine.verify_forms import KernelForms
+from pytest_specbench.kernels import few_rows
+from pytest_specbench.kernels.settled_forms import FORMS_DIR_VARIABLE, settled, settled_path
+from pytest_specbench.kernels.verify_forms import KernelForms
 
 needs_kernel = pytest.mark.skipif(
     few_rows.kernel() is None, reason=f"the few-rows kernel is not built here: {few_rows.unavailable_reason()}"

@@ -21,14 +21,14 @@ from factory import ARCHITECTURES, hf_generate, tiny_pair, torch_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pytest_specbench.engine.verify_forms as verify_forms_module
+import pytest_specbench.kernels.verify_forms as verify_forms_module
 from pytest_specbench import greedy_generate, speculative_generate
-from pytest_specbench.engine import few_rows
 from pytest_specbench.engine.cost_probe import verify_costs
 from pytest_specbench.engine.decoding import GreedyStepper
 from pytest_specbench.engine.derived_models import int8_copy
-from pytest_specbench.engine.names import KERNELS
-from pytest_specbench.engine.verify_forms import KernelForms, kernel_forms
+from pytest_specbench.kernels import few_rows
+from pytest_specbench.kernels.names import KERNELS
+from pytest_specbench.kernels.verify_forms import KernelForms, kernel_forms
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -535,7 +535,7 @@ def test_each_model_has_its_own_forms_and_a_shape_settles_once_per_machine(monke
     # Settling one model measured that model only, and changed nothing of the other's object (same shapes).
     assert {id(layer) for layer in measured} == {id(first.head), id(first.hidden)}
     assert forms_b.column_head_rows(3) == [] and KernelForms(second).column_head_rows(3) == []
-    # Settling the other takes what this machine settled for the same shapes (engine/settled_forms.py): the same
+    # Settling the other takes what this machine settled for the same shapes (kernels/settled_forms.py): the same
     # forms, nothing timed again, so the two compute the same bits.
     forms_b.settle(3)
     assert forms_a.column_head_rows(3) == [1, 2, 3] and forms_b.column_head_rows(3) == [1, 2, 3]

@@ -16,7 +16,7 @@ import statistics
 
 import torch
 
-from .timing import DeviceClock
+from ..kernels.timing import DeviceClock
 
 __all__ = ["matmul_gflops", "pass_floor_s"]
 

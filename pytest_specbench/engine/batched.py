@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
+from ..kernels.timing import DeviceClock
 from .acceptance import block_limit, greedy_accepted
 from .drafters import Drafter, ModelDrafter, RowDrafters
 from .inputs import check_batch, check_lengths, left_pad
 from .row_cache import RowCache
 from .stats import DecodeStats, GenerationResult, record_step, record_step_times, record_verify_step
-from .timing import DeviceClock
 
 __all__ = [
     "BatchedGenerationResult",

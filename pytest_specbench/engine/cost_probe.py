@@ -15,12 +15,12 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from .bandwidth import packed_linears
+from ..kernels.bandwidth import packed_linears
+from ..kernels.timing import DeviceClock
+from ..kernels.verify_forms import KernelForms, kernel_forms
 from .compiled_steps import one_token_step
 from .drafters import Drafter
 from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_cache
-from .timing import DeviceClock
-from .verify_forms import KernelForms, kernel_forms
 
 
 def prefilled_cache(
@@ -63,7 +63,7 @@ def verify_costs(
     """Seconds of one target pass over m new positions after the prompt, m = 1 .. max_positions (median).
 
     The linear layers run as in the engine's verify pass (``kernels``: the model's
-    :class:`~pytest_specbench.engine.verify_forms.KernelForms`, or a setting for forms of this call), their forms
+    :class:`~pytest_specbench.kernels.verify_forms.KernelForms`, or a setting for forms of this call), their forms
     settled before the sweeps.
     """
     forms = kernel_forms(model, kernels)

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import torch
 from transformers import Cache, PreTrainedModel
 
-from . import few_rows
+from ..kernels import few_rows
+from ..kernels.timing import DeviceClock
+from ..kernels.verify_forms import KernelForms, draft_kernel_forms, kernel_forms
 from .acceptance import block_limit, greedy_accepted
 from .compiled_steps import one_token_step
 from .drafters import Drafter, as_drafter
@@ -30,8 +32,6 @@ from .kv_cache import cache_length, crop_to, enable_rollback, new_cache, static_
 from .sampling import GREEDY, SamplingParams, accept_draft, next_token, sampling_distribution
 from .schedules import ConstantSchedule, DraftSchedule
 from .stats import DecodeStats, GenerationResult, record_step, record_step_times, record_verify_step
-from .timing import DeviceClock
-from .verify_forms import KernelForms, draft_kernel_forms, kernel_forms
 
 __all__ = ["GreedyStepper", "greedy_generate", "speculative_generate"]
 
@@ -390,7 +390,7 @@ def speculative_generate(
     the accepted prefix plus the target's next token, until ``max_new_tokens`` or just after ``eos_token_id``.
     ``temperature > 0`` samples (:func:`~pytest_specbench.engine.sampling.accept_draft`), ``top_p``/``top_k`` filter
     both models' logits as ``model.generate`` does, and a seeded ``generator`` makes it reproducible.
-    ``kernels``: the target's linear layers' forms (:mod:`~pytest_specbench.engine.verify_forms`): the target's
+    ``kernels``: the target's linear layers' forms (:mod:`~pytest_specbench.kernels.verify_forms`): the target's
     :class:`~.verify_forms.KernelForms`, run as settled, or a setting (``"auto"``, ``"rows"``, ``"column"``,
     ``"linear"``) for forms of this call alone, ``auto``'s settled first for every block the run can verify
     (``head_kernel=`` is the deprecated earlier name of ``kernels=``);

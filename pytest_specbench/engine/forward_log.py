@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .timing import DeviceClock
+from ..kernels.timing import DeviceClock
 
 
 @dataclass

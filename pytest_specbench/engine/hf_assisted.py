@@ -18,13 +18,13 @@ from collections.abc import Iterator, Sequence
 import torch
 from transformers import PreTrainedModel
 
+from ..kernels.timing import DeviceClock
 from .drafters import Drafter, as_drafter
 from .forward_log import ForwardLog
 from .names import AUTO, HEURISTIC
 from .plain_generate import plain_generate, plain_generation_config
 from .sampling import SamplingParams
 from .stats import DecodeStats, GenerationResult
-from .timing import DeviceClock
 
 __all__ = ["hf_assisted_generate", "hf_schedule_settings", "universal_assisted_refusal"]
 

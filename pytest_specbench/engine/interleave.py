@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..kernels.timing import DeviceClock
 from .decoding import GreedyStepper
 from .stats import DecodeStats, GenerationResult
-from .timing import DeviceClock
 
 
 class InterleavedBaseline:

@@ -26,7 +26,7 @@ ASSUMED_ACCEPTANCE = 0.7
 PROBE_TOKENS = 64
 #: k a schedule's estimate assumes
 SCHEDULE_K = 4
-#: one pass over m positions, relative to one: 1 + this * (m - 1) (engine/few_rows.py keeps small m near flat)
+#: one pass over m positions, relative to one: 1 + this * (m - 1) (kernels/few_rows.py keeps small m near flat)
 VERIFY_SLOPE = 0.03
 #: transformers' generate() (the reference) against the engine's greedy decoding, per token
 REFERENCE_FACTOR = 1.5

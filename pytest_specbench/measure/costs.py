@@ -11,7 +11,6 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from ..engine.bandwidth import effective_gbps, memory_read_gbps, weight_bytes
 from ..engine.compiled_steps import one_token_step
 from ..engine.cost_model import (
     PROBE_TRIES,
@@ -31,8 +30,9 @@ from ..engine.cost_probe import own_kernel_step_costs, prefilled_cache, verify_c
 from ..engine.drafters import Drafter
 from ..engine.kv_cache import cache_length, crop_to
 from ..engine.stats import GenerationResult
-from ..engine.timing import DeviceClock
-from ..engine.verify_forms import KernelForms, draft_kernel_forms, kernel_forms
+from ..kernels.bandwidth import effective_gbps, memory_read_gbps, weight_bytes
+from ..kernels.timing import DeviceClock
+from ..kernels.verify_forms import KernelForms, draft_kernel_forms, kernel_forms
 from ..models.weight_pages import pages_of
 from ..settings.engine_names import runs_own_loop
 
@@ -47,7 +47,7 @@ class CostProfile:
     verify_costs_s: list[float]  # v(1) .. v(m): one target pass over m positions
     draft_token_s: float  # one drafted token: the draft's one-position pass
     column_head_rows: list[int]  # verify block sizes whose head runs as weight @ hidden.T
-    # verify block sizes at which some linear layer runs the few-rows kernel (engine/few_rows.py)
+    # verify block sizes at which some linear layer runs the few-rows kernel (kernels/few_rows.py)
     few_rows_rows: list[int] = field(default_factory=list)
     # The draft's two-position pass: the catch-up after a fully accepted block (its own last token and the
     # target's bonus token); None where not measured (taken as no dearer than one position).

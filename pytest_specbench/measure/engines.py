@@ -20,7 +20,7 @@ from ..engine.names import AUTO, HEURISTIC
 from ..engine.sampling import SamplingParams
 from ..engine.schedules import CostModelSchedule, DraftSchedule, HeuristicSchedule
 from ..engine.stats import GenerationResult
-from ..engine.verify_forms import KernelForms
+from ..kernels.verify_forms import KernelForms
 from ..settings.config import SpecbenchConfig
 from ..settings.engine_names import ENGINE_NAMES, SERVED_ENGINES
 from .costs import CostProfile

@@ -202,7 +202,7 @@ def _differences(logged: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]
 def machine_stamp() -> dict[str, Any]:
     """The machine, libraries, package version and few-rows kernel build this process times on (the kernel's
     state only where this process tried to build it: no build only to say so)."""
-    from ..engine import few_rows
+    from ..kernels import few_rows
 
     return {**_machine(), "few_rows_kernel": few_rows.state_if_tried()}
 

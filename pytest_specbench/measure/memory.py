@@ -28,7 +28,7 @@ def peak_memory_mb(device: str) -> tuple[float, str]:
 def held_weight_bytes(models: Iterable[torch.nn.Module]) -> int:
     """Bytes of the models' parameters, buffers and packed quantised weights, each storage once (a draft that shares
     its target's tensors adds only its own)."""
-    from ..engine.bandwidth import packed_bytes
+    from ..kernels.bandwidth import packed_bytes
 
     storages: dict[int, int] = {}
     packed = 0

@@ -131,7 +131,7 @@ def kernel_changes(row: CaseResult) -> list[str]:
     not the one this run would use; none where the row used no such kernel."""
     if not row.few_rows_kernel:
         return []
-    from ..engine import few_rows
+    from ..kernels import few_rows
 
     now = few_rows.recorded_state()
     return [] if row.few_rows_kernel == now else [f"few-rows kernel ({row.few_rows_kernel} -> {now})"]

@@ -15,8 +15,8 @@ from ..engine.interleave import InterleavedBaseline
 from ..engine.names import HEURISTIC
 from ..engine.sampling import SamplingParams
 from ..engine.stats import GenerationResult
-from ..engine.timing import DeviceClock
-from ..engine.verify_forms import KernelForms
+from ..kernels.timing import DeviceClock
+from ..kernels.verify_forms import KernelForms
 from ..models.base import NotApplicable, context_window
 from ..models.loading import LoadedModel
 from ..settings.engine_names import runs_own_loop

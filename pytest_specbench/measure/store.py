@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ..engine.drafters import Drafter
-from ..engine.verify_forms import KernelForms
+from ..kernels.verify_forms import KernelForms
 from ..models.base import UnrunnableCase
 from ..models.loading import LoadedModel, load_model, parameter_count, resolve_dtype
 from ..served.pool import ServerPool

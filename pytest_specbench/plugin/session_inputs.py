@@ -53,7 +53,7 @@ def check_forced_kernel(config: SpecbenchConfig, cases: Sequence[Case]) -> None:
     on_cpu = "cpu" in config.devices or (not config.devices and not config.on_gpu)
     if config.kernels != "rows" or not on_cpu or not any(runs_own_loop(case.engine) for case in cases):
         return
-    from ..engine import few_rows
+    from ..kernels import few_rows
 
     reason = few_rows.unavailable_reason()
     if reason:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from statistics import median
 
-from ..engine.names import WITHOUT_TILES, few_rows_built
+from ..kernels.names import WITHOUT_TILES, few_rows_built
 from ..results.schema import CaseResult
 from ..settings.engine_names import runs_own_loop
 from .dtype_view import dtype_order

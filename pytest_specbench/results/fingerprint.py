@@ -7,7 +7,7 @@ logits flip, and the generated text, hence acceptance, moves. The gate compares
 the baseline's fingerprint with the run's and says when they differ.
 
 ``native_dtypes`` (per device: the CPU, each CUDA device, any device the run names) says which
-dtypes run natively there (engine/native_dtypes.py); a bfloat16 case on a machine that emulates
+dtypes run natively there (kernels/native_dtypes.py); a bfloat16 case on a machine that emulates
 bfloat16 measures other kernels, so it counts among the entries that differ, when both sides
 record it (fingerprints written before it was recorded do not differ by its absence).
 """
@@ -28,7 +28,7 @@ RECORDED_LATER_KEYS = ("native_dtypes", "few_rows_kernel")
 
 
 def _cpu_model() -> str:
-    from ..engine.native_dtypes import read_cpuinfo  # the engine package imports torch: only when asked
+    from ..kernels.native_dtypes import read_cpuinfo  # the engine package imports torch: only when asked
 
     for line in read_cpuinfo().splitlines():
         if line.startswith("model name"):
@@ -45,7 +45,7 @@ def _version(name: str) -> str | None:
 
 def _native_dtype_entries(devices: Iterable[str]) -> dict[str, Any]:
     """``native_dtypes`` and ``native_dtype_facts``, each keyed by device name."""
-    from ..engine import native_dtypes as native
+    from ..kernels import native_dtypes as native
 
     facts = {str(device): native.native_dtype_facts(device) for device in devices}
     return {
@@ -82,7 +82,7 @@ def machine_fingerprint(devices: Iterable[str] = ()) -> dict[str, Any]:
 
 
 def _few_rows_entry() -> dict[str, Any]:
-    from ..engine import few_rows
+    from ..kernels import few_rows
 
     state = few_rows.state_if_tried()
     return {} if state is None else {"few_rows_kernel": state}

@@ -583,7 +583,7 @@ class CaseResult:
     kernel_forms: str = _field(
         "native engine: the forms the target's and the draft's linear layers ran, per layer shape and row count, as "
         "two digests, 'target/draft' ('-': no draft model); under --specbench-kernels=auto settled once per machine "
-        "and kept (engine/settled_forms.py), so runs of one machine agree; compare names rows whose forms differ",
+        "and kept (kernels/settled_forms.py), so runs of one machine agree; compare names rows whose forms differ",
         COST_MODEL,
         default="",
     )

@@ -230,7 +230,7 @@ def resolve_auto_dtypes(devices: tuple[str, ...], on_gpu: bool) -> tuple[str, ..
     """``--specbench-dtype=auto``: the dtypes the run's device computes natively
     (:func:`..engine.native_dtypes.native_dtypes`), float32 first. With several devices (one per xdist worker), those
     native on every one, so every worker builds the same matrix. Imports torch: only a run that asks for it pays."""
-    from ..engine.native_dtypes import native_dtypes
+    from ..kernels.native_dtypes import native_dtypes
     from .devices import check_devices
 
     check_devices(devices)  # a device this machine lacks is named as such, not probed

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# SCHEDULE_KS: the k values that name a schedule instead of a constant draft length (engine/schedules.py).
-from ..engine.names import KERNELS
 from ..engine.names import SCHEDULES as SCHEDULE_KS
+
+# SCHEDULE_KS: the k values that name a schedule instead of a constant draft length (engine/schedules.py).
+from ..kernels.names import KERNELS
 from ..models.base import DTYPE_NAMES as DTYPES
 from .axes import DTYPE_ID_SUFFIXES  # noqa: F401 (the dtype axis's id parts; plots read it from here)
 from .engine_names import ENGINE_NAMES

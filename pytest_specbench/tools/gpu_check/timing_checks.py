@@ -63,7 +63,7 @@ class GpuWork:
 
 def check_timing_sync_clock(ctx: Context) -> tuple[str, str, dict]:
     """GPU work of known length read by DeviceClock and by CUDA events agrees (CPU: a sleep's length)."""
-    from ...engine.timing import DeviceClock
+    from ...kernels.timing import DeviceClock
 
     clock = DeviceClock(ctx.device)
     if not ctx.cuda:
@@ -172,7 +172,7 @@ def _count_clock_reads(calls: dict[str, Callable[[], object]]) -> dict[str, dict
     """Per call: the clock reads inside engine.timing, the synchronises, and the reads not right after one."""
     import torch
 
-    from ...engine import timing
+    from ...kernels import timing
 
     events: list[str] = []
     real_synchronize, real_time = torch.cuda.synchronize, timing.time

@@ -141,9 +141,9 @@ def run(args: argparse.Namespace) -> int:
 def _course(args: argparse.Namespace, target: str, dtypes: list[str], forms: list[str], ms: list[int]) -> int:
     import torch
 
-    from ...engine import few_rows
-    from ...engine.bandwidth import memory_read_gbps, read_buffer_bytes
-    from ...engine.native_dtypes import native_dtype_facts, native_dtypes
+    from ...kernels import few_rows
+    from ...kernels.bandwidth import memory_read_gbps, read_buffer_bytes
+    from ...kernels.native_dtypes import native_dtype_facts, native_dtypes
     from ...models.weight_pages import pages_of
     from .measure import pass_splits
 
@@ -240,7 +240,7 @@ def _timed(
     """``source`` loaded in each dtype and timed: its models, the prompt's ids, their weight bytes, the memory read
     bandwidth before the rounds (``fresh_read``: read again, not the process's first reading), their kernel forms and
     the curve's rows."""
-    from ...engine.bandwidth import memory_read_gbps, weight_bytes
+    from ...kernels.bandwidth import memory_read_gbps, weight_bytes
     from .measure import kernel_forms_of, load_targets, measure
 
     models, input_ids = load_targets(source, dtypes, args.device, args.prompt)

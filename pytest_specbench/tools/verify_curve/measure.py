@@ -13,8 +13,8 @@ import torch
 
 from ...engine.cost_probe import prefilled_cache, timed_pass, verify_costs
 from ...engine.kv_cache import cache_length
-from ...engine.timing import DeviceClock
-from ...engine.verify_forms import KernelForms
+from ...kernels.timing import DeviceClock
+from ...kernels.verify_forms import KernelForms
 from .curve import FORMS
 
 TINY_TARGET = "tiny:gemma3"

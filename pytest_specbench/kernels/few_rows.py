@@ -58,7 +58,7 @@ __all__ = [
     "unavailable_reason",
 ]
 
-_KERNELS = Path(__file__).with_name("kernels")
+_KERNELS = Path(__file__).with_name("cpp")
 #: the binding, then the loops' parts: compiled apart, on every core (the binding's torch headers alone take about
 #: as long as each part)
 SOURCES = tuple(_KERNELS / name for name in ("few_rows.cpp", "float32_rows.cpp", "bfloat16_rows.cpp", "tiles.cpp"))

@@ -18,13 +18,11 @@ Imports torch lazily: the settings layer may import this at pytest start-up.
 from __future__ import annotations
 
 import os
-import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedModel
 
 #: /proc/cpuinfo flags of an x86 CPU that multiplies bfloat16 natively
 BF16_CPU_FLAGS: tuple[str, ...] = ("avx512_bf16", "amx_bf16")
@@ -127,50 +125,3 @@ def dtypes_from_facts(facts: Mapping[str, Any]) -> tuple[str, ...]:
 def native_dtypes(device: str | torch.device) -> tuple[str, ...]:
     """The dtypes ``device`` runs natively, float32 first (see the module's docstring for the rules)."""
     return dtypes_from_facts(native_dtype_facts(device))
-
-
-def _one_token_times(models: list[PreTrainedModel], input_ids: torch.Tensor, repeats: int) -> list[list[float]]:
-    """Seconds of each model's one-token forward on its warm prompt cache, the models interleaved per repeat."""
-    from .kv_cache import cache_length, crop_to, enable_rollback, new_cache
-    from .timing import DeviceClock
-
-    caches = []
-    for model in models:
-        cache = new_cache(model)
-        model(input_ids=input_ids[:, :-1].to(model.device), cache=cache, use_cache=True, logits_to_keep=1)
-        enable_rollback(cache)
-        caches.append(cache)
-    lengths = [cache_length(cache) for cache in caches]
-    samples: list[list[float]] = [[] for _ in models]
-    for repeat in range(repeats + 1):  # the first round warms up and is not kept
-        for model, cache, length, kept in zip(models, caches, lengths, samples):
-            clock = DeviceClock(model.device)
-            start = clock.now()
-            model(input_ids=input_ids[:, -1:].to(model.device), cache=cache, use_cache=True, logits_to_keep=1)
-            elapsed = clock.now() - start
-            crop_to(cache, length)
-            if repeat:
-                kept.append(elapsed)
-    return samples
-
-
-def step_cost_ratio(
-    models: Callable[[torch.dtype], PreTrainedModel] | tuple[PreTrainedModel, PreTrainedModel],
-    input_ids: torch.Tensor,
-    repeats: int = 5,
-) -> float:
-    """Median bfloat16 one-token step over the median float32 one: below 1 where bfloat16 is native.
-
-    ``models`` is a factory called with each dtype, or a (float32, bfloat16) pair of the same
-    model. ``input_ids`` (at least two tokens) is the prompt; its last token is the probed step.
-    """
-    import torch
-
-    if input_ids.shape[-1] < 2:
-        raise ValueError(f"step_cost_ratio needs a prompt of at least 2 tokens, got {input_ids.shape[-1]}")
-    if repeats < 1:
-        raise ValueError(f"step_cost_ratio needs repeats >= 1, got {repeats}")
-    pair = list(models) if isinstance(models, tuple) else [models(torch.float32), models(torch.bfloat16)]
-    with torch.inference_mode():
-        float32_times, bfloat16_times = _one_token_times(pair, input_ids, repeats)
-    return statistics.median(bfloat16_times) / statistics.median(float32_times)
