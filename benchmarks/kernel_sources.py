@@ -30,6 +30,10 @@ def build(sources: list[Path], label: str):
     return load(f"kernel_sources_{label}", [str(s) for s in sources], extra_cflags=flags, extra_ldflags=["-fopenmp"])
 
 
+#: where the kernel's sources were before the kernels had a layer of their own
+EARLIER_FOLDER = Path("pytest_specbench/engine/kernels")
+
+
 def paged_as_the_engine_does(shape: str, copies: list[torch.Tensor]) -> list[torch.Tensor]:
     """The copies moved by the engine's own rule (``into_huge_pages``), and what the system gave, printed."""
     holder = torch.nn.Module()
@@ -62,7 +66,10 @@ def main() -> None:
     commit = subprocess.run([*git, "rev-parse", "--short", args.commit], capture_output=True, text=True, check=True)
     then = commit.stdout.strip()
     now = subprocess.run([*git, "describe", "--always", "--dirty"], capture_output=True, text=True, check=True)
-    listed = subprocess.run([*git, "ls-tree", "--name-only", f"{then}:{kernels}"], capture_output=True, text=True)
+    for kernels in (kernels, EARLIER_FOLDER):  # the folder moved from the engine to the kernels' layer
+        listed = subprocess.run([*git, "ls-tree", "--name-only", f"{then}:{kernels}"], capture_output=True, text=True)
+        if listed.returncode == 0:
+            break
     with tempfile.TemporaryDirectory() as folder:
         then_sources = []
         for name in listed.stdout.split():  # the kernel's files then: one source, or a binding and its parts
