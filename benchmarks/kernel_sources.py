@@ -61,12 +61,12 @@ def main() -> None:
     if args.variant == "tiles" and dtype != torch.bfloat16:
         parser.error("--variant tiles takes --dtype bfloat16")
 
-    kernels = few_rows.SOURCES[0].parent.relative_to(Path.cwd())
+    current = few_rows.SOURCES[0].parent.relative_to(Path.cwd())
     git = ["git", "-C", str(Path.cwd())]
     commit = subprocess.run([*git, "rev-parse", "--short", args.commit], capture_output=True, text=True, check=True)
     then = commit.stdout.strip()
     now = subprocess.run([*git, "describe", "--always", "--dirty"], capture_output=True, text=True, check=True)
-    for kernels in (kernels, EARLIER_FOLDER):  # the folder moved from the engine to the kernels' layer
+    for kernels in (current, EARLIER_FOLDER):  # the folder moved from the engine to the kernels' layer
         listed = subprocess.run([*git, "ls-tree", "--name-only", f"{then}:{kernels}"], capture_output=True, text=True)
         if listed.returncode == 0:
             break
