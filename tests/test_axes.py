@@ -3,9 +3,11 @@ all derive from the declaration."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from pytest_specbench.measure.matrix import build_matrix
+from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.settings import axes
@@ -93,3 +95,53 @@ def test_the_fingerprint_holds_every_axis_not_fingerprinted_by_content() -> None
     (case,) = _cases()
     assert axes.fingerprint_values(case.axis_values()) == {"engine": "native", "k": 8, "batch": 1, "dtype": "float32"}
     assert "k" not in axes.report_groups() and "pair" in axes.report_groups()
+
+
+def _declare(monkeypatch, axis: axes.Axis, run_after: str = "engine") -> None:
+    """``axis`` added to the declarations, as a new axis would be: the list, and its place in the run's order."""
+    declared = tuple(a for a in axes.AXES if a.name != axis.name)  # a second declaration replaces the first
+    monkeypatch.setattr(axes, "AXES", (*declared, axis))
+    monkeypatch.setattr(axes, "AXIS_NAMES", tuple(a.name for a in axes.AXES))
+    monkeypatch.setattr(axes, "AXES_BY_NAME", {a.name: a for a in axes.AXES})
+    order = [name for name in axes.RUN_ORDER if name != axis.name]
+    order.insert(order.index(run_after) + 1, axis.name)
+    monkeypatch.setattr(axes, "RUN_ORDER", tuple(order))
+    monkeypatch.setattr(axes, "CONFIG_ORDER", (*(name for name in axes.CONFIG_ORDER if name != axis.name), axis.name))
+
+
+def test_a_case_holds_a_new_axis_by_its_declaration_alone(monkeypatch) -> None:
+    # A context length, declared with its id part, config part and config field: the matrix runs each value, and
+    # the case's id, config name, block, order, fingerprint and every cache key tell its values apart.
+    context = axes.Axis(
+        "context", lambda n: f"-c{n}", config_part=lambda n: f"_c{n}", config_field="contexts", default=2048
+    )
+    _declare(monkeypatch, context)
+    short, long = build_matrix([PAIR], (8,), PROMPTS, contexts=(512, 64))
+    assert (short.value("context"), long.value("context")) == (512, 64)  # in the order given
+    assert (short.id, long.id) == ("gpt2_large-k8-code_python-c512", "gpt2_large-k8-code_python-c64")
+    assert (short.config, long.config) == ("gpt2_large_k8_c512", "gpt2_large_k8_c64")
+    assert short.block != long.block  # each value its own baseline, unless the axis spans blocks
+    assert all(short.key(cache) != long.key(cache) for cache in axes.CACHES)
+    assert axes.fingerprint_values(short.axis_values())["context"] == 512
+    (alone,) = build_matrix([PAIR], (8,), PROMPTS, contexts=(64,))
+    assert alone.id == "gpt2_large-k8-code_python" and alone.value("context") == 64  # one value: the id stays short
+    assert build_matrix([PAIR], (8,), PROMPTS)[0].value("context") == 2048  # none given: its default alone
+    spanning = axes.Axis("context", lambda n: f"-c{n}", config_field="contexts", spans=frozenset({axes.PROMPT_SCOPE}))
+    _declare(monkeypatch, spanning)
+    one, other = build_matrix([PAIR], (8,), PROMPTS, contexts=(512, 64))
+    assert one.block == other.block  # timed on one baseline, as k is
+
+
+def test_a_case_takes_only_the_declared_axes_and_replaces_as_a_dataclass() -> None:
+    with pytest.raises(TypeError, match="no axis context"):
+        Case(PAIR, 8, PROMPTS[0], "code_python", context=64)
+    (case,) = _cases(dtypes=("bfloat16",))
+    other = dataclasses.replace(case, pair=PairSpec("gpt2_other", "gpt2-large", "distilgpt2"))
+    assert (other.pair.name, other.k, other.dtype, other.prompt_label) == ("gpt2_other", 8, "bfloat16", "code_python")
+    assert other.id == "gpt2_other-k8-code_python"
+
+
+def test_the_run_order_and_the_config_order_name_every_axis_once() -> None:
+    for order in (axes.RUN_ORDER, axes.CONFIG_ORDER):
+        assert sorted(order) == sorted(axes.AXIS_NAMES)
+    assert all(scope in axes.BLOCK_SCOPES for axis in axes.AXES for scope in axis.spans)

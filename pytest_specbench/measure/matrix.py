@@ -2,27 +2,84 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import itertools
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..settings import axes
 from ..settings.axes import DTYPE_ID_SUFFIXES
-from ..settings.engine_names import SERVED_ENGINES, runs_own_loop
 from .pairs import PairSpec
 from .prompts import Prompt, case_label
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Case:
+    """One case of the matrix: its value on every axis (settings/axes.py), keyed by the axis's name, and the pair and
+    the prompt behind two of them (the pair's name, and the prompt's label: its category where one prompt per
+    category runs, else its id). Its id, config name, cache keys and block are derived from the axes."""
+
     pair: PairSpec
-    k: int | str  # a draft length, or a schedule's name ("auto", "heuristic")
     prompt: Prompt
-    prompt_label: str  # the category when one prompt per category runs, else the prompt id
-    engine: str = "native"
-    batch: int = 1  # prompts decoded at once (measure/batches.py)
-    dtype: str = "float32"  # the model dtype: the run's, or the pair's own (PairSpec.dtype)
-    shown: frozenset[str] = frozenset()  # the axes not always in the id that show in it: more than one value runs
+    #: (axis name, value) for every axis, in the axes' order
+    values: tuple[tuple[str, Any], ...]
+    shown: frozenset[str]  # the axes not always in the id that show in it: more than one value runs
+
+    def __init__(
+        self,
+        pair: PairSpec,
+        k: int | str | None = None,
+        prompt: Prompt | None = None,
+        prompt_label: str | None = None,
+        *,
+        shown: Iterable[str] = (),
+        values: Iterable[tuple[str, Any]] | None = None,
+        **axis_values: Any,
+    ) -> None:
+        """``Case(pair, k, prompt, prompt_label, engine=..., batch=...)``: an axis not named takes its default;
+        ``values`` (every axis's, as :attr:`values` holds them) is what ``dataclasses.replace`` passes."""
+        unknown = sorted(set(axis_values) - set(axes.AXIS_NAMES) | set(axis_values) & {"pair", "k", "prompt"})
+        if unknown:
+            raise TypeError(f"no axis {', '.join(unknown)} to name; the axes: {', '.join(axes.AXIS_NAMES)}")
+        if prompt is None:
+            raise TypeError("a case needs its prompt")
+        if values is not None:
+            given = {**dict(values), **axis_values, "pair": pair.name}
+        elif k is None or prompt_label is None:
+            raise TypeError("a case needs its k and its prompt's label")
+        else:
+            given = {"pair": pair.name, "k": k, "prompt": prompt_label, **axis_values}
+        object.__setattr__(self, "pair", pair)
+        object.__setattr__(self, "prompt", prompt)
+        object.__setattr__(self, "values", tuple((a.name, given.get(a.name, a.default)) for a in axes.AXES))
+        object.__setattr__(self, "shown", frozenset(shown))
+
+    def value(self, axis: str) -> Any:
+        """The case's value on ``axis``."""
+        return dict(self.values)[axis]
+
+    @property
+    def k(self) -> int | str:
+        """A draft length, or a schedule's name (``auto``, ``heuristic``)."""
+        return self.value("k")
+
+    @property
+    def engine(self) -> str:
+        return self.value("engine")
+
+    @property
+    def batch(self) -> int:
+        """Prompts decoded at once (measure/batches.py)."""
+        return self.value("batch")
+
+    @property
+    def dtype(self) -> str:
+        """The model dtype: the run's, or the pair's own (PairSpec.dtype)."""
+        return self.value("dtype")
+
+    @property
+    def prompt_label(self) -> str:
+        return self.value("prompt")
 
     @property
     def batched(self) -> bool:
@@ -31,16 +88,7 @@ class Case:
 
     def axis_values(self) -> dict[str, Any]:
         """The case's value on every axis of the matrix (settings/axes.py), and the key parts derived from them."""
-        return {
-            "pair": self.pair.name,
-            "engine": self.engine,
-            "k": self.k,
-            "batch": self.batch,
-            "prompt": self.prompt_label,
-            "dtype": self.dtype,
-            "target": target_of(self.pair),
-            "prompt_id": self.prompt.id,
-        }
+        return {**dict(self.values), "target": target_of(self.pair), "prompt_id": self.prompt.id}
 
     @property
     def id(self) -> str:
@@ -64,19 +112,16 @@ class Case:
 
     @property
     def block(self) -> str:
-        """The cases timed together in blocked rounds (one baseline per round): same target, revision, dtype,
-        prompt and batch size; every pair, k and engine on that target. The device is the worker's. A batch size
-        above 1 has a baseline of its own (the target's batched decoding), hence a block of its own (``/b{B}``);
-        so has a dtype (``/bfloat16``): each case's speedup is against the target's baseline in its own dtype; and
-        an engine other than native (``/hf``): its baseline runs the model's own kernels, as its runs do, so that a
+        """The cases timed together in blocked rounds (one baseline per round), by the case's block scope
+        (settings/axes.py ``block_key``): on an engine that runs its own loop, a prompt's cases on one target, dtype
+        and batch size, every pair and k in it; a batch size above 1 has a baseline of its own (the target's batched
+        decoding), a dtype too (each case's speedup is against the target's baseline in its own dtype), and an
+        engine other than native (``/hf``): its baseline runs the model's own kernels, as its runs do, so that a
         speedup compares equal kernels (measure/engines.py ``Engine.baseline_kernels``). A served engine's block is
         one (target, dtype, pair, k) over its prompts instead: its server fixes the speculative config when it
-        starts (measure/served_case.py), and each case pairs with its own prompt's baseline."""
-        dtype = "" if self.dtype == "float32" else f"/{self.dtype}"
-        engine = "" if runs_own_loop(self.engine) else f"/{self.engine}"
-        if self.engine in SERVED_ENGINES:  # one server per speculative config: its prompts share a block
-            return f"{target_of(self.pair)}{dtype}:{self.pair.name}/k{self.k}" + engine
-        return f"{target_of(self.pair)}{dtype}:{self.prompt.id}" + (f"/b{self.batch}" if self.batched else "") + engine
+        starts (measure/served_case.py), and each case pairs with its own prompt's baseline. The device is the
+        worker's."""
+        return axes.block_key(self.axis_values(), target_of(self.pair))
 
 
 def target_of(pair: PairSpec) -> str:
@@ -91,64 +136,62 @@ def build_matrix(
     engines: Sequence[str] = ("native",),
     batches: Sequence[int] = (1,),
     dtypes: Sequence[str] = ("float32",),
+    **more: Sequence[Any],
 ) -> list[Case]:
-    """Block by block (a target, a dtype, a prompt and a batch size: see :attr:`Case.block`), targets in the order
-    their first pair comes, dtypes in the order given (a pair's own after them), prompts in file order, batch
-    sizes in the order given; within a block pairs, then k, then engine. A pair with its own dtype
-    (``PairSpec.dtype``) runs in that one only. A block's cases run back to back, so its rows reach the results
-    log together, and every worker sees the same order."""
+    """Every pair on every prompt with every value of the other axes (``more``: a further axis's values, by its config
+    field's name: settings/axes.py ``Axis.config_field``), block
+    by block (:attr:`Case.block`): targets in the order their first pair comes, then each axis of
+    :data:`~..settings.axes.RUN_ORDER` in the order its values are given (dtypes, then a pair's own; prompts in file
+    order), a served engine's blocks after the target's others in its dtype. A pair with its own dtype
+    (``PairSpec.dtype``) runs in that one only. A block's cases run back to back, so its rows reach the results log
+    together, and every worker sees the same order."""
+    by_field = {"ks": ks, "engines": engines, "batches": batches, "dtypes": dtypes, **more}
+    given = {axis.name: by_field[axis.config_field] for axis in axes.AXES if axis.config_field in by_field}
+    loop = [name for name in axes.AXIS_NAMES if name not in ("pair", "prompt")]
+    for name in loop:  # an axis whose values are not given runs its default alone
+        given.setdefault(name, (axes.AXES_BY_NAME[name].default,))
     per_category: dict[str, int] = {}
     for prompt in prompts:
         per_category[prompt.category] = per_category.get(prompt.category, 0) + 1
     single = all(count == 1 for count in per_category.values())
     labels = [case_label(prompt, single) for prompt in prompts]
-    several = {"engine": engines, "batch": batches, "dtype": dtypes}
-    shown = frozenset(name for name, values in several.items() if len(values) > 1)
-    targets: dict[str, int] = {}
+    shown = frozenset(name for name in loop if not axes.AXES_BY_NAME[name].always_in_id and len(given[name]) > 1)
+    cases = []
     for pair in pairs:
-        targets.setdefault(target_of(pair), len(targets))
-    cases = [
-        Case(
-            pair=pair,
-            k=k,
-            prompt=prompt,
-            prompt_label=label,
-            engine=engine,
-            batch=batch,
-            dtype=dtype,
-            shown=shown,
+        pinned = {"dtype": (pair.dtype,)} if pair.dtype else {}
+        for prompt, label in zip(prompts, labels):
+            for combination in itertools.product(*(pinned.get(name, given[name]) for name in loop)):
+                values = dict(zip(loop, combination))
+                cases.append(Case(pair, values.pop("k"), prompt, label, shown=shown, **values))
+
+    ranks = {name: _ranks(values) for name, values in given.items()}
+    ranks["dtype"] = _ranks([*dtypes, *DTYPE_ID_SUFFIXES])
+    ranks["pair"] = _ranks(pair.name for pair in pairs)
+    ranks["prompt"] = _ranks(prompt.id for prompt in prompts)
+    targets = _ranks(target_of(pair) for pair in pairs)
+
+    def order(case: Case) -> tuple:
+        values = {**case.axis_values(), "prompt": case.prompt.id}
+        in_order = tuple(ranks[name][values[name]] for name in axes.RUN_ORDER)
+        scope = axes.block_scope(case.engine)
+        # A served engine's blocks come after the target's others in the dtype, one after another: a signal between
+        # two of them then finds every case of a finished block run.
+        apart = (
+            ()
+            if scope == axes.PROMPT_SCOPE
+            else (
+                True,
+                *(rank for name, rank in zip(axes.RUN_ORDER, in_order) if scope not in axes.AXES_BY_NAME[name].spans),
+            )
         )
-        for pair in pairs
-        for dtype in ((pair.dtype,) if pair.dtype else dtypes)
-        for prompt, label in zip(prompts, labels)
-        for batch in batches
-        for k in ks
-        for engine in engines
-    ]
-    order = {prompt.id: position for position, prompt in enumerate(prompts)}
-    batch_order = {batch: position for position, batch in enumerate(batches)}
-    dtype_order = {dtype: position for position, dtype in enumerate(dict.fromkeys([*dtypes, *DTYPE_ID_SUFFIXES]))}
-    pair_order = {pair.name: position for position, pair in enumerate(pairs)}
-    k_order = {k: position for position, k in enumerate(ks)}
+        return (targets[target_of(case.pair)], in_order[0], apart, in_order)
 
-    def served_block(case: Case) -> tuple:
-        """After the target's other cases, a served engine's cases one block after another (Case.block): a
-        signal between two of them then finds every case of a finished block run."""
-        if case.engine not in SERVED_ENGINES:
-            return (False,)
-        return (True, pair_order[case.pair.name], k_order[case.k], case.engine)
+    return sorted(cases, key=order)
 
-    # sorted() is stable: within a block, pairs, k and engines keep the order above.
-    return sorted(
-        cases,
-        key=lambda case: (
-            targets[target_of(case.pair)],
-            dtype_order[case.dtype],
-            served_block(case),
-            order[case.prompt.id],
-            batch_order[case.batch],
-        ),
-    )
+
+def _ranks(values: Iterable[Hashable]) -> dict[Hashable, int]:
+    """Each value's place, the first time it comes."""
+    return {value: position for position, value in enumerate(dict.fromkeys(values))}
 
 
 def shard_pairs(pairs: Sequence[PairSpec], index: int, count: int) -> list[PairSpec]:

@@ -12,6 +12,7 @@ from ..measure.pairs import all_pairs, default_pair_names, select_pairs
 from ..measure.prompts import DEFAULT_PROMPT_FILE, Prompt, load_prompts, sample_line, select_prompts
 from ..measure.resume import load_resume
 from ..results.run_files import RunFiles
+from ..settings import axes
 from ..settings.config import SpecbenchConfig
 from ..settings.engine_names import runs_own_loop
 from .availability import PairAvailability
@@ -31,7 +32,7 @@ def build_session(
         pairs = shard_pairs(pairs, *config.shard)
     all_prompts = load_prompts(config.prompt_file)
     prompts = selected_prompts(config, all_prompts)
-    cases = build_matrix(pairs, config.ks, prompts, config.engines, config.batches, config.dtypes)
+    cases = build_matrix(pairs, prompts=prompts, **axes.values_to_run(config))
     check_forced_kernel(config, cases)
     return SpecbenchSession(
         config=config,
