@@ -23,6 +23,9 @@ from factory import NEW_TOKENS, REPETITIVE_PROMPT, hf_generate, torch_threads, w
 from torch.utils.cpp_extension import _get_build_directory
 from transformers import GPT2LMHeadModel
 
+#: torch's threads in a fresh process on this machine, before any test sets them
+PROCESS_THREADS = torch.get_num_threads()
+
 BENCH_MODULE = Path(__file__).resolve().parents[1] / "bench_cases" / "test_speculative.py"
 
 # pytester gives each test's child processes a HOME of their own, where torch would build the few-rows kernel
@@ -139,7 +142,10 @@ def bench(pytester: pytest.Pytester, tiny_pairs_file: Path) -> Callable[..., pyt
         interrupted: bool = False,
     ) -> pytest.RunResult:
         options = tiny_run(args, pairs_file, prompts, benchmark) if defaults else args
-        return pytester.runpytest(*options, **({"no_reraise_ctrlc": True} if interrupted else {}))
+        # A run here records the threads a fresh process has, as a run in a child process does: a module's
+        # one-thread fixture may still hold this worker's threads while another module's test runs beside it
+        with torch_threads(PROCESS_THREADS):
+            return pytester.runpytest(*options, **({"no_reraise_ctrlc": True} if interrupted else {}))
 
     return run
 
