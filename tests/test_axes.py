@@ -10,7 +10,9 @@ import pytest
 from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
-from pytest_specbench.settings import axes
+from pytest_specbench.settings import axes, options
+from pytest_specbench.settings import config as config_module
+from pytest_specbench.settings.option import Option
 
 PAIR = PairSpec("gpt2_large", "gpt2-large", "gpt2")
 PROMPTS = [Prompt("code_python-1", "code_python", "def f():")]
@@ -109,26 +111,33 @@ def _declare(monkeypatch, axis: axes.Axis, run_after: str = "engine") -> None:
     monkeypatch.setattr(axes, "CONFIG_ORDER", (*(name for name in axes.CONFIG_ORDER if name != axis.name), axis.name))
 
 
+def _contexts(raw: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in raw.split(","))
+
+
 def test_a_case_holds_a_new_axis_by_its_declaration_alone(monkeypatch) -> None:
-    # A context length, declared with its id part, config part and config field: the matrix runs each value, and
-    # the case's id, config name, block, order, fingerprint and every cache key tell its values apart.
-    context = axes.Axis(
-        "context", lambda n: f"-c{n}", config_part=lambda n: f"_c{n}", config_field="contexts", default=2048
-    )
+    # A context length, declared with its id part, config part and option: the option table and the run's settings
+    # take it, the matrix runs each value, and the case's id, config name, block, order, fingerprint and every cache
+    # key tell its values apart.
+    option = Option("context", "context", "context lengths", _contexts, default="2048", changes_results=True)
+    context = axes.Axis("context", lambda n: f"-c{n}", config_part=lambda n: f"_c{n}", option=option, default=2048)
     _declare(monkeypatch, context)
-    short, long = build_matrix([PAIR], (8,), PROMPTS, contexts=(512, 64))
+    monkeypatch.setattr(config_module, "OPTIONS", (*options.OPTIONS, option))
+    settings = config_module.parse_settings({"k": ("1", "--specbench-k"), "context": ("512,64", "--specbench-context")})
+    assert settings.axis_values == {"context": (512, 64)}
+    short, long = build_matrix([PAIR], prompts=PROMPTS, **axes.values_to_run(settings))
     assert (short.value("context"), long.value("context")) == (512, 64)  # in the order given
-    assert (short.id, long.id) == ("gpt2_large-k8-code_python-c512", "gpt2_large-k8-code_python-c64")
-    assert (short.config, long.config) == ("gpt2_large_k8_c512", "gpt2_large_k8_c64")
+    assert (short.id, long.id) == ("gpt2_large-k1-code_python-c512", "gpt2_large-k1-code_python-c64")
+    assert (short.config, long.config) == ("gpt2_large_k1_c512", "gpt2_large_k1_c64")
     assert short.block != long.block  # each value its own baseline, unless the axis spans blocks
     assert all(short.key(cache) != long.key(cache) for cache in axes.CACHES)
     assert axes.fingerprint_values(short.axis_values())["context"] == 512
-    (alone,) = build_matrix([PAIR], (8,), PROMPTS, contexts=(64,))
+    (alone,) = build_matrix([PAIR], (8,), PROMPTS, context=(64,))
     assert alone.id == "gpt2_large-k8-code_python" and alone.value("context") == 64  # one value: the id stays short
     assert build_matrix([PAIR], (8,), PROMPTS)[0].value("context") == 2048  # none given: its default alone
-    spanning = axes.Axis("context", lambda n: f"-c{n}", config_field="contexts", spans=frozenset({axes.PROMPT_SCOPE}))
+    spanning = dataclasses.replace(context, spans=frozenset({axes.PROMPT_SCOPE}))
     _declare(monkeypatch, spanning)
-    one, other = build_matrix([PAIR], (8,), PROMPTS, contexts=(512, 64))
+    one, other = build_matrix([PAIR], (8,), PROMPTS, context=(512, 64))
     assert one.block == other.block  # timed on one baseline, as k is
 
 

@@ -138,15 +138,14 @@ def build_matrix(
     dtypes: Sequence[str] = ("float32",),
     **more: Sequence[Any],
 ) -> list[Case]:
-    """Every pair on every prompt with every value of the other axes (``more``: a further axis's values, by its config
-    field's name: settings/axes.py ``Axis.config_field``), block
+    """Every pair on every prompt with every value of the other axes (``more``: the values of an axis that declares its
+    own option, by the axis's name; settings/axes.py ``values_to_run``), block
     by block (:attr:`Case.block`): targets in the order their first pair comes, then each axis of
     :data:`~..settings.axes.RUN_ORDER` in the order its values are given (dtypes, then a pair's own; prompts in file
     order), a served engine's blocks after the target's others in its dtype. A pair with its own dtype
     (``PairSpec.dtype``) runs in that one only. A block's cases run back to back, so its rows reach the results log
     together, and every worker sees the same order."""
-    by_field = {"ks": ks, "engines": engines, "batches": batches, "dtypes": dtypes, **more}
-    given = {axis.name: by_field[axis.config_field] for axis in axes.AXES if axis.config_field in by_field}
+    given: dict[str, Sequence[Any]] = {"k": ks, "engine": engines, "batch": batches, "dtype": dtypes, **more}
     loop = [name for name in axes.AXIS_NAMES if name not in ("pair", "prompt")]
     for name in loop:  # an axis whose values are not given runs its default alone
         given.setdefault(name, (axes.AXES_BY_NAME[name].default,))

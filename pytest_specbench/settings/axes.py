@@ -10,8 +10,8 @@ says otherwise: it cannot collide two cases in a cache by being forgotten.
 A case holds its values keyed by these axes (measure/matrix.py ``Case``): its id, config name, block key and place
 in the run's order, and the matrix's loop, are derived from this list.
 
-To add an axis: declare it in :data:`AXES` (in id order) and :data:`RUN_ORDER`, add its option (settings/options.py),
-its config field and its row field, and read its value where it changes the measurement.
+To add an axis: declare it in :data:`AXES` (in id order), with its option, and in :data:`RUN_ORDER` and
+:data:`CONFIG_ORDER`; add its row field (results/schema.py), and read its value where it changes the measurement.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engine_names import SERVED_ENGINES, runs_own_loop
+from .option import Option
 
 #: a dtype's part of a case id; float32 shows nothing, so stored float32 ids stay valid when dtypes are added
 DTYPE_ID_SUFFIXES = {"float32": "", "bfloat16": "-bf16", "float16": "-fp16"}
@@ -47,8 +48,11 @@ class Axis:
     #: the caches (:data:`CACHES`) whose content its value does not change: their keys leave it out
     irrelevant_to: frozenset[str] = frozenset()
     #: the run's settings field (settings/config.py) that lists the values it runs; None for the pairs and the
-    #: prompts, which the matrix takes as what they are
+    #: prompts, which the matrix takes as what they are, and for an axis that declares its own option
     config_field: str | None = None
+    #: its option, for an axis that declares its own (its parser gives the tuple of values to run): the option table
+    #: takes it, and the run's settings keep its values under the axis's name (``SpecbenchConfig.axis_values``)
+    option: Option | None = None
     #: a case's value where none is given
     default: Any = None
     #: its part of a block's key (the case's values, the derived parts included); None: its id part
@@ -202,8 +206,10 @@ def config_name(values: Mapping[str, Any], shown: Iterable[str]) -> str:
 
 
 def values_to_run(config: Any) -> dict[str, Sequence[Any]]:
-    """The values each axis runs, from the run's settings: by the name of the field that lists them."""
-    return {a.config_field: getattr(config, a.config_field) for a in AXES if a.config_field is not None}
+    """The values each axis runs, from the run's settings: by the name of the field that lists them, or by the axis's
+    name where the axis declares its own option."""
+    typed = {a.config_field: getattr(config, a.config_field) for a in AXES if a.config_field is not None}
+    return {**typed, **{a.name: config.axis_values[a.name] for a in AXES if a.option is not None}}
 
 
 def fingerprint_values(values: Mapping[str, Any]) -> dict[str, Any]:

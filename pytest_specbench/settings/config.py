@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import axes
 from .engine_names import SERVED_ENGINES
 from .options import (
     AUTO_DTYPES,
@@ -90,6 +91,8 @@ class SpecbenchConfig:
     plots_dir: Path | None
     report_path: Path | None
     shard: tuple[int, int] | None  # (I, N)
+    # The values to run of each axis that declares its own option (settings/axes.py ``Axis.option``), by axis.
+    axis_values: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     # The raw values used (given or defaulted), for the JSON record of the run.
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
     # Names of the options the user gave (command line or ini); the rest are defaults.
@@ -188,7 +191,8 @@ def parse_settings(
     if "log" not in values:  # its default follows the CSV (or the JSON) wherever that goes
         beside = fields["csv_path"] or fields["json_path"]
         fields["log_path"] = beside.with_suffix(".jsonl") if beside is not None else None
-    return SpecbenchConfig(**fields, raw=raw_record, given=given, on_gpu=on_gpu)
+    declared = {axis.name: fields.pop(axis.option.field) for axis in axes.AXES if axis.option is not None}
+    return SpecbenchConfig(**fields, axis_values=declared, raw=raw_record, given=given, on_gpu=on_gpu)
 
 
 #: where scripts/make-vllm-env.sh puts vLLM's environment, from the directory pytest runs in
