@@ -124,7 +124,8 @@ def test_a_case_holds_a_new_axis_by_its_declaration_alone(monkeypatch) -> None:
     _declare(monkeypatch, context)
     monkeypatch.setattr(config_module, "OPTIONS", (*options.OPTIONS, option))
     settings = config_module.parse_settings({"k": ("1", "--specbench-k"), "context": ("512,64", "--specbench-context")})
-    assert settings.axis_values == {"context": (512, 64)}
+    assert settings.axis_values == {"context": (512, 64)} and settings.context == (512, 64)  # read as any setting is
+    assert config_module.result_settings(settings)["--specbench-context"] == [512, 64]  # a resume compares it
     short, long = build_matrix([PAIR], prompts=PROMPTS, **axes.values_to_run(settings))
     assert (short.value("context"), long.value("context")) == (512, 64)  # in the order given
     assert (short.id, long.id) == ("gpt2_large-k1-code_python-c512", "gpt2_large-k1-code_python-c64")

@@ -101,6 +101,13 @@ class SpecbenchConfig:
     # (measure.pairs.default_pair_names) as they pick the other options' defaults.
     on_gpu: bool = False
 
+    def __getattr__(self, name: str) -> Any:
+        # An axis that declares its own option is read as its option's field is, like every other setting.
+        values = self.__dict__.get("axis_values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
 
 def parse_settings(
     values: dict[str, tuple[Any, str]], cuda_available: Callable[[], bool] = lambda: False
