@@ -281,3 +281,31 @@ def test_an_engine_sharing_no_prompt_is_left_out_of_the_side_by_side_not_the_oth
     assert comparison.means["decode_speedup", "hf"].low is None  # one prompt: no interval, and the table says so
     assert "1.50 [no interval]" in "\n".join(summary_lines(rows))
     assert compare_engines([row for row in rows if row.engine != "hf"]) == []  # nothing shared: no comparison
+
+
+def test_an_axis_the_report_groups_by_splits_the_answer_by_its_declaration(monkeypatch):
+    # A context length declared as an axis (and a row field): each of its values is an answer of its own, named in
+    # a column of the answer's table, where the rows of both would otherwise be ranked as one prompt's.
+    from pytest_specbench.settings import axes
+
+    monkeypatch.setattr(axes, "AXES", (*axes.AXES, axes.Axis("context", lambda n: f"-c{n}")))
+
+    @dataclasses.dataclass
+    class WithContext(CaseResult):
+        context: int = 0
+
+    def at(context: int, speedups: dict[int, float]) -> list[WithContext]:
+        rows = [_row(k, speedup, seconds=0.01 / speedup) for k, speedup in speedups.items()]
+        return [WithContext(**dataclasses.asdict(row), context=context) for row in rows]
+
+    short, long = prompt_answers([*at(64, {2: 1.9, 4: 1.2}), *at(512, {2: 1.1, 4: 1.6})])
+    assert (short.further, short.best_k) == ((("context", 64),), 2)
+    assert (long.further, long.best_k) == ((("context", 512),), 4)
+    cells, headers = prompt_table([short, long], engines=False)
+    assert headers[:2] == ["prompt", "context"] and [row[:3] for row in cells] == [
+        ["code", "64", "2"],
+        ["code", "512", "4"],
+    ]
+    monkeypatch.setattr(axes, "AXES", axes.AXES[:-1])
+    (merged,) = prompt_answers([*at(64, {2: 1.9, 4: 1.2}), *at(512, {2: 1.1, 4: 1.6})])  # undeclared: one answer
+    assert merged.further == ()

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 from ..results.racing import SLOWER, TIED, UNKNOWN, rank_against_best
 from ..results.schema import CaseResult
+from ..settings import axes
 from ..settings.engine_names import runs_own_loop
 from .analysis import SUSPECT, k_order, predicted_curve, recommended_among, speedup_left_out
 from .answer_types import (
@@ -190,6 +191,7 @@ def prompt_answer(rows: Sequence[CaseResult]) -> PromptAnswer | None:
             _schedule(row, best) for row in sorted(rows, key=lambda row: k_order(row.k)) if not _constant_k(row)
         ),
         paired=paired,
+        further=further_values(best),
     )
 
 
@@ -224,27 +226,38 @@ def _no_best(row: CaseResult, suspect: tuple[SuspectK, ...]) -> PromptAnswer:
         recommended_decode_speedup=None,
         regret=None,
         schedules=(),
+        further=further_values(row),
     )
 
 
 def prompt_answers(results: Sequence[CaseResult]) -> list[PromptAnswer]:
     """:func:`prompt_answer` for every (pair, engine, prompt, dtype), in order of first appearance: each dtype
     is timed in its own block against its own greedy baseline, so its k are ranked apart."""
-    groups: dict[tuple[str, str, str, str], list[CaseResult]] = {}
+    groups: dict[tuple, list[CaseResult]] = {}
     for row in results:
-        groups.setdefault((row.pair, row.engine, row.prompt, row.dtype), []).append(row)
+        groups.setdefault((row.pair, row.engine, row.prompt, row.dtype, further_values(row)), []).append(row)
     answers = [answer for answer in map(prompt_answer, groups.values()) if answer is not None]
     return [replace(answer, against_hf=_against_hf(answer, groups)) for answer in answers]
 
 
-def _against_hf(answer: PromptAnswer, groups: dict[tuple[str, str, str, str], list[CaseResult]]) -> AgainstHf | None:
+#: the axes an answer names in fields of its own, and the batch size, whose rows the batch view answers
+_NAMED_AXES = ("pair", "engine", "prompt", "dtype", "batch")
+
+
+def further_values(row: CaseResult) -> tuple[tuple[str, object], ...]:
+    """``row``'s (axis, value) on each axis the report groups by that an answer does not name in a field of its own:
+    a new axis splits the answers by its declaration alone."""
+    return tuple((name, getattr(row, name)) for name in axes.report_groups(exclude=_NAMED_AXES))
+
+
+def _against_hf(answer: PromptAnswer, groups: dict[tuple, list[CaseResult]]) -> AgainstHf | None:
     """For the native engine's answer: its k=auto against the hf engine's k=auto (transformers' default schedule)
     on the same prompt and dtype, end to end (:func:`.regret.ratio_to_hf`); None where either did not run."""
     if not runs_own_loop(answer.engine):
         return None
-    pair, prompt, dtype = answer.pair, answer.prompt, answer.dtype
-    native = [row for row in groups[pair, "native", prompt, dtype] if row.k == AUTO and _listed(row)]
-    hf = [row for row in groups.get((pair, "hf", prompt, dtype), []) if row.k == AUTO and _listed(row)]
+    pair, prompt, dtype, further = answer.pair, answer.prompt, answer.dtype, answer.further
+    native = [row for row in groups[pair, "native", prompt, dtype, further] if row.k == AUTO and _listed(row)]
+    hf = [row for row in groups.get((pair, "hf", prompt, dtype, further), []) if row.k == AUTO and _listed(row)]
     return ratio_to_hf(native[0], hf[0]) if native and hf else None
 
 
@@ -319,6 +332,7 @@ def prompt_table(
     only when several dtypes did."""
     cells = []
     hf = any(a.against_hf for a in answers)  # a column only when both engines ran k=auto
+    further = list(dict.fromkeys(name for a in answers for name, _ in a.further))  # a column per further axis
     for a in answers:
         recommended = "" if a.recommended_k is None else str(a.recommended_k)
         regret = ("not run" if a.regret is None else f"{a.regret:.2f}") if recommended else ""
@@ -326,6 +340,7 @@ def prompt_table(
         cells.append(
             [
                 a.prompt,
+                *(str(dict(a.further).get(name, "")) for name in further),
                 *([a.engine] if engines else []),
                 *([a.dtype] if dtypes else []),
                 str(a.best_k) if best else "-",
@@ -341,6 +356,7 @@ def prompt_table(
         )
     headers = [
         "prompt",
+        *further,
         *(["engine"] if engines else []),
         *(["dtype"] if dtypes else []),
         "best k",

@@ -80,6 +80,9 @@ class PromptAnswer(JsonRecord):
     against_hf: AgainstHf | None = None
     # False where the k were tested unpaired (each in a block of its own), whether or not some k stayed unknown
     paired: bool = True
+    # (axis, value) of each axis the report groups by beyond these four and the batch size (settings/axes.py
+    # ``report_groups``): each of its values has an answer of its own
+    further: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True)
