@@ -149,6 +149,13 @@ def test_a_case_takes_only_the_declared_axes_and_replaces_as_a_dataclass() -> No
     other = dataclasses.replace(case, pair=PairSpec("gpt2_other", "gpt2-large", "distilgpt2"))
     assert (other.pair.name, other.k, other.dtype, other.prompt_label) == ("gpt2_other", 8, "bfloat16", "code_python")
     assert other.id == "gpt2_other-k8-code_python"
+    changed = dataclasses.replace(case, k=4, prompt_label="code", engine="hf")
+    assert (changed.k, changed.prompt_label, changed.engine, changed.dtype) == (4, "code", "hf", "bfloat16")
+
+
+def test_an_axis_keeps_its_own_options_values_under_its_name() -> None:
+    with pytest.raises(ValueError, match="whose field is 'contexts'"):
+        axes.Axis("context", str, option=Option("context", "contexts", "context lengths", _contexts))
 
 
 def test_the_run_order_and_the_config_order_name_every_axis_once() -> None:

@@ -101,33 +101,61 @@ def test_the_read_is_the_fastest_of_the_reads_timed(monkeypatch: pytest.MonkeyPa
     assert memory_read_gbps("cpu", 1 << 20, fresh=True) == pytest.approx((1 << 20) / 0.05 / 1e9)
 
 
-def _caches(folder, *described: tuple[str, str]):
-    for number, (kind, size) in enumerate(described):
-        (folder / f"index{number}").mkdir()
-        (folder / f"index{number}" / "type").write_text(kind + "\n")
-        (folder / f"index{number}" / "size").write_text(size + "\n")
-    return folder
+def _caches(root, cpu: int, *described: tuple[str, str, str]):
+    """``root`` described as the kernel does, CPU ``cpu`` with caches of (type, size, the CPUs that share it)."""
+    for number, (kind, size, shared) in enumerate(described):
+        index = root / f"cpu{cpu}" / "cache" / f"index{number}"
+        index.mkdir(parents=True)
+        (index / "type").write_text(kind + "\n")
+        (index / "size").write_text(size + "\n")
+        (index / "shared_cpu_list").write_text(shared + "\n")
+    return root
 
 
-def test_the_last_level_cache_is_the_largest_data_or_unified_one(tmp_path):
-    described = [("Data", "48K"), ("Instruction", "64M"), ("Unified", "1024K"), ("Unified", "32768K")]
-    assert bandwidth.last_level_cache_bytes(_caches(tmp_path, *described)) == 32 << 20
-    assert bandwidth.last_level_cache_bytes(tmp_path / "absent") is None
+def test_the_last_level_cache_is_the_largest_data_or_unified_one_each_instance_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(bandwidth, "CPU_ROOT", tmp_path)
+    for cpu in (0, 1):
+        own = str(cpu)
+        _caches(tmp_path, cpu, ("Data", "48K", own), ("Instruction", "64M", own), ("Unified", "1024K", own))
+    for cpu, complex_ in ((0, "0-1"), (1, "0-1"), (2, "2-3"), (3, "2-3")):
+        index = tmp_path / f"cpu{cpu}" / "cache" / "index3"
+        if cpu >= 2:
+            _caches(tmp_path, cpu, ("Data", "48K", str(cpu)))
+            index = tmp_path / f"cpu{cpu}" / "cache" / "index1"
+        index.mkdir(parents=True)
+        (index / "type").write_text("Unified\n")
+        (index / "size").write_text("32768K\n")
+        (index / "shared_cpu_list").write_text(complex_ + "\n")
+    assert bandwidth.last_level_cache_bytes([0, 1]) == 32 << 20  # two CPUs, one complex: its cache once
+    assert bandwidth.last_level_cache_bytes([0, 1, 2, 3]) == 64 << 20  # two complexes: both caches
+    assert bandwidth.last_level_cache_bytes([7]) is None  # a CPU not described
 
 
 def test_a_cpu_reads_a_buffer_sized_by_its_cache_not_by_the_weights(tmp_path, monkeypatch: pytest.MonkeyPatch):
     # A buffer as large as the weights doubled a run's peak memory for the second it was read.
-    monkeypatch.setattr(bandwidth, "CPU_CACHES", _caches(tmp_path, ("Unified", "32768K")))
+    monkeypatch.setattr(bandwidth, "CPU_ROOT", tmp_path)
+    monkeypatch.setattr(bandwidth.os, "sched_getaffinity", lambda pid: {0})
+    _caches(tmp_path, 0, ("Unified", "32768K", "0"))
     assert bandwidth.read_buffer_bytes("cpu", 3 << 30) == 256 << 20  # eight times the cache
     assert bandwidth.read_buffer_bytes("cpu", 100 << 20) == 100 << 20  # never more than the weights
     assert bandwidth.read_buffer_bytes("cpu", 1000) == 1 << 20
     assert bandwidth.read_buffer_bytes("meta", 3 << 30) == bandwidth.MAX_BUFFER_BYTES  # a GPU's memory: as before
-    small = tmp_path / "small"
-    small.mkdir()
-    monkeypatch.setattr(bandwidth, "CPU_CACHES", _caches(small, ("Unified", "2048K")))
+    monkeypatch.setattr(bandwidth, "CPU_ROOT", _caches(tmp_path / "small", 0, ("Unified", "2048K", "0")))
     assert bandwidth.read_buffer_bytes("cpu", 3 << 30) == bandwidth.CPU_MIN_BUFFER_BYTES
-    monkeypatch.setattr(bandwidth, "CPU_CACHES", tmp_path / "absent")  # no description: the largest buffer
+    monkeypatch.setattr(bandwidth, "CPU_ROOT", tmp_path / "absent")  # no description: the largest buffer
     assert bandwidth.read_buffer_bytes("cpu", 3 << 30) == bandwidth.MAX_BUFFER_BYTES
+
+
+def test_a_packed_module_without_a_bias_counts_its_weight(monkeypatch):
+    # torch.ao quantises embeddings too: a packed module need not have a bias to unpack.
+    quantised = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(8, 4, bias=False)))
+    assert bandwidth.packed_bytes(quantised) == 32  # int8: a byte a weight, no bias
+    assert bandwidth.packed_bytes(quantised) == 32  # read once, the same
+    embedding = torch.ao.quantization.quantize_dynamic(
+        torch.nn.Sequential(torch.nn.Embedding(10, 8)),
+        {torch.nn.Embedding: torch.ao.quantization.float_qparams_weight_only_qconfig},
+    )
+    assert bandwidth.packed_bytes(embedding) == 80  # a quantised embedding has a weight and no bias to ask for
 
 
 # --- the row fields ------------------------------------------------------------------------------------------

@@ -14,9 +14,10 @@ time; its share of the read bandwidth says how far a kernel is from the memory l
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +42,8 @@ MAX_BUFFER_BYTES = 1 << 30
 #: read is within a few percent of a 1 GiB buffer's (docs/results/2026-12-07-epyc-read-buffer.md)
 CACHE_MULTIPLE = 8
 CPU_MIN_BUFFER_BYTES = 256 << 20
-#: where a CPU's caches are described (Linux)
-CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+#: where the kernel describes each CPU and its caches (Linux)
+CPU_ROOT = Path("/sys/devices/system/cpu")
 _REPEATS = 7
 
 
@@ -82,7 +83,8 @@ def packed_linears(model: torch.nn.Module) -> Iterator[PackedLinear]:
         if not callable(getattr(module, "weight", None)) or isinstance(module.weight, torch.nn.Module):
             continue
         if module not in _PACKED:
-            weight, bias = unpack() if callable(unpack) else (module.weight(), module.bias())
+            bias = getattr(module, "bias", None)
+            weight, bias = unpack() if callable(unpack) else (module.weight(), bias() if callable(bias) else None)
             _PACKED[module] = PackedLinear(
                 weight.numel(),
                 weight.numel() * weight.element_size(),
@@ -108,29 +110,40 @@ def effective_gbps(nbytes: int, seconds: float) -> float | None:
     return nbytes / seconds / 1e9 if seconds > 0 else None
 
 
-def last_level_cache_bytes(caches: Path | None = None) -> int | None:
-    """Bytes of the CPU's largest data or unified cache, from the kernel's description (:data:`CPU_CACHES`); None
-    where there is none."""
-    sizes = []
-    for index in (CPU_CACHES if caches is None else caches).glob("index*"):
-        try:
-            if (index / "type").read_text().strip() == "Instruction":
+def last_level_cache_bytes(cpus: Iterable[int] | None = None) -> int | None:
+    """Bytes of the last-level caches that ``cpus`` (the process's, by default) read through, from the kernel's
+    description under :data:`CPU_ROOT`: each CPU's largest data or unified cache, each instance counted once (a CPU
+    of several core complexes has one a complex); None where none is described."""
+    instances: dict[str, int] = {}  # the CPUs that share an instance -> its bytes
+    for cpu in sorted(os.sched_getaffinity(0)) if cpus is None else cpus:
+        largest: tuple[int, str] | None = None
+        for index in (CPU_ROOT / f"cpu{cpu}" / "cache").glob("index*"):
+            try:
+                if (index / "type").read_text().strip() == "Instruction":
+                    continue
+                size = _cache_size((index / "size").read_text().strip())
+                shared = (index / "shared_cpu_list").read_text().strip() if (index / "shared_cpu_list").exists() else ""
+            except OSError:
                 continue
-            text = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-        if text[-1:] in units and text[:-1].isdigit():
-            sizes.append(int(text[:-1]) * units[text[-1]])
-        elif text.isdigit():
-            sizes.append(int(text))
-    return max(sizes, default=None)
+            if size is not None and (largest is None or size > largest[0]):
+                largest = (size, shared or f"cpu{cpu}")
+        if largest is not None:
+            instances[largest[1]] = largest[0]
+    return sum(instances.values()) or None
+
+
+def _cache_size(text: str) -> int | None:
+    """A cache's size as the kernel writes it (``32768K``), in bytes; None for a form it does not use."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    if text[-1:] in units and text[:-1].isdigit():
+        return int(text[:-1]) * units[text[-1]]
+    return int(text) if text.isdigit() else None
 
 
 def read_buffer_bytes(device: torch.device | str, nbytes: int) -> int:
     """The buffer the read of ``nbytes`` is timed on: ``nbytes``, at most :data:`MAX_BUFFER_BYTES`, and on a CPU
-    at most :data:`CACHE_MULTIPLE` times its last-level cache (not below :data:`CPU_MIN_BUFFER_BYTES`); 1 MiB or
-    more, a whole number of floats."""
+    at most :data:`CACHE_MULTIPLE` times the last-level caches its threads read through (not below
+    :data:`CPU_MIN_BUFFER_BYTES`); 1 MiB or more, a whole number of floats."""
     cap = MAX_BUFFER_BYTES
     if torch.device(device).type == "cpu":
         cache = last_level_cache_bytes()

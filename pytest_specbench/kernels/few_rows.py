@@ -3,7 +3,7 @@ memory speed.
 
 torch's float32 ``linear`` over 4 to 32 rows of a large weight costs two to three one-row passes on
 some CPUs, and its one-row passes stream the weights at about half the machine's read bandwidth
-(docs/engines.md, "The verify pass's kernels"). The kernel in ``kernels/`` (:data:`SOURCES`) reads each
+(docs/engines.md, "The verify pass's kernels"). The kernel in ``cpp/`` (:data:`SOURCES`) reads each
 block of weight rows once and multiplies it with every row of ``x`` while it is in registers,
 fetching ahead. bfloat16 multiplies with AVX512_BF16 dot products where the CPU has them (denormal
 inputs then count as zero), and otherwise widens to float32 in registers; its ``tiles`` variant multiplies

@@ -216,7 +216,7 @@ def measure_costs(
     (with the target's one-position pass timed in turn with them), the pass sizes (1 .. ``head_rows``) whose
     linear layers run other forms than the model's own, every one settled here before any timed run, and the
     figures of the target's passes against memory (:func:`bandwidth_fields`). ``kernels``: the target's
-    :class:`~..engine.verify_forms.KernelForms` (its owner's, which the runs then use as settled here), or a
+    :class:`~..kernels.verify_forms.KernelForms` (its owner's, which the runs then use as settled here), or a
     setting for forms of this call; ``draft_kernels`` the draft model's (None: the target's setting). A curve with a
     wider pass cheaper than a one-row step is probed again (:func:`_probed_curve`)."""
     forms = kernel_forms(target_model, kernels)

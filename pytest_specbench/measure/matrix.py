@@ -38,13 +38,19 @@ class Case:
     ) -> None:
         """``Case(pair, k, prompt, prompt_label, engine=..., batch=...)``: an axis not named takes its default;
         ``values`` (every axis's, as :attr:`values` holds them) is what ``dataclasses.replace`` passes."""
-        unknown = sorted(set(axis_values) - set(axes.AXIS_NAMES) | set(axis_values) & {"pair", "k", "prompt"})
+        unknown = sorted(set(axis_values) - set(axes.AXIS_NAMES))
         if unknown:
             raise TypeError(f"no axis {', '.join(unknown)} to name; the axes: {', '.join(axes.AXIS_NAMES)}")
         if prompt is None:
             raise TypeError("a case needs its prompt")
         if values is not None:
-            given = {**dict(values), **axis_values, "pair": pair.name}
+            named = {"k": k, "prompt": prompt_label}
+            given = {
+                **dict(values),
+                **{n: v for n, v in named.items() if v is not None},
+                **axis_values,
+                "pair": pair.name,
+            }
         elif k is None or prompt_label is None:
             raise TypeError("a case needs its k and its prompt's label")
         else:

@@ -60,6 +60,13 @@ class Axis:
     #: the block scopes (:data:`BLOCK_SCOPES`) whose blocks hold several of its values: it is not in their key
     spans: frozenset[str] = frozenset()
 
+    def __post_init__(self) -> None:
+        # The run's settings keep an axis's values under its name, and read every option by its field.
+        if self.option is not None and self.option.field != self.name:
+            raise ValueError(
+                f"axis {self.name!r} declares an option whose field is {self.option.field!r}, not its name"
+            )
+
 
 #: the caches keyed by a case, by name, each with the parts derived from the axes it adds to its key
 #: (:data:`DERIVED_KEY_PARTS`); what each holds is measure/'s

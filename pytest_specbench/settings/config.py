@@ -239,7 +239,7 @@ def check_vllm_installed(python: Path) -> None:
 
 def resolve_auto_dtypes(devices: tuple[str, ...], on_gpu: bool) -> tuple[str, ...]:
     """``--specbench-dtype=auto``: the dtypes the run's device computes natively
-    (:func:`..engine.native_dtypes.native_dtypes`), float32 first. With several devices (one per xdist worker), those
+    (:func:`..kernels.native_dtypes.native_dtypes`), float32 first. With several devices (one per xdist worker), those
     native on every one, so every worker builds the same matrix. Imports torch: only a run that asks for it pays."""
     from ..kernels.native_dtypes import native_dtypes
     from .devices import check_devices

@@ -244,7 +244,7 @@ void blocks_of_rows(int64_t whole, int64_t step, int64_t n0, int64_t n1, Step ad
 // x in float32. Hold: each vector of x is held in a register for the NB multiply-adds that use it, where the
 // compiler would fold its load into each of them. On a CPU that loads one 512-bit vector a cycle (Zen 4) the
 // loads then no longer set the pace of many rows in cache, but streaming some shapes from memory it ran
-// slower: the engine times both (engine/verify_forms.py) and keeps the faster. Same sums in the same order
+// slower: the engine times both (kernels/verify_forms.py) and keeps the faster. Same sums in the same order
 // either way. Each step takes U vectors of every weight row (two for bfloat16; a cache line with AVX-512), with
 // one prefetch per step, and fetches the same line of the weight rows about 4*NB*K bytes on into the level-2
 // cache: the next block's rows start where a row's own prefetch does not reach, and at many rows the

@@ -20,7 +20,7 @@ The checks (``CHECKS`` in ``plan.py``, in the order they are reported):
   sliding-window layers, which compiled steps refuse: that refusal is checked as expected), and
   the native engine against transformers' assisted generation at k = 4;
 - that the package's clock brackets GPU work with ``torch.cuda.synchronize()``: a kernel of known
-  length timed by ``engine.timing.DeviceClock`` and by CUDA events, GPU work planted in every
+  length timed by ``kernels.timing.DeviceClock`` and by CUDA events, GPU work planted in every
   forward pass of a decode, and every clock read preceded by a synchronise;
 - CUDA peak memory present and positive in every benchmark row;
 - with a vLLM environment (``--vllm-python``, ``SPECBENCH_VLLM_PYTHON`` or the checkout's ``.venv-vllm``), the

@@ -1,4 +1,4 @@
-"""The timing checks: the package's clock (engine.timing.DeviceClock) must bracket GPU work with
+"""The timing checks: the package's clock (kernels.timing.DeviceClock) must bracket GPU work with
 torch.cuda.synchronize(); on a CPU they become clock sanity checks."""
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def check_timing_sync_calls(ctx: Context) -> tuple[str, str, dict]:
 
 
 def _count_clock_reads(calls: dict[str, Callable[[], object]]) -> dict[str, dict[str, int]]:
-    """Per call: the clock reads inside engine.timing, the synchronises, and the reads not right after one."""
+    """Per call: the clock reads inside kernels.timing, the synchronises, and the reads not right after one."""
     import torch
 
     from ...kernels import timing

@@ -9,15 +9,15 @@ v(m) is the median seconds of one target forward pass over m new positions after
 warm KV cache, as a verify pass of m - 1 drafted tokens runs (m = 1: a decode step); it is measured
 by the plugin's own probe (``engine.cost_probe.verify_costs``). Each pass's effective bandwidth is
 the target's weight bytes over v(m), printed beside this process's memory read bandwidth
-(``engine.bandwidth``) as its share. Kernel forms (``--forms``):
+(``kernels.bandwidth``) as its share. Kernel forms (``--forms``):
 
 - ``own``: the model's own kernels. The hf engine's path is this one: transformers' own forward,
   so it is not timed apart.
-- ``engine``: the native engine's forms (``engine.verify_forms``, ``auto``): per layer shape and
+- ``engine``: the native engine's forms (``kernels.verify_forms``, ``auto``): per layer shape and
   row count (one row included: the greedy baseline's steps), the fastest of the model's own
   ``linear``, the few-rows kernel and (the head) ``weight @ hidden.T``, settled before the rounds
   (one ``KernelForms`` per dtype's model and form, kept for every round and the splits below).
-- ``rows``: the few-rows kernel (``engine.few_rows``) in every layer it serves (float32 on CPU).
+- ``rows``: the few-rows kernel (``kernels.few_rows``) in every layer it serves (float32 on CPU).
 - ``column``: the head as ``weight @ hidden.T`` at every row count.
 
 Every round runs each (dtype, form) once, the order rotated from round to round, so drift hits

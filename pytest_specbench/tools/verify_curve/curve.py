@@ -81,7 +81,7 @@ def _gbps(nbytes: int | None, seconds: float) -> float | None:
 
 
 class SettledForms(Protocol):
-    """What :func:`engine_forms` reads of a target's ``engine.verify_forms.KernelForms``."""
+    """What :func:`engine_forms` reads of a target's ``kernels.verify_forms.KernelForms``."""
 
     def choices(self, max_rows: int) -> Mapping[tuple[tuple[int, ...], str, bool], Mapping[int, str]]: ...
 
