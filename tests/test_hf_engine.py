@@ -187,3 +187,13 @@ def test_a_single_engine_keeps_the_short_ids(bench) -> None:
     result = bench("--collect-only", "-q", "--specbench-engine=hf", "--specbench-k=3,heuristic")
     ids = [line.split("[")[1].rstrip("]") for line in result.stdout.lines if "::test_speculative_decoding[" in line]
     assert ids == ["tiny-k3-natural", "tiny-kheuristic-natural", "tiny-k3-code_json", "tiny-kheuristic-code_json"]
+
+
+def test_every_drafter_transformers_runs_has_its_assisted_method():
+    # Each way of drafting transformers has is declared once (hf_assisted.ASSISTED_METHODS), and every drafter
+    # class that names one names a declared one.
+    from pytest_specbench.engine import cross_tokenizer, drafters
+    from pytest_specbench.engine.hf_assisted import ASSISTED_METHODS
+
+    classes = [drafters.ModelDrafter, drafters.PromptLookupDrafter, cross_tokenizer.CrossTokenizerDrafter]
+    assert {cls.assisted_by for cls in classes} == set(ASSISTED_METHODS)

@@ -426,3 +426,12 @@ def test_an_endpoint_that_does_not_answer_fails_its_case_naming_its_url_without_
     out = result.stdout.str()
     assert f"{url}/v1/models could not be read" in out
     assert "Traceback" not in out and "direct cause" not in out and "During handling" not in out
+
+
+def test_every_kind_a_served_engine_runs_declares_its_server_config():
+    # The kind's method carries its mapping: no method's name is compared where the server starts.
+    from pytest_specbench.measure.drafter_kinds import KINDS
+    from pytest_specbench.settings.engine_names import SERVED_ENGINES
+
+    methods = [kind.peers[engine] for kind in KINDS.values() for engine in SERVED_ENGINES if engine in kind.peers]
+    assert methods and all(method.server_config is not None for method in methods)

@@ -13,7 +13,7 @@ docs/engines.md, "Engines side by side".
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from transformers import PreTrainedModel
@@ -85,21 +85,46 @@ def _step_counts(calls: Sequence, prompt_length: int, final_length: int) -> tupl
     return drafted, accepted
 
 
+#: the assistant's schedule settings (None: none) and generate()'s arguments for a drafter
+_Drafting = tuple[dict[str, object] | None, dict[str, object]]
+
+
+def _prompt_lookup_settings(config, drafter: Drafter, k: int | str, target, sampling) -> _Drafting:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(
+            f"transformers' prompt lookup has no draft-length schedule; k must be an integer >= 1, got {k!r}"
+        )
+    config.prompt_lookup_num_tokens = k
+    config.max_matching_ngram_size = drafter.ngram_size
+    return None, {}
+
+
+def _assistant_settings(config, drafter: Drafter, k: int | str, target, sampling) -> _Drafting:
+    return hf_schedule_settings(k), {"assistant_model": drafter.model}
+
+
+def _universal_settings(config, drafter: Drafter, k: int | str, target, sampling) -> _Drafting:
+    settings, kwargs = _assistant_settings(config, drafter, k, target, sampling)
+    return settings, {**kwargs, **_universal_assisted_kwargs(target, drafter, sampling)}
+
+
+#: how transformers runs each way of drafting it has (``Drafter.assisted_by``): prompt lookup's knobs set on the
+#: generation config; an assistant model with its schedule; universal assisted generation, with both tokenizers
+ASSISTED_METHODS: dict[str, Callable[..., _Drafting]] = {
+    "prompt_lookup": _prompt_lookup_settings,
+    "assistant_model": _assistant_settings,
+    "universal": _universal_settings,
+}
+
+
 @torch.inference_mode()
-def _drafting_settings(config, drafter: Drafter, k: int | str) -> tuple[dict[str, object] | None, dict[str, object]]:
+def _drafting_settings(config, drafter: Drafter, k: int | str, target, sampling) -> _Drafting:
     """Set prompt lookup's knobs on ``config``, or return the assistant's schedule settings and generate()'s
-    ``assistant_model`` argument, by how transformers runs the drafter (``Drafter.assisted_by``)."""
-    if drafter.assisted_by == "prompt_lookup":
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(
-                f"transformers' prompt lookup has no draft-length schedule; k must be an integer >= 1, got {k!r}"
-            )
-        config.prompt_lookup_num_tokens = k
-        config.max_matching_ngram_size = drafter.ngram_size
-        return None, {}
-    if drafter.assisted_by in ("assistant_model", "universal"):
-        return hf_schedule_settings(k), {"assistant_model": drafter.model}
-    raise TypeError(f"the hf engine needs a draft model or prompt lookup, got {type(drafter).__name__}")
+    arguments, by how transformers runs the drafter (:data:`ASSISTED_METHODS`)."""
+    method = ASSISTED_METHODS.get(drafter.assisted_by or "")
+    if method is None:
+        raise TypeError(f"the hf engine needs a draft model or prompt lookup, got {type(drafter).__name__}")
+    return method(config, drafter, k, target, sampling)
 
 
 def _stats_from_logs(
@@ -183,9 +208,7 @@ def hf_assisted_generate(
             "the draft is the target itself (one model object): its forward passes could not be "
             "told from the target's; pass a copy of it as the draft"
         )
-    settings, kwargs = _drafting_settings(config, drafter, k)
-    if drafter.assisted_by == "universal":
-        kwargs.update(_universal_assisted_kwargs(target, drafter, sampling))
+    settings, kwargs = _drafting_settings(config, drafter, k, target, sampling)
 
     clock = DeviceClock(target.device)
     draft_log = ForwardLog()

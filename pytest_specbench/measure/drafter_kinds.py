@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..engine.names import DEFAULT_NGRAM_SIZE, DEFAULT_TRUNCATED_LAYERS
@@ -51,6 +52,8 @@ class PeerMethod:
 
     name: str
     integer_k_only: bool = False
+    #: a served engine's speculative config for the pair at k (its draft model's folder, where it has one)
+    server_config: Callable[[PairSpec, int, Path | None], dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -120,8 +123,19 @@ def _prompt_lookup(pair: PairSpec, target: LoadedModel, draft: LoadedModel | Non
 
 
 _ASSISTANT = PeerMethod("assisted generation (assistant_model)")
-#: vLLM's speculative methods by the names its ``speculative_config`` takes (measure/served_case.py maps them)
+#: vLLM's speculative methods by the names its ``speculative_config`` takes
 VLLM_DRAFT_MODEL, VLLM_NGRAM = "draft_model", "ngram"
+
+
+def _vllm_ngram(pair: PairSpec, k: int, draft_folder: Path | None) -> dict[str, Any]:
+    # The native lookup tries the longest n-gram first, down to one token.
+    longest = pair.options.get("ngram_size", DEFAULT_NGRAM_SIZE)
+    return {"method": VLLM_NGRAM, "num_speculative_tokens": k, "prompt_lookup_max": longest, "prompt_lookup_min": 1}
+
+
+def _vllm_draft_model(pair: PairSpec, k: int, draft_folder: Path | None) -> dict[str, Any]:
+    return {"method": VLLM_DRAFT_MODEL, "model": str(draft_folder), "num_speculative_tokens": k}
+
 
 KINDS: dict[str, DrafterKind] = {
     kind.name: kind
@@ -133,7 +147,10 @@ KINDS: dict[str, DrafterKind] = {
             lambda pair: pair.draft or "",
             draft_model=True,
             other_tokenizer=True,
-            peers={"hf": _ASSISTANT, "vllm": PeerMethod(VLLM_DRAFT_MODEL, integer_k_only=True)},
+            peers={
+                "hf": _ASSISTANT,
+                "vllm": PeerMethod(VLLM_DRAFT_MODEL, integer_k_only=True, server_config=_vllm_draft_model),
+            },
         ),
         DrafterKind(
             "truncated",
@@ -161,7 +178,7 @@ KINDS: dict[str, DrafterKind] = {
             ),
             peers={
                 "hf": PeerMethod("prompt lookup", integer_k_only=True),
-                "vllm": PeerMethod(VLLM_NGRAM, integer_k_only=True),
+                "vllm": PeerMethod(VLLM_NGRAM, integer_k_only=True, server_config=_vllm_ngram),
             },
         ),
     )

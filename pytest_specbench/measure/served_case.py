@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 
-from ..engine.names import DEFAULT_NGRAM_SIZE
 from ..engine.stats import DecodeStats, GenerationResult
 from ..models.base import NotApplicable
 from ..models.loading import model_folder
@@ -26,7 +25,7 @@ from ..served.endpoint import connect
 from ..served.metrics import SpecCounters, read_spec_counters
 from ..served.vllm_server import ServerSpec, installed_version
 from .case_run import BaselineRun, Judgement, NewInterleaved
-from .drafter_kinds import VLLM_DRAFT_MODEL, VLLM_NGRAM, peer_method
+from .drafter_kinds import peer_method
 from .engines import ENGINES, SpeculativeRun
 from .matrix import Case
 from .sequence import SequenceRun
@@ -45,22 +44,14 @@ _PARALLEL_ARGS = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "
 
 
 def speculative_config(case: Case, draft_folder: Path | None) -> dict[str, Any]:
-    """vLLM's ``speculative_config`` for the case: its pair's method at k (``num_speculative_tokens``)."""
+    """vLLM's ``speculative_config`` for the case: its pair's method at k (``num_speculative_tokens``), as the
+    drafter kind declares it (measure/drafter_kinds.py ``PeerMethod.server_config``)."""
     method = peer_method(case.pair, "vllm")
     if isinstance(method, str):
         raise NotApplicable(method)
-    if method.name == VLLM_NGRAM:
-        longest = case.pair.options.get("ngram_size", DEFAULT_NGRAM_SIZE)
-        # The native lookup tries the longest n-gram first, down to one token.
-        return {
-            "method": "ngram",
-            "num_speculative_tokens": case.k,
-            "prompt_lookup_max": longest,
-            "prompt_lookup_min": 1,
-        }
-    if method.name == VLLM_DRAFT_MODEL:
-        return {"method": "draft_model", "model": str(draft_folder), "num_speculative_tokens": case.k}
-    raise NotApplicable(f"the vllm engine has no mapping for {method.name}")
+    if method.server_config is None:
+        raise NotApplicable(f"the vllm engine has no mapping for {method.name}")
+    return method.server_config(case.pair, case.k, draft_folder)
 
 
 @dataclass(frozen=True)
