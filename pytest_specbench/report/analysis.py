@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..engine.cost_model import alpha_mle, observed_proposals, position_counts, predict_proposals, proposals_at
 from ..results.schema import CaseResult
+from ..settings import axes
 from ..settings.engine_names import runs_own_loop
 
 #: the per-pair figures, in report order: ``<figure>_<pair>.png``; plus ``speedup_by_category.png``
@@ -225,3 +226,13 @@ def median(values: Sequence[float]) -> float | None:
     import statistics
 
     return statistics.median(values) if values else None
+
+
+#: the axes an answer names in fields of its own, and the batch size, whose rows the batch view answers
+_NAMED_AXES = ("pair", "engine", "prompt", "dtype", "batch")
+
+
+def further_values(row: CaseResult) -> tuple[tuple[str, object], ...]:
+    """``row``'s (axis, value) on each axis the report groups by that an answer does not name in a field of its own:
+    a new axis splits the answers by its declaration alone."""
+    return tuple((name, getattr(row, name)) for name in axes.report_groups(exclude=_NAMED_AXES))

@@ -27,9 +27,8 @@ from dataclasses import dataclass, replace
 
 from ..results.racing import SLOWER, TIED, UNKNOWN, rank_against_best
 from ..results.schema import CaseResult
-from ..settings import axes
 from ..settings.engine_names import runs_own_loop
-from .analysis import SUSPECT, k_order, predicted_curve, recommended_among, speedup_left_out
+from .analysis import SUSPECT, further_values, k_order, predicted_curve, recommended_among, speedup_left_out
 from .answer_types import (
     K,
     KCount,
@@ -238,16 +237,6 @@ def prompt_answers(results: Sequence[CaseResult]) -> list[PromptAnswer]:
         groups.setdefault((row.pair, row.engine, row.prompt, row.dtype, further_values(row)), []).append(row)
     answers = [answer for answer in map(prompt_answer, groups.values()) if answer is not None]
     return [replace(answer, against_hf=_against_hf(answer, groups)) for answer in answers]
-
-
-#: the axes an answer names in fields of its own, and the batch size, whose rows the batch view answers
-_NAMED_AXES = ("pair", "engine", "prompt", "dtype", "batch")
-
-
-def further_values(row: CaseResult) -> tuple[tuple[str, object], ...]:
-    """``row``'s (axis, value) on each axis the report groups by that an answer does not name in a field of its own:
-    a new axis splits the answers by its declaration alone."""
-    return tuple((name, getattr(row, name)) for name in axes.report_groups(exclude=_NAMED_AXES))
 
 
 def _against_hf(answer: PromptAnswer, groups: dict[tuple, list[CaseResult]]) -> AgainstHf | None:

@@ -38,7 +38,7 @@ from ..results.statistics import (
     slower_p_from_intervals,
     with_log_se,
 )
-from .analysis import SUSPECT, k_order, speedup_left_out
+from .analysis import SUSPECT, further_values, k_order, speedup_left_out
 from .formatting import SUSPECT_MARK, entry_with_interval
 from .records import JsonRecord
 
@@ -259,13 +259,13 @@ def group_view(
 def dtype_views(results: Sequence[CaseResult], answers: Sequence[PromptAnswer]) -> list[DtypeView]:
     """:func:`group_view` of every (pair, engine, prompt, batch) where several dtypes ran, in order of first
     appearance; ``answers``: the run's per-dtype prompt answers (:func:`.answer.prompt_answers` of ``results``)."""
-    groups: dict[tuple[str, str, str, int], list[CaseResult]] = {}
+    groups: dict[tuple, list[CaseResult]] = {}
     for row in results:
-        groups.setdefault((row.pair, row.engine, row.prompt, row.batch), []).append(row)
+        groups.setdefault((row.pair, row.engine, row.prompt, row.batch, further_values(row)), []).append(row)
     spreads = baseline_spread(results)
     views = []
-    for (pair, engine, prompt, _), rows in groups.items():
-        own = [a for a in answers if (a.pair, a.engine, a.prompt) == (pair, engine, prompt)]
+    for (pair, engine, prompt, _, further), rows in groups.items():
+        own = [a for a in answers if (a.pair, a.engine, a.prompt, a.further) == (pair, engine, prompt, further)]
         view = group_view(rows, own, spreads.get(rows[0].target))
         if view is not None:
             views.append(view)
