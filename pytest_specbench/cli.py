@@ -22,6 +22,7 @@ from .report.analysis import geometric_mean
 from .report.formatting import with_interval
 from .report.summary import run_document
 from .results.log import row_problem
+from .results.run_document import RunDocument
 from .results.schema import CaseResult
 from .settings.options import OPTIONS, Option, current_setting_names, default_of, parse_output_path
 from .tools import gpu_check, verify_curve
@@ -202,7 +203,7 @@ def _shared_options(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, force: bool = False) -> dict[str, Any]:
+def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, force: bool = False) -> RunDocument:
     """One document from several; raises MergeError on incomparable options (unless ``force``: the merged record
     then keeps only the options the runs share) or a case in two runs. Each row keeps its machine: its run's
     (``merged_from``), or, for a row a run replayed from a results log, the earlier run's
@@ -224,7 +225,7 @@ def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, for
     missing = [case for document in documents for case in document.get("missing_cases", [])]
     resumed = [case for document in documents for case in document.get("resumed_cases") or []]
     merged = run_document(results, _shared_options(documents), env, missing, resumed=resumed)
-    merged["merged_from"] = [
+    merged.merged_from = [
         {
             "run": name,
             "fingerprint": document.get("fingerprint", {}),
@@ -234,7 +235,7 @@ def merge_runs(documents: Sequence[dict[str, Any]], names: Sequence[str], *, for
         for document, run_rows, name in zip(documents, rows, names)
     ]
     # A replayed row keeps the machine of the run that measured it, not its shard's: each group names its run.
-    merged["resumed_from"] = [
+    merged.resumed_from = [
         {**group, "run": group.get("run", name)}
         for document, name in zip(documents, names)
         for group in document.get("resumed_from") or []
@@ -461,7 +462,7 @@ def _merge(args: argparse.Namespace) -> int:
     command = "python -m pytest_specbench merge " + " ".join(str(path) for path in args.runs)
     paths = OutputPaths(csv=args.csv, json=args.json, figures=args.plots, report=args.report)
     _, errors = write_outputs(paths, merged, command)
-    print(f"merged {len(merged['results'])} case(s) from {len(documents)} run(s)")
+    print(f"merged {len(merged.results)} case(s) from {len(documents)} run(s)")
     for error in errors:
         print(f"pytest_specbench merge: {error}", file=sys.stderr)
     return 2 if errors else 0

@@ -186,7 +186,7 @@ def test_the_answer_is_in_the_terminal_summary_the_report_and_the_json():
     report = report_markdown(rows, {}, {})
     assert "The answer. Per prompt" in report and "| 1 (eliminated by 4), 8 |" in report
     assert "Across 1 prompt(s): k=4" in report
-    document = json.loads(strict_json(run_document(rows, {}, {})))
+    document = json.loads(strict_json(run_document(rows, {}, {}).to_json()))
     assert document["answer"] == json.loads(json.dumps(run_answer(rows).to_json()))
     assert document["answer"]["prompts"][0]["best_k"] == 4 and document["answer"]["pairs"][0]["k"] == 4
 

@@ -254,9 +254,9 @@ def test_the_json_document_carries_the_answer_and_the_figure_is_drawn(tmp_path):
     from pytest_specbench.report.plots import speedup_vs_batch
     from pytest_specbench.report.summary import run_document
 
-    document = run_document(GAINING_TO_4, {}, {})
+    document = run_document(GAINING_TO_4, {}, {}).to_json()
     assert document["batch"][0]["break_even"]["batch"] == 4
-    assert run_document([_row(1, 1, 1.3, 1.2)], {}, {})["batch"] == []
+    assert run_document([_row(1, 1, 1.3, 1.2)], {}, {}).batch == []
     assert speedup_vs_batch([_row(1, 1, 1.3, 1.2)], "tiny", tmp_path) is None
     path = speedup_vs_batch(GAINING_TO_4, "tiny", tmp_path)
     assert path == tmp_path / "speedup_vs_batch_tiny.png" and path.stat().st_size > 0

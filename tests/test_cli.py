@@ -179,7 +179,7 @@ def test_merge_joins_shards_that_differ_only_in_what_may_differ():
     assert {"specbench_pairs", "specbench_shard", "specbench_json"} <= {option.dest for option in free}
     first = _run(["p-k1-x"], specbench_gpu="cuda:0", **{option.dest: f"{option.name}-1" for option in free})
     second = _run(["q-k1-x"], specbench_gpu="cuda:1", **{option.dest: f"{option.name}-2" for option in free})
-    merged = merge_runs([first, second], ["a", "b"])
+    merged = merge_runs([first, second], ["a", "b"]).to_json()
     assert [row["case"] for row in merged["results"]] == ["p-k1-x", "q-k1-x"]
     assert [source["shard"] for source in merged["merged_from"]] == ["shard-1", "shard-2"]
     # The merged record keeps the options the runs share, not one run's value of those that differ (the k list).
@@ -194,7 +194,7 @@ def test_merge_compares_what_a_value_means_not_how_it_is_written():
         ],
         ["a", "b"],
     )
-    assert len(same["results"]) == 2
+    assert len(same.results) == 2
     with pytest.raises(MergeError, match=re.escape("specbench_gpu: a has 'cuda:0', b has 'cpu'")):
         merge_runs([_run(["p-k1-x"], specbench_gpu="cuda:0"), _run(["q-k1-x"], specbench_gpu="cpu")], ["a", "b"])
 
@@ -202,7 +202,7 @@ def test_merge_compares_what_a_value_means_not_how_it_is_written():
 def test_merge_takes_batch_sizes_in_any_order_as_resume_does():
     """The batch list's order changes only the order cases run in; resume accepts it, so merge does too."""
     same = merge_runs([_run(["p-k1-x"], specbench_batch="1,4"), _run(["q-k1-x"], specbench_batch="4,1")], ["a", "b"])
-    assert len(same["results"]) == 2
+    assert len(same.results) == 2
     with pytest.raises(MergeError, match="specbench_batch"):
         merge_runs([_run(["p-k1-x"], specbench_batch="1,4"), _run(["q-k1-x"], specbench_batch="1,2")], ["a", "b"])
 
@@ -219,7 +219,7 @@ def test_merge_refuses_runs_whose_options_make_numbers_incomparable():
             _run(["q-k1-x"], specbench_shard="2/2", specbench_json="b.json"),
         ],
         ["a", "b"],
-    )
+    ).to_json()
     assert [row["case"] for row in merged["results"]] == ["p-k1-x", "q-k1-x"]
     assert [source["shard"] for source in merged["merged_from"]] == ["1/2", "2/2"]
 
@@ -336,7 +336,7 @@ def test_compare_and_merge_take_runs_of_other_k_lists_and_compare_says_so(tmp_pa
     header = _header(capsys.readouterr().out)
     assert header[0].startswith(f"k lists differ (specbench_k: {old} has '1,4', {new} has '1,2'): they choose")
     merged = merge_runs([_run(["p-k4-x"], specbench_k="1,4"), _run(["q-k2-x"], specbench_k="2,1")], ["a", "b"])
-    assert len(merged["results"]) == 2
+    assert len(merged.results) == 2
 
 
 def test_compare_refuses_greedy_against_sampled_unless_forced(tmp_path, capsys):
@@ -398,7 +398,7 @@ def test_compare_and_merge_refuse_runs_of_other_engines_whose_case_ids_agree(tmp
     assert differs in capsys.readouterr().err
     # the same engines in another order are the same setting
     both = [_run(["a-k2-x"], specbench_engine="native,hf"), _run(["b-k2-x"], specbench_engine="hf,native")]
-    assert len(merge_runs(both, ["a", "b"])["results"]) == 2
+    assert len(merge_runs(both, ["a", "b"]).results) == 2
 
 
 def _with_kernel(document: dict, few_rows_kernel: str) -> dict:
@@ -481,7 +481,7 @@ def test_merge_keeps_which_rows_were_resumed_and_the_machine_that_measured_them(
         "resumed_from": [earlier],
     }
     b = {**_run(["q-k1-x"], specbench_shard="2/2"), "fingerprint": _machine("AVX2")}
-    merged = merge_runs([a, b], ["a.json", "b.json"])
+    merged = merge_runs([a, b], ["a.json", "b.json"]).to_json()
     assert merged["resumed_cases"] == ["p-k1-x"]
     assert merged["resumed_from"] == [{**earlier, "run": "a.json"}]
     # compare sees the machine of the resumed row too: its speedup was timed elsewhere

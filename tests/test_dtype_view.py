@@ -232,7 +232,7 @@ def test_the_view_is_in_the_summary_the_report_and_the_json():
     table = [line.replace(" ", "") for line in report.splitlines() if line.startswith("| ")]
     assert "|k|float32|bfloat16|" in table
     assert any(line.startswith("|2|1.50[") and "|**2.6" in line for line in table)  # the fastest in bold
-    document = json.loads(strict_json(run_document(rows, {}, {})))
+    document = json.loads(strict_json(run_document(rows, {}, {}).to_json()))
     (view,) = document["answer"]["dtypes"]
     assert view["fastest"]["dtype"] == "bfloat16" and view["fastest"]["k"] == 2
 

@@ -11,6 +11,7 @@ import pytest
 from factory import gated_case
 
 from pytest_specbench.report.outputs import OutputPaths, write_outputs
+from pytest_specbench.report.summary import run_document
 from pytest_specbench.results.fingerprint import machine_fingerprint
 from pytest_specbench.results.gate import (
     BASELINE_FORMAT,
@@ -87,12 +88,7 @@ def gate(document, rows, run_config=None, path="b.json"):
 
 def test_a_saved_baseline_records_the_result_changing_settings_and_the_fingerprint(tmp_path: Path) -> None:
     run = config(temperature="0.7")
-    document = {
-        "results": [row.to_row() for row in ROWS],
-        "options": run.raw,
-        "fingerprint": {"cpu_capability": "AVX2"},
-        "versions": {},
-    }
+    document = run_document(ROWS, run.raw, {"fingerprint": {"cpu_capability": "AVX2"}, "versions": {}})
     written, errors = write_outputs(OutputPaths(baseline=tmp_path / "b.json"), document)
     assert errors == [] and written == [tmp_path / "b.json"]
     saved = load_baseline(tmp_path / "b.json")

@@ -157,7 +157,7 @@ def test_the_serving_answer_never_names_a_diverged_k_best_nor_lets_it_decide_the
     (answer,) = batch_answer(rows)
     assert [(item.batch, item.k) for item in answer.best] == [(1, 4), (4, 1)]
     assert answer.break_even.batch == 1  # batch 4 gains only where its output diverged
-    document = run_document(rows, {}, {})
+    document = run_document(rows, {}, {}).to_json()
     assert document["batch"][0]["break_even"]["batch"] == 1 and document["answer"]["prompts"][0]["best_k"] == 4
 
 

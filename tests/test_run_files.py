@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from factory import case_result
 
+from pytest_specbench.report.summary import run_document
 from pytest_specbench.results.run_files import Output, OutputPaths, RunFiles
 from pytest_specbench.results.tally import CaseTally
 from pytest_specbench.settings.config import SpecbenchConfig, parse_settings
@@ -29,20 +30,13 @@ def _config(tmp_path: Path, **changes: Any) -> SpecbenchConfig:
     return dataclasses.replace(parse_settings({}), **{**paths, **changes})
 
 
-class _Writers:
-    """Writes nothing: records the paths it was given, and fails as a full disk would."""
+def _full_disk(paths: OutputPaths) -> list[Output]:
+    """The run's CSV, which fails as a full disk would."""
 
-    def __init__(self) -> None:
-        self.paths: list[OutputPaths] = []
+    def write(path: Path) -> None:
+        raise OSError("no space left on device")
 
-    def outputs(self, paths: OutputPaths, document: dict[str, Any], command: str | None = None) -> list[Output]:
-        return []
-
-    def write_outputs(
-        self, paths: OutputPaths, document: dict[str, Any], command: str | None = None
-    ) -> tuple[list[Path], list[str]]:
-        self.paths.append(paths)
-        return [], [f"could not write {paths.csv}: no space left on device"]
+    return [Output("CSV", paths.csv, write)]
 
 
 def test_a_second_run_on_the_same_files_is_refused_until_the_first_lets_them_go(tmp_path: Path) -> None:
@@ -68,10 +62,11 @@ def test_the_log_holds_each_row_and_a_partial_run_saves_no_baseline(tmp_path: Pa
     assert lines[1]["case"] == "a" and lines[1]["speedup"] == 1.5 and lines[2]["missing_cases"] == ["b"]
     assert files.written == [tmp_path / "r.jsonl"]
 
-    writers = _Writers()
-    document = {"results": [{"case": "a"}], "missing_cases": ["b"], "interrupted": None}
-    assert files.write(document, measured_here=True, writers=writers) is True
-    assert writers.paths[0].baseline is None  # refused: a partial baseline would stop gating case b
+    document = run_document([case_result(case="a")], {}, {}, ["b"])
+    assert files.open_history(measured_here=True) is None  # the config keeps no history
+    paths = files.output_paths(document)
+    assert paths.baseline is None  # refused: a partial baseline would stop gating case b
+    assert files.write_outputs(_full_disk(paths)) is True
     assert files.refusals[0].startswith(f"did not save the baseline {tmp_path / 'b.json'}: 1 case(s) have no result")
     assert files.errors == [f"could not write {tmp_path / 'r.csv'}: no space left on device"]
     files.release()

@@ -91,7 +91,7 @@ def test_a_field_added_to_the_schema_appears_in_the_csv_json_summary_gate_and_ex
     assert row.to_row()["energy_j"] == 0.25
     header = next(csv.reader(io.StringIO(report.csv_text([row]))))
     assert "energy_j" in header
-    assert json.loads(strict_json(report.run_document([row], {}, {})))["results"][0]["energy_j"] == 0.25
+    assert json.loads(strict_json(report.run_document([row], {}, {}).to_json()))["results"][0]["energy_j"] == 0.25
     assert any("J/token" in line for line in report.summary_lines([row]))
     assert "energy_j" in schema.extra_info_fields()
     assert gate.baseline_document([row], {})["cases"][row.case]["energy_j"] == 0.25

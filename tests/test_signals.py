@@ -93,9 +93,9 @@ SIGNAL_WHILE_WRITING = """
     import os
     import signal
 
-    from pytest_specbench.report import outputs
+    from pytest_specbench.results.run_files import RunFiles
 
-    _write_outputs = outputs.write_outputs
+    _write_outputs = RunFiles.write_outputs
 
 
     def _signalled_while_writing(*args, **kwargs):
@@ -103,7 +103,7 @@ SIGNAL_WHILE_WRITING = """
         return _write_outputs(*args, **kwargs)
 
 
-    outputs.write_outputs = _signalled_while_writing
+    RunFiles.write_outputs = _signalled_while_writing
 """
 
 

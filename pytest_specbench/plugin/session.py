@@ -114,18 +114,27 @@ class SpecbenchSession:
             return failed or bool(self.files.errors)
 
     def _write_files(self) -> bool:
-        """The run's document, written by report/outputs.py's table (the one ``merge`` writes too)."""
+        """The run's document, composed here, and its files: report/outputs.py's table of them (the one ``merge``
+        writes too), written by the run's files, then again in its history folder."""
         from ..report import outputs
         from ..report.summary import environment, run_document
 
-        rows, missing, interrupted = self.rows, self.tally.missing(self.rows.by_case), self.ending.interrupted
+        rows, files = self.rows, self.files
+        missing, interrupted = self.tally.missing(rows.by_case), self.ending.interrupted
         document = run_document(
             rows.in_order(), self.config.raw, environment(), missing, interrupted=interrupted, resumed=rows.replayed
         )
         # Which machine measured which rows: the replayed ones keep the fingerprint of the run that measured them.
-        document["resumed_from"] = self.resume.origins(set(rows.replayed))
-        document["lost_mid_block"] = list(self.ending.lost_mid_block)
-        return self.files.write(document, rows.measured_here, outputs)
+        document.resumed_from = self.resume.origins(set(rows.replayed))
+        document.lost_mid_block = list(self.ending.lost_mid_block)
+        document.history_entry = files.open_history(rows.measured_here)
+        document.errors = list(files.errors)  # what went wrong so far (a log on a full disk)
+        failed = files.write_outputs(outputs.outputs(files.output_paths(document), document, files.command))
+        in_history = files.history_paths()
+        if in_history is not None:
+            document.errors = list(files.errors)
+            files.save_in_history(outputs.outputs(in_history, document, files.command))
+        return failed
 
     def _gate(self) -> bool:
         from ..results.gate import run_gate

@@ -1,14 +1,15 @@
 """The files of a run, in one table: the end of a pytest run and ``python -m pytest_specbench merge`` write
-them alike, from the run's JSON document (:func:`.summary.run_document`, or the merged document)."""
+them alike, from the run's document (:class:`~..results.run_document.RunDocument`: the run's, or the merged one).
+The front end asks for the table and hands it to results/ to write (results/run_files.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ..atomic import write_atomic
 from ..results.gate import save_baseline
+from ..results.run_document import RunDocument
 
 # OutputPaths and Output are named here too: the table below and ``merge`` use them with it.
 from ..results.run_files import Output, OutputPaths, write_each
@@ -27,34 +28,32 @@ def write_figures(directory: Path, results: Sequence[CaseResult]) -> None:
     write_plots(results, directory)
 
 
-def outputs(paths: OutputPaths, document: dict[str, Any], command: str | None = None) -> tuple[Output, ...]:
-    """The table: CSV, JSON, baseline, figures and report, each written from ``document`` (its ``results``,
-    ``options``, ``fingerprint`` and ``versions``); ``command`` is the command line the report quotes. The JSON
-    is the document as it is; the other writers take its rows typed."""
-    results = [CaseResult.from_row(row) for row in document["results"]]
-    env = {"fingerprint": document.get("fingerprint", {}), "versions": document.get("versions", {})}
+def outputs(paths: OutputPaths, document: RunDocument, command: str | None = None) -> tuple[Output, ...]:
+    """The table: CSV, JSON, baseline, figures and report, each written from ``document`` (its rows, options,
+    fingerprint and versions); ``command`` is the command line the report quotes. The JSON is the document's
+    :meth:`~RunDocument.to_json` as it is when written."""
+    results = document.results
+    env = {"fingerprint": document.fingerprint, "versions": document.versions}
     return (
         Output("CSV", paths.csv, lambda path: write_atomic(path, csv_text(results))),
-        Output("JSON", paths.json, lambda path: write_atomic(path, strict_json(document))),
+        Output("JSON", paths.json, lambda path: write_atomic(path, strict_json(document.to_json()))),
         # The baseline records the run's result-changing settings, from its options, for the gate to check.
         Output(
-            "baseline",
-            paths.baseline,
-            lambda path: save_baseline(path, results, {**env, "options": document.get("options", {})}),
+            "baseline", paths.baseline, lambda path: save_baseline(path, results, {**env, "options": document.options})
         ),
         Output("figures", paths.figures, lambda path: write_figures(path, results)),
         Output(
             "report",
             paths.report,
             lambda path: write_atomic(
-                path, report_markdown(results, document.get("options", {}), env, paths.figures, path, command)
+                path, report_markdown(results, document.options, env, paths.figures, path, command)
             ),
         ),
     )
 
 
 def write_outputs(
-    paths: OutputPaths, document: dict[str, Any], command: str | None = None
+    paths: OutputPaths, document: RunDocument, command: str | None = None
 ) -> tuple[list[Path], list[str]]:
     """Write every output that has a path; returns the paths written and, for each that failed, the error.
 

@@ -11,6 +11,7 @@ from typing import Any
 from tabulate import tabulate
 
 from ..engine.cost_model import CURVE_FLOOR
+from ..results.run_document import RunDocument
 from ..results.schema import CaseResult, csv_columns, summary_columns
 from ..settings.engine_names import runs_own_loop
 from .analysis import (
@@ -319,21 +320,23 @@ def run_document(
     *,
     interrupted: str | None = None,
     resumed: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The JSON record of a run: the environment, the options used, how the run ended, missing cases, the answer
-    (:func:`.answer.run_answer`), the answer for serving (:func:`.batch.batch_answer`) and the rows: the typed
-    answers as plain built-in types (their ``to_json()``), so the document is JSON as it stands.
+) -> RunDocument:
+    """The record of a run: the environment, the options used, how the run ended, missing cases, the answer
+    (:func:`.answer.run_answer`), the answer for serving (:func:`.batch.batch_answer`) and the rows; the typed
+    answers as plain built-in types (their ``to_json()``), so the document's :meth:`~RunDocument.to_json` is JSON
+    as it stands.
 
     ``interrupted`` says what stopped the run early (a signal, a failure limit), ``resumed`` lists the
     cases taken from a results log instead of being run again.
     """
-    return {
-        **env,
-        "options": options,
-        "interrupted": interrupted,
-        "missing_cases": list(missing),
-        "resumed_cases": list(resumed),
-        "answer": run_answer(per_k_rows(results)).to_json(),
-        "batch": [answer.to_json() for answer in batch_answer(results)],
-        "results": [row.to_row() for row in results],
-    }
+    return RunDocument(
+        fingerprint=env.get("fingerprint", {}),
+        versions=env.get("versions", {}),
+        options=options,
+        interrupted=interrupted,
+        missing_cases=list(missing),
+        resumed_cases=list(resumed),
+        answer=run_answer(per_k_rows(results)).to_json(),
+        batch=[answer.to_json() for answer in batch_answer(results)],
+        results=list(results),
+    )

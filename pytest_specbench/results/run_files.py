@@ -3,8 +3,9 @@ the CSV, JSON, baseline, report and figures, and what went wrong writing them.
 
 The controller claims them before any case runs (:meth:`RunFiles.claim`: each file locked for the run's
 lifetime, an unfinished run's log never replaced), logs each finished case as it arrives, and writes the
-rest once the run has ended (:meth:`RunFiles.write`). Nothing here knows pytest; the writers' table is
-handed in by the caller (:mod:`..report.outputs`, the one ``python -m pytest_specbench merge`` writes with).
+rest once the run has ended (:meth:`RunFiles.write_outputs`, then :meth:`RunFiles.save_in_history`). Nothing
+here knows pytest or the report: the front end composes the run's document and hands in the outputs' table it
+made of it (:mod:`..report.outputs`, the one ``python -m pytest_specbench merge`` writes with).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..settings.config import SpecbenchConfig, result_settings
 from ..settings.options import OPTIONS
@@ -23,6 +24,7 @@ from .fingerprint import machine_fingerprint
 from .lock import LockedByAnotherRun, RunLock, describe_holder
 from .log import ResultsLog, ResultsLogError, read_log, unfinished_reason
 from .round_log import read_rounds, remove_rounds, rounds_path
+from .run_document import RunDocument
 from .schema import CaseResult
 
 
@@ -44,16 +46,6 @@ class Output:
     name: str
     path: Path | None
     write: Callable[[Path], None]
-
-
-class Writers(Protocol):
-    """The outputs' table and its writer (the module :mod:`..report.outputs`)."""
-
-    def outputs(self, paths: OutputPaths, document: dict[str, Any], command: str | None = None) -> Sequence[Output]: ...
-
-    def write_outputs(
-        self, paths: OutputPaths, document: dict[str, Any], command: str | None = None
-    ) -> tuple[list[Path], list[str]]: ...
 
 
 def write_each(
@@ -96,6 +88,8 @@ class RunFiles:
         self.history_entry: Path | None = None  # this run's folder in the run history, once saved
         self._log: ResultsLog | None = None
         self._lock: RunLock | None = None
+        self._started = time.time()  # when the run's files began to be written: its figures are those after it
+        self._baseline_refused = False
 
     # --- before any case runs ----------------------------------------------------------------------
 
@@ -242,37 +236,56 @@ class RunFiles:
 
     # --- the end of the run -----------------------------------------------------------------------------
 
-    def write(self, document: dict[str, Any], measured_here: bool, writers: Writers) -> bool:
-        """Write the run's files from its JSON ``document`` (:func:`..report.summary.run_document`), and save
-        the run in the history when it measured a case itself; True when a file failed or the baseline was
-        refused."""
+    def open_history(self, measured_here: bool) -> str | None:
+        """Make this run's folder in the history when it measured a case itself (a run that replayed every row
+        saves none); its name for the document, or None (none, or it could not be made: an error says why)."""
+        if measured_here and self.config.history_dir is not None:
+            self._new_history_entry()
+        return str(self.history_entry) if self.history_entry is not None else None
+
+    def output_paths(self, document: RunDocument) -> OutputPaths:
+        """Where the run's files go: the config's paths, but no baseline from a partial run (refused, and why)."""
         config = self.config
         refusal = config.save_baseline and self._baseline_refusal(document)
+        self._baseline_refused = bool(refusal)
         if refusal:
             self.refusals.append(refusal)
-        paths = OutputPaths(
+        return OutputPaths(
             csv=config.csv_path,
             json=config.json_path,
             baseline=None if refusal else config.save_baseline,
             figures=config.plots_dir,
             report=config.report_path,
         )
-        if measured_here and config.history_dir is not None:
-            self._new_history_entry()
-        document["history_entry"] = str(self.history_entry) if self.history_entry is not None else None
-        document["errors"] = list(self.errors)  # what went wrong so far (a log on a full disk)
-        started = time.time()
-        written, errors = writers.write_outputs(paths, document, self.command)
+
+    def write_outputs(self, outputs: Iterable[Output]) -> bool:
+        """Write the run's files (the table the front end made of its document); True when one failed or the
+        baseline was refused."""
+        self._started = time.time()
+        written, errors = write_each(outputs)
         self.written += written
         self.errors += errors
-        if self.history_entry is not None:
-            self._save_in_history({**document, "errors": list(self.errors)}, started, writers)
-        return bool(refusal or errors)
+        return bool(self._baseline_refused or errors)
 
-    def _baseline_refusal(self, document: dict[str, Any]) -> str | None:
+    def history_paths(self) -> OutputPaths | None:
+        """Where the run's files go again in its history folder (the report and figures when the run wrote them);
+        None where it has none."""
+        from . import history
+
+        entry, config = self.history_entry, self.config
+        if entry is None:
+            return None
+        return OutputPaths(
+            csv=entry / history.CSV,
+            json=entry / history.JSON,
+            figures=entry / history.FIGURES if config.plots_dir is not None else None,
+            report=entry / history.REPORT if config.report_path is not None else None,
+        )
+
+    def _baseline_refusal(self, document: RunDocument) -> str | None:
         """Why this run must not save its baseline (a partial run would replace a whole one), or None."""
-        config, missing, interrupted = self.config, document["missing_cases"], document["interrupted"]
-        if config.allow_missing or not (missing or interrupted or not document["results"]):
+        config, missing, interrupted = self.config, document.missing_cases, document.interrupted
+        if config.allow_missing or not (missing or interrupted or not document.results):
             return None
         why = [f"{len(missing)} case(s) have no result"] if missing else []
         why += [f"the run was interrupted ({interrupted})"] if interrupted else []
@@ -290,22 +303,17 @@ class RunFiles:
         except OSError as error:
             self.errors.append(f"could not save the run in the history {self.config.history_dir}: {error}")
 
-    def _save_in_history(self, document: dict[str, Any], started: float, writers: Writers) -> None:
-        """The run's files, again, in its history folder: CSV, JSON, the log, and the report and figures when
-        the run wrote them."""
+    def save_in_history(self, outputs: Iterable[Output]) -> None:
+        """The run's files, again, in its history folder (:meth:`history_paths`): CSV, JSON, the log, and the
+        report and figures when the run wrote them; the figures are copied, not drawn again."""
         from . import history
 
-        entry, config = self.history_entry, self.config
+        entry, config, started = self.history_entry, self.config, self._started
+        if entry is None:
+            return
         figures = entry / history.FIGURES if config.plots_dir is not None else None
-        paths = OutputPaths(
-            csv=entry / history.CSV,
-            json=entry / history.JSON,
-            figures=figures,
-            report=entry / history.REPORT if config.report_path is not None else None,
-        )
-        # The figures are copied below, not drawn again.
         _, errors = write_each(
-            (output for output in writers.outputs(paths, document, self.command) if output.name != "figures"),
+            (output for output in outputs if output.name != "figures"),
             "could not save {path} in the history: {error}",
         )
         copies = []
