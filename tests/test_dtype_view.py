@@ -267,3 +267,25 @@ def test_the_summary_tables_name_each_rows_dtype():
     assert per_k.split()[:3] == ["k", "dtype", "cases"]
     lines = [line.split() for line in text.splitlines()]
     assert ["2", "bfloat16", "1", "1.60"] in [line[:4] for line in lines]  # k=2 in bfloat16 alone: 0.012 / 0.0075
+
+
+def test_an_axis_the_report_groups_by_gives_each_value_a_view_named_by_it(monkeypatch):
+    # Two context lengths of one prompt, both dtypes each: two views, each matched to its own answers and named.
+    from pytest_specbench.report.dtype_view import view_table
+    from pytest_specbench.settings import axes
+
+    monkeypatch.setattr(axes, "AXES", (*axes.AXES, axes.Axis("context", lambda n: f"-c{n}")))
+
+    @dataclasses.dataclass
+    class WithContext(CaseResult):
+        context: int = 0
+
+    rows = [
+        WithContext(**dataclasses.asdict(row), context=context)
+        for context in (64, 512)
+        for row in _rows("float32", "bfloat16")
+    ]
+    short, long = dtype_views(rows, prompt_answers(rows))
+    assert (short.further, long.further) == ((("context", 64),), (("context", 512),))
+    cells, headers = view_table([short, long], engines=False)
+    assert headers[:2] == ["prompt", "context"] and [row[1] for row in cells] == ["64", "512"]

@@ -9,9 +9,10 @@ from factory import case_result
 
 from pytest_specbench.report.outputs import OutputPaths, outputs, write_outputs
 from pytest_specbench.report.summary import run_document
+from pytest_specbench.results.run_document import RunDocument
 
 
-def _document(speedup: float = 1.2, **fields) -> dict:
+def _document(speedup: float = 1.2, **fields) -> RunDocument:
     row = case_result(case="p-k1-x", pair="p", k=1, prompt="x", decode_speedup=speedup, acceptance_rate=0.5, **fields)
     return run_document([row], {"specbench_k": "1"}, {"fingerprint": {"cpu_model": "x"}, "versions": {}})
 

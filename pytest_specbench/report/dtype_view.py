@@ -101,6 +101,8 @@ class DtypeView(JsonRecord):
     float32_best: DtypeEntry | None
     entries: tuple[DtypeEntry, ...]
     suspect: tuple[DtypeK, ...]
+    # (axis, value) of each axis the report groups by beyond these (answer.further): each value a view of its own
+    further: tuple[tuple[str, object], ...] = ()
 
 
 def dtype_order(dtypes: Sequence[str]) -> list[str]:
@@ -253,6 +255,7 @@ def group_view(
         float32_best=float32_best,
         entries=tuple(entries),
         suspect=tuple(DtypeK(row.dtype, row.k) for row in rows if row.suspect and isinstance(row.k, int)),
+        further=further_values(first),
     )
 
 
@@ -286,11 +289,13 @@ def _speedup_text(entry: DtypeEntry | None) -> str:
 def view_table(views: Sequence[DtypeView], engines: bool) -> tuple[list[list[str]], list[str]]:
     """(cells, headers) of the fastest (dtype, k) per prompt, float32's own best k beside it."""
     cells = []
+    further = list(dict.fromkeys(name for view in views for name, _ in view.further))  # a column per further axis
     for view in views:
         fastest, float32 = view.fastest, view.float32_best
         cells.append(
             [
                 view.prompt,
+                *(str(dict(view.further).get(name, "")) for name in further),
                 *([view.engine] if engines else []),
                 "-" if fastest is None else _key_text(fastest),
                 _speedup_text(fastest),
@@ -298,7 +303,7 @@ def view_table(views: Sequence[DtypeView], engines: bool) -> tuple[list[list[str
                 "-" if float32 is None else f"k={float32.k} {_speedup_text(float32)}",
             ]
         )
-    headers = ["prompt", *(["engine"] if engines else []), "fastest (dtype, k)", "decode speedup", "tied"]
+    headers = ["prompt", *further, *(["engine"] if engines else []), "fastest (dtype, k)", "decode speedup", "tied"]
     return cells, headers + ["float32's best k"]
 
 

@@ -502,9 +502,10 @@ def _dtype_view_lines(pair: str, answer: RunAnswer) -> list[str]:
     for view in (view for view in views if view.shown):
         cells, headers = speed_table(view)
         tied = ", ".join(f"{t.dtype} k={t.k}" for t in view.tied) or "none"
+        further = "".join(f", {name} {value}" for name, value in view.further)
         lines += [
             f"Every (dtype, k) against float32 greedy, `{view.prompt}` ({view.engine} engine, batch "
-            f"{view.batch}): decode speedup over the float32 target's greedy decoding with its 95% interval, "
+            f"{view.batch}{further}): decode speedup over the float32 target's greedy decoding with its 95% interval, "
             "float32's own paired, the other dtypes' own paired times their greedy baseline's speed over "
             "float32's (the two baselines timed in other blocks: unpaired, so wider); the "
             f"fastest in bold; tied with it: {tied}.",
