@@ -127,7 +127,7 @@ class Case:
         one (target, dtype, pair, k) over its prompts instead: its server fixes the speculative config when it
         starts (measure/served_case.py), and each case pairs with its own prompt's baseline. The device is the
         worker's."""
-        return axes.block_key(self.axis_values(), target_of(self.pair))
+        return axes.block_key(self.axis_values())
 
 
 def target_of(pair: PairSpec) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..engine.cost_model import alpha_mle, observed_proposals, position_counts, predict_proposals, proposals_at
 from ..results.schema import CaseResult
@@ -236,3 +237,14 @@ def further_values(row: CaseResult) -> tuple[tuple[str, object], ...]:
     """``row``'s (axis, value) on each axis the report groups by that an answer does not name in a field of its own:
     a new axis splits the answers by its declaration alone."""
     return tuple((name, getattr(row, name)) for name in axes.report_groups(exclude=_NAMED_AXES))
+
+
+def further_columns(grouped: Sequence[Any]) -> list[str]:
+    """The further axes any of ``grouped`` (answers or views, each with ``further``) names: a table column each."""
+    return list(dict.fromkeys(name for item in grouped for name, _ in item.further))
+
+
+def further_cells(item: Any, columns: Sequence[str]) -> list[str]:
+    """``item``'s value in each of the further axes' ``columns`` ("" where it has none)."""
+    values = dict(item.further)
+    return [str(values.get(name, "")) for name in columns]

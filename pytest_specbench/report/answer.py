@@ -28,7 +28,16 @@ from dataclasses import dataclass, replace
 from ..results.racing import SLOWER, TIED, UNKNOWN, rank_against_best
 from ..results.schema import CaseResult
 from ..settings.engine_names import runs_own_loop
-from .analysis import SUSPECT, further_values, k_order, predicted_curve, recommended_among, speedup_left_out
+from .analysis import (
+    SUSPECT,
+    further_cells,
+    further_columns,
+    further_values,
+    k_order,
+    predicted_curve,
+    recommended_among,
+    speedup_left_out,
+)
 from .answer_types import (
     K,
     KCount,
@@ -321,7 +330,7 @@ def prompt_table(
     only when several dtypes did."""
     cells = []
     hf = any(a.against_hf for a in answers)  # a column only when both engines ran k=auto
-    further = list(dict.fromkeys(name for a in answers for name, _ in a.further))  # a column per further axis
+    further = further_columns(answers)
     for a in answers:
         recommended = "" if a.recommended_k is None else str(a.recommended_k)
         regret = ("not run" if a.regret is None else f"{a.regret:.2f}") if recommended else ""
@@ -329,7 +338,7 @@ def prompt_table(
         cells.append(
             [
                 a.prompt,
-                *(str(dict(a.further).get(name, "")) for name in further),
+                *further_cells(a, further),
                 *([a.engine] if engines else []),
                 *([a.dtype] if dtypes else []),
                 str(a.best_k) if best else "-",

@@ -38,7 +38,7 @@ from ..results.statistics import (
     slower_p_from_intervals,
     with_log_se,
 )
-from .analysis import SUSPECT, further_values, k_order, speedup_left_out
+from .analysis import SUSPECT, further_cells, further_columns, further_values, k_order, speedup_left_out
 from .formatting import SUSPECT_MARK, entry_with_interval
 from .records import JsonRecord
 
@@ -289,13 +289,13 @@ def _speedup_text(entry: DtypeEntry | None) -> str:
 def view_table(views: Sequence[DtypeView], engines: bool) -> tuple[list[list[str]], list[str]]:
     """(cells, headers) of the fastest (dtype, k) per prompt, float32's own best k beside it."""
     cells = []
-    further = list(dict.fromkeys(name for view in views for name, _ in view.further))  # a column per further axis
+    further = further_columns(views)
     for view in views:
         fastest, float32 = view.fastest, view.float32_best
         cells.append(
             [
                 view.prompt,
-                *(str(dict(view.further).get(name, "")) for name in further),
+                *further_cells(view, further),
                 *([view.engine] if engines else []),
                 "-" if fastest is None else _key_text(fastest),
                 _speedup_text(fastest),

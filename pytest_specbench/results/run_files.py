@@ -308,10 +308,10 @@ class RunFiles:
         report and figures when the run wrote them; the figures are copied, not drawn again."""
         from . import history
 
-        entry, config, started = self.history_entry, self.config, self._started
-        if entry is None:
+        paths = self.history_paths()
+        if paths is None:
             return
-        figures = entry / history.FIGURES if config.plots_dir is not None else None
+        entry, config, figures, started = self.history_entry, self.config, paths.figures, self._started
         _, errors = write_each(
             (output for output in outputs if output.name != "figures"),
             "could not save {path} in the history: {error}",

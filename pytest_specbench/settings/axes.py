@@ -188,7 +188,7 @@ def case_id(values: Mapping[str, Any], shown: Iterable[str]) -> str:
     return "".join(a.id_part(values[a.name]) for a in AXES if a.always_in_id or a.name in shown)
 
 
-def block_key(values: Mapping[str, Any], target: str) -> str:
+def block_key(values: Mapping[str, Any]) -> str:
     """The key of the block a case is timed in, e.g. ``gemma3-270m/bfloat16:code-01`` or, for a served engine,
     ``gemma3-270m:gemma3_pld/k4/vllm``: the target and, in :data:`RUN_ORDER`, the part of every axis whose values
     the case's block scope does not span."""
@@ -198,7 +198,7 @@ def block_key(values: Mapping[str, Any], target: str) -> str:
         axis = AXES_BY_NAME[name]
         if scope not in axis.spans:
             parts.append(axis.block_part(values) if axis.block_part else axis.id_part(values[name]))
-    return target + "".join(parts)
+    return values["target"] + "".join(parts)
 
 
 def config_name(values: Mapping[str, Any], shown: Iterable[str]) -> str:
