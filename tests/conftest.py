@@ -45,7 +45,23 @@ def pytest_cmdline_main(config: pytest.Config):
         config.option.numprocesses = "auto"
         if config.option.dist == "no":
             config.option.dist = "worksteal"
+    threads = threads_per_worker(getattr(config.option, "numprocesses", None), config.option.usepdb)
+    if threads is not None and not hasattr(config, "workerinput"):
+        # Set before xdist starts its workers, which inherit it, as does every process a test starts.
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     return (yield)
+
+
+def threads_per_worker(numprocesses: object, pdb: bool = False) -> int | None:
+    """torch's threads in each process of a suite run on several xdist workers: the cores shared out (on 2 cores
+    and 2 workers, 1 each); None for a run in one process. Workers that each ran a thread a core, beside the
+    processes their tests start, oversubscribed the cores, and OpenMP's waiting threads spin: the suite took twice
+    as long (docs/testing.md). A thread count the caller set (``OMP_NUM_THREADS``) is kept."""
+    cores = len(os.sched_getaffinity(0))
+    if pdb or numprocesses in (None, 0, "0"):
+        return None
+    workers = cores if numprocesses in ("auto", "logical") else int(numprocesses)
+    return max(1, cores // workers) if workers >= 2 else None
 
 
 @pytest.hookimpl(trylast=True)

@@ -10,6 +10,7 @@ the same module count as the test's own code.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -177,3 +178,25 @@ def test_slow_is_registered_and_the_plain_command_runs_everything(pytestconfig: 
     assert any(line.split(":")[0].strip() == "slow" for line in pytestconfig.getini("markers"))
     addopts = pytestconfig.getini("addopts")
     assert "-m" not in addopts and not any(option.startswith("-m") for option in addopts), addopts
+
+
+# --- threads on several workers -------------------------------------------------------------------
+
+
+def test_a_suite_on_several_workers_shares_the_cores_out_among_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import threads_per_worker
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert threads_per_worker("auto") == 1
+    assert threads_per_worker(2) == 4 and threads_per_worker(3) == 2 and threads_per_worker(16) == 1
+    assert threads_per_worker(None) is None and threads_per_worker(0) is None and threads_per_worker(1) is None
+    assert threads_per_worker("auto", pdb=True) is None
+
+
+def test_this_workers_torch_runs_the_threads_the_suite_gave_it() -> None:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2:
+        pytest.skip("the suite runs in one process here: torch keeps its own thread count")
+    from conftest import PROCESS_THREADS  # torch's threads when this worker started
+
+    assert PROCESS_THREADS == int(os.environ["OMP_NUM_THREADS"])
