@@ -45,23 +45,46 @@ def pytest_cmdline_main(config: pytest.Config):
         config.option.numprocesses = "auto"
         if config.option.dist == "no":
             config.option.dist = "worksteal"
-    threads = threads_per_worker(getattr(config.option, "numprocesses", None), config.option.usepdb)
-    if threads is not None and not hasattr(config, "workerinput"):
-        # Set before xdist starts its workers, which inherit it, as does every process a test starts.
-        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     return (yield)
 
 
-def threads_per_worker(numprocesses: object, pdb: bool = False) -> int | None:
-    """torch's threads in each process of a suite run on several xdist workers: the cores shared out (on 2 cores
+#: the thread counts the suite's controller shares out to its workers, and the variable it sets beside them, so a
+#: test can tell its counts from a caller's
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+SUITE_THREADS = "SPECBENCH_SUITE_THREADS"
+CALLERS_THREADS = "the caller's"
+
+
+def available_cores() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_worker(workers: int, cores: int) -> int | None:
+    """torch's threads in each process of a suite run on ``workers`` xdist workers: the cores shared out (on 2 cores
     and 2 workers, 1 each); None for a run in one process. Workers that each ran a thread a core, beside the
-    processes their tests start, oversubscribed the cores, and OpenMP's waiting threads spin: the suite took twice
-    as long (docs/testing.md). A thread count the caller set (``OMP_NUM_THREADS``) is kept."""
-    cores = len(os.sched_getaffinity(0))
-    if pdb or numprocesses in (None, 0, "0"):
-        return None
-    workers = cores if numprocesses in ("auto", "logical") else int(numprocesses)
+    processes their tests start, oversubscribed the cores, and OpenMP's waiting threads spin: on 2 cores the suite
+    took 1.3 times as long (docs/results/2026-12-07-epyc-suite-threads.md)."""
     return max(1, cores // workers) if workers >= 2 else None
+
+
+def share_cores_among_workers(config: pytest.Config) -> None:
+    """In the controller, once xdist has settled its workers (``-n auto``, ``--maxprocesses``, ``--pdb``): the
+    thread variables for the workers, which inherit them when they start, as does every process a test starts. A
+    count the caller set (either variable) is kept."""
+    if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no":
+        return
+    threads = threads_per_worker(len(getattr(config.option, "tx", None) or ()), available_cores())
+    if threads is None:
+        return
+    if any(name in os.environ for name in THREAD_VARIABLES):
+        os.environ[SUITE_THREADS] = CALLERS_THREADS
+        return
+    for name in (*THREAD_VARIABLES, SUITE_THREADS):
+        os.environ[name] = str(threads)
 
 
 @pytest.hookimpl(trylast=True)
@@ -73,10 +96,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Before any worker starts: build the few-rows kernel where this machine has no build yet, saying so (it takes
-    a minute or two, and the workers would wait on it in silence)."""
+    """Before any worker starts: share the cores out among the workers; build the few-rows kernel where this machine
+    has no build yet, saying so (it takes a minute or two, and the workers would wait on it in silence)."""
     from pytest_specbench.kernels import few_rows
 
+    share_cores_among_workers(config)
     if hasattr(config, "workerinput") or few_rows.build_cached():
         return
     reporter = config.pluginmanager.get_plugin("terminalreporter")
