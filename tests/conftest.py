@@ -23,6 +23,8 @@ from factory import NEW_TOKENS, REPETITIVE_PROMPT, hf_generate, torch_threads, w
 from torch.utils.cpp_extension import _get_build_directory
 from transformers import GPT2LMHeadModel
 
+from pytest_specbench.settings.devices import threads_per_worker
+
 #: torch's threads in a fresh process on this machine, before any test sets them
 PROCESS_THREADS = torch.get_num_threads()
 
@@ -63,20 +65,14 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def threads_per_worker(workers: int, cores: int) -> int | None:
-    """torch's threads in each process of a suite run on ``workers`` xdist workers: the cores shared out (on 2 cores
-    and 2 workers, 1 each); None for a run in one process. Workers that each ran a thread a core, beside the
-    processes their tests start, oversubscribed the cores, and OpenMP's waiting threads spin: on 2 cores the suite
-    took 1.3 times as long (docs/results/2026-12-07-epyc-suite-threads.md)."""
-    return max(1, cores // workers) if workers >= 2 else None
-
-
 def share_cores_among_workers(config: pytest.Config) -> None:
     """In the controller, once xdist has settled its workers (``-n auto``, ``--maxprocesses``, ``--pdb``): the
     thread variables for the workers, which inherit them when they start, as does every process a test starts. A
     count the caller set (either variable) is kept."""
     if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no":
         return
+    # On 2 cores a thread a core in each worker, beside the processes its tests start, made the suite take 1.3 times
+    # as long (docs/results/2026-12-07-epyc-suite-threads.md).
     threads = threads_per_worker(len(getattr(config.option, "tx", None) or ()), available_cores())
     if threads is None:
         return

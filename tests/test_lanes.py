@@ -184,7 +184,7 @@ def test_slow_is_registered_and_the_plain_command_runs_everything(pytestconfig: 
 
 
 def test_a_suite_on_several_workers_shares_the_cores_out_among_them() -> None:
-    from conftest import threads_per_worker
+    from pytest_specbench.settings.devices import threads_per_worker
 
     assert threads_per_worker(2, 2) == 1 and threads_per_worker(2, 8) == 4 and threads_per_worker(3, 8) == 2
     assert threads_per_worker(16, 8) == 1
@@ -192,7 +192,8 @@ def test_a_suite_on_several_workers_shares_the_cores_out_among_them() -> None:
 
 
 def test_this_worker_started_with_the_threads_the_suite_gave_it() -> None:
-    from conftest import CALLERS_THREADS, PROCESS_THREADS, SUITE_THREADS, available_cores, threads_per_worker
+    from conftest import CALLERS_THREADS, PROCESS_THREADS, SUITE_THREADS, available_cores
+    from pytest_specbench.settings.devices import threads_per_worker
 
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers < 2:

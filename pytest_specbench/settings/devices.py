@@ -42,17 +42,26 @@ def resolve_device(devices: Sequence[str], worker_index: int = 0) -> str:
     return device
 
 
-def set_cpu_threads(threads: int | None, device: str, worker_count: int = 1) -> None:
-    """Give torch ``threads`` CPU threads; by default share the cores between CPU workers.
+def threads_per_worker(worker_count: int, cores: int | None = None) -> int | None:
+    """torch's threads in each of ``worker_count`` processes on ``cores`` (the machine's, by default): the cores
+    shared out, at least one each; None for one process, which keeps torch's own count.
 
     Several processes each running as many OpenMP threads as there are cores
     oversubscribe them, and spinning threads then slow every matmul manyfold.
     """
     import os
 
+    if worker_count < 2:
+        return None
+    return max(1, (cores if cores is not None else os.cpu_count() or 1) // worker_count)
+
+
+def set_cpu_threads(threads: int | None, device: str, worker_count: int = 1) -> None:
+    """Give torch ``threads`` CPU threads; by default share the cores between CPU workers
+    (:func:`threads_per_worker`)."""
     import torch
 
-    if threads is None and device == "cpu" and worker_count > 1:
-        threads = max(1, (os.cpu_count() or 1) // worker_count)
+    if threads is None and device == "cpu":
+        threads = threads_per_worker(worker_count)
     if threads is not None:
         torch.set_num_threads(threads)
