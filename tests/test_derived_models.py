@@ -124,6 +124,34 @@ def test_int8_copy_quantises_every_linear_on_cpu(gpt2_target, repetitive_prompt)
     assert close.min() > 0.9
 
 
+def test_int8_copy_is_torchs_own_dynamic_quantisation_bit_for_bit(gpt2_target, repetitive_prompt):
+    # the copy skips the zero placeholder torch's conversion packs first; the layers it makes must not differ
+    import copy
+
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+
+    from pytest_specbench.engine.derived_models import _conv1d_to_linear
+
+    torchs = copy.deepcopy(gpt2_target).float()
+    _conv1d_to_linear(torchs)
+    torch.ao.quantization.quantize_dynamic(torchs, {nn.Linear}, dtype=torch.qint8, inplace=True)
+    ours = int8_copy(gpt2_target)
+    pairs = [
+        (name, module, dict(torchs.named_modules())[name])
+        for name, module in ours.named_modules()
+        if isinstance(module, DynamicQuantizedLinear)
+    ]
+    assert len(pairs) == 4 * gpt2_target.config.n_layer + 1
+    for name, mine, theirs in pairs:
+        (weight, bias), (their_weight, their_bias) = mine._weight_bias(), theirs._weight_bias()
+        assert weight.q_scale() == their_weight.q_scale() and weight.q_zero_point() == their_weight.q_zero_point()
+        assert torch.equal(weight.int_repr(), their_weight.int_repr()), name
+        assert (bias is None) == (their_bias is None) and (bias is None or torch.equal(bias, their_bias)), name
+        assert (mine.in_features, mine.out_features) == (theirs.in_features, theirs.out_features), name
+    with torch.no_grad():
+        assert torch.equal(ours(repetitive_prompt).logits, torchs(repetitive_prompt).logits)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_int8_copy_holds_the_targets_float32_weights_once_and_leaves_the_target_as_it_was(dtype, repetitive_prompt):
     target = word_gpt2().to(dtype)

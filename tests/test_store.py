@@ -78,3 +78,21 @@ def test_a_model_larger_than_the_memory_available_is_refused_before_it_loads(
     monkeypatch.setattr(store_module, "available_memory_bytes", lambda: count * 4)
     with pytest.raises(AssertionError, match="loaded a model"):  # it fits: the load goes ahead
         ModelStore("cpu").target(tiny_pair_spec, "float32")
+
+
+def test_the_memory_read_is_timed_before_a_model_at_the_buffers_cap_loads_and_not_for_a_smaller_one(
+    tiny_pair_spec: PairSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_specbench.kernels import bandwidth
+
+    events: list[str] = []
+    load = store_module.load_model
+    monkeypatch.setattr(store_module, "memory_read_gbps", lambda device, nbytes: events.append(f"read {nbytes}"))
+    monkeypatch.setattr(store_module, "load_model", lambda *a, **k: events.append("load") or load(*a, **k))
+    ModelStore("cpu").target(tiny_pair_spec, "float32")
+    assert events == ["load"]  # its weights are below the cap: the probe reads their own size, later
+    monkeypatch.setattr(bandwidth, "MAX_BUFFER_BYTES", 1 << 20)  # the cap is the smallest buffer: any model reaches it
+    monkeypatch.setattr(store_module, "MAX_BUFFER_BYTES", 1 << 20)
+    events.clear()
+    ModelStore("cpu").target(tiny_pair_spec, "float32")
+    assert events == [f"read {parameter_count(tiny_pair_spec.target) * 4}", "load"]

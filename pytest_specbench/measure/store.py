@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from ..engine.drafters import Drafter
+from ..kernels.bandwidth import MAX_BUFFER_BYTES, memory_read_gbps, read_buffer_bytes
 from ..kernels.verify_forms import KernelForms
 from ..models.base import UnrunnableCase
 from ..models.loading import LoadedModel, load_model, parameter_count, resolve_dtype
@@ -69,7 +70,9 @@ class ModelStore:
         dtype = dtype or self.dtype
         key = (source, revision, dtype, self.device)
         if key not in self._models:
-            self._check_room(source, revision, dtype)
+            needed = self._check_room(source, revision, dtype)
+            if needed is not None:
+                self._read_before_loading(needed)
             loaded = load_model(source, device=self.device, dtype=dtype, revision=revision, cache_dir=self.cache_dir)
             # Every dtype of a model tokenizes alike: one tokenizer (a large vocabulary's is hundreds of MB).
             same = next((held for other, held in self._models.items() if other[:2] == key[:2]), None)
@@ -87,18 +90,26 @@ class ModelStore:
     def _note_held(self) -> None:
         self.weights_held_peak_bytes = max(self.weights_held_peak_bytes, held_weight_bytes(self._held_models()))
 
-    def _check_room(self, source: str, revision: str | None, dtype: str) -> None:
-        """Refuse, before loading, a model whose weights alone exceed the memory the device has available."""
+    def _read_before_loading(self, nbytes: int) -> None:
+        """Time the memory read of a model of ``nbytes`` now, where its buffer sits beside no weights: the read
+        is kept per buffer size, so the cost probe's later read of the loaded model is this one. Only where the
+        buffer reaches its cap (a smaller model's size is its own weights', which this figure does not know)."""
+        if read_buffer_bytes(self.device, nbytes) == read_buffer_bytes(self.device, MAX_BUFFER_BYTES):
+            memory_read_gbps(self.device, nbytes)
+
+    def _check_room(self, source: str, revision: str | None, dtype: str) -> int | None:
+        """Refuse, before loading, a model whose weights alone exceed the memory the device has available; the
+        bytes its weights need, where known."""
         count = parameter_count(source, revision=revision, cache_dir=self.cache_dir)
         if count is None:
-            return
+            return None
         if self.device.startswith("cuda"):
             available: int | None = torch.cuda.mem_get_info(self.device)[0]
         else:
             available = available_memory_bytes()
         needed = count * resolve_dtype(dtype).itemsize
         if available is None or needed <= available:
-            return
+            return needed
         held = ", ".join(f"{key[0]} ({key[2]})" for key in self._models) or "nothing yet"
         raise UnrunnableCase(
             f"{source} in {dtype} needs {needed / 1e9:.1f} GB for its {count / 1e6:.0f}M weights, and {self.device} "
