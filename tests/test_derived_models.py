@@ -124,6 +124,7 @@ def test_int8_copy_quantises_every_linear_on_cpu(gpt2_target, repetitive_prompt)
     assert close.min() > 0.9
 
 
+@pytest.mark.filterwarnings("ignore:.*torch.ao.quantization is deprecated")
 def test_int8_copy_is_torchs_own_dynamic_quantisation_bit_for_bit(gpt2_target, repetitive_prompt):
     # the copy skips the zero placeholder torch's conversion packs first; the layers it makes must not differ
     import copy

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pytest_specbench.measure import drafter_kinds
-from pytest_specbench.measure.drafter_kinds import CROSS, KINDS, PeerMethod, kind_of, kind_refusal, peer_method
+from pytest_specbench.measure.drafter_kinds import CROSS, KINDS, kind_of, kind_refusal
+from pytest_specbench.measure.engine import PeerMethod
 from pytest_specbench.measure.engines import ENGINES
 from pytest_specbench.measure.matrix import Case
 from pytest_specbench.measure.pairs import PairError, PairSpec, pair_from_mapping
@@ -43,16 +44,18 @@ def test_a_kind_without_a_method_in_a_peer_engine_is_skipped_there_with_the_reas
     pair = PairSpec("p", "t", drafter="int8")
     case = Case(pair, 4, PROMPT, "natural", engine="hf")
     assert ENGINES["hf"].refusal(case) is None
-    int8 = KINDS["int8"]
-    monkeypatch.setitem(drafter_kinds.KINDS, "int8", type(int8)(**{**int8.__dict__, "peers": {}}))
-    assert peer_method(pair, "hf") == "hf has no method for an int8 dynamic-quantised copy of the target (pair p)"
-    assert ENGINES["hf"].refusal(case) == peer_method(pair, "hf")
+    hf = ENGINES["hf"]
+    without = {name: method for name, method in hf.methods.items() if name != "int8"}
+    monkeypatch.setitem(ENGINES, "hf", type(hf)(**{**hf.__dict__, "methods": without}))
+    no_method = "hf has no method for an int8 dynamic-quantised copy of the target (pair p)"
+    assert ENGINES["hf"].method_for(pair) == no_method
+    assert ENGINES["hf"].refusal(case) == no_method
     assert ENGINES["native"].refusal(Case(pair, 4, PROMPT, "natural")) is None  # the native engine runs any kind
 
 
 def test_a_peer_method_without_a_schedule_runs_integer_k_only() -> None:
     pair = PairSpec("p", "t", drafter="prompt_lookup")
-    assert peer_method(pair, "hf") == PeerMethod("prompt lookup", integer_k_only=True)
+    assert ENGINES["hf"].method_for(pair) == PeerMethod("prompt lookup", integer_k_only=True)
     assert "integer k only, not k=auto" in ENGINES["hf"].refusal(Case(pair, "auto", PROMPT, "natural", engine="hf"))
     assert ENGINES["native"].refusal(Case(pair, "auto", PROMPT, "natural")) is None
 

@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from pytest_specbench.engine.stats import DecodeStats, GenerationResult
-from pytest_specbench.measure import served_case
+from pytest_specbench.measure import served_case, vllm_engine
 from pytest_specbench.measure.blocks import OwnBaselineRounds, TimedCase, time_block
 from pytest_specbench.measure.engines import ENGINES
 from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairing import OWN_BASELINE, Pairing
 from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.prompts import Prompt
-from pytest_specbench.measure.served_case import (
+from pytest_specbench.measure.vllm_engine import (
     ServerSettings,
     baseline_spec,
     served_result,
@@ -90,10 +90,10 @@ def test_a_case_vllm_cannot_run_is_skipped_before_any_server_starts(monkeypatch,
 
     from pytest_specbench.models.base import NotApplicable
 
-    def no_servers(self):
+    def no_servers(*args):
         raise AssertionError("a server was started or connected to for a case the engine refuses")
 
-    monkeypatch.setattr(served_case.ServedSequenceRun, "_servers", no_servers)
+    monkeypatch.setattr(vllm_engine.VllmServing, "servers", no_servers)
     context = SimpleNamespace(config=SimpleNamespace(temperature=0.0, vllm_endpoints=endpoints), store=None)
     with pytest.raises(NotApplicable, match=reason):
         served_case.ServedSequenceRun(case, context)
@@ -186,13 +186,13 @@ def test_a_served_row_names_its_models_by_source_not_by_this_machines_folders(tm
     )
 
 
-GPU_SHARE = ("--gpu-memory-utilization", str(served_case.GPU_MEMORY_UTILIZATION))
+GPU_SHARE = ("--gpu-memory-utilization", str(vllm_engine.GPU_MEMORY_UTILIZATION))
 
 
 @pytest.mark.parametrize(
     "device, args, environ, extra, env, cpu_kv",
     [
-        ("cpu", (), {}, (), (), served_case.CPU_KV_CACHE_GIB),
+        ("cpu", (), {}, (), (), vllm_engine.CPU_KV_CACHE_GIB),
         ("cpu", (), {"VLLM_CPU_KVCACHE_SPACE": "4"}, (), (), None),
         ("cuda:1", (), {}, GPU_SHARE, (("CUDA_VISIBLE_DEVICES", "1"),), None),
         ("cuda:0", (), {"CUDA_VISIBLE_DEVICES": "2,3"}, GPU_SHARE, (), None),
@@ -215,7 +215,7 @@ def test_a_gpu_servers_memory_share_and_device_follow_the_run_unless_the_user_na
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(served_case, "model_folder", lambda source, **_: tmp_path / source)
+    monkeypatch.setattr(vllm_engine, "model_folder", lambda source, **_: tmp_path / source)
     settings = ServerSettings(tmp_path / "python", "bfloat16", args, None, device)
     for spec in (server_spec(_case(PLD), settings), baseline_spec(_case(PLD), settings)):
         assert (spec.extra_args, spec.env, spec.cpu_kv_cache_gib) == (extra, env, cpu_kv)
@@ -224,11 +224,11 @@ def test_a_gpu_servers_memory_share_and_device_follow_the_run_unless_the_user_na
 
 
 def test_a_context_length_given_with_an_equals_sign_is_the_users(tmp_path, monkeypatch):
-    monkeypatch.setattr(served_case, "model_folder", lambda source, **_: tmp_path / source)
+    monkeypatch.setattr(vllm_engine, "model_folder", lambda source, **_: tmp_path / source)
     given = ServerSettings(tmp_path / "python", "bfloat16", ("--max-model-len=2048",), None)
     assert baseline_spec(_case(PLD), given).max_model_len is None
     default = ServerSettings(tmp_path / "python", "bfloat16", (), None)
-    assert baseline_spec(_case(PLD), default).max_model_len == served_case.DEFAULT_MAX_MODEL_LEN
+    assert baseline_spec(_case(PLD), default).max_model_len == vllm_engine.DEFAULT_MAX_MODEL_LEN
 
 
 def _result(seconds: float) -> GenerationResult:
@@ -393,7 +393,9 @@ def test_the_pool_keeps_at_most_a_baseline_and_a_speculative_server(tmp_path, mo
         def check_alive(self, when=""):
             assert self.spec in live
 
-    monkeypatch.setattr(pool_module, "VllmServer", FakeServer)
+    from pytest_specbench.served import vllm_server
+
+    monkeypatch.setattr(vllm_server, "VllmServer", FakeServer)
     servers = pool_module.ServerPool(tmp_path)
 
     def spec(model: str, k: int | None) -> ServerSpec:
@@ -429,9 +431,6 @@ def test_an_endpoint_that_does_not_answer_fails_its_case_naming_its_url_without_
 
 
 def test_every_kind_a_served_engine_runs_declares_its_server_config():
-    # The kind's method carries its mapping: no method's name is compared where the server starts.
-    from pytest_specbench.measure.drafter_kinds import KINDS
-    from pytest_specbench.settings.engine_names import SERVED_ENGINES
-
-    methods = [kind.peers[engine] for kind in KINDS.values() for engine in SERVED_ENGINES if engine in kind.peers]
+    # The engine's method for a kind carries its mapping: no method's name is compared where the server starts.
+    methods = [method for engine in ENGINES.values() if engine.served for method in engine.methods.values()]
     assert methods and all(method.server_config is not None for method in methods)

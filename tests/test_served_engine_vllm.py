@@ -65,7 +65,7 @@ sys.meta_path.insert(0, _Hook())
 LOSSY_CONFTEST = """
 import dataclasses
 
-import pytest_specbench.measure.served_case as served_case
+import pytest_specbench.measure.vllm_engine as served_case
 
 honest = served_case.server_spec
 

@@ -5,8 +5,8 @@ Computed from the pair, the prompts and the config alone, so a resumed run check
 model loads. Each part is the short sha256 of what it covers: ``target`` and ``draft`` (the model, by
 :func:`..models.loading.source_identity`; ``draft`` only for a draft model), ``drafter`` (its kind and settings),
 ``prompt`` (the case's text, a batch's other rows, the ``--specbench-context-tokens`` padding), ``case`` (the
-settings its id may not show: engine, k, batch size, dtype) and, on a served engine, ``server`` (its version and
-arguments). The run's result-changing options are compared as a
+settings its id may not show: engine, k, batch size, dtype) and, on a served engine, ``server`` (what the engine's
+fingerprint holds: its version and arguments, or the endpoints). The run's result-changing options are compared as a
 whole before this (:func:`..results.log.settings_differences`). See docs/measuring.md, "Resume replays only what
 it can vouch for".
 """
@@ -21,7 +21,6 @@ from typing import Any
 from ..results.schema import CaseResult
 from ..settings.axes import fingerprint_values
 from ..settings.config import SpecbenchConfig
-from ..settings.engine_names import SERVED_ENGINES
 from .drafter_kinds import kind_of
 from .matrix import Case
 from .prompts import Prompt, filler_text
@@ -33,7 +32,7 @@ PART_NAMES = {
     "drafter": "drafter settings",
     "prompt": "prompt text",
     "case": "case settings (engine, k, batch, dtype)",
-    "server": "server (vLLM's version and arguments, or the endpoints)",
+    "server": "server (the engine's version and arguments, or the endpoints)",
 }
 #: what a logged row without a fingerprint (a log of an older version) is run again for
 NOT_RECORDED = "inputs not recorded"
@@ -48,6 +47,7 @@ def case_inputs(case: Case, config: SpecbenchConfig, prompts: Sequence[Prompt]) 
     of the file, which batches and padding draw from."""
     from ..models.loading import source_identity
     from .batches import batch_prompts
+    from .engines import ENGINES  # torch's: not before a case runs
 
     pair = case.pair
     # batch 1: its own; a conversation by every turn (its form, not only its text, is what the model reads)
@@ -62,13 +62,10 @@ def case_inputs(case: Case, config: SpecbenchConfig, prompts: Sequence[Prompt]) 
     parts["drafter"] = kind.fingerprint(pair)
     parts["prompt"] = texts
     parts["case"] = fingerprint_values(case.axis_values())
-    if case.engine in SERVED_ENGINES and config.vllm_endpoints:  # servers someone else runs: the case's, by URL
-        urls = dict(config.vllm_endpoints)
-        parts["server"] = {"endpoints": {name: urls.get(name) for name in ("baseline", f"k{case.k}")}}
-    elif case.engine in SERVED_ENGINES and config.vllm_python is not None:
-        from ..served.vllm_server import installed_version
-
-        parts["server"] = {"vllm": installed_version(config.vllm_python), "args": list(config.vllm_args)}
+    served = ENGINES[case.engine].served
+    server = served.fingerprint(case, config) if served is not None else None
+    if server is not None:
+        parts["server"] = server
     return {name: _digest(value) for name, value in parts.items()}
 
 

@@ -34,7 +34,7 @@ from ..kernels.bandwidth import effective_gbps, memory_read_gbps, weight_bytes
 from ..kernels.timing import DeviceClock
 from ..kernels.verify_forms import KernelForms, draft_kernel_forms, kernel_forms
 from ..models.weight_pages import pages_of
-from ..settings.engine_names import runs_own_loop
+from ..settings.engines import runs_own_loop
 
 #: the longest k the cost probe covers when a schedule chooses k (auto, heuristic)
 SCHEDULE_MAX_K = 16

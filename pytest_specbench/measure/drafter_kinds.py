@@ -2,9 +2,9 @@
 
 A kind declares its settings (the keys of a ``[pairs.NAME]`` table it reads, each validated there), what it
 supports (batches, sampling, k schedules, a draft with another tokenizer), how its drafter is built from the
-loaded models (its cost is probed through the drafter's ``model``: none, no cost), and its method in each peer
-engine or why it has none. Nothing outside this module asks which kind a pair is: callers read
-:func:`kind_of`'s answer, or the built drafter's attributes (engine/drafters.py).
+loaded models (its cost is probed through the drafter's ``model``: none, no cost). A peer engine declares its own
+method for each kind it runs (measure/engine.py ``Engine.methods``). Nothing outside this module asks which kind a
+pair is: callers read :func:`kind_of`'s answer, or the built drafter's attributes (engine/drafters.py).
 
 To add a kind: a :class:`~..engine.drafters.Drafter` in one module, and one :class:`DrafterKind` entry below
 (docs/library.md, "Add a drafter kind").
@@ -12,9 +12,8 @@ To add a kind: a :class:`~..engine.drafters.Drafter` in one module, and one :cla
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..engine.names import DEFAULT_NGRAM_SIZE, DEFAULT_TRUNCATED_LAYERS
@@ -47,16 +46,6 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class PeerMethod:
-    """The method a peer engine runs a kind with; ``integer_k_only`` where that method has no k schedule."""
-
-    name: str
-    integer_k_only: bool = False
-    #: a served engine's speculative config for the pair at k (its draft model's folder, where it has one)
-    server_config: Callable[[PairSpec, int, Path | None], dict[str, Any]] | None = None
-
-
-@dataclass(frozen=True)
 class DrafterKind:
     name: str
     meaning: str
@@ -71,8 +60,6 @@ class DrafterKind:
     sampling: bool = True
     #: k may be a schedule (auto, heuristic) on the native engine
     schedules: bool = True
-    #: per peer engine, its method there, or why it has none (the case is skipped with that reason)
-    peers: Mapping[str, PeerMethod | str] = field(default_factory=dict)
     #: what follows the pair's name in a refusal, where it differs from "drafts with {meaning}"
     refused_as: str = ""
 
@@ -122,21 +109,6 @@ def _prompt_lookup(pair: PairSpec, target: LoadedModel, draft: LoadedModel | Non
     return PromptLookupDrafter(options.get("ngram_size", DEFAULT_NGRAM_SIZE), options.get("max_proposal"))
 
 
-_ASSISTANT = PeerMethod("assisted generation (assistant_model)")
-#: vLLM's speculative methods by the names its ``speculative_config`` takes
-VLLM_DRAFT_MODEL, VLLM_NGRAM = "draft_model", "ngram"
-
-
-def _vllm_ngram(pair: PairSpec, k: int, draft_folder: Path | None) -> dict[str, Any]:
-    # The native lookup tries the longest n-gram first, down to one token.
-    longest = pair.options.get("ngram_size", DEFAULT_NGRAM_SIZE)
-    return {"method": VLLM_NGRAM, "num_speculative_tokens": k, "prompt_lookup_max": longest, "prompt_lookup_min": 1}
-
-
-def _vllm_draft_model(pair: PairSpec, k: int, draft_folder: Path | None) -> dict[str, Any]:
-    return {"method": VLLM_DRAFT_MODEL, "model": str(draft_folder), "num_speculative_tokens": k}
-
-
 KINDS: dict[str, DrafterKind] = {
     kind.name: kind
     for kind in (
@@ -147,10 +119,6 @@ KINDS: dict[str, DrafterKind] = {
             lambda pair: pair.draft or "",
             draft_model=True,
             other_tokenizer=True,
-            peers={
-                "hf": _ASSISTANT,
-                "vllm": PeerMethod(VLLM_DRAFT_MODEL, integer_k_only=True, server_config=_vllm_draft_model),
-            },
         ),
         DrafterKind(
             "truncated",
@@ -158,14 +126,12 @@ KINDS: dict[str, DrafterKind] = {
             _truncated,
             lambda pair: f"{pair.target} first {pair.options.get('num_layers', DEFAULT_TRUNCATED_LAYERS)} layers",
             settings=(Setting("num_layers", f"layers kept (default {DEFAULT_TRUNCATED_LAYERS})"),),
-            peers={"hf": _ASSISTANT},
         ),
         DrafterKind(
             "int8",
             "an int8 dynamic-quantised copy of the target",
             _int8,
             lambda pair: f"{pair.target} int8",
-            peers={"hf": _ASSISTANT},
         ),
         DrafterKind(
             "prompt_lookup",
@@ -176,10 +142,6 @@ KINDS: dict[str, DrafterKind] = {
                 Setting("ngram_size", f"longest n-gram matched (default {DEFAULT_NGRAM_SIZE})"),
                 Setting("max_proposal", "tokens proposed at most per step (default: k)"),
             ),
-            peers={
-                "hf": PeerMethod("prompt lookup", integer_k_only=True),
-                "vllm": PeerMethod(VLLM_NGRAM, integer_k_only=True, server_config=_vllm_ngram),
-            },
         ),
     )
 }
@@ -193,7 +155,6 @@ CROSS = DrafterKind(
     draft_model=True,
     batch=False,
     sampling=False,
-    peers={"hf": PeerMethod("universal assisted generation")},
     refused_as="'s draft has another tokenizer than its target (cross_tokenizer = true)",
 )
 
@@ -222,9 +183,3 @@ def kind_refusal(pair: PairSpec, *, batch: int = 1, temperature: float = 0.0) ->
             "the sampling acceptance rule needs the draft's probabilities over the target's tokens"
         )
     return None
-
-
-def peer_method(pair: PairSpec, engine: str) -> PeerMethod | str:
-    """The method ``engine`` (a peer engine) runs the pair's kind with, or why it has none."""
-    kind = kind_of(pair)
-    return kind.peers.get(engine, f"{engine} has no method for {kind.meaning} (pair {pair.name})")

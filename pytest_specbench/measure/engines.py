@@ -1,13 +1,12 @@
-"""The decoding engines a case can run on, behind one registry: what each needs, and one speculative run.
+"""The decoding engines a case can run on, behind one registry: each engine's :class:`~.engine.Engine`.
 
-``native`` is this package's loop (engine/decoding.py); ``hf`` is transformers' assisted generation; ``vllm`` is a
-vLLM server (a served engine: its cases run as :class:`.served_case.ServedSequenceRun`).
+``native`` is this package's loop (engine/decoding.py) and ``hf`` transformers' assisted generation, declared
+here; a served engine is declared in its own module (measure/vllm_engine.py) and its cases run as
+:class:`.served_case.ServedSequenceRun`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,32 +19,16 @@ from ..engine.names import AUTO, HEURISTIC
 from ..engine.sampling import SamplingParams
 from ..engine.schedules import CostModelSchedule, DraftSchedule, HeuristicSchedule
 from ..engine.stats import GenerationResult
-from ..kernels.verify_forms import KernelForms
 from ..settings.config import SpecbenchConfig
-from ..settings.engine_names import ENGINE_NAMES, SERVED_ENGINES
+from ..settings.engines import ENGINE_NAMES, SERVED_ENGINES
 from .costs import CostProfile
-from .drafter_kinds import kind_of, kind_refusal, peer_method
+from .drafter_kinds import CROSS, KINDS, kind_of
+from .engine import Engine, PeerMethod, RunInputs, SpeculativeRun
 from .matrix import Case
-from .pairing import HF_WHOLE_RUNS, SERVED_WHOLE_RUNS
+from .pairing import HF_WHOLE_RUNS
+from .vllm_engine import VLLM_ENGINE
 
-SpeculativeRun = Callable[..., GenerationResult]
-
-
-@dataclass(frozen=True)
-class RunInputs:
-    """What one case's speculative runs decode: the same for every engine."""
-
-    target_model: PreTrainedModel
-    drafter: Drafter
-    input_ids: torch.Tensor
-    max_new_tokens: int
-    eos_token_id: int | None
-    costs: CostProfile
-    sampling: SamplingParams
-    generator: torch.Generator | None = None
-    kernels: KernelForms | str = "auto"  # the target's forms (its store's), or a setting for forms of each run
-    compile_steps: bool = False
-    draft_kernels: KernelForms | str | None = None  # the draft model's forms (its store's); None: the target's setting
+__all__ = ["ENGINES", "Engine", "RunInputs", "SpeculativeRun", "case_schedule", "speculative_runner"]
 
 
 def sampling_params(config: SpecbenchConfig) -> SamplingParams:
@@ -125,82 +108,15 @@ def _hf_pair_refusal(case: Case, drafter: Drafter | None, target: PreTrainedMode
     return None
 
 
-#: why the vllm engine skips a case of batch > 1
-VLLM_BATCH_REFUSAL = (
-    "the vllm engine runs one request at a time here: a served batch (concurrent requests) is not measured yet"
-)
-
-
-def _vllm_pair_refusal(case: Case, drafter: Drafter | None, target: PreTrainedModel | None) -> str | None:
-    """What the vllm engine cannot run beyond its kind's method: a setting its method has no counterpart for, and a
-    conversation (one request per turn is not measured yet)."""
-    if "max_proposal" in case.pair.options:
-        return f"pair {case.pair.name}: vLLM's ngram proposes k tokens and has no counterpart of max_proposal"
-    if case.prompt.later_turns:
-        return f"prompt {case.prompt.id}: a conversation of several turns is not measured on the vllm engine yet"
-    return None
-
-
-@dataclass(frozen=True)
-class Engine:
-    """A decoding engine: how it runs a case, and what it cannot run, declared."""
-
-    name: str
-    # One speculative run of a case; None for a served engine, whose case runs request its server.
-    runner: Callable[[Case, RunInputs], SpeculativeRun] | None
-    # Why it cannot run a batch > 1 (the case is skipped with the reason), or None where it can.
-    batch_refusal: str | None = None
-    # It is a peer engine: it runs a drafter kind by its own method for that kind (measure/drafter_kinds.py).
-    peer: bool = False
-    # What else it cannot run in a pair (its drafter and target when loaded), beyond the above.
-    pair_refusal: Callable[[Case, Drafter | None, PreTrainedModel | None], str | None] = lambda case, drafter, target: (
-        None
-    )
-    # Why its runs cannot take ``between_steps`` (speculative_generate's), so no baseline runs between their
-    # steps (a :mod:`.pairing` reason); None where they can.
-    whole_runs: str | None = None
-    # Whether its runs keep the model's own forward (transformers' generate), so its baseline must too: a
-    # speedup compares equal kernels.
-    own_kernels: bool = False
-    # Why it runs greedy decoding only (its cases are skipped under sampling), or None where it samples too.
-    greedy_only: str | None = None
-
-    @property
-    def served(self) -> bool:
-        """It runs on a server (settings/options.py SERVED_ENGINES): its case runs request it."""
-        return self.name in SERVED_ENGINES
-
-    def refusal(
-        self,
-        case: Case,
-        drafter: Drafter | None = None,
-        target: PreTrainedModel | None = None,
-        temperature: float = 0.0,
-    ) -> str | None:
-        """Why this engine cannot run ``case`` (it is skipped with the reason), or None. Without the loaded
-        ``drafter`` and ``target`` (before any model loads), only what the case's settings decide."""
-        why = kind_refusal(case.pair, batch=case.batch, temperature=temperature)
-        if why:
-            return why
-        if case.batched and self.batch_refusal:
-            return self.batch_refusal
-        if temperature > 0 and self.greedy_only:
-            return self.greedy_only
-        if self.peer:
-            method = peer_method(case.pair, self.name)
-            if isinstance(method, str):
-                return method
-            if method.integer_k_only and not isinstance(case.k, int):
-                return (
-                    f"the {self.name} engine's {method.name} has no draft-length schedule, so it runs "
-                    f"pair {case.pair.name} at integer k only, not k={case.k}"
-                )
-        return self.pair_refusal(case, drafter, target)
-
-    def baseline_kernels(self, kernels: KernelForms) -> KernelForms | str:
-        """The kernel forms of this engine's greedy baseline, given the target's forms under the run's
-        ``--specbench-kernels``: those, or the model's own (``"linear"``) where its runs keep them."""
-        return "linear" if self.own_kernels else kernels
+#: transformers' way of running each drafter kind, by the kind's name (measure/drafter_kinds.py)
+_ASSISTANT = PeerMethod("assisted generation (assistant_model)")
+HF_METHODS: dict[str, PeerMethod] = {
+    "model": _ASSISTANT,
+    "truncated": _ASSISTANT,
+    "int8": _ASSISTANT,
+    "prompt_lookup": PeerMethod("prompt lookup", integer_k_only=True),
+    "cross_tokenizer": PeerMethod("universal assisted generation"),
+}
 
 
 #: every engine by name: the names are settings/options.py's ENGINE_NAMES, which the option parser accepts
@@ -213,33 +129,29 @@ ENGINES: dict[str, Engine] = {
             _hf,
             batch_refusal=HF_BATCH_REFUSAL,
             peer=True,
+            methods=HF_METHODS,
             pair_refusal=_hf_pair_refusal,
             whole_runs=HF_WHOLE_RUNS,
             own_kernels=True,
         ),
-        Engine(
-            "vllm",
-            None,
-            batch_refusal=VLLM_BATCH_REFUSAL,
-            peer=True,
-            pair_refusal=_vllm_pair_refusal,
-            whole_runs=SERVED_WHOLE_RUNS,
-            own_kernels=True,
-            greedy_only=(
-                "the vllm engine runs greedy decoding only here: its sampled tokens are not checked against the "
-                "target's distribution yet (--specbench-temperature=0)"
-            ),
-        ),
+        VLLM_ENGINE,
     )
 }
 if tuple(ENGINES) != ENGINE_NAMES:  # an accepted name with no engine would fail only when a case ran on it
     raise RuntimeError(
         f"the engine registry holds {tuple(ENGINES)}, the option accepts {ENGINE_NAMES}: list the same names in both"
     )
-if {name for name, engine in ENGINES.items() if engine.runner is None} != set(SERVED_ENGINES):
+if {name for name, engine in ENGINES.items() if engine.served} != set(SERVED_ENGINES) or any(
+    (engine.runner is None) != (engine.served is not None) for engine in ENGINES.values()
+):
     raise RuntimeError(
-        f"the engines without a runner must be the served ones, {SERVED_ENGINES}: their cases request a server"
+        f"the served engines {SERVED_ENGINES} (settings/engines.py) have a served side and no runner, every other "
+        "engine a runner: a served engine's cases request its servers"
     )
+
+_KIND_NAMES = {*KINDS, CROSS.name}
+if any(set(engine.methods) - _KIND_NAMES for engine in ENGINES.values()):  # a misspelt kind would be refused
+    raise RuntimeError(f"an engine declares a method for a drafter kind that does not exist; kinds: {_KIND_NAMES}")
 
 
 def speculative_runner(case: Case, run: RunInputs) -> SpeculativeRun:

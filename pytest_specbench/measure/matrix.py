@@ -9,6 +9,7 @@ from typing import Any
 
 from ..settings import axes
 from ..settings.axes import DTYPE_ID_SUFFIXES
+from ..settings.engines import OWN_LOOP_ENGINE
 from .pairs import PairSpec
 from .prompts import Prompt, case_label
 
@@ -139,7 +140,7 @@ def build_matrix(
     pairs: Sequence[PairSpec],
     ks: Sequence[int | str],
     prompts: Sequence[Prompt],
-    engines: Sequence[str] = ("native",),
+    engines: Sequence[str] = (OWN_LOOP_ENGINE,),
     batches: Sequence[int] = (1,),
     dtypes: Sequence[str] = ("float32",),
     **more: Sequence[Any],

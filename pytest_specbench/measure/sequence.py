@@ -19,7 +19,7 @@ from ..kernels.timing import DeviceClock
 from ..kernels.verify_forms import KernelForms
 from ..models.base import NotApplicable, context_window
 from ..models.loading import LoadedModel
-from ..settings.engine_names import runs_own_loop
+from ..settings.engines import runs_own_loop
 from .blocks import interleaved_pair
 from .case_run import BaselineRun, CaseRun, Judgement, MeasureContext, NewInterleaved
 from .costs import CostProfile, calibrated_costs, measure_costs, probed_k

@@ -17,7 +17,7 @@ from ..engine.sampling import (
     expected_acceptance,
     sampling_distribution,
 )
-from ..settings.engine_names import OWN_SAMPLING_ENGINES
+from ..settings.engines import OWN_SAMPLING_ENGINES
 
 
 def reference_tokens(model, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None) -> list[int]:

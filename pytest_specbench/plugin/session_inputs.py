@@ -14,7 +14,7 @@ from ..measure.resume import load_resume
 from ..results.run_files import RunFiles
 from ..settings import axes
 from ..settings.config import SpecbenchConfig
-from ..settings.engine_names import runs_own_loop
+from ..settings.engines import runs_own_loop
 from .availability import PairAvailability
 from .session import SpecbenchSession
 from .signals import SignalStop

@@ -13,7 +13,7 @@ from typing import Any
 from ..engine.cost_model import alpha_mle, observed_proposals, position_counts, predict_proposals, proposals_at
 from ..results.schema import CaseResult
 from ..settings import axes
-from ..settings.engine_names import runs_own_loop
+from ..settings.engines import runs_own_loop
 
 #: the per-pair figures, in report order: ``<figure>_<pair>.png``; plus ``speedup_by_category.png``
 FIGURES = ("speedup_vs_k", "acceptance_heatmap", "tau_vs_k", "position_acceptance", "verify_cost")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from ..results.racing import SLOWER, TIED, UNKNOWN, rank_against_best
 from ..results.schema import CaseResult
-from ..settings.engine_names import runs_own_loop
+from ..settings.engines import LIBRARY_SCHEDULE_ENGINE, runs_own_loop
 from .analysis import (
     SUSPECT,
     further_cells,
@@ -254,8 +254,9 @@ def _against_hf(answer: PromptAnswer, groups: dict[tuple, list[CaseResult]]) -> 
     if not runs_own_loop(answer.engine):
         return None
     pair, prompt, dtype, further = answer.pair, answer.prompt, answer.dtype, answer.further
-    native = [row for row in groups[pair, "native", prompt, dtype, further] if row.k == AUTO and _listed(row)]
-    hf = [row for row in groups.get((pair, "hf", prompt, dtype, further), []) if row.k == AUTO and _listed(row)]
+    native = [row for row in groups[pair, answer.engine, prompt, dtype, further] if row.k == AUTO and _listed(row)]
+    library = groups.get((pair, LIBRARY_SCHEDULE_ENGINE, prompt, dtype, further), [])
+    hf = [row for row in library if row.k == AUTO and _listed(row)]
     return ratio_to_hf(native[0], hf[0]) if native and hf else None
 
 

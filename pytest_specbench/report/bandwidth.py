@@ -8,7 +8,7 @@ from statistics import median
 
 from ..kernels.names import WITHOUT_TILES, few_rows_built
 from ..results.schema import CaseResult
-from ..settings.engine_names import runs_own_loop
+from ..settings.engines import runs_own_loop
 from .dtype_view import dtype_order
 
 

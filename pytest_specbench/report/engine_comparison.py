@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..results.schema import CaseResult
 from ..results.statistics import Interval, geometric_mean_interval
-from ..settings.engine_names import ENGINE_NAMES
+from ..settings.engines import ENGINE_NAMES
 from .analysis import k_order, speedup_left_out
 from .batch import per_k_rows
 from .dtype_view import dtype_order

@@ -15,7 +15,7 @@ from typing import Any
 from tabulate import tabulate
 
 from ..results.schema import CaseResult
-from ..settings.engine_names import runs_own_loop
+from ..settings.engines import runs_own_loop
 from .analysis import (
     FIGURES,
     PromptAnalysis,

@@ -13,7 +13,7 @@ from tabulate import tabulate
 from ..engine.cost_model import CURVE_FLOOR
 from ..results.run_document import RunDocument
 from ..results.schema import CaseResult, csv_columns, summary_columns
-from ..settings.engine_names import runs_own_loop
+from ..settings.engines import LIBRARY_SCHEDULE_ENGINE, OWN_LOOP_ENGINE, runs_own_loop
 from .analysis import (
     constant_k_rows,
     geometric_mean,
@@ -101,7 +101,7 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: Ru
             "every engine measured, 95% t interval over them; the ratios paired by prompt):",
         ]
         lines += tabulate(table, headers=headers, disable_numparse=True).splitlines()
-        if any({"native", "hf"} <= set(c.engines) for c in comparisons):
+        if any({OWN_LOOP_ENGINE, LIBRARY_SCHEDULE_ENGINE} <= set(c.engines) for c in comparisons):
             lines += _kernel_lines(rows)
     lines += ["", *_answer_lines(pair, answer, engines, several_dtypes(rows))]
     lines += _dtype_view_lines(pair, answer, engines)

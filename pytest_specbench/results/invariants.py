@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.numbers import is_finite_number
-from ..settings.engine_names import runs_own_loop
+from ..settings.engines import runs_own_loop
 from .schema import CaseResult
 
 #: how far above tau the interval's low end may lie before the row is suspect (a fraction of tau)

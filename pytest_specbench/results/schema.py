@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.cost_model import CURVE_FLOOR, PROBE_TRIES
+from ..settings.engines import OWN_LOOP_ENGINE, engines_in_words
 
 IDENTITY, TIMING, ACCEPTANCE, VERDICT, ENVIRONMENT = "case identity", "timing", "acceptance", "verdict", "environment"
 COST_MODEL, MEMORY = "cost model", "memory and size"
@@ -68,9 +69,9 @@ class CaseResult:
     draft: str = _field("what drafts, in words", IDENTITY)
     drafter: str = _field("drafter kind: model, truncated, int8 or prompt_lookup", IDENTITY)
     engine: str = _field(
-        "decoding engine: native (this package's loop), hf (transformers' assisted generation) or vllm (a vLLM server)",
+        f"decoding engine: {engines_in_words()}",
         IDENTITY,
-        default="native",
+        default=OWN_LOOP_ENGINE,
         summary=("engine", ""),
         extra_info=True,
     )

@@ -68,6 +68,13 @@ class ServerSpec:
     def served_name(self) -> str:
         return self.model.name or str(self.model)
 
+    #: what its log files are named after
+    log_name = "vllm"
+
+    def new_server(self, log_path: Path) -> VllmServer:
+        """A server of this spec, not started yet, its output to ``log_path``."""
+        return VllmServer(self, log_path)
+
 
 #: asks an interpreter for the version of its installed vLLM distribution, without importing vLLM
 _VERSION_QUERY = (

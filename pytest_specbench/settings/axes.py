@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .engine_names import SERVED_ENGINES, runs_own_loop
+from .engines import OWN_LOOP_ENGINE, SERVED_ENGINES, runs_own_loop
 from .option import Option
 
 #: a dtype's part of a case id; float32 shows nothing, so stored float32 ids stay valid when dtypes are added
@@ -119,7 +119,7 @@ AXES: tuple[Axis, ...] = (
         # what is measured of the models and prompts, whatever engine then runs them
         irrelevant_to=_ALL_CACHES - {"warm_up", "served_warm_up", "race"},
         config_field="engines",
-        default="native",
+        default=OWN_LOOP_ENGINE,
         # its own kernels' baseline, hence a block of its own (measure/engines.py ``Engine.baseline_kernels``)
         block_part=lambda values: "" if runs_own_loop(values["engine"]) else f"/{values['engine']}",
     ),

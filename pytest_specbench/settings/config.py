@@ -8,7 +8,6 @@ accepted, before any model loads.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,17 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from . import axes
-from .engine_names import SERVED_ENGINES
+from .engines import ENGINE_DECLARATIONS
 from .options import (
     AUTO_DTYPES,
     MAX_POSITIONS,
     OPTIONS,
-    ConfigError,
     Option,
     current_setting_names,
     pairing_that_runs,
     parse_devices,
 )
+from .parsing import ConfigError
 
 _PAIRING, _BASELINE_ONCE, _DTYPE = (
     next(option for option in OPTIONS if option.name == name) for name in ("pairing", "baseline-once", "dtype")
@@ -45,9 +44,6 @@ class SpecbenchConfig:
     pairs_file: Path | None
     ks: tuple[int | str, ...]  # integers and schedule names (SCHEDULE_KS)
     engines: tuple[str, ...]
-    vllm_python: Path | None  # the vllm engine's interpreter, resolved when the engine runs
-    vllm_args: tuple[str, ...]  # more arguments for every vLLM server
-    vllm_endpoints: tuple[tuple[str, str], ...]  # (baseline or k<K>, URL): servers someone else runs
     batches: tuple[int, ...]  # batch sizes, each >= 1
     kernels: str  # the native engine's kernel setting (engine/names.py KERNELS)
     compile_steps: bool
@@ -93,6 +89,8 @@ class SpecbenchConfig:
     shard: tuple[int, int] | None  # (I, N)
     # The values to run of each axis that declares its own option (settings/axes.py ``Axis.option``), by axis.
     axis_values: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Each engine's own settings (settings/engines.py ``EngineDeclaration.options``), by option field.
+    engine_values: dict[str, Any] = field(default_factory=dict)
     # The raw values used (given or defaulted), for the JSON record of the run.
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
     # Names of the options the user gave (command line or ini); the rest are defaults.
@@ -102,10 +100,10 @@ class SpecbenchConfig:
     on_gpu: bool = False
 
     def __getattr__(self, name: str) -> Any:
-        # An axis that declares its own option is read as its option's field is, like every other setting.
-        values = self.__dict__.get("axis_values", {})
-        if name in values:
-            return values[name]
+        # An axis's or an engine's own option is read as its option's field is, like every other setting.
+        for values in (self.__dict__.get("axis_values", {}), self.__dict__.get("engine_values", {})):
+            if name in values:
+                return values[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
@@ -163,26 +161,6 @@ def parse_settings(
             f"so k={too_long[0]} would run as k={max(longest, 1)}; accepted: k up to {max(longest, 1)}, or more new "
             "tokens"
         )
-    if fields["vllm_endpoints"] and "vllm" not in fields["engines"]:
-        raise ConfigError(
-            "--specbench-vllm-endpoints names servers for the vllm engine, which this run does not run; accepted: "
-            "--specbench-engine=vllm (or a list with vllm) beside it"
-        )
-    started_only = [f"--specbench-{name}" for name in ("vllm-python", "vllm-args") if name in given]
-    if fields["vllm_endpoints"] and started_only:
-        raise ConfigError(
-            f"{' and '.join(started_only)} set up servers this run starts, and --specbench-vllm-endpoints names "
-            "servers someone else runs, so this run starts none; accepted: one of the two"
-        )
-    if set(fields["engines"]) & set(SERVED_ENGINES):
-        if not fields["vllm_endpoints"]:  # endpoints need no interpreter: this run starts no server
-            fields["vllm_python"] = vllm_interpreter(fields["vllm_python"])
-            check_vllm_installed(fields["vllm_python"])
-        if importlib.util.find_spec("prometheus_client") is None:
-            raise ConfigError(
-                "--specbench-engine=vllm reads the server's counters with prometheus-client, which is not "
-                "installed; accepted: pip install 'pytest-specbench[served]'"
-            )
     if fields["baseline_once"]:
         if "pairing" in given:  # a pairing given beside it would be recorded, yet not run
             raise ConfigError(
@@ -199,42 +177,13 @@ def parse_settings(
         beside = fields["csv_path"] or fields["json_path"]
         fields["log_path"] = beside.with_suffix(".jsonl") if beside is not None else None
     declared = {axis.name: fields.pop(axis.option.field) for axis in axes.AXES if axis.option is not None}
-    return SpecbenchConfig(**fields, axis_values=declared, raw=raw_record, given=given, on_gpu=on_gpu)
-
-
-#: where scripts/make-vllm-env.sh puts vLLM's environment, from the directory pytest runs in
-VLLM_VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"
-
-
-def vllm_interpreter(given: Path | None) -> Path:
-    """The vllm engine's interpreter: ``--specbench-vllm-python``, else ``$SPECBENCH_VLLM_PYTHON``, else
-    :data:`VLLM_VENV_PYTHON`; a usage error naming all three where none exists (before any model loads)."""
-    if given is not None:
-        return given
-    from_env = os.environ.get("SPECBENCH_VLLM_PYTHON", "").strip()
-    candidate = Path(from_env).expanduser() if from_env else VLLM_VENV_PYTHON
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return candidate.absolute()
-    where = f"$SPECBENCH_VLLM_PYTHON ({from_env})" if from_env else f"{VLLM_VENV_PYTHON} (none here)"
-    raise ConfigError(
-        f"--specbench-engine=vllm needs vLLM's own environment, and {where} is no interpreter; accepted: "
-        "--specbench-vllm-python=PATH, $SPECBENCH_VLLM_PYTHON, or scripts/make-vllm-env.sh cpu (or cuda) to make "
-        f"{VLLM_VENV_PYTHON}"
+    engine_values: dict[str, Any] = {}
+    for engine in ENGINE_DECLARATIONS:
+        own = {option.field: fields.pop(option.field) for option in engine.options}
+        engine_values.update(engine.check(own, given, engine.name in fields["engines"]) if engine.check else own)
+    return SpecbenchConfig(
+        **fields, axis_values=declared, engine_values=engine_values, raw=raw_record, given=given, on_gpu=on_gpu
     )
-
-
-def check_vllm_installed(python: Path) -> None:
-    """A usage error, before any model loads, where ``python`` does not run or has no vLLM (``/bin/false``, another
-    environment's Python): each case would otherwise fail when its server starts."""
-    from ..served.vllm_server import ServerDied, installed_version
-
-    try:
-        installed_version(python)
-    except ServerDied as error:
-        raise ConfigError(
-            f"--specbench-vllm-python={python}: {error}; accepted: the Python interpreter of an environment with "
-            "vLLM (scripts/make-vllm-env.sh cpu, or cuda, makes .venv-vllm)"
-        ) from None
 
 
 def resolve_auto_dtypes(devices: tuple[str, ...], on_gpu: bool) -> tuple[str, ...]:
@@ -327,7 +276,6 @@ def check_cache_dir(config: SpecbenchConfig, sources: Iterable[str]) -> None:
 
     if not any(converts_through_cache(source) for source in sources):
         return
-    import os
 
     from ..models.gguf_cache import resolve_cache_dir
 
@@ -386,7 +334,6 @@ def cuda_available() -> bool:
     presence of the NVIDIA driver. The device itself is resolved by torch later.
     """
     import importlib.metadata
-    import os
     import sys
 
     if "torch" in sys.modules:

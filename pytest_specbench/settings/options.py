@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,16 +19,13 @@ from ..engine.names import SCHEDULES as SCHEDULE_KS
 from ..kernels.names import KERNELS
 from ..models.base import DTYPE_NAMES as DTYPES
 from .axes import AXES, DTYPE_ID_SUFFIXES  # noqa: F401 (the dtype axis's id parts; plots read it from here)
-from .engine_names import ENGINE_NAMES
+from .engines import ENGINE_DECLARATIONS, ENGINE_NAMES, OWN_LOOP_ENGINE, engines_in_words
 from .option import Option
+from .parsing import checked_path, comma_list, is_dir
 
 DEFAULT_KS = "1,2,4,8,16"
 # On CPU, four categories of the shipped suite keep the default sweep near 15 minutes on 2 cores.
 CPU_PROMPTS = "natural,code_python,repetitive,list_items"
-
-
-class ConfigError(ValueError):
-    """A usage error in an option or ini value."""
 
 
 # --- parsers: raw string -> value, raising ValueError that says what is accepted
@@ -38,29 +34,13 @@ _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
 def parse_devices(raw: str) -> tuple[str, ...]:
-    devices = _comma_list(
+    devices = comma_list(
         "a comma list of devices (cpu, cuda, cuda:N, mps); leave the option out for the default device"
     )(raw)
     for device in devices:
         if not _DEVICE.match(device):
             raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N, mps, or a comma list of them")
     return devices
-
-
-def _comma_list(accepted: str) -> Callable[[str], tuple[str, ...]]:
-    """A parser of a non-empty comma list; ``accepted`` says what the list may hold."""
-
-    def parse(raw: str) -> tuple[str, ...]:
-        items = tuple(item.strip() for item in raw.split(",") if item.strip())
-        # An empty value (often an unset shell variable) must not silently mean "the default".
-        if not items:
-            raise ValueError(f"no value given; accepted: {accepted}")
-        duplicates = sorted({item for item in items if items.count(item) > 1})
-        if duplicates:
-            raise ValueError(f"listed more than once: {', '.join(duplicates)}")
-        return items
-
-    return parse
 
 
 #: The most positions any run can use: no model's context window is longer (the longest published, Llama 4
@@ -100,7 +80,7 @@ def _ks(raw: str) -> tuple[int | str, ...]:
         f"a comma list of integers >= 1 and <= {MAX_POSITIONS - 1} and the schedules "
         f"{' and '.join(SCHEDULE_KS)}, e.g. 1,2,4,8,16,auto"
     )
-    items = _comma_list(accepted)(raw)
+    items = comma_list(accepted)(raw)
     try:
         return tuple(item if item in SCHEDULE_KS else _int(1, MAX_POSITIONS - 1, _K_BOUND)(item) for item in items)
     except ValueError as error:
@@ -114,7 +94,7 @@ MAX_BATCH = 4096
 
 def _batches(raw: str) -> tuple[int, ...]:
     accepted = f"a comma list of batch sizes, integers >= 1 and <= {MAX_BATCH}, e.g. 1,4,16"
-    items = _comma_list(accepted)(raw)
+    items = comma_list(accepted)(raw)
     try:
         sizes = tuple(
             _int(1, MAX_BATCH, "a batch of B prompts is B rows of every forward pass")(item) for item in items
@@ -137,62 +117,11 @@ def _threads(raw: str) -> int:
 
 
 def _engines(raw: str) -> tuple[str, ...]:
-    engines = _comma_list(f"a comma list of engines: {', '.join(ENGINE_NAMES)}")(raw)
+    engines = comma_list(f"a comma list of engines: {', '.join(ENGINE_NAMES)}")(raw)
     unknown = [engine for engine in engines if engine not in ENGINE_NAMES]
     if unknown:
         raise ValueError(f"unknown engine {unknown[0]!r}; accepted: {', '.join(ENGINE_NAMES)} or a comma list of them")
     return engines
-
-
-def _interpreter(raw: str) -> Path:
-    path = _checked(raw)
-    if not path.is_file() or not os.access(path, os.X_OK):
-        raise ValueError(
-            f"{path} is not an executable file; accepted: the Python interpreter of vLLM's environment "
-            "(scripts/make-vllm-env.sh makes .venv-vllm/bin/python)"
-        )
-    return path
-
-
-def _arguments(raw: str) -> tuple[str, ...]:
-    try:
-        return tuple(shlex.split(raw))
-    except ValueError as error:
-        raise ValueError(
-            f"{raw!r} cannot be split as shell words ({error}); accepted: e.g. '--tensor-parallel-size 8'"
-        ) from None
-
-
-_ENDPOINTS_ACCEPTED = (
-    "a comma list of NAME=URL, NAME baseline or k<K> (e.g. baseline=http://node:8000,k4=http://node:8001)"
-)
-
-
-def _endpoints(raw: str) -> tuple[tuple[str, str], ...]:
-    """``baseline=URL,k4=URL``: the vLLM servers someone else runs, one per configuration, baseline required."""
-    import urllib.parse
-
-    pairs = []
-    for item in _comma_list(_ENDPOINTS_ACCEPTED)(raw):
-        name, equals, url = (part.strip() for part in item.partition("="))
-        if not equals or not (name == "baseline" or re.fullmatch(r"k[1-9][0-9]*", name)):
-            raise ValueError(f"{item!r} is no NAME=URL; accepted: {_ENDPOINTS_ACCEPTED}")
-        parts = urllib.parse.urlsplit(url)
-        try:
-            port_ok = parts.port != 0  # reading a port past 65535 raises
-        except ValueError:
-            port_ok = False
-        if not port_ok or parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-            raise ValueError(
-                f"{url!r} ({name}) is no server URL; accepted: http(s)://HOST[:PORT][/PATH], PORT in 1 to 65535"
-            )
-        pairs.append((name, url.rstrip("/")))
-    names = [name for name, _ in pairs]
-    if len(set(names)) < len(names):
-        raise ValueError(f"a name is given twice in {raw!r}; accepted: one URL per name")
-    if "baseline" not in names or len(names) < 2:
-        raise ValueError(f"{raw!r} needs a baseline and at least one k<K>; accepted: {_ENDPOINTS_ACCEPTED}")
-    return tuple(pairs)
 
 
 def _kernels(raw: str) -> str:
@@ -230,7 +159,7 @@ AUTO_DTYPES = "auto"
 
 def _dtypes(raw: str) -> tuple[str, ...]:
     accepted = f"{', '.join(DTYPES)} or a comma list of them, or {AUTO_DTYPES} (the device's native dtypes)"
-    dtypes = _comma_list(accepted)(raw)
+    dtypes = comma_list(accepted)(raw)
     if AUTO_DTYPES in dtypes and len(dtypes) > 1:
         raise ValueError(f"{AUTO_DTYPES} stands alone (it names every native dtype); accepted: {accepted}")
     unknown = [dtype for dtype in dtypes if dtype not in (*DTYPES, AUTO_DTYPES)]
@@ -297,50 +226,8 @@ def _finite_non_negative_float(raw: str) -> float:
     return _non_negative_float(raw)
 
 
-def _path_problem(path: Path) -> str | None:
-    """Why the system could take no file at ``path`` whatever the folder holds: longer than PATH_MAX, or a
-    component longer than its file system's NAME_MAX (asked of the nearest folder that exists)."""
-    encoded = os.fsencode(path)
-    try:
-        path_max = os.pathconf("/", "PC_PATH_MAX")
-    except (OSError, ValueError):
-        path_max = 4096
-    if len(encoded) >= path_max:
-        return (
-            f"the path is {len(encoded)} bytes long, and this system takes at most {path_max - 1} "
-            "(PATH_MAX); accepted: a shorter path"
-        )
-    existing = next((parent for parent in path.absolute().parents if _is_dir(parent)), Path("/"))
-    try:
-        name_max = os.pathconf(existing, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
-    for part in path.parts:
-        if len(os.fsencode(part)) > name_max:
-            return (
-                f"the name {part[:40]!r}... is {len(os.fsencode(part))} bytes long, and the file system takes "
-                f"at most {name_max} (NAME_MAX); accepted: a shorter name"
-            )
-    return None
-
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except OSError:
-        return False
-
-
-def _checked(raw: str) -> Path:
-    path = Path(raw).expanduser()
-    problem = _path_problem(path)
-    if problem:
-        raise ValueError(problem)
-    return path
-
-
 def _existing_file(raw: str) -> Path:
-    path = _checked(raw)
+    path = checked_path(raw)
     try:
         found = path.is_file()
     except OSError as error:
@@ -354,12 +241,12 @@ def _output_path(raw: str) -> Path | None:
     if raw.strip() in ("", "none", "off"):
         return None
     # Path() drops a trailing slash: "dir/" would become a file named dir.
-    if raw.endswith(("/", os.sep)) or _is_dir(_checked(raw)):
+    if raw.endswith(("/", os.sep)) or is_dir(checked_path(raw)):
         raise ValueError(
             f"{raw} is a folder, and a file path is needed; accepted: a file path (e.g. "
             f"{raw.rstrip('/' + os.sep) or '.'}/results.csv), or empty to disable"
         )
-    return _checked(raw)
+    return checked_path(raw)
 
 
 #: the parser of a file output, for the command line's outputs too (python -m pytest_specbench merge)
@@ -367,13 +254,13 @@ parse_output_path = _output_path
 
 
 def _path(raw: str) -> Path:
-    return _checked(raw)
+    return checked_path(raw)
 
 
 def _output_dir(raw: str) -> Path | None:
     if raw.strip() in ("", "none", "off"):
         return None
-    path = _checked(raw)
+    path = checked_path(raw)
     try:
         blocked = path.exists() and not path.is_dir()
     except OSError as error:
@@ -469,7 +356,7 @@ OPTIONS: tuple[Option, ...] = (
         "gpt2_large, which run when named or on a GPU). A pair named here or declared in a pairs file fails "
         "when its model is missing; a built-in pair nobody named is skipped with the reason unless its models "
         "are in the local cache (it is never downloaded)",
-        _comma_list("a comma list of pair ids; leave the option out to run every defined pair"),
+        comma_list("a comma list of pair ids; leave the option out to run every defined pair"),
         metavar="IDS",
         unset=(),
     ),
@@ -505,46 +392,15 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "engine",
         "engines",
-        "comma list of decoding engines: native (this package's loop), hf "
-        "(transformers' assisted generation) and vllm (a vLLM server in its own environment: "
-        "--specbench-vllm-python), run side by side (default native)",
+        f"comma list of decoding engines: {engines_in_words()}, run side by side (default {OWN_LOOP_ENGINE})",
         _engines,
-        "native",
+        OWN_LOOP_ENGINE,
         metavar="ENGINES",
         # A run of one engine leaves it out of the case ids: another engine's run has the same ids.
         changes_results=True,
         order_free=True,
     ),
-    Option(
-        "vllm-python",
-        "vllm_python",
-        "the vllm engine: the Python interpreter of vLLM's own environment, which starts each server "
-        "(default $SPECBENCH_VLLM_PYTHON, else .venv-vllm/bin/python, which scripts/make-vllm-env.sh makes)",
-        _interpreter,
-        metavar="PATH",
-    ),
-    Option(
-        "vllm-args",
-        "vllm_args",
-        "the vllm engine: more arguments for every server, as shell words (e.g. '--tensor-parallel-size 8'); "
-        "without --max-model-len the servers take 4096",
-        _arguments,
-        "",
-        metavar="ARGS",
-        changes_results=True,
-    ),
-    Option(
-        "vllm-endpoints",
-        "vllm_endpoints",
-        "the vllm engine: servers someone else runs instead of servers this run starts, as NAME=URL items: "
-        "baseline (the target without speculation) and k<K> (the case's pair's method with K speculative "
-        "tokens), e.g. 'baseline=http://node:8000,k4=http://node:8001'; each is checked against the case (its "
-        "model at /v1/models, its draft length on /metrics) before it is measured (docs/served.md)",
-        _endpoints,
-        metavar="ENDPOINTS",
-        unset=(),
-        changes_results=True,
-    ),
+    *(option for engine in ENGINE_DECLARATIONS for option in engine.options),  # each engine declares its own
     Option(
         "kernels",
         "kernels",
@@ -575,7 +431,7 @@ OPTIONS: tuple[Option, ...] = (
         "prompt_categories",
         "comma list of prompt categories and category groups (mt_bench: the MT-bench categories the file "
         f"holds) (default: all; on CPU, of the shipped suite, {CPU_PROMPTS})",
-        _comma_list("a comma list of prompt categories or groups; leave the option out for the default categories"),
+        comma_list("a comma list of prompt categories or groups; leave the option out for the default categories"),
         cpu_default=CPU_PROMPTS,
         metavar="CATEGORIES",
         unset=(),
