@@ -309,3 +309,45 @@ def test_an_axis_the_report_groups_by_splits_the_answer_by_its_declaration(monke
     monkeypatch.setattr(axes, "AXES", axes.AXES[:-1])
     (merged,) = prompt_answers([*at(64, {2: 1.9, 4: 1.2}), *at(512, {2: 1.1, 4: 1.6})])  # undeclared: one answer
     assert merged.further == ()
+
+
+def test_an_axis_the_report_groups_by_splits_every_grouping_of_the_report(monkeypatch):
+    # Beside the answer: the engines side by side, the categories' speedups, the prompts' analyses, the leaderboards
+    # and the batch answer each keep a declared axis's values apart, and say which value is which.
+    from factory import case_result
+
+    from pytest_specbench.report.analysis import analyse_prompts, best_category_speedups
+    from pytest_specbench.report.batch import batch_answer
+    from pytest_specbench.report.engine_comparison import compare_engines, engine_table
+    from pytest_specbench.report.leaderboard import leaderboards, title
+    from pytest_specbench.settings import axes
+
+    monkeypatch.setattr(axes, "AXES", (*axes.AXES, axes.Axis("context", lambda n: f"-c{n}")))
+
+    @dataclasses.dataclass
+    class WithContext(CaseResult):
+        context: int = 0
+
+    base = dict(k=2, prompt="natural", category="natural", decode_speedup=1.5, speedup=1.2, suspect=False)
+    rows = [
+        WithContext(**dataclasses.asdict(case_result(**base, engine=engine, batch=batch)), context=context)
+        for context in (64, 512)
+        for engine in ("native", "hf")
+        for batch in (1, 2)
+    ]
+    by_context = {(("context", 64),), (("context", 512),)}
+    comparisons = compare_engines(rows)
+    assert {c.further for c in comparisons} == by_context
+    headers, cells = engine_table(comparisons)
+    assert headers[2] == "context" and {line[2] for line in cells} == {"64", "512"}
+    assert {item.further for item in best_category_speedups(rows)} == by_context
+    assert {analysis.further for analysis in analyse_prompts(rows)} == by_context
+    boards = leaderboards(rows)
+    assert {board.further for board in boards if board.engine == "native"} == by_context
+    assert {title(board, False, False) for board in boards} == {
+        f"{rows[0].pair} (context=64)",
+        f"{rows[0].pair} (context=512)",
+    }
+    assert {answer.further for answer in batch_answer(rows)} == by_context
+    monkeypatch.setattr(axes, "AXES", axes.AXES[:-1])  # undeclared: one group each
+    assert {c.further for c in compare_engines(rows)} == {()} and len(analyse_prompts(rows)) == 1

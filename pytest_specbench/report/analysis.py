@@ -98,6 +98,10 @@ def pooled_position_acceptance(rows: Sequence[CaseResult]) -> list[tuple[int, in
     return [(i + 1, reached, accepted / reached) for i, (reached, accepted) in enumerate(totals) if reached]
 
 
+#: a row's (axis, value) on each further axis the report groups by (:func:`further_values`)
+Further = tuple[tuple[str, object], ...]
+
+
 @dataclass
 class PromptAnalysis:
     """One (pair, prompt): the measured best k, and what the cost model fed with every k's steps says."""
@@ -109,6 +113,7 @@ class PromptAnalysis:
     alpha: float | None  # pooled over every k of the prompt
     recommended_k: int | None
     predicted_curve: list[tuple[int, float]]  # (k, predicted decode speedup) for every k with a measured v(k+1)
+    further: Further = ()  # its value on each further axis the report groups by (:func:`further_values`)
 
 
 def best_row(rows: Sequence[CaseResult]) -> CaseResult:
@@ -158,14 +163,17 @@ def analyse_prompts(results: Sequence[CaseResult]) -> list[PromptAnalysis]:
     predicted, never a k whose run's speedup is left out (:func:`speedup_left_out`: diverged or suspect)."""
     results = constant_k_rows(results)
     analyses = []
-    keys = dict.fromkeys((row.pair, row.prompt, row.dtype) for row in results)
-    for pair, prompt, dtype in keys:
-        rows = [row for row in results if (row.pair, row.prompt, row.dtype) == (pair, prompt, dtype)]
+    keys = dict.fromkeys((row.pair, row.prompt, row.dtype, further_values(row)) for row in results)
+    for key in keys:
+        pair, prompt = key[:2]
+        rows = [row for row in results if (row.pair, row.prompt, row.dtype, further_values(row)) == key]
         best = best_row(rows)
         curve = predicted_curve(rows)
         left_out = {row.k for row in rows if speedup_left_out(row) is not None}
         recommended = recommended_among(curve, [k for k, _ in curve if k not in left_out])
-        analyses.append(PromptAnalysis(pair, prompt, best.k, best, pooled_alpha(rows), recommended, curve))
+        analyses.append(
+            PromptAnalysis(pair, prompt, best.k, best, pooled_alpha(rows), recommended, curve, further_values(best))
+        )
     return analyses
 
 
@@ -181,6 +189,7 @@ class CategorySpeedup:
     low: float | None  # 95% interval: t over the prompts' log speedups (one prompt: its own interval)
     high: float | None
     dtype: str = ""
+    further: Further = ()  # its value on each further axis the report groups by (:func:`further_values`)
 
 
 def category_speedups(results: Sequence[CaseResult]) -> list[CategorySpeedup]:
@@ -192,19 +201,21 @@ def category_speedups(results: Sequence[CaseResult]) -> list[CategorySpeedup]:
     """
     from ..results.statistics import Interval, geometric_mean_interval
 
-    groups: dict[tuple[str, str, int, str], list[CaseResult]] = {}
+    groups: dict[tuple[str, str, int, str, Further], list[CaseResult]] = {}
     for row in constant_k_rows(results):
         if speedup_left_out(row) is None:
-            groups.setdefault((row.pair, row.category, row.k, row.dtype), []).append(row)
+            groups.setdefault((row.pair, row.category, row.k, row.dtype, further_values(row)), []).append(row)
     speedups = []
-    for (pair, category, k, dtype), rows in groups.items():
+    for (pair, category, k, dtype, further), rows in groups.items():
         if len(rows) == 1:
             row = rows[0]
             interval = Interval(row.decode_speedup, row.decode_speedup_ci_low, row.decode_speedup_ci_high)
         else:
             interval = geometric_mean_interval([row.decode_speedup for row in rows])
         speedups.append(
-            CategorySpeedup(pair, category, k, len(rows), interval.estimate, interval.low, interval.high, dtype)
+            CategorySpeedup(
+                pair, category, k, len(rows), interval.estimate, interval.low, interval.high, dtype, further
+            )
         )
     return speedups
 
@@ -213,10 +224,10 @@ def best_category_speedups(results: Sequence[CaseResult]) -> list[CategorySpeedu
     """Per (pair, category, dtype): the k with the highest geometric mean among those that ran on all its
     prompts."""
     speedups = category_speedups(results)
-    best: dict[tuple[str, str, str], CategorySpeedup] = {}
+    best: dict[tuple[str, str, str, Further], CategorySpeedup] = {}
     for item in speedups:
-        key = (item.pair, item.category, item.dtype)
-        most = max(s.prompts for s in speedups if (s.pair, s.category, s.dtype) == key)
+        key = (item.pair, item.category, item.dtype, item.further)
+        most = max(s.prompts for s in speedups if (s.pair, s.category, s.dtype, s.further) == key)
         if item.prompts == most and (key not in best or item.speedup > best[key].speedup):
             best[key] = item
     return list(best.values())
@@ -233,10 +244,15 @@ def median(values: Sequence[float]) -> float | None:
 _NAMED_AXES = ("pair", "engine", "prompt", "dtype", "batch")
 
 
-def further_values(row: CaseResult) -> tuple[tuple[str, object], ...]:
+def further_values(row: CaseResult) -> Further:
     """``row``'s (axis, value) on each axis the report groups by that an answer does not name in a field of its own:
     a new axis splits the answers by its declaration alone."""
     return tuple((name, getattr(row, name)) for name in axes.report_groups(exclude=_NAMED_AXES))
+
+
+def with_further(name: str, further: Further) -> str:
+    """``name`` with its values on the further axes, where it has any: ``tiny (context=6)``."""
+    return name + (f" ({', '.join(f'{axis}={value}' for axis, value in further)})" if further else "")
 
 
 def further_columns(grouped: Sequence[Any]) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
 from ..results.schema import CaseResult
-from .analysis import best_row, speedup_left_out
+from .analysis import Further, best_row, further_values, speedup_left_out, with_further
 from .formatting import entry_with_interval
 from .records import JsonRecord
 
@@ -71,6 +71,7 @@ class BatchAnswer(JsonRecord):
     best: tuple[BatchBest, ...]
     break_even: BreakEven
     predicted_break_even: BreakEven
+    further: Further = ()  # its value on each further axis the report groups by
 
 
 def batch_sizes(results: Sequence[CaseResult]) -> list[int]:
@@ -146,12 +147,12 @@ def batch_answer(results: Sequence[CaseResult]) -> list[BatchAnswer]:
     (measured and predicted), and the measured and predicted break-even batch size."""
     if not several_batches(results):
         return []
-    groups: dict[tuple[str, str, str], list[CaseResult]] = {}
+    groups: dict[tuple[str, str, str, Further], list[CaseResult]] = {}
     for row in results:
         if isinstance(row.k, int):
-            groups.setdefault((row.pair, row.prompt, row.engine), []).append(row)
+            groups.setdefault((row.pair, row.prompt, row.engine, further_values(row)), []).append(row)
     answers = []
-    for (pair, prompt, engine), rows in groups.items():
+    for (pair, prompt, engine, further), rows in groups.items():
         by_batch: dict[int, list[CaseResult]] = {}
         for row in rows:
             by_batch.setdefault(row.batch, []).append(row)
@@ -170,6 +171,7 @@ def batch_answer(results: Sequence[CaseResult]) -> list[BatchAnswer]:
                 best=tuple(_best_at(by_batch[size]) for size in sorted(by_batch)),
                 break_even=_break_even(by_batch, _gains),
                 predicted_break_even=_break_even(by_batch, _predicted_gains),
+                further=further,
             )
         )
     return answers
@@ -207,7 +209,7 @@ def _table_rows(answer: BatchAnswer) -> tuple[list[list[str]], list[str]]:
 
 def _title(answer: BatchAnswer, several_engines: bool) -> str:
     engine = f", {answer.engine} engine" if several_engines else ""
-    return f"{answer.pair}, {answer.prompt}{engine}"
+    return f"{with_further(answer.pair, answer.further)}, {answer.prompt}{engine}"
 
 
 def _break_even_sentence(answer: BatchAnswer) -> str:

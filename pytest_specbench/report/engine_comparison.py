@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..results.schema import CaseResult
 from ..results.statistics import Interval, geometric_mean_interval
 from ..settings.engines import ENGINE_NAMES
-from .analysis import k_order, speedup_left_out
+from .analysis import Further, further_cells, further_columns, further_values, k_order, speedup_left_out
 from .batch import per_k_rows
 from .dtype_view import dtype_order
 from .formatting import value_with_interval
@@ -34,6 +34,7 @@ class EngineComparison:
     # (figure, engine) -> geometric mean over prompts; (figure, engine) -> that engine's / the first engine's
     means: dict[tuple[str, str], Interval]
     ratios: dict[tuple[str, str], Interval]
+    further: Further = ()  # its value on each further axis the report groups by
 
 
 #: the figures the engines are set side by side on: each over a greedy baseline in its own engine
@@ -49,12 +50,13 @@ def compare_engines(results: Sequence[CaseResult]) -> list[EngineComparison]:
     reads the prompt and verifies a draft block at once; a server's first token waits on its scheduler).
     """
 
-    by_case: dict[tuple[str, str, int | str], dict[str, dict[str, CaseResult]]] = {}
+    by_case: dict[tuple[str, str, int | str, Further], dict[str, dict[str, CaseResult]]] = {}
     for row in per_k_rows(results):
         if speedup_left_out(row) is None and row.speedup is not None and row.speedup > 0:
-            by_case.setdefault((row.pair, row.dtype, row.k), {}).setdefault(row.engine, {})[row.prompt] = row
+            key = (row.pair, row.dtype, row.k, further_values(row))
+            by_case.setdefault(key, {}).setdefault(row.engine, {})[row.prompt] = row
     comparisons = []
-    for (pair, dtype, k), engine_rows in by_case.items():
+    for (pair, dtype, k, further), engine_rows in by_case.items():
         order = sorted(engine_rows, key=_engine_order)
         engines, prompts = [order[0]], list(engine_rows[order[0]])
         for engine in order[1:]:  # an engine that shares no prompt with those before it is left out, not the rest
@@ -71,7 +73,7 @@ def compare_engines(results: Sequence[CaseResult]) -> list[EngineComparison]:
                 if engine != engines[0]:
                     paired = [mine / first for mine, first in zip(values[engine], values[engines[0]])]
                     ratios[figure, engine] = geometric_mean_interval(paired)
-        comparisons.append(EngineComparison(pair, dtype, k, tuple(engines), tuple(prompts), means, ratios))
+        comparisons.append(EngineComparison(pair, dtype, k, tuple(engines), tuple(prompts), means, ratios, further))
     dtypes = dtype_order([c.dtype for c in comparisons])
     return sorted(comparisons, key=lambda c: (c.pair, dtypes.index(c.dtype), k_order(c.k)))
 
@@ -82,7 +84,10 @@ def engine_table(comparisons: Sequence[EngineComparison]) -> tuple[list[str], li
     present = {engine for c in comparisons for engine in c.engines}
     engines = sorted(present, key=_engine_order)
     reference, others = engines[0], engines[1:]  # a line without the reference engine has no ratios
-    headers = ["dtype", "k", "prompts", "speedup", *engines, *(f"{engine} / {reference}" for engine in others)]
+    further = further_columns(comparisons)
+    headers = [
+        "dtype", "k", *further, "prompts", "speedup", *engines, *(f"{engine} / {reference}" for engine in others)
+    ]  # fmt: skip
 
     def cell(interval: Interval | None) -> str:
         return "" if interval is None else value_with_interval(interval.estimate, interval.low, interval.high)
@@ -92,5 +97,5 @@ def engine_table(comparisons: Sequence[EngineComparison]) -> tuple[list[str], li
         for figure, label in ENGINE_FIGURES:
             means = [cell(c.means.get((figure, engine))) for engine in engines]
             ratios = [cell(c.ratios.get((figure, engine)) if c.engines[0] == reference else None) for engine in others]
-            lines.append([c.dtype, str(c.k), str(len(c.prompts)), label, *means, *ratios])
+            lines.append([c.dtype, str(c.k), *further_cells(c, further), str(len(c.prompts)), label, *means, *ratios])
     return headers, lines

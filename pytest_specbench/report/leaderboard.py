@@ -23,7 +23,7 @@ from tabulate import tabulate
 from ..measure.prompts import MT_BENCH_CATEGORIES, MT_BENCH_GROUP, category_group
 from ..results.schema import CaseResult
 from ..results.statistics import geometric_mean_interval
-from .analysis import k_order, several_engines, speedup_left_out
+from .analysis import Further, further_values, k_order, several_engines, speedup_left_out, with_further
 from .batch import per_k_rows
 from .dtype_view import dtype_order
 
@@ -76,6 +76,7 @@ class Leaderboard:
     lines: list[LeaderboardLine] = field(default_factory=list)
     # why (:func:`.analysis.speedup_left_out`: a verdict, "no speedup", "suspect") -> cases
     left_out: Counter = field(default_factory=Counter)
+    further: Further = ()  # its value on each further axis the report groups by
 
 
 def geometric_figure(speedups: Sequence[float]) -> GroupFigure:
@@ -123,7 +124,14 @@ def _board(rows: Sequence[CaseResult], grouping: str) -> Leaderboard:
     first = rows[0]
     left_out = Counter(reason for _, reason in judged if reason is not None)
     return Leaderboard(
-        first.pair, first.engine, first.dtype, first.batch, group_columns(rows, grouping), lines, left_out
+        first.pair,
+        first.engine,
+        first.dtype,
+        first.batch,
+        group_columns(rows, grouping),
+        lines,
+        left_out,
+        further_values(first),
     )
 
 
@@ -133,9 +141,9 @@ def leaderboards(results: Sequence[CaseResult], grouping: str = "spec_bench") ->
     rows = per_k_rows(results)
     pairs, engines = list(dict.fromkeys(row.pair for row in rows)), list(dict.fromkeys(row.engine for row in rows))
     dtypes = dtype_order([row.dtype for row in rows])
-    keys: dict[tuple[str, str, str], list[CaseResult]] = {}
+    keys: dict[tuple[str, str, str, Further], list[CaseResult]] = {}
     for row in rows:
-        keys.setdefault((row.pair, row.engine, row.dtype), []).append(row)
+        keys.setdefault((row.pair, row.engine, row.dtype, further_values(row)), []).append(row)
     order = sorted(keys, key=lambda key: (pairs.index(key[0]), engines.index(key[1]), dtypes.index(key[2])))
     return [_board(keys[key], grouping) for key in order]
 
@@ -167,7 +175,7 @@ def title(board: Leaderboard, engines: bool, dtypes: bool) -> str:
     """``pair`` with the engine, dtype and batch size where they tell boards apart or differ from Spec-Bench's."""
     parts = ([f"{board.engine} engine"] if engines else []) + ([board.dtype] if dtypes else [])
     parts += [f"batch {board.batch}"] if board.batch != 1 else []
-    return board.pair + (f" ({', '.join(parts)})" if parts else "")
+    return with_further(board.pair, board.further) + (f" ({', '.join(parts)})" if parts else "")
 
 
 def left_out_text(board: Leaderboard) -> str:

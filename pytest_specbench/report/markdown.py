@@ -29,6 +29,7 @@ from .analysis import (
     row_order,
     rows_by_pair,
     several_engines,
+    with_further,
 )
 from .answer import RunAnswer, pair_sentence, prompt_table, run_answer
 from .batch import per_k_rows
@@ -104,7 +105,8 @@ def _verdict_findings(analyses: Sequence[PromptAnalysis]) -> list[str]:
     by_verdict: dict[str, list[str]] = {verdict: [] for verdict in _VERDICT_OPENINGS}
     for analysis in analyses:
         by_verdict[_verdict(analysis.best_row)].append(
-            f"{analysis.prompt} ({with_interval(analysis.best_row)} at k={analysis.best_k})"
+            f"{with_further(analysis.prompt, analysis.further)} ({with_interval(analysis.best_row)} at "
+            f"k={analysis.best_k})"
         )
     return [_VERDICT_OPENINGS[verdict] + ", ".join(named) + "." for verdict, named in by_verdict.items() if named]
 
@@ -286,7 +288,7 @@ def _category_lines(results: Sequence[CaseResult]) -> list[str]:
         _table(
             [
                 [
-                    item.pair,
+                    with_further(item.pair, item.further),
                     item.category,
                     *([item.dtype] if dtypes else []),
                     item.prompts,

@@ -27,6 +27,7 @@ from .analysis import (  # noqa: E402
     constant_k_rows,
     pooled_position_acceptance,
     rows_by_pair,
+    with_further,
 )
 
 if TYPE_CHECKING:
@@ -193,12 +194,12 @@ def speedup_by_category(results: Sequence[CaseResult], directory: Path, suffix: 
     """Per pair and prompt category, the decode speedup at the category's best k: the geometric mean over its
     prompts, each weighted equally, with a 95% t interval over them (:func:`analysis.category_speedups`)."""
     best = best_category_speedups(results)
-    pairs = list(dict.fromkeys(item.pair for item in best))
+    pairs = list(dict.fromkeys(with_further(item.pair, item.further) for item in best))
     categories = sorted({item.category for item in best})
     width = 0.8 / max(len(pairs), 1)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(categories) + 2), 4.8))
     for i, pair in enumerate(pairs):
-        by_category = {item.category: item for item in best if item.pair == pair}
+        by_category = {item.category: item for item in best if with_further(item.pair, item.further) == pair}
         xs = [
             j + (i - (len(pairs) - 1) / 2) * width for j, category in enumerate(categories) if category in by_category
         ]
