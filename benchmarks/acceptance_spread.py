@@ -26,11 +26,11 @@ GATE_PROMPTS = ("natural", "code_python", "repetitive", "list_items")
 def run(out: str, ks: list[int], new_tokens: int, categories: list[str] | None) -> None:
     import torch
 
+    from pytest_specbench.cases.prompts import load_prompts, select_prompts
     from pytest_specbench.engine.decoding import speculative_generate
     from pytest_specbench.engine.derived_models import int8_copy
     from pytest_specbench.engine.drafters import ModelDrafter, PromptLookupDrafter
     from pytest_specbench.measure.inputs import prompt_input_ids
-    from pytest_specbench.measure.prompts import load_prompts, select_prompts
     from pytest_specbench.models.loading import load_model
 
     loaded = load_model("embedded:gemma3-270m")

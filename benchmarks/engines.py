@@ -72,8 +72,8 @@ def gpt2_random(prompt_categories: list[str], prompt_tokens: int = 48):
 
 
 def gemma_pairs(prompt_categories: list[str], names: list[str]):
+    from pytest_specbench.cases.prompts import load_prompts, select_prompts
     from pytest_specbench.measure.inputs import prompt_input_ids
-    from pytest_specbench.measure.prompts import load_prompts, select_prompts
     from pytest_specbench.models.loading import load_model
 
     loaded = load_model("embedded:gemma3-270m")

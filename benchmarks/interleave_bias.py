@@ -37,8 +37,8 @@ def main() -> None:
     parser.add_argument("--k", default="1", help="the int8 draft's k, or pld for prompt lookup at k=4")
     parser.add_argument("--prompt", default="natural", help="a prompt category of the shipped suite")
     args = parser.parse_args()
+    from pytest_specbench.cases.prompts import load_prompts, select_prompts
     from pytest_specbench.measure.inputs import prompt_input_ids
-    from pytest_specbench.measure.prompts import load_prompts, select_prompts
     from pytest_specbench.models.loading import load_model
 
     loaded = load_model("embedded:gemma3-270m")

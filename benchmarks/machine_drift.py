@@ -86,8 +86,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--interleaved", action="store_true", help="price the interleaved pairing instead")
     args = parser.parse_args()
+    from pytest_specbench.cases.prompts import load_prompts, select_prompts
     from pytest_specbench.measure.inputs import prompt_input_ids
-    from pytest_specbench.measure.prompts import load_prompts, select_prompts
     from pytest_specbench.models.loading import load_model
 
     loaded = load_model("embedded:gemma3-270m")

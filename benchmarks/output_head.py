@@ -50,8 +50,8 @@ def head_forms(shape: tuple[int, int], repeats: int) -> dict[int, dict[str, floa
 
 def gemma_curves(sweeps: int, positions: int) -> dict[str, list[float]] | None:
     try:
+        from pytest_specbench.cases.prompts import load_prompts, select_prompts
         from pytest_specbench.measure.inputs import prompt_input_ids
-        from pytest_specbench.measure.prompts import load_prompts, select_prompts
         from pytest_specbench.models.loading import load_model
 
         loaded = load_model("embedded:gemma3-270m")

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pytest_specbench.cases.prompts import load_prompts  # noqa: E402
 from pytest_specbench.measure.inputs import prompt_input_ids  # noqa: E402
-from pytest_specbench.measure.prompts import load_prompts  # noqa: E402
 from pytest_specbench.measure.store import ModelStore  # noqa: E402
 from pytest_specbench.measure.verdicts import reference_tokens  # noqa: E402
 

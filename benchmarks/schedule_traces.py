@@ -143,12 +143,12 @@ def record(
 ) -> None:
     import torch
 
+    from pytest_specbench.cases.pairs import BUILTIN_PAIRS
+    from pytest_specbench.cases.prompts import load_prompts, select_prompts
     from pytest_specbench.engine.decoding import greedy_generate
     from pytest_specbench.engine.derived_models import int8_copy
     from pytest_specbench.engine.drafters import PromptLookupDrafter
     from pytest_specbench.measure.inputs import prompt_input_ids
-    from pytest_specbench.measure.pairs import BUILTIN_PAIRS
-    from pytest_specbench.measure.prompts import load_prompts, select_prompts
     from pytest_specbench.models.loading import load_model
 
     torch.manual_seed(0)

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from pytest_specbench.measure.matrix import Case, build_matrix
-from pytest_specbench.measure.pairs import PairSpec
-from pytest_specbench.measure.prompts import Prompt
+from pytest_specbench.cases.matrix import Case, build_matrix
+from pytest_specbench.cases.pairs import PairSpec
+from pytest_specbench.cases.prompts import Prompt
 from pytest_specbench.settings import axes, options
 from pytest_specbench.settings import config as config_module
 from pytest_specbench.settings.option import Option

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from factory import case_result
 
+from pytest_specbench.cases.matrix import Case, build_matrix
+from pytest_specbench.cases.pairs import PairSpec
+from pytest_specbench.cases.prompts import Prompt
 from pytest_specbench.measure.batches import batch_prompts, batch_refusal
 from pytest_specbench.measure.engines import ENGINES, HF_BATCH_REFUSAL
-from pytest_specbench.measure.matrix import Case, build_matrix
-from pytest_specbench.measure.pairs import PairSpec
-from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.report.batch import BEYOND, NONE, BreakEven, batch_answer, batch_lines, batch_markdown
 from pytest_specbench.results.schema import CaseResult
 from pytest_specbench.settings.config import ConfigError, parse_settings
@@ -270,8 +270,8 @@ def tiny_batch(tmp_path_factory):
     """The tiny pair loaded, with a model draft and a prompt-lookup pair on its target."""
     from factory import torch_threads, write_tiny_pair
 
-    from pytest_specbench.measure.pairs import load_pairs_file
-    from pytest_specbench.measure.prompts import load_prompts
+    from pytest_specbench.cases.pairs import load_pairs_file
+    from pytest_specbench.cases.prompts import load_prompts
     from pytest_specbench.measure.shared import SharedMeasurements
     from pytest_specbench.measure.store import ModelStore
 

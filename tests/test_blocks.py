@@ -12,13 +12,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from pytest_specbench.cases.matrix import Case, build_matrix
+from pytest_specbench.cases.pairs import PairSpec
+from pytest_specbench.cases.prompts import Prompt
 from pytest_specbench.engine.stats import DecodeStats, GenerationResult
 from pytest_specbench.measure import blocks
 from pytest_specbench.measure.blocks import TimedCase, time_block
-from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairing import BASELINE_ONCE, HF_WHOLE_RUNS, Pairing, choose_pairing
-from pytest_specbench.measure.pairs import PairSpec
-from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.measure.speedup_intervals import precision
 from pytest_specbench.settings.options import INTERLEAVED
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from factory import case_result
 
+from pytest_specbench.cases.matrix import build_matrix
+from pytest_specbench.cases.pairs import load_pairs_file
+from pytest_specbench.cases.prompts import Prompt
 from pytest_specbench.measure.case_inputs import case_inputs, inputs_changes, replayable
-from pytest_specbench.measure.matrix import build_matrix
-from pytest_specbench.measure.pairs import load_pairs_file
-from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.settings.config import parse_settings
 
 PROMPTS = [Prompt("natural-01", "natural", "Once upon a time"), Prompt("code-01", "code", "def f():")]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.measure.pairs import (
+from pytest_specbench.cases.pairs import (
     BUILTIN_PAIRS,
     GPU_DEFAULT_PAIRS,
     OPT_IN_PAIRS,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from factory import run_document
 
+from pytest_specbench.cases.matrix import shard_pairs
+from pytest_specbench.cases.pairs import PairSpec
 from pytest_specbench.cli import COMPARED_OPTIONS, MergeError, compare_lines, main, merge_runs, run_results
-from pytest_specbench.measure.matrix import shard_pairs
-from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.results import schema
 from pytest_specbench.settings.options import OPTIONS
 

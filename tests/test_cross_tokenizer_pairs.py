@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from factory import WORDS, byte_gpt2, byte_tokenizer, case_result, save_checkpoint, word_gpt2, word_tokenizer
 
-from pytest_specbench.measure.drafter_kinds import kind_refusal
+from pytest_specbench.cases.drafter_kinds import kind_refusal
+from pytest_specbench.cases.matrix import Case
+from pytest_specbench.cases.pairs import OPT_IN_PAIRS, PairError, PairSpec, load_pairs_file
+from pytest_specbench.cases.prompts import Prompt
 from pytest_specbench.measure.engines import ENGINES
-from pytest_specbench.measure.matrix import Case
-from pytest_specbench.measure.pairs import OPT_IN_PAIRS, PairError, PairSpec, load_pairs_file
-from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.measure.store import ModelStore
 from pytest_specbench.models.base import GEMMA3_270M_NAME, QWEN_CODER_0_5B_NAME, QWEN_CODER_1_5B_NAME
 from pytest_specbench.models.tokenization import TokenizerMismatch

@@ -15,7 +15,7 @@ import pytest
 from factory import hub_snapshot, save_checkpoint, word_gpt2, word_tokenizer
 from huggingface_hub import constants as hub_constants
 
-from pytest_specbench.measure.pairs import BUILTIN_PAIRS, all_pairs, default_pair_names
+from pytest_specbench.cases.pairs import BUILTIN_PAIRS, all_pairs, default_pair_names
 from pytest_specbench.models import loading
 from pytest_specbench.plugin import activation
 from pytest_specbench.plugin.availability import PairAvailability

@@ -183,7 +183,7 @@ def test_a_row_records_the_few_rows_build_a_draft_ran_where_its_target_had_no_us
 
 
 def test_a_truncated_draft_is_moved_into_the_pages_its_target_is_in():
-    from pytest_specbench.measure.drafter_kinds import KINDS
+    from pytest_specbench.cases.drafter_kinds import KINDS
     from pytest_specbench.models.loading import LoadedModel
     from pytest_specbench.models.weight_pages import pages_of
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.measure import drafter_kinds
-from pytest_specbench.measure.drafter_kinds import CROSS, KINDS, kind_of, kind_refusal
+from pytest_specbench.cases import drafter_kinds
+from pytest_specbench.cases.drafter_kinds import CROSS, KINDS, kind_of, kind_refusal
+from pytest_specbench.cases.matrix import Case
+from pytest_specbench.cases.pairs import PairError, PairSpec, pair_from_mapping
+from pytest_specbench.cases.prompts import Prompt
 from pytest_specbench.measure.engine import PeerMethod
 from pytest_specbench.measure.engines import ENGINES
-from pytest_specbench.measure.matrix import Case
-from pytest_specbench.measure.pairs import PairError, PairSpec, pair_from_mapping
-from pytest_specbench.measure.prompts import Prompt
 
 PROMPT = Prompt("natural-1", "natural", "Once upon a time")
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 from factory import write_tiny_pair
 
+from pytest_specbench.cases.matrix import build_matrix
+from pytest_specbench.cases.pairs import PairSpec, load_pairs_file
+from pytest_specbench.cases.prompts import Prompt
 from pytest_specbench.measure.case_inputs import case_inputs
-from pytest_specbench.measure.matrix import build_matrix
-from pytest_specbench.measure.pairs import PairSpec, load_pairs_file
-from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.measure.store import ModelStore
 from pytest_specbench.results.log import settings_differences
 from pytest_specbench.settings.config import (

@@ -116,10 +116,10 @@ def test_hf_engine_refuses_what_is_neither_a_draft_model_nor_prompt_lookup() -> 
 def test_hf_engine_refuses_a_draft_that_is_the_target_object_and_the_plugin_skips_such_a_pair() -> None:
     """One module for both: its forward hooks would count the draft's passes as the target's (and the reverse),
     so the counts would be nonsense; a copy of it is a draft like any other."""
+    from pytest_specbench.cases.matrix import Case
+    from pytest_specbench.cases.pairs import PairSpec
+    from pytest_specbench.cases.prompts import Prompt
     from pytest_specbench.measure.engines import ENGINES, HF_SELF_DRAFT_REFUSAL
-    from pytest_specbench.measure.matrix import Case
-    from pytest_specbench.measure.pairs import PairSpec
-    from pytest_specbench.measure.prompts import Prompt
 
     target = tiny_model("gpt2")
     with pytest.raises(ValueError, match="the draft is the target itself"):

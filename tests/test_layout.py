@@ -26,6 +26,7 @@ LAYERS = (
     "models",
     "served",
     "settings",
+    "cases",
     "results",
     "measure",
     "report",

@@ -11,11 +11,11 @@ import pytest
 import torch
 from factory import torch_threads, write_tiny_pair
 
+from pytest_specbench.cases.conversation import PLAIN_JOIN, answer_text, conversation_text
+from pytest_specbench.cases.matrix import build_matrix
+from pytest_specbench.cases.prompts import Prompt
 from pytest_specbench.measure import inputs, turns
-from pytest_specbench.measure.conversation import PLAIN_JOIN, answer_text, conversation_text
-from pytest_specbench.measure.matrix import build_matrix
 from pytest_specbench.measure.pairing import MULTI_TURN_RUNS
-from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.measure.row import build_result
 from pytest_specbench.settings.config import parse_settings
 
@@ -72,7 +72,7 @@ def test_every_turn_but_the_last_needs_its_answer():
 
 @pytest.fixture(scope="module")
 def tiny_turns(tmp_path_factory):
-    from pytest_specbench.measure.pairs import load_pairs_file
+    from pytest_specbench.cases.pairs import load_pairs_file
     from pytest_specbench.measure.shared import SharedMeasurements
     from pytest_specbench.measure.store import ModelStore
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.measure.pairs import BUILTIN_PAIRS, PairError, all_pairs, load_pairs_file, select_pairs
+from pytest_specbench.cases.pairs import BUILTIN_PAIRS, PairError, all_pairs, load_pairs_file, select_pairs
 
 
 def test_builtin_registry_holds_the_seed_pairs_and_the_embedded_default() -> None:

@@ -1,4 +1,4 @@
-"""Tests of the prompt suite and of pytest_specbench.measure.prompts."""
+"""Tests of the prompt suite and of pytest_specbench.cases.prompts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_specbench.measure.prompts import (
+from pytest_specbench.cases.prompts import (
     CATEGORIES,
     DEFAULT_PROMPT_FILE,
     FILLER_SEPARATOR,

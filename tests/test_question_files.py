@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbench.measure.prompts import (
+from pytest_specbench.cases.prompts import (
     MT_BENCH_CATEGORIES,
     MT_BENCH_GROUP,
     Prompt,

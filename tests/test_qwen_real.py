@@ -12,7 +12,7 @@ import importlib.util
 
 import pytest
 
-from pytest_specbench.measure.pairs import OPT_IN_PAIRS
+from pytest_specbench.cases.pairs import OPT_IN_PAIRS
 from pytest_specbench.models.qwen import QWEN_MODELS
 
 

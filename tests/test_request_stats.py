@@ -12,11 +12,11 @@ import pytest
 import torch
 from factory import case_result
 
+from pytest_specbench.cases.matrix import Case
+from pytest_specbench.cases.pairs import PairSpec
+from pytest_specbench.cases.prompts import Prompt
 from pytest_specbench.engine.batched import BatchedGenerationResult
 from pytest_specbench.engine.stats import DecodeStats, GenerationResult, joined_result, record_step
-from pytest_specbench.measure.matrix import Case
-from pytest_specbench.measure.pairs import PairSpec
-from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.measure.row import Measurement, build_result
 from pytest_specbench.results.requests import percentiles, request_fields
 from pytest_specbench.results.schema import CaseResult, csv_columns

@@ -14,11 +14,11 @@ import torch
 from factory import tiny_pair, write_tiny_pair
 
 from pytest_specbench import greedy_generate, speculative_generate
+from pytest_specbench.cases.matrix import Case
+from pytest_specbench.cases.pairs import PairSpec
+from pytest_specbench.cases.prompts import Prompt
 from pytest_specbench.engine.stats import DecodeStats, GenerationResult
-from pytest_specbench.measure.matrix import Case
 from pytest_specbench.measure.pairing import COMPILED_STEPS, Pairing, choose_pairing
-from pytest_specbench.measure.pairs import PairSpec
-from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.measure.row import Measurement, build_result
 from pytest_specbench.settings.config import parse_settings
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from pytest_specbench.cases.matrix import Case, build_matrix
+from pytest_specbench.cases.pairs import PairSpec
+from pytest_specbench.cases.prompts import Prompt
 from pytest_specbench.engine.stats import DecodeStats, GenerationResult
 from pytest_specbench.measure import served_case, vllm_engine
 from pytest_specbench.measure.blocks import OwnBaselineRounds, TimedCase, time_block
 from pytest_specbench.measure.engines import ENGINES
-from pytest_specbench.measure.matrix import Case, build_matrix
 from pytest_specbench.measure.pairing import OWN_BASELINE, Pairing
-from pytest_specbench.measure.pairs import PairSpec
-from pytest_specbench.measure.prompts import Prompt
 from pytest_specbench.measure.vllm_engine import (
     ServerSettings,
     baseline_spec,

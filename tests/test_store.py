@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from factory import write_tiny_pair
 
+from pytest_specbench.cases.pairs import PairSpec
 from pytest_specbench.measure import store as store_module
-from pytest_specbench.measure.pairs import PairSpec
 from pytest_specbench.measure.store import ModelStore
 from pytest_specbench.models.base import UnrunnableCase
 from pytest_specbench.models.loading import parameter_count

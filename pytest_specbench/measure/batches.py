@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from ..cases.matrix import Case
+from ..cases.prompts import Prompt
 from ..engine.batched import BatchedGenerationResult, batched_greedy_generate, batched_speculative_generate, left_pad
 from ..engine.drafters import Drafter
 from ..engine.plain_generate import own_pad_token_id, plain_generate, plain_generation_config
@@ -31,9 +33,7 @@ from .case_run import BaselineRun, CaseRun, Judgement
 from .costs import CostProfile, measure_batched_costs, probed_k
 from .engines import ENGINES, SpeculativeRun
 from .inputs import check_context_windows, prompt_input_ids
-from .matrix import Case
 from .pairing import BATCHED_RUNS
-from .prompts import Prompt
 from .verdicts import diagnose
 
 #: in float32, a row that differs from a reference where the target's top-2 logit margin is below this is a

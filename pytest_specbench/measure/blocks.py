@@ -1,6 +1,6 @@
 """Blocked rounds: the cases that share a target, a prompt and a device are timed together.
 
-A block (:attr:`..matrix.Case.block`) is timed in rounds, each running every case still being timed once, in an
+A block (:attr:`..cases.matrix.Case.block`) is timed in rounds, each running every case still being timed once, in an
 order that rotates. Each run is paired with its baseline as the block's pairing says (:mod:`.pairing`):
 ``interleaved`` runs target-only greedy steps between the run's own (:mod:`..engine.interleave`), so both are timed
 over the same seconds of a machine whose speed changes within a second; ``rounds`` runs whole baselines between
@@ -21,11 +21,11 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..cases.matrix import Case
 from ..engine.interleave import InterleavedBaseline
 from ..engine.stats import GenerationResult
 from ..results.racing import eliminations
 from ..settings.config import SpecbenchConfig
-from .matrix import Case
 from .pairing import OWN_BASELINE, Pairing
 from .speedup_intervals import NO_SPREADS, Spreads, block_spreads, precision
 

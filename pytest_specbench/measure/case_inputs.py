@@ -18,12 +18,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..cases.drafter_kinds import kind_of
+from ..cases.matrix import Case
+from ..cases.prompts import Prompt, filler_text
 from ..results.schema import CaseResult
 from ..settings.axes import fingerprint_values
 from ..settings.config import SpecbenchConfig
-from .drafter_kinds import kind_of
-from .matrix import Case
-from .prompts import Prompt, filler_text
 
 #: each part's name in words, for the line that says why a case runs again
 PART_NAMES = {

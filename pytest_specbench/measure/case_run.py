@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 import torch
 
+from ..cases.matrix import Case
+from ..cases.prompts import Prompt
 from ..engine.cost_probe import parameter_count
 from ..engine.drafters import Drafter
 from ..engine.interleave import InterleavedBaseline
@@ -23,8 +25,6 @@ from ..models.loading import LoadedModel
 from ..settings.config import SpecbenchConfig
 from .costs import CostProfile
 from .engines import SpeculativeRun
-from .matrix import Case
-from .prompts import Prompt
 from .shared import SharedMeasurements
 from .store import ModelStore
 

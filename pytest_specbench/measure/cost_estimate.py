@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..cases.matrix import Case, target_of
 from ..engine.cost_model import predicted_speedup
 from ..engine.cost_probe import decode_step_costs, draft_token_cost
 from ..models.base import context_window
@@ -18,7 +19,6 @@ from .budget import BlockCost, CaseCost
 from .case_run import MeasureContext
 from .engines import ENGINES
 from .inputs import prompt_input_ids
-from .matrix import Case, target_of
 
 #: the acceptance a speculative run's estimate assumes (the first rounds correct it)
 ASSUMED_ACCEPTANCE = 0.7

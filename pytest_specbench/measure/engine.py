@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 from transformers import PreTrainedModel
 
+from ..cases.drafter_kinds import PairSpec, kind_of, kind_refusal
+from ..cases.matrix import Case
 from ..engine.drafters import Drafter
 from ..engine.sampling import SamplingParams
 from ..engine.stats import GenerationResult
 from ..kernels.verify_forms import KernelForms
 from ..served.client import ServedRun, Server
 from .costs import CostProfile
-from .drafter_kinds import PairSpec, kind_of, kind_refusal
-from .matrix import Case
 
 if TYPE_CHECKING:
     from ..settings.config import SpecbenchConfig
@@ -90,7 +90,7 @@ class Engine:
     # Why it cannot run a batch > 1 (the case is skipped with the reason), or None where it can.
     batch_refusal: str | None = None
     # It is a peer engine: it runs each drafter kind it has a method for (by the kind's name in
-    # measure/drafter_kinds.py) by that method, and skips the others with the reason.
+    # cases/drafter_kinds.py) by that method, and skips the others with the reason.
     peer: bool = False
     methods: Mapping[str, PeerMethod] = field(default_factory=dict)
     # What else it cannot run in a pair (its drafter and target when loaded), beyond the above.

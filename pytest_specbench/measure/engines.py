@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from ..cases.drafter_kinds import CROSS, KINDS, kind_of
+from ..cases.matrix import Case
 from ..engine.decoding import speculative_generate
 from ..engine.drafters import Drafter
 from ..engine.hf_assisted import hf_assisted_generate, universal_assisted_refusal
@@ -22,9 +24,7 @@ from ..engine.stats import GenerationResult
 from ..settings.config import SpecbenchConfig
 from ..settings.engines import ENGINE_NAMES, SERVED_ENGINES
 from .costs import CostProfile
-from .drafter_kinds import CROSS, KINDS, kind_of
 from .engine import Engine, PeerMethod, RunInputs, SpeculativeRun
-from .matrix import Case
 from .pairing import HF_WHOLE_RUNS
 from .vllm_engine import VLLM_ENGINE
 
@@ -108,7 +108,7 @@ def _hf_pair_refusal(case: Case, drafter: Drafter | None, target: PreTrainedMode
     return None
 
 
-#: transformers' way of running each drafter kind, by the kind's name (measure/drafter_kinds.py)
+#: transformers' way of running each drafter kind, by the kind's name (cases/drafter_kinds.py)
 _ASSISTANT = PeerMethod("assisted generation (assistant_model)")
 HF_METHODS: dict[str, PeerMethod] = {
     "model": _ASSISTANT,

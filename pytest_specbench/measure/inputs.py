@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from ..cases.conversation import conversation_text, has_chat_template
+from ..cases.matrix import Case
+from ..cases.prompts import Prompt, filler_text, fit_context
 from ..models.base import UnrunnableCase, context_window
-from .conversation import conversation_text, has_chat_template
-from .matrix import Case
-from .prompts import Prompt, filler_text, fit_context
 
 
 def prompt_input_ids(

@@ -7,13 +7,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cases.matrix import Case
+from ..cases.prompts import Prompt
 from ..results.log import ResumedLog, read_log, settings_differences
 from ..results.round_log import LoggedBlock, read_rounds, rounds_path
 from ..results.schema import CaseResult
 from ..settings.config import SpecbenchConfig, result_settings
 from .case_inputs import replayable
-from .matrix import Case
-from .prompts import Prompt
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ..cases.matrix import Case
 from ..engine.sampling import SamplingParams
 from ..engine.stats import DecodeStats, GenerationResult
 from ..results.invariants import suspect_fields
@@ -18,7 +19,6 @@ from ..results.statistics import coefficient_of_variation
 from ..settings.axes import AXIS_NAMES
 from .costs import CostProfile, bandwidth_fields, case_block_rows, cost_model_fields
 from .engines import sampling_kwargs
-from .matrix import Case
 from .pairing import Pairing
 from .speedup_intervals import NO_SPREADS, Spreads, speedups
 from .verdicts import quality_score

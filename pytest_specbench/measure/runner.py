@@ -3,7 +3,7 @@ rounds (:mod:`.blocks`, paired as :mod:`.pairing` chooses) and judge each one's 
 
 Knows nothing of pytest. :func:`.row.build_result` turns a measurement into a
 :class:`~..results.schema.CaseResult`. A block holds one batch
-size (:attr:`.matrix.Case.block`), so its cases share one baseline.
+size (:attr:`..cases.matrix.Case.block`), so its cases share one baseline.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..cases.matrix import Case
 from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase
 from .batches import BatchRun
 from .blocks import BLOCK_BUDGET, MAX_ROUNDS, BlockTiming, TimedCase, time_block
@@ -20,7 +21,6 @@ from .case_inputs import case_inputs
 from .case_run import BaselineRun, CaseRun, MeasureContext, NewInterleaved
 from .engines import ENGINES
 from .kept_rounds import BlockKeeping, RoundKeeper
-from .matrix import Case
 from .memory import peak_memory_mb, reset_peak_memory
 from .pairing import OWN_BASELINE, Pairing, choose_pairing
 from .row import BlockRecord, Measurement

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ..cases.matrix import Case
 from ..engine.decoding import GreedyStepper, greedy_generate
 from ..engine.drafters import Drafter
 from ..engine.interleave import InterleavedBaseline
@@ -32,7 +33,6 @@ from .engines import (
     speculative_runner,
 )
 from .inputs import check_context_windows, prompt_input_ids
-from .matrix import Case
 from .verdicts import diagnose, sampling_check, sampling_verdict
 
 #: untimed (baseline, speculative) pairs, after the warm-up, that re-time a draft model's costs

@@ -35,8 +35,9 @@ class ServedSetup:
 
 
 class ServedSequenceRun(SequenceRun):
-    """A case of batch 1 on a served engine. The block it is in (:attr:`.matrix.Case.block`) holds every prompt of
-    one (target, dtype, pair, k): one speculative server serves them all, then the next block starts the next."""
+    """A case of batch 1 on a served engine. The block it is in (:attr:`..cases.matrix.Case.block`) holds every
+    prompt of one (target, dtype, pair, k): one speculative server serves them all, then the next block starts the
+    next."""
 
     served: ServedSetup
     shares_block_baseline = False

@@ -1,7 +1,7 @@
 """What one worker measures once and shares between the cases that need it.
 
-Every cache here has its own name, and every key is a case's :meth:`~.matrix.Case.key`: the axes the cache depends
-on and the settings beyond them, named, so what a case reuses (and what it must not) can be read off the call:
+Every cache here has its own name, and every key is a case's :meth:`~..cases.matrix.Case.key`: the axes the cache
+depends on and the settings beyond them, named, so what a case reuses (and what it must not) can be read off the call:
 the tokenised prompt per target, the batched reference per target and batch, the pair's cost profile, the
 warm-up per pair and engine, the models' sizes, and the sampling check per case input.
 """

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import torch
 
+from ..cases.drafter_kinds import kind_of
+from ..cases.matrix import Case
+from ..cases.pairs import PairSpec
 from ..engine.drafters import Drafter
 from ..kernels.bandwidth import MAX_BUFFER_BYTES, memory_read_gbps, read_buffer_bytes
 from ..kernels.verify_forms import KernelForms
 from ..models.base import UnrunnableCase
 from ..models.loading import LoadedModel, load_model, parameter_count, resolve_dtype
 from ..served.pool import ServerPool
-from .drafter_kinds import kind_of
-from .matrix import Case
 from .memory import available_memory_bytes, held_weight_bytes
-from .pairs import PairSpec
 from .verdicts import reference_tokens
 
 

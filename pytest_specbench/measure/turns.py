@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from ..cases.conversation import answer_text
 from ..engine.stats import GenerationResult, joined_result
 from .case_run import BaselineRun, CaseRun, Judgement, NewInterleaved
-from .conversation import answer_text
 from .engines import SpeculativeRun
 from .pairing import MULTI_TURN_RUNS
 from .sequence import SequenceRun

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import PreTrainedModel
 
+from ..cases.drafter_kinds import PairSpec
+from ..cases.matrix import Case
 from ..engine.drafters import Drafter
 from ..engine.names import DEFAULT_NGRAM_SIZE
 from ..engine.stats import DecodeStats, GenerationResult
@@ -23,9 +25,7 @@ from ..served.endpoint import connect
 from ..served.metrics import SpecCounters, read_spec_counters
 from ..served.vllm_server import ServerSpec, installed_version
 from ..settings.config import SpecbenchConfig
-from .drafter_kinds import PairSpec
 from .engine import Engine, PeerMethod, ServedServers
-from .matrix import Case
 from .pairing import SERVED_WHOLE_RUNS
 
 if TYPE_CHECKING:
@@ -255,7 +255,7 @@ def _draft_model(pair: PairSpec, k: int, draft_folder: Path | None) -> dict[str,
     return {"method": VLLM_DRAFT_MODEL, "model": str(draft_folder), "num_speculative_tokens": k}
 
 
-#: vLLM's method for each drafter kind it runs, by the kind's name (measure/drafter_kinds.py)
+#: vLLM's method for each drafter kind it runs, by the kind's name (cases/drafter_kinds.py)
 VLLM_METHODS: dict[str, PeerMethod] = {
     "model": PeerMethod(VLLM_DRAFT_MODEL, integer_k_only=True, server_config=_draft_model),
     "prompt_lookup": PeerMethod(VLLM_NGRAM, integer_k_only=True, server_config=_ngram),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..measure.matrix import Case
-from ..measure.pairs import PairSpec, default_pair_names
+from ..cases.matrix import Case
+from ..cases.pairs import PairSpec, default_pair_names
 from ..settings.config import SpecbenchConfig
 
 

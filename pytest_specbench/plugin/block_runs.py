@@ -17,12 +17,12 @@ from collections.abc import Callable
 
 import pytest
 
+from ..cases.matrix import Case
 from ..measure.blocks import BLOCK_BUDGET, RUN_BUDGET
 from ..measure.budget import RunPlan, describe_duration, fitting_options
 from ..measure.case_run import MeasureContext
 from ..measure.cost_estimate import ASSUMED_ACCEPTANCE, estimate_blocks
 from ..measure.kept_rounds import RoundKeeper
-from ..measure.matrix import Case
 from ..measure.row import Measurement
 from ..measure.runner import BlockPlan, BlockShare, measure_block
 from ..models.base import NotApplicable

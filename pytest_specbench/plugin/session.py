@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..measure.matrix import Case
-from ..measure.pairs import PairSpec
-from ..measure.prompts import Prompt
+from ..cases.matrix import Case
+from ..cases.pairs import PairSpec
+from ..cases.prompts import Prompt
 from ..measure.resume import Resume
 from ..results.run_files import RunFiles
 from ..results.schema import CaseResult

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..measure.matrix import Case, build_matrix, shard_pairs
-from ..measure.pairs import all_pairs, default_pair_names, select_pairs
-from ..measure.prompts import DEFAULT_PROMPT_FILE, Prompt, load_prompts, sample_line, select_prompts
+from ..cases.matrix import Case, build_matrix, shard_pairs
+from ..cases.pairs import all_pairs, default_pair_names, select_pairs
+from ..cases.prompts import DEFAULT_PROMPT_FILE, Prompt, load_prompts, sample_line, select_prompts
 from ..measure.resume import load_resume
 from ..results.run_files import RunFiles
 from ..settings import axes

@@ -1,7 +1,7 @@
 """The leaderboard view: a run's decode speedups laid out as Spec-Bench's leaderboard, to set beside it.
 
 Per (pair, engine, dtype) a table: a line per k (and schedule), a column per category group
-(:func:`..measure.prompts.category_group`; Spec-Bench's six first, in the order its ``speed.py`` prints them, then
+(:func:`..cases.prompts.category_group`; Spec-Bench's six first, in the order its ``speed.py`` prints them, then
 the run's other groups in run order), tau and Overall. A group's figure is the geometric mean of its cases' paired
 ``decode_speedup`` with a 95% t interval over their logs (two cases or more), which holds the spread between
 prompts as well as the timing noise. Spec-Bench averages otherwise (docs/spec-bench.md): the mean of per-question
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from ..measure.prompts import MT_BENCH_CATEGORIES, MT_BENCH_GROUP, category_group
+from ..cases.prompts import MT_BENCH_CATEGORIES, MT_BENCH_GROUP, category_group
 from ..results.schema import CaseResult
 from ..results.statistics import geometric_mean_interval
 from .analysis import Further, further_values, k_order, several_engines, speedup_left_out, with_further

@@ -19,7 +19,7 @@ from ..results.tally import CaseRows, CaseTally, RunEnding
 from ..settings.config import SpecbenchConfig
 
 if TYPE_CHECKING:
-    from ..measure.matrix import Case
+    from ..cases.matrix import Case
 
 #: one line of the summary, and whether it is an error (red)
 Line = tuple[str, bool]
@@ -165,7 +165,7 @@ def _rerun_lines(run: RunSnapshot) -> list[str]:
 
 def _left_out_lines(run: RunSnapshot) -> list[str]:
     """A line naming the built-in pairs the default selection left out, and how to ask for them."""
-    from ..measure.pairs import left_out_note
+    from ..cases.pairs import left_out_note
 
     return [left_out_note(run.left_out)] if run.left_out else []
 

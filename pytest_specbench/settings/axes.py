@@ -7,7 +7,7 @@ whether the report groups by it, and the caches it does not change. A cache's ke
 declare themselves irrelevant to it (:func:`cache_key`), so a new axis is in every cache's key until its declaration
 says otherwise: it cannot collide two cases in a cache by being forgotten.
 
-A case holds its values keyed by these axes (measure/matrix.py ``Case``): its id, config name, block key and place
+A case holds its values keyed by these axes (cases/matrix.py ``Case``): its id, config name, block key and place
 in the run's order, and the matrix's loop, are derived from this list.
 
 To add an axis: declare it in :data:`AXES` (in id order), with its option, and in :data:`RUN_ORDER` and

@@ -50,7 +50,7 @@ class SpecbenchConfig:
     prompt_categories: tuple[str, ...]  # empty: all
     prompt_file: Path | None
     prompts_per_category: int | None  # None: every prompt of each category
-    category_groups: str  # measure.prompts.CATEGORY_GROUPINGS
+    category_groups: str  # cases.prompts.CATEGORY_GROUPINGS
     context_tokens: int | None
     max_new_tokens: int
     dtypes: tuple[str, ...]  # model dtypes, each case run once in each ("auto" resolved: see resolve_auto_dtypes)
@@ -96,7 +96,7 @@ class SpecbenchConfig:
     # Names of the options the user gave (command line or ini); the rest are defaults.
     given: frozenset[str] = field(default_factory=frozenset, compare=False)
     # The GPU defaults apply (a CUDA device given, or none given and one available): they pick the default pairs
-    # (measure.pairs.default_pair_names) as they pick the other options' defaults.
+    # (cases.pairs.default_pair_names) as they pick the other options' defaults.
     on_gpu: bool = False
 
     def __getattr__(self, name: str) -> Any:

@@ -91,6 +91,6 @@ def write_tiny_pairs(folder: Path) -> Path:
 
 def shipped_prompt(category: str) -> str:
     """The text of the shipped suite's first prompt of ``category``."""
-    from ...measure.prompts import load_prompts, select_prompts
+    from ...cases.prompts import load_prompts, select_prompts
 
     return select_prompts(load_prompts(), [category], per_category=1)[0].text

@@ -30,8 +30,8 @@ def load_targets(target: str, dtypes: Sequence[str], device: str, prompt: str) -
         model = tiny_model("gemma3")
         models = {dtype: copy.deepcopy(model).to(device=device, dtype=getattr(torch, dtype)) for dtype in dtypes}
         return models, torch.arange(3, 3 + TINY_PROMPT_TOKENS, device=device).unsqueeze(0)
+    from ...cases.prompts import load_prompts, select_prompts
     from ...measure.inputs import prompt_input_ids
-    from ...measure.prompts import load_prompts, select_prompts
     from ...models.loading import load_model, resolve_dtype
 
     # The smaller dtype loads first: a conversion's load maps the whole checkpoint file for a while, which then

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class PairSpec(Protocol):
-    """What a kind reads of a pair (measure/pairs.py's PairSpec, which validates its TOML against this registry)."""
+    """What a kind reads of a pair (cases/pairs.py's PairSpec, which validates its TOML against this registry)."""
 
     name: str
     target: str
