@@ -133,6 +133,22 @@ VLLM_LANE = [
     ),
 ]
 
+#: the llama.cpp lane's server: ``SPECBENCH_LLAMACPP_SERVER``, else the binary scripts/make-llamacpp.sh builds
+LLAMACPP_SERVER = Path(
+    os.environ.get(
+        "SPECBENCH_LLAMACPP_SERVER",
+        Path(__file__).resolve().parents[1] / ".llama.cpp" / "build" / "bin" / "llama-server",
+    )
+)
+#: the marks of a llama.cpp lane module: slow, and skipped with the reason where no llama-server exists
+LLAMACPP_LANE = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not LLAMACPP_SERVER.is_file(),
+        reason=f"no llama-server at {LLAMACPP_SERVER}: scripts/make-llamacpp.sh builds one (docs/served.md)",
+    ),
+]
+
 
 def served_llama(directory: Path, seed: int | None = None) -> Path:
     """A tiny byte-level Llama saved to ``directory``, in a shape vLLM's CPU build serves (head size 64)."""

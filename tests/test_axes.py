@@ -123,7 +123,9 @@ def test_a_case_holds_a_new_axis_by_its_declaration_alone(monkeypatch) -> None:
     context = axes.Axis("context", lambda n: f"-c{n}", config_part=lambda n: f"_c{n}", option=option, default=2048)
     _declare(monkeypatch, context)
     monkeypatch.setattr(config_module, "OPTIONS", (*options.OPTIONS, option))
-    settings = config_module.parse_settings({"k": ("1", "--specbench-k"), "context": ("512,64", "--specbench-context")})
+    given = {"k": ("1", "--specbench-k"), "context": ("512,64", "--specbench-context")}
+    # one dtype: the default is two where the CPU has bfloat16 instructions
+    settings = config_module.parse_settings({**given, "dtype": ("float32", "--specbench-dtype")})
     assert settings.axis_values == {"context": (512, 64)} and settings.context == (512, 64)  # read as any setting is
     assert config_module.result_settings(settings)["--specbench-context"] == [512, 64]  # a resume compares it
     short, long = build_matrix([PAIR], prompts=PROMPTS, **axes.values_to_run(settings))

@@ -126,6 +126,8 @@ DIFFERING = {
     "batch": ("1", "1,4"),
     "vllm-args": ("", "--tensor-parallel-size 2"),
     "vllm-endpoints": (None, "baseline=http://node:8000,k4=http://node:8001"),
+    "llamacpp-args": ("", "-ngl 99"),
+    "llamacpp-endpoints": (None, "baseline=http://node:8080,k4=http://node:8081"),
 }
 
 
@@ -138,6 +140,7 @@ NOT_RESULT_CHANGING = {
     "prompts-per-category": "selects cases",
     "category-groups": "selects cases",
     "vllm-python": "which interpreter starts vLLM: each served row records vLLM's version and arguments",
+    "llamacpp-server": "which binary starts llama.cpp: each served row records its build and arguments",
     "budget": "how long the run may take: rounds that ran are in each row",
     "csv": "an output",
     "json": "an output",

@@ -156,9 +156,12 @@ def test_importing_the_plugin_does_not_import_torch():
 ENGINE_MODULES = {
     "settings/engines.py",
     "settings/vllm_settings.py",
+    "settings/llamacpp_settings.py",
     "measure/engines.py",
     "measure/vllm_engine.py",
+    "measure/llamacpp_engine.py",
     "served/vllm_server.py",
+    "served/llamacpp_server.py",
 }
 #: written by name elsewhere on purpose: the GPU check plans its legs by engine, as a user's script would; and
 #: ``-march=native`` is a compiler flag, not an engine

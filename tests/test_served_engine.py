@@ -18,10 +18,10 @@ from pytest_specbench.measure import served_case, vllm_engine
 from pytest_specbench.measure.blocks import OwnBaselineRounds, TimedCase, time_block
 from pytest_specbench.measure.engines import ENGINES
 from pytest_specbench.measure.pairing import OWN_BASELINE, Pairing
+from pytest_specbench.measure.served_steps import served_result
 from pytest_specbench.measure.vllm_engine import (
     ServerSettings,
     baseline_spec,
-    served_result,
     server_arguments,
     server_spec,
     speculative_config,

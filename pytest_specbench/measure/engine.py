@@ -145,3 +145,37 @@ class Engine:
         """The kernel forms of this engine's greedy baseline, given the target's forms under the run's
         ``--specbench-kernels``: those, or the model's own (``"linear"``) where its runs keep them."""
         return "linear" if self.own_kernels else kernels
+
+
+def served_engine(name: str, methods: Mapping[str, PeerMethod], ngram_method: str, served: ServedEngine) -> Engine:
+    """A served engine, with what every served engine here shares: a peer engine whose runs keep the server's own
+    kernels and run whole (a :mod:`.pairing` reason); one request at a time (no batch > 1), greedy only, one turn,
+    and a prompt lookup's ``max_proposal`` refused, which its n-gram method (``ngram_method``) has no counterpart
+    of."""
+    from .pairing import SERVED_WHOLE_RUNS
+
+    def pair_refusal(case: Case, drafter: Drafter | None, target: PreTrainedModel | None) -> str | None:
+        if "max_proposal" in case.pair.options:
+            return f"pair {case.pair.name}: {ngram_method} proposes k tokens and has no counterpart of max_proposal"
+        if case.prompt.later_turns:
+            return f"prompt {case.prompt.id}: a conversation of several turns is not measured on the {name} engine yet"
+        return None
+
+    return Engine(
+        name,
+        None,
+        batch_refusal=(
+            f"the {name} engine runs one request at a time here: a served batch (concurrent requests) is not "
+            "measured yet"
+        ),
+        peer=True,
+        methods=methods,
+        pair_refusal=pair_refusal,
+        whole_runs=SERVED_WHOLE_RUNS,
+        own_kernels=True,
+        greedy_only=(
+            f"the {name} engine runs greedy decoding only here: its sampled tokens are not checked against the "
+            "target's distribution yet (--specbench-temperature=0)"
+        ),
+        served=served,
+    )

@@ -25,6 +25,7 @@ from ..settings.config import SpecbenchConfig
 from ..settings.engines import ENGINE_NAMES, SERVED_ENGINES
 from .costs import CostProfile
 from .engine import Engine, PeerMethod, RunInputs, SpeculativeRun
+from .llamacpp_engine import LLAMACPP_ENGINE
 from .pairing import HF_WHOLE_RUNS
 from .vllm_engine import VLLM_ENGINE
 
@@ -135,6 +136,7 @@ ENGINES: dict[str, Engine] = {
             own_kernels=True,
         ),
         VLLM_ENGINE,
+        LLAMACPP_ENGINE,
     )
 }
 if tuple(ENGINES) != ENGINE_NAMES:  # an accepted name with no engine would fail only when a case ran on it

@@ -11,22 +11,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import PreTrainedModel
 
 from ..cases.drafter_kinds import PairSpec
 from ..cases.matrix import Case
-from ..engine.drafters import Drafter
 from ..engine.names import DEFAULT_NGRAM_SIZE
-from ..engine.stats import DecodeStats, GenerationResult
+from ..engine.stats import GenerationResult
 from ..models.base import NotApplicable
 from ..models.loading import model_folder
 from ..served.client import ServedRun, Server, stream_completion
 from ..served.endpoint import connect
-from ..served.metrics import SpecCounters, read_spec_counters
+from ..served.metrics import read_spec_counters
 from ..served.vllm_server import ServerSpec, installed_version
 from ..settings.config import SpecbenchConfig
-from .engine import Engine, PeerMethod, ServedServers
-from .pairing import SERVED_WHOLE_RUNS
+from .endpoints import case_endpoints, endpoints_fingerprint
+from .engine import PeerMethod, ServedServers, served_engine
+from .served_steps import served_result
 
 if TYPE_CHECKING:
     from .store import ModelStore
@@ -105,66 +104,6 @@ def _spec(
     )
 
 
-def served_result(prompt_ids: list[int], run: ServedRun, counters: SpecCounters | None) -> GenerationResult:
-    """A streamed request as the engines' result: the tokens from the API, prefill as time to first token, and the
-    steps from the server's counters over the request (None: no speculation, one token per step).
-
-    The counters give how many verify steps drafted, and how many of those accepted exactly j tokens (from the
-    per-position counts: acceptance is a prefix), not their order: the per-step lists hold the prefill, the
-    steps that drafted in ascending accepted count, then the steps that did not draft. Drafts accepted past the
-    tokens returned are taken off the last of them."""
-    n = len(run.token_ids)
-    stats = DecodeStats(new_tokens=n, wall_time_s=run.wall_s, prefill_time_s=run.ttft_s)
-    steps: list[tuple[int, int]] = [(0, 0)]  # the prefill: drafted, accepted
-    k = len(counters.accepted_per_position) if counters is not None else 0
-    if counters is not None and counters.drafts:
-        per_position = [round(count) for count in counters.accepted_per_position]
-        ended = [round(counters.drafts), *per_position, 0]  # drafts that accepted at least j tokens, j = 0..k
-        accepted_each = [a for a in range(k + 1) for _ in range(ended[a] - ended[a + 1])]
-        steps += list(zip(_drafted(accepted_each, round(counters.draft_tokens), k), accepted_each))
-    # Each step commits its accepted tokens and one of the target's. The counters also count drafts accepted past
-    # the tokens asked for (the last step's), so those are taken off the steps that accepted most, as the native
-    # engine drafts only what the run can still use.
-    excess = sum(accepted for _, accepted in steps) + len(steps) - n
-    if excess > k:  # more than one step's drafts past the end
-        raise ValueError(
-            f"the server's counters moved by more than this request: {n} tokens came back, and the counters "
-            f"account for {n + excess} (another client on the server?)"
-        )
-    while excess > 0 and len(steps) > 1:
-        drafted, accepted = steps[-1]
-        cut = min(excess, accepted + 1)
-        steps[-1] = (drafted - min(cut, drafted), accepted - min(cut, accepted))
-        if cut > accepted:  # the whole step lies past the end
-            steps.pop()
-        excess -= cut
-    steps += [(0, 0)] * (n - sum(accepted for _, accepted in steps) - len(steps))
-    stats.drafted_per_step = [drafted for drafted, _ in steps]
-    stats.accepted_per_step = [accepted for _, accepted in steps]
-    stats.k_per_step = [0] + [k if drafted else 0 for drafted, _ in steps[1:]]
-    stats.target_forward_passes = len(steps)
-    stats.drafted_tokens = sum(stats.drafted_per_step)
-    stats.accepted_tokens = sum(stats.accepted_per_step)
-    stats.bonus_tokens = len(steps)
-    sequences = torch.tensor([prompt_ids + run.token_ids], dtype=torch.long)
-    return GenerationResult(sequences, len(prompt_ids), stats)
-
-
-def _drafted(accepted: list[int], total: int, k: int) -> list[int]:
-    """Drafted tokens per step, from each step's accepted count and the total drafted (vLLM's proposals may be
-    shorter than k): at least what it accepted, and one more where it accepted fewer than k (a rejection, or a
-    shorter proposal), the rest spread in order, at most k each, so that they sum to the server's total."""
-    drafted = [min(k, a + 1) if a < k else k for a in accepted]
-    if sum(drafted) > total:  # proposals shorter than k that were accepted whole: no rejection to count
-        drafted = list(accepted)
-    left = total - sum(drafted)
-    for i, value in enumerate(drafted):
-        more = min(left, k - value)
-        drafted[i] += more
-        left -= more
-    return drafted
-
-
 def server_arguments(case: Case, spec: ServerSpec) -> str:
     """The speculative server's arguments as a row records them: the models by their sources, not by the folders
     of this machine's cache, and no port."""
@@ -179,35 +118,15 @@ def server_arguments(case: Case, spec: ServerSpec) -> str:
     return " ".join([f"--model {case.pair.target}", *parts, *spec.extra_args])
 
 
-#: why the vllm engine skips a case of batch > 1
-VLLM_BATCH_REFUSAL = (
-    "the vllm engine runs one request at a time here: a served batch (concurrent requests) is not measured yet"
-)
-
-
-def _vllm_pair_refusal(case: Case, drafter: Drafter | None, target: PreTrainedModel | None) -> str | None:
-    """What the vllm engine cannot run beyond its kind's method: a setting its method has no counterpart for, and a
-    conversation (one request per turn is not measured yet)."""
-    if "max_proposal" in case.pair.options:
-        return f"pair {case.pair.name}: vLLM's ngram proposes k tokens and has no counterpart of max_proposal"
-    if case.prompt.later_turns:
-        return f"prompt {case.prompt.id}: a conversation of several turns is not measured on the vllm engine yet"
-    return None
-
-
 class VllmServing:
     """The vllm engine's servers and requests (:class:`~.engine.ServedEngine`)."""
 
     def servers(self, case: Case, dtype: str, config: SpecbenchConfig, store: ModelStore) -> ServedServers:
         """The endpoints the run was given (checked against the case), else servers this run starts."""
         if config.vllm_endpoints:
-            urls = dict(config.vllm_endpoints)
-            if f"k{case.k}" not in urls:
-                raise NotApplicable(
-                    f"--specbench-vllm-endpoints names no endpoint for k={case.k} (it names {', '.join(urls)})"
-                )
+            baseline_url, speculative_url = case_endpoints(config.vllm_endpoints, case, "vllm-endpoints")
             speculative_config(case, None)  # a pair vLLM has no method for is skipped, as without endpoints
-            baseline, speculative = connect(urls["baseline"]), connect(urls[f"k{case.k}"])
+            baseline, speculative = connect(baseline_url), connect(speculative_url)
             baseline.check_serves(case.pair.target, None)
             speculative.check_serves(case.pair.target, case.k)
             return ServedServers(
@@ -234,8 +153,7 @@ class VllmServing:
     def fingerprint(self, case: Case, config: SpecbenchConfig) -> dict[str, Any] | None:
         """Servers someone else runs: the case's, by URL; servers this run starts: vLLM's version and arguments."""
         if config.vllm_endpoints:
-            urls = dict(config.vllm_endpoints)
-            return {"endpoints": {name: urls.get(name) for name in ("baseline", f"k{case.k}")}}
+            return endpoints_fingerprint(config.vllm_endpoints, case)
         if config.vllm_python is not None:
             return {"vllm": installed_version(config.vllm_python), "args": list(config.vllm_args)}
         return None
@@ -261,18 +179,4 @@ VLLM_METHODS: dict[str, PeerMethod] = {
     "prompt_lookup": PeerMethod(VLLM_NGRAM, integer_k_only=True, server_config=_ngram),
 }
 
-VLLM_ENGINE = Engine(
-    NAME,
-    None,
-    batch_refusal=VLLM_BATCH_REFUSAL,
-    peer=True,
-    methods=VLLM_METHODS,
-    pair_refusal=_vllm_pair_refusal,
-    whole_runs=SERVED_WHOLE_RUNS,
-    own_kernels=True,
-    greedy_only=(
-        "the vllm engine runs greedy decoding only here: its sampled tokens are not checked against the "
-        "target's distribution yet (--specbench-temperature=0)"
-    ),
-    served=VllmServing(),
-)
+VLLM_ENGINE = served_engine(NAME, VLLM_METHODS, "vLLM's ngram", VllmServing())

@@ -447,6 +447,35 @@ def parameter_count(source: str, *, revision: str | None = None, cache_dir: Path
         return None
 
 
+def gguf_file(source: str, *, cache_dir: Path | None = None) -> Path:
+    """The GGUF file of ``source`` as it was made (quantised as shipped), for a server that reads GGUF files
+    (llama.cpp): an embedded model's joined file, or a ``.gguf`` path. :class:`ModelUnavailable` where there is none
+    (a checkpoint folder, a hub id: converting one to GGUF would not be the file users run)."""
+    cache = resolve_cache_dir(cache_dir)
+    if _is_embedded(source):
+        return _embedded(source).gguf_path(cache)
+    path = Path(source).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return path.resolve()
+    raise ModelUnavailable(
+        source, "it is no GGUF file; llama.cpp serves GGUF files (an embedded model, or a path ending in .gguf)"
+    )
+
+
+def gguf_quantisation(path: Path) -> str:
+    """The quantisation a GGUF file says it was made in (``Q4_K_M``, ``F16``), from its ``general.file_type``;
+    ``unknown`` where it says none."""
+    from gguf import GGUFReader, LlamaFileType
+
+    field = GGUFReader(path).fields.get("general.file_type")
+    if field is None:
+        return "unknown"
+    try:
+        return LlamaFileType(int(field.parts[field.data[0]][0])).name.removeprefix("MOSTLY_")
+    except ValueError:
+        return "unknown"
+
+
 def model_folder(source: str, *, revision: str | None = None, cache_dir: Path | None = None) -> Path:
     """The local folder of ``source`` in transformers' format (config, safetensors, tokenizer), for a server that
     reads folders (vLLM): a checkpoint folder itself, a GGUF file's or an embedded model's converted entry in the

@@ -37,8 +37,15 @@ class EngineComparison:
     further: Further = ()  # its value on each further axis the report groups by
 
 
-#: the figures the engines are set side by side on: each over a greedy baseline in its own engine
-ENGINE_FIGURES: tuple[tuple[str, str], ...] = (("decode_speedup", "decode"), ("speedup", "end to end"))
+#: the figures the engines are set side by side on: speedups, each over a greedy baseline in its own engine, and
+#: tokens per second
+ENGINE_FIGURES: tuple[tuple[str, str], ...] = (
+    ("decode_speedup", "decode"),
+    ("speedup", "end to end"),
+    # each engine's own tokens per second: engines' greedy baselines differ, so a ratio of speedups misleads alone
+    ("decode_tps", "decode tok/s"),
+    ("baseline_decode_tps", "greedy tok/s"),
+)
 
 
 def compare_engines(results: Sequence[CaseResult]) -> list[EngineComparison]:
@@ -86,7 +93,7 @@ def engine_table(comparisons: Sequence[EngineComparison]) -> tuple[list[str], li
     reference, others = engines[0], engines[1:]  # a line without the reference engine has no ratios
     further = further_columns(comparisons)
     headers = [
-        "dtype", "k", *further, "prompts", "speedup", *engines, *(f"{engine} / {reference}" for engine in others)
+        "dtype", "k", *further, "prompts", "figure", *engines, *(f"{engine} / {reference}" for engine in others)
     ]  # fmt: skip
 
     def cell(interval: Interval | None) -> str:

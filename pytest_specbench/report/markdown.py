@@ -407,8 +407,10 @@ def _engine_lines(rows: Sequence[CaseResult]) -> list[str]:
     headers, table = engine_table(comparisons)
     return [
         "Engines side by side: decode and end-to-end speedups, each over a greedy baseline in its own engine "
-        "(the engines split prefill and decoding differently), the geometric mean over the prompts every engine "
-        "measured with a 95% t interval over them; the ratios are paired by prompt.",
+        "(the engines split prefill and decoding differently), and each engine's own decode tokens per second, "
+        "speculative and greedy (the engines' greedy baselines differ, so a ratio of speedups misleads alone); the "
+        "geometric mean over the prompts every engine measured with a 95% t interval over them; the ratios are "
+        "paired by prompt.",
         "",
         _table(table, headers),
         "",

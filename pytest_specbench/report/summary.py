@@ -97,7 +97,8 @@ def _pair_lines(pair: str, rows: Sequence[CaseResult], engines: bool, answer: Ru
         headers, table = engine_table(comparisons)
         lines += [
             "",
-            "engines side by side (each over a greedy baseline in its own engine; geometric mean over the prompts "
+            "engines side by side (speedups each over a greedy baseline in its own engine, and each engine's own "
+            "decode tokens per second, speculative and greedy; geometric mean over the prompts "
             "every engine measured, 95% t interval over them; the ratios paired by prompt):",
         ]
         lines += tabulate(table, headers=headers, disable_numparse=True).splitlines()

@@ -1,4 +1,5 @@
-"""vLLM's speculative-decoding counters from its Prometheus /metrics, read before and after a timed run."""
+"""A server's speculative-decoding counters from its Prometheus /metrics, read before and after a timed run: vLLM's
+(``vllm:spec_decode_*``) and llama.cpp's (``llamacpp:spec_decode_*``, the same names) alike."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from dataclasses import dataclass
 from .client import read_url
 
 PREFIX = "vllm:spec_decode_"
+#: llama-server's (with --metrics)
+LLAMACPP_PREFIX = "llamacpp:spec_decode_"
 
 
 @dataclass(frozen=True)
@@ -40,19 +43,19 @@ class SpecCounters:
         return 1 + self.accepted_tokens / self.drafts if self.drafts else float("nan")
 
 
-def parse_spec_counters(text: str) -> SpecCounters | None:
+def parse_spec_counters(text: str, prefix: str = PREFIX) -> SpecCounters | None:
     """The counters in a /metrics page; None where it has none (a server without speculation)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     totals: dict[str, float] = {}
     per_position: dict[int, float] = {}
     for family in text_string_to_metric_families(text):
-        if not family.name.startswith(PREFIX):
+        if not family.name.startswith(prefix):
             continue
         for sample in family.samples:
             if not sample.name.endswith("_total"):
                 continue
-            name = sample.name[len(PREFIX) : -len("_total")]
+            name = sample.name[len(prefix) : -len("_total")]
             if name == "num_accepted_tokens_per_pos":
                 position = int(sample.labels["position"])
                 per_position[position] = per_position.get(position, 0.0) + sample.value
@@ -68,6 +71,6 @@ def parse_spec_counters(text: str) -> SpecCounters | None:
     )
 
 
-def read_spec_counters(url: str, timeout_s: float = 30.0) -> SpecCounters | None:
+def read_spec_counters(url: str, timeout_s: float = 30.0, prefix: str = PREFIX) -> SpecCounters | None:
     """The counters of the server at ``url``; :class:`~.client.ServedRequestError` where /metrics cannot be read."""
-    return read_url(f"{url}/metrics", parse_spec_counters, timeout_s)
+    return read_url(f"{url}/metrics", lambda text: parse_spec_counters(text, prefix), timeout_s)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .llamacpp_settings import LLAMACPP_OPTIONS, check_llamacpp_settings
 from .option import Option
 from .vllm_settings import VLLM_OPTIONS, check_vllm_settings
 
@@ -46,6 +47,13 @@ ENGINE_DECLARATIONS: tuple[EngineDeclaration, ...] = (
         served=True,
         options=VLLM_OPTIONS,
         check=check_vllm_settings,
+    ),
+    EngineDeclaration(
+        "llamacpp",
+        "llamacpp (llama.cpp's llama-server on the GGUF files as shipped: --specbench-llamacpp-server)",
+        served=True,
+        options=LLAMACPP_OPTIONS,
+        check=check_llamacpp_settings,
     ),
 )
 DECLARED: dict[str, EngineDeclaration] = {declaration.name: declaration for declaration in ENGINE_DECLARATIONS}

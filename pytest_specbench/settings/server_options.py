@@ -3,14 +3,17 @@ servers someone else runs (one URL per configuration). Each engine's declaration
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .parsing import checked_path, comma_list
+from .parsing import ConfigError, checked_path, comma_list
 
 
 def executable(accepted: str) -> Callable[[str], Path]:
@@ -62,3 +65,50 @@ def endpoints(raw: str) -> tuple[tuple[str, str], ...]:
     if "baseline" not in names or len(names) < 2:
         raise ValueError(f"{raw!r} needs a baseline and at least one k<K>; accepted: {ENDPOINTS_ACCEPTED}")
     return tuple(pairs)
+
+
+@dataclass(frozen=True)
+class ServedOptions:
+    """A served engine's three options: the program that starts its servers, more arguments for them, and servers
+    someone else runs (by option name, ``vllm-python``; each option's field is its name with underscores)."""
+
+    engine: str
+    program: str
+    arguments: str
+    endpoints: str
+
+    def field(self, option: str) -> str:
+        return option.replace("-", "_")
+
+
+def check_served_settings(
+    options: ServedOptions,
+    values: dict[str, Any],
+    given: frozenset[str],
+    runs: bool,
+    find_program: Callable[[Path | None], Path],
+) -> dict[str, Any]:
+    """A served engine's settings resolved: its program found (``find_program`` of the value given, a usage error
+    where there is none) where this run starts servers; a usage error where the options contradict each other."""
+    values = dict(values)
+    endpoints_given = values[options.field(options.endpoints)]
+    if endpoints_given and not runs:
+        raise ConfigError(
+            f"--specbench-{options.endpoints} names servers for the {options.engine} engine, which this run does not "
+            f"run; accepted: --specbench-engine={options.engine} (or a list with {options.engine}) beside it"
+        )
+    started_only = [f"--specbench-{name}" for name in (options.program, options.arguments) if name in given]
+    if endpoints_given and started_only:
+        raise ConfigError(
+            f"{' and '.join(started_only)} set up servers this run starts, and --specbench-{options.endpoints} "
+            "names servers someone else runs, so this run starts none; accepted: one of the two"
+        )
+    if runs:
+        if not endpoints_given:  # endpoints need no program: this run starts no server
+            values[options.field(options.program)] = find_program(values[options.field(options.program)])
+        if importlib.util.find_spec("prometheus_client") is None:
+            raise ConfigError(
+                f"--specbench-engine={options.engine} reads the server's counters with prometheus-client, which is "
+                "not installed; accepted: pip install 'pytest-specbench[served]'"
+            )
+    return values

@@ -3,14 +3,13 @@ for them, or servers someone else runs; checked before any model loads."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any
 
 from .option import Option
 from .parsing import ConfigError
-from .server_options import endpoints, executable, shell_words
+from .server_options import ServedOptions, check_served_settings, endpoints, executable, shell_words
 
 #: where scripts/make-vllm-env.sh puts vLLM's environment, from the directory pytest runs in
 VLLM_VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"
@@ -51,31 +50,19 @@ VLLM_OPTIONS: tuple[Option, ...] = (
 )
 
 
+VLLM_SERVED_OPTIONS = ServedOptions("vllm", "vllm-python", "vllm-args", "vllm-endpoints")
+
+
 def check_vllm_settings(values: dict[str, Any], given: frozenset[str], runs: bool) -> dict[str, Any]:
-    """The vllm engine's settings resolved (its interpreter found where this run starts servers); a usage error
-    where they contradict each other or cannot serve."""
-    values = dict(values)
-    if values["vllm_endpoints"] and not runs:
-        raise ConfigError(
-            "--specbench-vllm-endpoints names servers for the vllm engine, which this run does not run; accepted: "
-            "--specbench-engine=vllm (or a list with vllm) beside it"
-        )
-    started_only = [f"--specbench-{name}" for name in ("vllm-python", "vllm-args") if name in given]
-    if values["vllm_endpoints"] and started_only:
-        raise ConfigError(
-            f"{' and '.join(started_only)} set up servers this run starts, and --specbench-vllm-endpoints names "
-            "servers someone else runs, so this run starts none; accepted: one of the two"
-        )
-    if runs:
-        if not values["vllm_endpoints"]:  # endpoints need no interpreter: this run starts no server
-            values["vllm_python"] = vllm_interpreter(values["vllm_python"])
-            check_vllm_installed(values["vllm_python"])
-        if importlib.util.find_spec("prometheus_client") is None:
-            raise ConfigError(
-                "--specbench-engine=vllm reads the server's counters with prometheus-client, which is not "
-                "installed; accepted: pip install 'pytest-specbench[served]'"
-            )
-    return values
+    """The vllm engine's settings resolved (its interpreter found, and checked to hold vLLM, where this run starts
+    servers); a usage error where they contradict each other or cannot serve."""
+    return check_served_settings(VLLM_SERVED_OPTIONS, values, given, runs, _checked_interpreter)
+
+
+def _checked_interpreter(given: Path | None) -> Path:
+    python = vllm_interpreter(given)
+    check_vllm_installed(python)
+    return python
 
 
 def vllm_interpreter(given: Path | None) -> Path:
