@@ -17,7 +17,8 @@ size=37386587
 sha256="b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 # AMX off: this build's AMX kernels stopped with an illegal instruction (tilezero) while loading a model on a
 # Xeon that advertises AMX and grants its tile state (docs/served.md); the AVX-512 and AVX2 kernels are kept.
-no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+no_amx=""
+[ "$(uname -m)" = x86_64 ] && no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 case "$kind" in
   cpu) flags=() ;;
   cuda) flags=(-DGGML_CUDA=ON) ;;

@@ -351,3 +351,27 @@ def test_an_axis_the_report_groups_by_splits_every_grouping_of_the_report(monkey
     assert {answer.further for answer in batch_answer(rows)} == by_context
     monkeypatch.setattr(axes, "AXES", axes.AXES[:-1])  # undeclared: one group each
     assert {c.further for c in compare_engines(rows)} == {()} and len(analyse_prompts(rows)) == 1
+
+
+def test_the_engines_side_by_side_give_each_engines_own_tokens_per_second_beside_its_speedup():
+    # A faster greedy baseline shrinks a speedup: each engine's own tokens per second show which decodes faster.
+    import math
+
+    from factory import case_result
+
+    from pytest_specbench.report.engine_comparison import compare_engines
+
+    rows = [
+        case_result(
+            engine=engine, k=4, prompt=prompt, decode_speedup=speedup, speedup=speedup, suspect=False,
+            baseline_decode_tps=greedy, decode_tps=greedy * speedup,
+        )
+        for engine, speedup, greedy in (("native", 1.5, 40.0), ("llamacpp", 2.0, 20.0))
+        for prompt in ("natural", "code_python")
+    ]  # fmt: skip
+    (comparison,) = compare_engines(rows)
+    assert math.isclose(comparison.means["decode_tps", "native"].estimate, 60.0)
+    assert math.isclose(comparison.means["baseline_decode_tps", "llamacpp"].estimate, 20.0)
+    assert math.isclose(comparison.ratios["decode_tps", "llamacpp"].estimate, 40.0 / 60.0)
+    text = "\n".join(summary_lines(rows))
+    assert "decode tok/s" in text and "greedy tok/s" in text and "60.00" in text

@@ -45,7 +45,6 @@ def test_a_case_maps_to_llama_servers_speculative_arguments():
         "--spec-type", "ngram-simple",
         "--spec-ngram-simple-size-n", "3",
         "--spec-ngram-simple-size-m", "8",
-        "--spec-ngram-simple-min-hits", "1",
     )  # fmt: skip
     # k tokens every step, as the native loop at a constant k: no confidence stop, no minimum
     assert speculative_arguments(_case(DRAFT, 4), Path("/m/d.gguf")) == (
@@ -106,11 +105,14 @@ def test_the_llamacpp_engine_needs_its_binary_before_any_model_loads(tmp_path, m
     monkeypatch.delenv("SPECBENCH_LLAMACPP_SERVER", raising=False)
     with pytest.raises(ConfigError, match=r"needs llama.cpp's llama-server.*scripts/make-llamacpp.sh"):
         parse_settings({"engine": ("native,llamacpp", "--specbench-engine")})
-    with pytest.raises(ConfigError, match=r"=/bin/false: /bin/false says no llama.cpp version: false \(GNU"):
+    other = tmp_path / "other-program"
+    other.write_text("#!/bin/sh\necho 'usage: other-program FILE' >&2\nexit 1\n")
+    other.chmod(0o755)
+    with pytest.raises(ConfigError, match=rf"={other}: {other} says no llama.cpp version: usage: other-program"):
         parse_settings(
             {
                 "engine": ("llamacpp", "--specbench-engine"),
-                "llamacpp-server": ("/bin/false", "--specbench-llamacpp-server"),
+                "llamacpp-server": (str(other), "--specbench-llamacpp-server"),
             }
         )
     binary = tmp_path / ".llama.cpp" / "build" / "bin" / "llama-server"
@@ -176,3 +178,79 @@ def test_llama_servers_counters_read_as_vllms_and_must_hold_the_requests_own_cou
     monkeypatch.setattr(llamacpp_engine, "COUNTERS_WAIT_S", 0.05)
     with pytest.raises(ServedRequestError, match="moved by 8 drafted and 8 accepted tokens over a request that said 9"):
         llamacpp_engine._request_counters("http://s", before, 9, 8)
+
+
+class _Stream:
+    """A local HTTP server that answers /completion with ``status`` and the ``chunks`` as server-sent events."""
+
+    def __init__(self, chunks: list[dict], status: int = 200) -> None:
+        import http.server
+        import json
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(status)
+                self.end_headers()
+                for chunk in chunks:
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> str:
+        return self.url
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_stream_is_read_to_its_last_chunk_and_each_way_it_can_fail_names_the_server():
+    from pytest_specbench.served.llamacpp_server import stream_completion
+
+    with _Stream(CHUNKS) as url:
+        done = stream_completion(url, [1, 2], 2)
+    assert done.run.token_ids == [5279, 529] and (done.drafted, done.accepted) == (3, 1)
+    with _Stream(CHUNKS) as url, pytest.raises(ServedRequestError, match=r"returned 2 tokens where 3 were asked"):
+        stream_completion(url, [1, 2], 3)
+    with _Stream(CHUNKS[:2]) as url, pytest.raises(ServedRequestError, match="without its timings"):
+        stream_completion(url, [1, 2], 2)
+    with _Stream([], status=503) as url, pytest.raises(ServedRequestError, match=r"/completion answered 503"):
+        stream_completion(url, [1, 2], 2)
+    with _Stream([{"error": {"message": "context full"}}]) as url:
+        with pytest.raises(ServedRequestError, match="reported an error mid-stream.*context full"):
+            stream_completion(url, [1, 2], 2)
+
+
+def test_an_endpoint_must_serve_the_cases_file_and_speculate_as_the_case_needs():
+    from pytest_specbench.served.llamacpp_server import LlamaEndpoint, connect
+    from pytest_specbench.served.remote import EndpointMismatch
+
+    endpoint = LlamaEndpoint("http://node:8081", "/models/gemma-3-270m-q4_k_m.gguf", "llama.cpp b1", True)
+    endpoint.check_serves(Path("/cache/gemma-3-270m-q4_k_m.gguf"), speculates=True)
+    with pytest.raises(EndpointMismatch, match=r"serves /models/gemma-3-270m-q4_k_m.gguf, not the case's t.gguf"):
+        endpoint.check_serves(Path("/m/t.gguf"), speculates=True)
+    with pytest.raises(EndpointMismatch, match="serves with speculation; the case needs one without speculation"):
+        endpoint.check_serves(Path("/cache/gemma-3-270m-q4_k_m.gguf"), speculates=False)
+    with _Stream([]) as url:
+        pass  # a port nothing listens on any more
+    with pytest.raises(ServedRequestError, match=r"/props could not be read"):
+        connect(url)
+
+
+def test_the_gguf_file_is_the_same_in_every_dtype_so_its_cases_run_at_the_runs_first_only():
+    engine = ENGINES["llamacpp"]
+    first, second = _case(PLD, 4, dtype="bfloat16"), _case(PLD, 4, dtype="float32")
+    assert engine.refusal(first, dtypes=("bfloat16", "float32")) is None
+    assert "its cases run once, at the run's first dtype (bfloat16), not again at float32" in engine.refusal(
+        second, dtypes=("bfloat16", "float32")
+    )
+    pinned = PairSpec("pinned", "embedded:gemma3-270m", drafter="prompt_lookup", dtype="float32")
+    assert engine.refusal(_case(pinned, 4, dtype="float32"), dtypes=("bfloat16",)) is None  # the pair's own dtype
+    assert ENGINES["native"].refusal(second, dtypes=("bfloat16", "float32")) is None

@@ -94,7 +94,9 @@ def test_a_case_vllm_cannot_run_is_skipped_before_any_server_starts(monkeypatch,
         raise AssertionError("a server was started or connected to for a case the engine refuses")
 
     monkeypatch.setattr(vllm_engine.VllmServing, "servers", no_servers)
-    context = SimpleNamespace(config=SimpleNamespace(temperature=0.0, vllm_endpoints=endpoints), store=None)
+    context = SimpleNamespace(
+        config=SimpleNamespace(temperature=0.0, dtypes=("float32",), vllm_endpoints=endpoints), store=None
+    )
     with pytest.raises(NotApplicable, match=reason):
         served_case.ServedSequenceRun(case, context)
 
@@ -261,7 +263,7 @@ def test_the_vllm_engine_needs_vllms_interpreter_before_any_model_loads(tmp_path
     with pytest.raises(ConfigError, match=r"needs vLLM's own environment.*scripts/make-vllm-env.sh"):
         parse_settings({"engine": ("native,vllm", "--specbench-engine")})
     monkeypatch.setenv("SPECBENCH_VLLM_PYTHON", str(tmp_path / "nowhere"))
-    with pytest.raises(ConfigError, match=r"\$SPECBENCH_VLLM_PYTHON \(.*nowhere\) is no interpreter"):
+    with pytest.raises(ConfigError, match=r"\$SPECBENCH_VLLM_PYTHON \(.*nowhere\) is no executable"):
         parse_settings({"engine": ("vllm", "--specbench-engine")})
     with pytest.raises(ConfigError, match="is not an executable file"):
         parse_settings(

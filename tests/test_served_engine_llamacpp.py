@@ -71,19 +71,6 @@ def test_prompt_lookup_runs_on_llama_server_beside_the_native_engine_lossless_an
     result.stdout.fnmatch_lines(["*engines side by side*", "*llamacpp / native*"])
 
 
-def _processes_naming(text: str) -> list[str]:
-    """The command lines of this machine's processes that hold ``text``."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in line:
-            found.append(line)
-    return found
-
-
 def _pids_naming(*texts: str) -> list[int]:
     """This machine's processes whose command lines hold every one of ``texts``."""
     pids = []
@@ -103,8 +90,10 @@ def test_a_server_killed_mid_block_fails_its_case_naming_its_log_and_no_server_o
 ):
     import os
 
+    models = pytester.path / "models"  # this run's own: another test's server may run beside it
     process = bench_process(
         "--specbench-engine=llamacpp",
+        f"--specbench-cache-dir={models}",
         f"--specbench-llamacpp-server={LLAMACPP_SERVER}",
         f"--specbench-pairs-file={gemma_pld}",
         "--specbench-k=4",
@@ -115,8 +104,7 @@ def test_a_server_killed_mid_block_fails_its_case_naming_its_log_and_no_server_o
     )
     output = pytester.path / "output.txt"
     deadline = time.monotonic() + 600
-    # this run's speculative server: its model sits in this test's folder (another test's server may run beside)
-    marker = ("--spec-ngram-simple-size-m 4", str(pytester.path))
+    marker = ("--spec-ngram-simple-size-m 4", str(models))  # this run's speculative server
     while not _pids_naming(*marker):
         assert process.poll() is None and time.monotonic() < deadline, output.read_text()
         time.sleep(0.2)
@@ -126,7 +114,7 @@ def test_a_server_killed_mid_block_fails_its_case_naming_its_log_and_no_server_o
     process.wait(300)
     text = output.read_text()
     assert "the llama.cpp server for" in text and "exited with status -9" in text and "its log:" in text, text
-    assert not _processes_naming(str(gguf_file("embedded:gemma3-270m")))  # no server outlives the run
+    assert not _pids_naming(str(models))  # no server outlives the run
 
 
 @pytest.mark.slow  # a module mark is not what tests/test_lanes.py reads
@@ -163,5 +151,15 @@ def test_endpoints_someone_else_runs_are_measured_and_a_baseline_that_speculates
             pairs_file=gemma_pld,
             prompts="repetitive",
         )
+        # an endpoint named for another k than it drafts: its counters show its own draft length
+        misnamed = bench(
+            "--specbench-engine=llamacpp",
+            f"--specbench-llamacpp-endpoints=baseline={baseline.url},k8={k4.url}",
+            "--specbench-k=8",
+            pairs_file=gemma_pld,
+            prompts="repetitive",
+        )
     swapped.assert_outcomes(failed=1)
     swapped.stdout.fnmatch_lines([f"*the endpoint {k4.url} serves with speculation; the case needs one without*"])
+    misnamed.assert_outcomes(failed=1)
+    misnamed.stdout.fnmatch_lines(["*the server drafts up to 4 tokens a step*where the case's k is 8*"])

@@ -108,6 +108,9 @@ class Engine:
     # A served engine: its servers and requests (measure/served_case.py runs its cases); None for one that runs
     # in this process.
     served: ServedEngine | None = None
+    # Why its model is the same whatever the dtype (a quantised file served as it is): its cases run at the run's
+    # first dtype only, not once more per dtype on the same weights. None where the dtype is the model's.
+    fixed_weights: str | None = None
 
     def refusal(
         self,
@@ -115,12 +118,19 @@ class Engine:
         drafter: Drafter | None = None,
         target: PreTrainedModel | None = None,
         temperature: float = 0.0,
+        dtypes: tuple[str, ...] = (),
     ) -> str | None:
         """Why this engine cannot run ``case`` (it is skipped with the reason), or None. Without the loaded
-        ``drafter`` and ``target`` (before any model loads), only what the case's settings decide."""
+        ``drafter`` and ``target`` (before any model loads), only what the case's settings decide; ``dtypes``
+        are the run's."""
         why = kind_refusal(case.pair, batch=case.batch, temperature=temperature)
         if why:
             return why
+        if self.fixed_weights and dtypes and not case.pair.dtype and case.dtype != dtypes[0]:
+            return (
+                f"the {self.name} engine {self.fixed_weights}, so its cases run once, at the run's first dtype "
+                f"({dtypes[0]}), not again at {case.dtype}"
+            )
         if case.batched and self.batch_refusal:
             return self.batch_refusal
         if temperature > 0 and self.greedy_only:
@@ -147,11 +157,17 @@ class Engine:
         return "linear" if self.own_kernels else kernels
 
 
-def served_engine(name: str, methods: Mapping[str, PeerMethod], ngram_method: str, served: ServedEngine) -> Engine:
+def served_engine(
+    name: str,
+    methods: Mapping[str, PeerMethod],
+    ngram_method: str,
+    served: ServedEngine,
+    fixed_weights: str | None = None,
+) -> Engine:
     """A served engine, with what every served engine here shares: a peer engine whose runs keep the server's own
     kernels and run whole (a :mod:`.pairing` reason); one request at a time (no batch > 1), greedy only, one turn,
     and a prompt lookup's ``max_proposal`` refused, which its n-gram method (``ngram_method``) has no counterpart
-    of."""
+    of. ``fixed_weights``: :attr:`Engine.fixed_weights`."""
     from .pairing import SERVED_WHOLE_RUNS
 
     def pair_refusal(case: Case, drafter: Drafter | None, target: PreTrainedModel | None) -> str | None:
@@ -178,4 +194,5 @@ def served_engine(name: str, methods: Mapping[str, PeerMethod], ngram_method: st
             "target's distribution yet (--specbench-temperature=0)"
         ),
         served=served,
+        fixed_weights=fixed_weights,
     )

@@ -10,6 +10,7 @@ their speedups over their own baselines, and by each one's own tokens per second
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from ..cases.drafter_kinds import PairSpec
 from ..cases.matrix import Case
 from ..engine.names import DEFAULT_NGRAM_SIZE
 from ..engine.stats import GenerationResult
-from ..models.base import NotApplicable
+from ..models.base import ModelUnavailable, NotApplicable
 from ..models.loading import gguf_file, gguf_quantisation
 from ..served.client import ServedRequestError, ServedRun, Server
 from ..served.llamacpp_server import LlamaServerSpec, connect, installed_version, stream_completion
@@ -52,7 +53,6 @@ def _ngram(pair: PairSpec, k: int, draft: Path | None) -> dict[str, Any]:
         "--spec-type": "ngram-simple",
         "--spec-ngram-simple-size-n": size,
         "--spec-ngram-simple-size-m": k,
-        "--spec-ngram-simple-min-hits": 1,
     }
 
 
@@ -87,7 +87,7 @@ def speculative_arguments(case: Case, draft: Path | None) -> tuple[str, ...]:
 def _gguf(source: str, config: SpecbenchConfig) -> Path:
     try:
         return gguf_file(source, cache_dir=config.cache_dir)
-    except Exception as error:  # noqa: BLE001 - the model layer's reason, as the case's skip
+    except ModelUnavailable as error:  # the model layer's reason, as the case's skip
         raise NotApplicable(f"the llamacpp engine cannot serve {source}: {error}") from None
 
 
@@ -110,8 +110,9 @@ class LlamaServing:
         if binary is None:
             raise NotApplicable("the llamacpp engine needs --specbench-llamacpp-server (docs/served.md)")
         threads = torch.get_num_threads() if store.device == "cpu" else None
-        spec = LlamaServerSpec(binary, target, threads, arguments, config.llamacpp_args)
-        baseline = store.servers().server(LlamaServerSpec(binary, target, threads, None, config.llamacpp_args))
+        env = _gpu_environment(store.device, config.llamacpp_args)
+        spec = LlamaServerSpec(binary, target, threads, arguments, config.llamacpp_args, env)
+        baseline = store.servers().server(LlamaServerSpec(binary, target, threads, None, config.llamacpp_args, env))
         speculative = store.servers().server(spec)
         shown = " ".join(part if part != str(draft) else case.pair.draft or part for part in arguments)
         described = f"-m {case.pair.target} {shown} {' '.join(config.llamacpp_args)}".strip()
@@ -139,6 +140,19 @@ class LlamaServing:
         return None
 
 
+#: llama-server's arguments that choose its GPUs themselves
+_DEVICE_ARGS = {"-dev", "--device", "-sm", "--split-mode", "-ts", "--tensor-split", "-mg", "--main-gpu"}
+
+
+def _gpu_environment(device: str, args: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """The server's one GPU, the run's (``CUDA_VISIBLE_DEVICES``), unless its arguments or the environment
+    choose the GPUs; nothing on a CPU."""
+    parsed = torch.device(device)
+    if parsed.type != "cuda" or set(args) & _DEVICE_ARGS or "CUDA_VISIBLE_DEVICES" in os.environ:
+        return ()
+    return (("CUDA_VISIBLE_DEVICES", str(parsed.index or 0)),)
+
+
 def _counters(url: str) -> SpecCounters:
     """The server's counters; all zero before its first speculative request (llama.cpp shows none until then)."""
     return read_spec_counters(url, prefix=LLAMACPP_PREFIX) or SpecCounters(0.0, 0.0, 0.0, ())
@@ -160,4 +174,10 @@ def _request_counters(url: str, before: SpecCounters, drafted: int, accepted: in
         time.sleep(0.01)
 
 
-LLAMACPP_ENGINE = served_engine(NAME, LLAMACPP_METHODS, "llama.cpp's ngram-simple", LlamaServing())
+LLAMACPP_ENGINE = served_engine(
+    NAME,
+    LLAMACPP_METHODS,
+    "llama.cpp's ngram-simple",
+    LlamaServing(),
+    fixed_weights="serves the GGUF file's own quantisation whatever the dtype",
+)

@@ -45,21 +45,22 @@ class ServedSequenceRun(SequenceRun):
     def prepare(self) -> None:
         # What the engine cannot run is skipped first, before any server starts (docs/served.md); then a wrong
         # endpoint fails before this case loads.
-        refusal = ENGINES[self.case.engine].refusal(self.case, temperature=self.context.config.temperature)
+        config = self.context.config
+        refusal = ENGINES[self.case.engine].refusal(self.case, temperature=config.temperature, dtypes=config.dtypes)
         if refusal:
             raise NotApplicable(refusal)
-        servers = self.engine.servers(self.case, self.dtype, self.context.config, self.context.store)
+        servers = self.serving.servers(self.case, self.dtype, self.context.config, self.context.store)
         super().prepare()  # the target's input, generate() reference and costs, as for every case
         baseline = servers.baseline
         reference = _naming_server_log(
-            baseline, lambda: self.engine.greedy(baseline, self.prompt_ids, self.setup.max_new_tokens)
+            baseline, lambda: self.serving.greedy(baseline, self.prompt_ids, self.setup.max_new_tokens)
         )
         self.served = ServedSetup(
             servers.speculative, baseline, reference.token_ids, reference.top2_margins, servers.description
         )
 
     @property
-    def engine(self) -> ServedEngine:
+    def serving(self) -> ServedEngine:
         served = ENGINES[self.case.engine].served
         if served is None:
             raise ValueError(f"the {self.case.engine} engine is not served: its cases run in this process")
@@ -79,10 +80,18 @@ class ServedSequenceRun(SequenceRun):
         return self.setup.input_ids[0].tolist()
 
     def _request(self, server: Server, counted: bool) -> GenerationResult:
-        """One timed request; a server that died is :class:`ServerDied`, one that failed the request names its log."""
-        return _naming_server_log(
-            server, lambda: self.engine.request(server, self.prompt_ids, self.setup.max_new_tokens, counted)
+        """One timed request; a server that died is :class:`ServerDied`, one that failed the request names its log,
+        one that drafts another length than the case's k (an endpoint started with another) is an error."""
+        result = _naming_server_log(
+            server, lambda: self.serving.request(server, self.prompt_ids, self.setup.max_new_tokens, counted)
         )
+        drafted_k = max(result.stats.k_per_step, default=0)
+        if counted and drafted_k not in (0, self.case.k):
+            raise ServedRequestError(
+                f"the server drafts up to {drafted_k} tokens a step (its counters' positions) where the case's k is "
+                f"{self.case.k}: start it with the case's draft length\n{server.failure_note}"
+            )
+        return result
 
     def new_runner(self) -> SpeculativeRun:
         server = self.served.speculative

@@ -118,7 +118,7 @@ class CaseFixture:
         from ..models.base import ModelUnavailable, NotApplicable, UnrunnableCase
         from ..results.schema import extra_info_fields
         from ..served.client import ServedRequestError
-        from ..served.endpoint import EndpointMismatch
+        from ..served.remote import EndpointMismatch
         from ..served.vllm_server import ServerDied
 
         replayed = self._session.replay(case.id)

@@ -8,9 +8,9 @@ import math
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 REQUEST_TIMEOUT_S = 600.0
 Parsed = TypeVar("Parsed")
@@ -83,6 +83,26 @@ def stream_completion(
     }
     if top_logprobs:
         body |= {"logprobs": top_logprobs, "return_tokens_as_token_ids": True}
+
+    def take(run: ServedRun, chunk: dict, at_s: float) -> bool:
+        _take_chunk(run, chunk, at_s, url)
+        return False  # the stream ends with [DONE]
+
+    return stream_tokens(url, "/v1/completions", body, take, max_tokens, timeout_s)
+
+
+def stream_tokens(
+    url: str,
+    path: str,
+    body: dict[str, Any],
+    take: Callable[[ServedRun, dict, float], bool],
+    max_tokens: int,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> ServedRun:
+    """``body`` posted to ``url`` + ``path``, its server-sent events read as they arrive: ``take(run, event,
+    seconds)`` adds an event's tokens to the run and says whether it was the last (``[DONE]`` ends it too).
+    :class:`ServedRequestError` where the server refuses, the stream breaks, or other than ``max_tokens`` tokens
+    come back; ``timeout_s`` bounds each read, not the whole request."""
     parts = urllib.parse.urlsplit(url)
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     connection = kind(parts.hostname, parts.port, timeout=timeout_s)
@@ -90,14 +110,14 @@ def stream_completion(
     try:
         connection.request(
             "POST",
-            f"{parts.path.rstrip('/')}/v1/completions",
+            f"{parts.path.rstrip('/')}{path}",
             json.dumps(body),
             {"Content-Type": "application/json", "Accept": "text/event-stream"},
         )
         response = connection.getresponse()
         if response.status != 200:
             raise ServedRequestError(
-                f"{url}/v1/completions answered {response.status}: {response.read(2000).decode(errors='replace')}"
+                f"{url}{path} answered {response.status}: {response.read(2000).decode(errors='replace')}"
             )
         run = ServedRun([], [], 0.0)
         for line in response:
@@ -105,9 +125,8 @@ def stream_completion(
             if not text.startswith("data:"):
                 continue
             payload = text[5:].strip()
-            if payload == "[DONE]":
+            if payload == "[DONE]" or take(run, json.loads(payload), time.perf_counter() - start):
                 break
-            _take_chunk(run, json.loads(payload), time.perf_counter() - start, url)
         run.wall_s = time.perf_counter() - start
     except (OSError, http.client.HTTPException, ValueError) as error:
         raise ServedRequestError(f"the stream from {url} broke: {type(error).__name__}: {error}") from error
@@ -130,15 +149,14 @@ def _take_chunk(run: ServedRun, chunk: dict, at_s: float, url: str) -> None:
         tops = (choice.get("logprobs") or {}).get("top_logprobs") or [None] * len(ids)
         if len(tops) != len(ids):
             raise ServedRequestError(f"{url} returned {len(tops)} top logprobs for {len(ids)} tokens in one chunk")
-        run.top2_margins += [_margin(top) for top in tops]
+        run.top2_margins += [logprob_margin((top or {}).values()) for top in tops]
 
 
-def _margin(top: dict[str, float] | None) -> float | None:
-    """The best logprob less the second: equal to the logits' top-2 margin (one normaliser)."""
-    if not top or len(top) < 2:
-        return None
-    best, second = sorted(top.values(), reverse=True)[:2]
-    return best - second
+def logprob_margin(logprobs: Iterable[float]) -> float | None:
+    """The best logprob less the second, among a position's top ones: equal to the logits' top-2 margin (one
+    normaliser); None where fewer than two came back."""
+    ranked = sorted(logprobs, reverse=True)
+    return ranked[0] - ranked[1] if len(ranked) >= 2 else None
 
 
 def read_url(url: str, parse: Callable[[str], Parsed], timeout_s: float = 30.0) -> Parsed:

@@ -10,24 +10,19 @@ or a draft model) does not show there: the run takes it on the user's word, and 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
 from .client import read_url
 from .metrics import read_spec_counters
-from .vllm_server import ServerDied
+from .remote import EndpointMismatch, RemoteServer
+
+__all__ = ["Endpoint", "EndpointMismatch", "connect"]
 
 TIMEOUT_S = 30.0
 
 
-class EndpointMismatch(ValueError):
-    """An endpoint serves something other than the case asks for; the message says what it serves and what was
-    expected."""
-
-
 @dataclass(frozen=True)
-class Endpoint:
+class Endpoint(RemoteServer):
     """A running server at ``url``: the one model it serves (``served_name``, and ``root``, the weights it loaded),
     its vLLM version, and its draft length (None: it does not speculate)."""
 
@@ -36,22 +31,6 @@ class Endpoint:
     root: str
     version: str
     k: int | None
-
-    def check_alive(self, when: str = "") -> None:
-        """:class:`~.vllm_server.ServerDied` where the endpoint no longer answers /health."""
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=TIMEOUT_S) as response:
-                if response.status == 200:
-                    return
-                status = f"answered /health with {response.status}"
-        except (urllib.error.URLError, OSError) as error:
-            status = f"does not answer /health ({error})"
-        raise ServerDied(f"the endpoint {self.url} {status}{' ' + when if when else ''}")
-
-    @property
-    def failure_note(self) -> str:
-        """What an error adds to say where to look: an endpoint's log is its owner's."""
-        return f"the endpoint {self.url} is run outside this run; its log is wherever its owner keeps it"
 
     def check_serves(self, target: str, k: int | None) -> None:
         """:class:`EndpointMismatch` unless the endpoint serves ``target`` with draft length ``k`` (None: without

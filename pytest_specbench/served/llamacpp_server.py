@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import http.client
 import json
+import os
 import re
 import subprocess
-import time
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from .client import REQUEST_TIMEOUT_S, ServedRequestError, ServedRun, read_url
-from .endpoint import EndpointMismatch
+from .client import REQUEST_TIMEOUT_S, ServedRequestError, ServedRun, logprob_margin, read_url, stream_tokens
 from .process import ServerDied, ServerProcess
+from .remote import EndpointMismatch, RemoteServer
 
 #: a server's context where the user's arguments name none: the prompts and new tokens of a run fit in it, and
 #: the KV cache of a model's whole context (Gemma 3's is 32k) would take memory the run needs
@@ -33,6 +31,7 @@ class LlamaServerSpec:
     threads: int | None = None
     speculative: tuple[str, ...] | None = None
     extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # set for the server (CUDA_VISIBLE_DEVICES: the run's GPU)
 
     #: what its log files are named after
     log_name = "llamacpp"
@@ -72,6 +71,9 @@ class LlamaServer(ServerProcess):
 
     kind = "llama.cpp server"
     spec: LlamaServerSpec
+
+    def environment(self) -> dict[str, str]:
+        return {**os.environ, **dict(self.spec.env)}
 
     def check_startable(self) -> None:
         if not self.spec.binary.is_file():
@@ -122,41 +124,18 @@ def stream_completion(
         "cache_prompt": False,
         "n_probs": top_probs,
     }
-    parts = urllib.parse.urlsplit(url)
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    connection = kind(parts.hostname, parts.port, timeout=timeout_s)
-    start = time.perf_counter()
-    run, timings = ServedRun([], [], 0.0), None
-    try:
-        connection.request(
-            "POST",
-            f"{parts.path.rstrip('/')}/completion",
-            json.dumps(body),
-            {"Content-Type": "application/json", "Accept": "text/event-stream"},
-        )
-        response = connection.getresponse()
-        if response.status != 200:
-            raise ServedRequestError(
-                f"{url}/completion answered {response.status}: {response.read(2000).decode(errors='replace')}"
-            )
-        for line in response:
-            text = line.decode("utf-8").strip()
-            if not text.startswith("data:"):
-                continue
-            chunk = json.loads(text[5:].strip())
-            timings = _take_chunk(run, chunk, time.perf_counter() - start, url) or timings
-            if chunk.get("stop"):
-                break
-        run.wall_s = time.perf_counter() - start
-    except (OSError, http.client.HTTPException, ValueError) as error:
-        raise ServedRequestError(f"the stream from {url} broke: {type(error).__name__}: {error}") from error
-    finally:
-        connection.close()
-    if len(run.token_ids) != max_tokens:
-        raise ServedRequestError(f"{url} returned {len(run.token_ids)} tokens where {max_tokens} were asked for")
-    if timings is None:
+    last: list[dict] = []  # the last chunk's timings
+
+    def take(run: ServedRun, chunk: dict, at_s: float) -> bool:
+        timings = _take_chunk(run, chunk, at_s, url)
+        if timings is not None:
+            last.append(timings)
+        return bool(chunk.get("stop"))
+
+    run = stream_tokens(url, "/completion", body, take, max_tokens, timeout_s)
+    if not last:
         raise ServedRequestError(f"{url} ended its stream without its timings (no draft counts)")
-    return LlamaRun(run, int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0)))
+    return LlamaRun(run, int(last[-1].get("draft_n", 0)), int(last[-1].get("draft_n_accepted", 0)))
 
 
 def _take_chunk(run: ServedRun, chunk: dict, at_s: float, url: str) -> dict | None:
@@ -171,21 +150,14 @@ def _take_chunk(run: ServedRun, chunk: dict, at_s: float, url: str) -> dict | No
     probabilities = chunk.get("completion_probabilities") or [None] * len(ids)
     if len(probabilities) != len(ids):
         raise ServedRequestError(f"{url} returned {len(probabilities)} probabilities for {len(ids)} tokens")
-    run.top2_margins += [_margin(entry) for entry in probabilities]
+    run.top2_margins += [
+        logprob_margin(top["logprob"] for top in (entry or {}).get("top_logprobs") or []) for entry in probabilities
+    ]
     return chunk.get("timings") if chunk.get("stop") else None
 
 
-def _margin(entry: dict | None) -> float | None:
-    """The best logprob less the second, among the position's top ones: the logits' top-2 margin."""
-    tops = (entry or {}).get("top_logprobs") or []
-    if len(tops) < 2:
-        return None
-    best, second = sorted((top["logprob"] for top in tops), reverse=True)[:2]
-    return best - second
-
-
 @dataclass(frozen=True)
-class LlamaEndpoint:
+class LlamaEndpoint(RemoteServer):
     """A ``llama-server`` someone else runs, as its /props shows it: the GGUF file it serves, its build, and
     whether it speculates (its draft length does not show: the run takes it on the user's word)."""
 
@@ -197,18 +169,6 @@ class LlamaEndpoint:
     @property
     def served_name(self) -> str:
         return Path(self.model_path).stem
-
-    @property
-    def failure_note(self) -> str:
-        return f"the endpoint {self.url} is run outside this run; its log is wherever its owner keeps it"
-
-    def check_alive(self, when: str = "") -> None:
-        """:class:`ServerDied` where the endpoint no longer answers /health."""
-        try:
-            read_url(f"{self.url}/health", lambda text: text, 30.0)
-        except ServedRequestError as error:
-            during = f" {when}" if when else ""
-            raise ServerDied(f"the endpoint {self.url} does not answer /health{during}: {error}") from error
 
     def check_serves(self, model: Path, speculates: bool) -> None:
         """:class:`EndpointMismatch` unless it serves the GGUF file named like ``model``, speculating or not."""

@@ -45,10 +45,10 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """A running server: ``with Server(spec, log) as server: server.url``. Started in its own process group so that
-    stopping it stops the processes it starts too; its output goes to ``log_path``. A subclass says what it is
-    (:attr:`kind`), what it needs before it starts (:meth:`check_startable`) and its environment
-    (:meth:`environment`)."""
+    """A running server: ``with LlamaServer(spec, log) as server: server.url`` (a subclass). Started in its own
+    process group so that stopping it stops the processes it starts too; its output goes to ``log_path``. A
+    subclass says what it is (:attr:`kind`), what it needs before it starts (:meth:`check_startable`) and its
+    environment (:meth:`environment`)."""
 
     kind = "server"
 

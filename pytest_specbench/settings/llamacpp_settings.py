@@ -3,13 +3,12 @@ them, or servers someone else runs; checked before any model loads."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from .option import Option
 from .parsing import ConfigError
-from .server_options import ServedOptions, check_served_settings, endpoints, executable, shell_words
+from .server_options import ServedOptions, check_served_settings, endpoints, executable, find_program, shell_words
 
 #: where scripts/make-llamacpp.sh builds llama-server, from the directory pytest runs in
 LLAMACPP_BUILT_SERVER = Path(".llama.cpp") / "build" / "bin" / "llama-server"
@@ -59,20 +58,15 @@ def check_llamacpp_settings(values: dict[str, Any], given: frozenset[str], runs:
     return check_served_settings(LLAMACPP_SERVED_OPTIONS, values, given, runs, _checked_server)
 
 
-def llamacpp_server(given: Path | None) -> Path:
+def find_llamacpp_server(given: Path | None) -> Path:
     """The binary: ``--specbench-llamacpp-server``, else ``$SPECBENCH_LLAMACPP_SERVER``, else
     :data:`LLAMACPP_BUILT_SERVER`; a usage error naming all three where none exists (before any model loads)."""
-    if given is not None:
-        return given
-    from_env = os.environ.get(LLAMACPP_SERVER_VARIABLE, "").strip()
-    candidate = Path(from_env).expanduser() if from_env else LLAMACPP_BUILT_SERVER
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return candidate.absolute()
-    where = f"${LLAMACPP_SERVER_VARIABLE} ({from_env})" if from_env else f"{LLAMACPP_BUILT_SERVER} (none here)"
-    raise ConfigError(
-        f"--specbench-engine=llamacpp needs llama.cpp's llama-server, and {where} is no executable; accepted: "
-        f"--specbench-llamacpp-server=PATH, ${LLAMACPP_SERVER_VARIABLE}, or scripts/make-llamacpp.sh to build "
-        f"{LLAMACPP_BUILT_SERVER}"
+    return find_program(
+        given,
+        LLAMACPP_SERVER_VARIABLE,
+        LLAMACPP_BUILT_SERVER,
+        "--specbench-engine=llamacpp needs llama.cpp's llama-server (--specbench-llamacpp-server=PATH)",
+        f"scripts/make-llamacpp.sh to build {LLAMACPP_BUILT_SERVER}",
     )
 
 
@@ -80,7 +74,7 @@ def _checked_server(given: Path | None) -> Path:
     from ..served.llamacpp_server import installed_version
     from ..served.process import ServerDied
 
-    binary = llamacpp_server(given)
+    binary = find_llamacpp_server(given)
     try:
         installed_version(binary)
     except ServerDied as error:

@@ -28,6 +28,20 @@ def executable(accepted: str) -> Callable[[str], Path]:
     return parse
 
 
+def find_program(given: Path | None, variable: str, built: Path, needs: str, makes: str) -> Path:
+    """A served engine's program: the option's ``given`` path, else ``$variable``, else the ``built`` default; a
+    usage error naming all three where none is an executable (before any model loads). ``needs`` says what the
+    engine needs (``vLLM's own environment``), ``makes`` what makes the default (a script)."""
+    if given is not None:
+        return given
+    from_env = os.environ.get(variable, "").strip()
+    candidate = Path(from_env).expanduser() if from_env else built
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return candidate.absolute()
+    where = f"${variable} ({from_env})" if from_env else f"{built} (none here)"
+    raise ConfigError(f"{needs}, and {where} is no executable; accepted: the option's PATH, ${variable}, or {makes}")
+
+
 def shell_words(raw: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(raw))

@@ -3,13 +3,12 @@ for them, or servers someone else runs; checked before any model loads."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from .option import Option
 from .parsing import ConfigError
-from .server_options import ServedOptions, check_served_settings, endpoints, executable, shell_words
+from .server_options import ServedOptions, check_served_settings, endpoints, executable, find_program, shell_words
 
 #: where scripts/make-vllm-env.sh puts vLLM's environment, from the directory pytest runs in
 VLLM_VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"
@@ -68,17 +67,12 @@ def _checked_interpreter(given: Path | None) -> Path:
 def vllm_interpreter(given: Path | None) -> Path:
     """The vllm engine's interpreter: ``--specbench-vllm-python``, else ``$SPECBENCH_VLLM_PYTHON``, else
     :data:`VLLM_VENV_PYTHON`; a usage error naming all three where none exists (before any model loads)."""
-    if given is not None:
-        return given
-    from_env = os.environ.get("SPECBENCH_VLLM_PYTHON", "").strip()
-    candidate = Path(from_env).expanduser() if from_env else VLLM_VENV_PYTHON
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return candidate.absolute()
-    where = f"$SPECBENCH_VLLM_PYTHON ({from_env})" if from_env else f"{VLLM_VENV_PYTHON} (none here)"
-    raise ConfigError(
-        f"--specbench-engine=vllm needs vLLM's own environment, and {where} is no interpreter; accepted: "
-        "--specbench-vllm-python=PATH, $SPECBENCH_VLLM_PYTHON, or scripts/make-vllm-env.sh cpu (or cuda) to make "
-        f"{VLLM_VENV_PYTHON}"
+    return find_program(
+        given,
+        "SPECBENCH_VLLM_PYTHON",
+        VLLM_VENV_PYTHON,
+        "--specbench-engine=vllm needs vLLM's own environment (--specbench-vllm-python=PATH, its interpreter)",
+        f"scripts/make-vllm-env.sh cpu (or cuda) to make {VLLM_VENV_PYTHON}",
     )
 
 
