@@ -36,8 +36,8 @@ DRAFT = PairSpec("draft", "./m", "./d")
 NATURAL, CODE = Prompt("natural-01", "natural", "text"), Prompt("code-01", "code", "def f():")
 
 
-def _case(pair: PairSpec, k: int | str = 4, prompt: Prompt = NATURAL, **fields) -> Case:
-    return Case(pair, k, prompt, prompt.category, engine="vllm", **fields)
+def _case(pair: PairSpec, k: int | str = 4, prompt: Prompt = NATURAL, engine: str = "vllm", **fields) -> Case:
+    return Case(pair, k, prompt, prompt.category, engine=engine, **fields)
 
 
 def test_a_case_maps_to_vllms_speculative_config():
@@ -54,25 +54,32 @@ def test_a_case_maps_to_vllms_speculative_config():
     }
 
 
+@pytest.mark.parametrize("engine", ["vllm", "llamacpp"])
 @pytest.mark.parametrize(
     ("case", "temperature", "reason"),
     [
-        (_case(PairSpec("q", "./m", drafter="int8")), 0.0, "vllm has no method for an int8"),
-        (_case(PairSpec("t", "./m", drafter="truncated")), 0.0, "vllm has no method for the target's first layers"),
-        (_case(PairSpec("x", "./m", "./d", cross_tokenizer=True)), 0.0, "vllm has no method for a draft model with"),
-        (_case(PLD, "auto"), 0.0, "no draft-length schedule"),
-        (_case(PLD, batch=4), 0.0, "one request at a time"),
-        (_case(PLD), 0.7, "greedy decoding only"),
-        (_case(PLD, prompt=Prompt("mt-1", "writing", "a", later_turns=("b",), conversation=True)), 0.0, "turns"),
+        ((PairSpec("q", "./m", drafter="int8"),), 0.0, "{engine} has no method for an int8"),
+        ((PairSpec("t", "./m", drafter="truncated"),), 0.0, "{engine} has no method for the target's first layers"),
+        ((PairSpec("x", "./m", "./d", cross_tokenizer=True),), 0.0, "{engine} has no method for a draft model with"),
+        ((PLD, "auto"), 0.0, "no draft-length schedule"),
+        ((PLD, 4, NATURAL, {"batch": 4}), 0.0, "the {engine} engine runs one request at a time"),
+        ((PLD,), 0.7, "the {engine} engine runs greedy decoding only"),
+        ((PLD, 4, Prompt("mt-1", "writing", "a", later_turns=("b",), conversation=True)), 0.0, "turns"),
         (
-            _case(PairSpec("p", "./m", drafter="prompt_lookup", drafter_options=(("max_proposal", 2),))),
+            (PairSpec("p", "./m", drafter="prompt_lookup", drafter_options=(("max_proposal", 2),)),),
             0.0,
             "no counterpart of max_proposal",
         ),
     ],
+    ids=["int8", "truncated", "cross-tokenizer", "schedule", "batch", "sampling", "turns", "max_proposal"],
 )
-def test_what_vllm_cannot_run_is_refused_with_the_reason_before_any_model_loads(case, temperature, reason):
-    assert reason in (ENGINES["vllm"].refusal(case, temperature=temperature) or "")
+def test_what_a_served_engine_cannot_run_is_refused_with_the_reason_before_any_model_loads(
+    engine, case, temperature, reason
+):
+    *arguments, fields = case if isinstance(case[-1], dict) else (*case, {})
+    refused = _case(*arguments, engine=engine, **fields)
+    assert reason.format(engine=engine) in (ENGINES[engine].refusal(refused, temperature=temperature) or "")
+    assert ENGINES[engine].refusal(_case(PLD, engine=engine)) is None
 
 
 @pytest.mark.parametrize(
