@@ -173,7 +173,7 @@ def test_two_engines_run_side_by_side(bench, pytester: pytest.Pytester, tiny_pai
     ]
     result.assert_outcomes(passed=7, skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED*no draft-length schedule*pair tiny_pld at integer k only, not k=auto*"])
-    result.stdout.fnmatch_lines(["*engines side by side*", "*dtype*k*prompts*speedup*native*hf*hf / native*"])
+    result.stdout.fnmatch_lines(["*engines side by side*", "*dtype*k*prompts*figure*native*hf*hf / native*"])
     rows = {row["case"]: row for row in json.loads((pytester.path / "results.json").read_text())["results"]}
     assert rows["tiny-hf-k2-natural"]["engine"] == "hf" and rows["tiny-hf-k2-natural"]["k"] == 2
     assert rows["tiny-native-kauto-natural"]["k"] == "auto"
