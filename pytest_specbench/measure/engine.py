@@ -17,6 +17,7 @@ from ..engine.drafters import Drafter
 from ..engine.sampling import SamplingParams
 from ..engine.stats import GenerationResult
 from ..kernels.verify_forms import KernelForms
+from ..models.base import NotApplicable
 from ..served.client import ServedRun, Server
 from .costs import CostProfile
 
@@ -150,6 +151,16 @@ class Engine:
         """The method this peer engine runs the pair's kind with, or why it has none."""
         kind = kind_of(pair)
         return self.methods.get(kind.name, f"{self.name} has no method for {kind.meaning} (pair {pair.name})")
+
+    def server_config(self, case: Case, draft: Path | None) -> dict[str, Any]:
+        """This served engine's speculative settings for the case: its pair's method at k (``draft``: the draft
+        model's file or folder, where it has one); :class:`NotApplicable` where it has none."""
+        method = self.method_for(case.pair)
+        if isinstance(method, str):
+            raise NotApplicable(method)
+        if method.server_config is None:
+            raise NotApplicable(f"the {self.name} engine has no mapping for {method.name}")
+        return method.server_config(case.pair, case.k, draft)
 
     def baseline_kernels(self, kernels: KernelForms) -> KernelForms | str:
         """The kernel forms of this engine's greedy baseline, given the target's forms under the run's

@@ -76,12 +76,7 @@ LLAMACPP_METHODS: dict[str, PeerMethod] = {
 
 def speculative_arguments(case: Case, draft: Path | None) -> tuple[str, ...]:
     """The server's speculative arguments for the case: its pair's method at k, as the engine declares it."""
-    method = LLAMACPP_ENGINE.method_for(case.pair)
-    if isinstance(method, str):
-        raise NotApplicable(method)
-    if method.server_config is None:
-        raise NotApplicable(f"the llamacpp engine has no mapping for {method.name}")
-    return tuple(str(part) for item in method.server_config(case.pair, case.k, draft).items() for part in item)
+    return tuple(str(part) for item in LLAMACPP_ENGINE.server_config(case, draft).items() for part in item)
 
 
 def _gguf(source: str, config: SpecbenchConfig) -> Path:

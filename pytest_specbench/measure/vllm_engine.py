@@ -48,12 +48,7 @@ _PARALLEL_ARGS = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "
 def speculative_config(case: Case, draft_folder: Path | None) -> dict[str, Any]:
     """vLLM's ``speculative_config`` for the case: its pair's method at k (``num_speculative_tokens``), as the
     engine declares it for the pair's kind (:data:`VLLM_METHODS`)."""
-    method = VLLM_ENGINE.method_for(case.pair)
-    if isinstance(method, str):
-        raise NotApplicable(method)
-    if method.server_config is None:
-        raise NotApplicable(f"the vllm engine has no mapping for {method.name}")
-    return method.server_config(case.pair, case.k, draft_folder)
+    return VLLM_ENGINE.server_config(case, draft_folder)
 
 
 @dataclass(frozen=True)
